@@ -1,0 +1,1 @@
+//! Rate-limit headers and 429 bodies, shared by every front door.

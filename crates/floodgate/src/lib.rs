@@ -1,0 +1,47 @@
+//! Floodgate's engine: rules, collision-free keys, all-or-nothing checks over a [`Store`], the
+//! embedded [`MemoryStore`], and the rate-limit headers and 429 bodies every front door sends.
+//!
+//! Descriptors (dimension → value) and a cost go in; the [`Engine`] finds the rules that apply,
+//! builds their keys, asks the store to apply all their limits at once, and returns a [`Verdict`].
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! use std::num::NonZeroU64;
+//! use std::time::Duration;
+//! use floodgate::{Descriptors, Engine, Policy, Rule};
+//! use floodgate_core::{SlidingWindow, Rate, TokenBucket};
+//!
+//! let policy = Policy::new([
+//!     Rule::new("chat-per-user", SlidingWindow::try_new(NonZeroU64::new(10).unwrap(), Duration::from_secs(60))?)
+//!         .when("route", "POST /chat")
+//!         .key(["user"]),
+//!     Rule::new("tenant-burst", TokenBucket::try_new("100/s".parse::<Rate>()?, NonZeroU64::new(200).unwrap())?)
+//!         .key(["tenant"]),
+//! ])?;
+//! let engine = Engine::in_memory(policy);
+//! let request = Descriptors::new().with("route", "POST /chat").with("user", "u1").with("tenant", "t1");
+//! for _ in 0..10 {
+//!     assert!(engine.check(&request, 1).await?.allowed);
+//! }
+//! let verdict = engine.check(&request, 1).await?;
+//! assert!(!verdict.allowed);
+//! // Denied by the user limit; the tenant bucket was not charged for it.
+//! assert_eq!(verdict.limits[1].decision.remaining, 190);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod descriptors;
+mod engine;
+pub mod headers;
+pub mod key;
+mod limit;
+mod rule;
+pub mod store;
+
+pub use descriptors::Descriptors;
+pub use engine::{Engine, EngineError, LimitOutcome, Outcome, Verdict};
+pub use floodgate_core as core;
+pub use limit::Limit;
+pub use rule::{Action, Condition, OnStoreError, Policy, Rule, RuleError};
+pub use store::{MemoryConfig, MemoryStore, OnFull, Store, StoreError};

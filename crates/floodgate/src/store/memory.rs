@@ -1,0 +1,453 @@
+//! The embedded memory store: the default, with no setup.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use floodgate_core::{
+    Algorithm, Clock, Concurrency, Decision, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota,
+    SlidingLog, SlidingState, SlidingWindow, SystemClock, Timestamp, TokenBucket, WindowState,
+};
+use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
+
+use super::{Applied, Mode, Op, OpResult, Store, StoreError};
+use crate::Limit;
+use crate::key::OVERFLOW_FIELD;
+use crate::limit::with_algorithm;
+
+/// What the memory store does with a *new* key once it holds `max_keys` keys.
+///
+/// Live counters are never evicted to make room: evicting them would silently stop enforcing
+/// their limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFull {
+    /// Fail the request with [`StoreError::Full`]; each rule's store-failure policy
+    /// (fail open or closed) decides what the client sees.
+    Reject,
+    /// Count every new key of a rule under one shared overflow key of that rule: new clients share
+    /// one limit (stricter for them, never looser) until idle keys expire and make room.
+    #[default]
+    Aggregate,
+}
+
+/// Memory store settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// The most keys held at once (default 1 000 000).
+    pub max_keys: usize,
+    /// What to do with new keys when full (default [`OnFull::Aggregate`]).
+    pub on_full: OnFull,
+    /// How often the background sweeper drops expired keys (default 10 s).
+    pub sweep_interval: Duration,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            max_keys: 1_000_000,
+            on_full: OnFull::Aggregate,
+            sweep_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counts for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Keys held.
+    pub keys: usize,
+    /// An estimate of the memory they use, in bytes (slots, keys and table overhead).
+    pub bytes_estimate: usize,
+    /// Keys refused or aggregated because the store was full, since start.
+    pub overflows: usize,
+}
+
+/// Per-key state: which algorithm's state the key holds.
+#[derive(Debug, Default)]
+enum State {
+    #[default]
+    Empty,
+    Tat(u64),
+    Window(WindowState),
+    Sliding(SlidingState),
+    Log(Box<LogState>),
+    Lease(Box<LeaseState>),
+    /// Removed by the sweeper: whoever finds it looks the key up again.
+    Dead,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    state: State,
+    /// When the state expires, in whole seconds since the epoch, rounded up.
+    expires_secs: u32,
+}
+
+type Slot = Mutex<SlotState>;
+
+/// Gives an algorithm its state inside [`State`], resetting a key that held another algorithm's
+/// state (a rule whose algorithm changed on reload starts afresh).
+trait Stateful: Algorithm {
+    fn state(s: &mut State) -> &mut Self::State;
+}
+
+macro_rules! stateful {
+    ($algo:ty, $variant:ident, $wrap:expr) => {
+        impl Stateful for $algo {
+            fn state(s: &mut State) -> &mut Self::State {
+                if !matches!(s, State::$variant(_)) {
+                    *s = State::$variant($wrap(Default::default()));
+                }
+                match s {
+                    State::$variant(inner) => inner,
+                    _ => unreachable!("just set"),
+                }
+            }
+        }
+    };
+}
+
+stateful!(FixedWindow, Window, std::convert::identity);
+stateful!(Quota, Window, std::convert::identity);
+stateful!(SlidingWindow, Sliding, std::convert::identity);
+stateful!(SlidingLog, Log, Box::new);
+stateful!(TokenBucket, Tat, std::convert::identity);
+stateful!(Gcra, Tat, std::convert::identity);
+stateful!(Concurrency, Lease, Box::new);
+
+fn decide<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> Decision {
+    a.decide(A::state(&mut s.state), now, cost)
+}
+
+fn consume<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> Grant {
+    let state = A::state(&mut s.state);
+    let grant = a.consume(state, now, cost);
+    s.expires_secs = secs_up(a.expires_at(state));
+    grant
+}
+
+fn report<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> (Decision, Grant) {
+    let state = A::state(&mut s.state);
+    let out = a.report(state, now, cost);
+    s.expires_secs = secs_up(a.expires_at(state));
+    out
+}
+
+fn refund<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, grant: &Grant) {
+    let state = A::state(&mut s.state);
+    a.refund(state, now, grant);
+    s.expires_secs = secs_up(a.expires_at(state));
+}
+
+fn secs_up(t: Timestamp) -> u32 {
+    u32::try_from(t.as_micros().div_ceil(1_000_000)).unwrap_or(u32::MAX)
+}
+
+/// The embedded store: per-key state in a lock-free concurrent map, each key behind its own small
+/// lock, so requests for different keys never wait on each other.
+///
+/// - **Linearizable per key** and **all-or-nothing across keys**: the keys of one request are locked
+///   in one global order (by key bytes), so two requests can never deadlock, and a denied request
+///   consumes nothing.
+/// - **No allocation per decision** once a key exists: lookups borrow the key; only a new key is
+///   copied into the table.
+/// - **Bounded**: every state knows when it expires; a sweeper drops expired keys (never one timer
+///   per request), and `max_keys` caps the table (see [`OnFull`]).
+///
+/// Cloning shares the same table.
+#[derive(Debug)]
+pub struct MemoryStore<C: Clock = SystemClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C: Clock> Clone for MemoryStore<C> {
+    fn clone(&self) -> Self {
+        MemoryStore { inner: Arc::clone(&self.inner) }
+    }
+}
+
+#[derive(Debug)]
+struct Inner<C> {
+    map: papaya::HashMap<Box<[u8]>, Slot, foldhash::fast::RandomState>,
+    clock: C,
+    config: MemoryConfig,
+    len: AtomicUsize,
+    key_bytes: AtomicUsize,
+    overflows: AtomicUsize,
+    sweeper_running: AtomicBool,
+}
+
+/// Table overhead per entry beyond the key and slot, for the memory estimate: papaya's entry
+/// allocation (allocator header and padding) plus its pointer and metadata in the table.
+const ENTRY_OVERHEAD: usize = 32;
+
+impl MemoryStore<SystemClock> {
+    /// A store with default settings on the process clock.
+    pub fn new() -> Self {
+        Self::with_config(MemoryConfig::default(), SystemClock::new())
+    }
+}
+
+impl Default for MemoryStore<SystemClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// A store with `config`, reading time from `clock`.
+    pub fn with_config(config: MemoryConfig, clock: C) -> Self {
+        let map = papaya::HashMap::builder().hasher(foldhash::fast::RandomState::default()).build();
+        MemoryStore {
+            inner: Arc::new(Inner {
+                map,
+                clock,
+                config,
+                len: AtomicUsize::new(0),
+                key_bytes: AtomicUsize::new(0),
+                overflows: AtomicUsize::new(0),
+                sweeper_running: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The store's clock.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    /// Key count and memory estimate, for metrics.
+    pub fn stats(&self) -> MemoryStats {
+        let keys = self.inner.len.load(Ordering::Relaxed);
+        let per_entry = std::mem::size_of::<(Box<[u8]>, Slot)>() + ENTRY_OVERHEAD;
+        MemoryStats {
+            keys,
+            bytes_estimate: keys * per_entry + self.inner.key_bytes.load(Ordering::Relaxed),
+            overflows: self.inner.overflows.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drops every key whose state has expired by the clock's `now`; returns how many it dropped.
+    /// The background sweeper calls this every `sweep_interval`.
+    pub fn sweep(&self) -> usize {
+        let inner = &*self.inner;
+        let now_secs = inner.clock.now().as_secs();
+        let guard = inner.map.guard();
+        let mut removed = 0;
+        for (key, slot) in inner.map.iter(&guard) {
+            if u64::from(slot.lock().expires_secs) > now_secs {
+                continue;
+            }
+            let mut s = slot.lock();
+            if u64::from(s.expires_secs) > now_secs || matches!(s.state, State::Dead) {
+                continue;
+            }
+            // Marked dead under its lock, then unlinked: a request that still holds the slot sees
+            // `Dead` and looks the key up again, so no update can land in a removed slot.
+            s.state = State::Dead;
+            if let Ok(Some(_)) = inner.map.remove_if(&**key, |_, v| std::ptr::eq(v, slot), &guard) {
+                inner.len.fetch_sub(1, Ordering::Relaxed);
+                inner.key_bytes.fetch_sub(key.len(), Ordering::Relaxed);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Starts the background sweeper thread (once per store; later calls do nothing). It stops when
+    /// the last clone of the store is dropped.
+    pub fn start_sweeper(&self) {
+        if self.inner.sweeper_running.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let weak: Weak<Inner<C>> = Arc::downgrade(&self.inner);
+        let interval = self.inner.config.sweep_interval;
+        let spawned = std::thread::Builder::new().name("floodgate-sweeper".into()).spawn(move || {
+            loop {
+                std::thread::sleep(interval);
+                let Some(inner) = weak.upgrade() else { return };
+                MemoryStore { inner }.sweep();
+            }
+        });
+        if spawned.is_err() {
+            self.inner.sweeper_running.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// The slot for `key`, created when `create` (else `None` for a key never seen).
+    fn slot<'g>(
+        &self,
+        key: &[u8],
+        scope_len: usize,
+        create: bool,
+        guard: &'g impl papaya::Guard,
+    ) -> Result<Option<&'g Slot>, StoreError> {
+        let inner = &*self.inner;
+        if let Some(slot) = inner.map.get(key, guard) {
+            return Ok(Some(slot));
+        }
+        if !create {
+            return Ok(None);
+        }
+        if inner.len.fetch_add(1, Ordering::Relaxed) >= inner.config.max_keys {
+            inner.len.fetch_sub(1, Ordering::Relaxed);
+            inner.overflows.fetch_add(1, Ordering::Relaxed);
+            return match inner.config.on_full {
+                OnFull::Reject => Err(StoreError::Full { max_keys: inner.config.max_keys }),
+                OnFull::Aggregate => {
+                    let mut overflow: SmallVec<[u8; 128]> = SmallVec::new();
+                    overflow.extend_from_slice(&key[..scope_len.min(key.len())]);
+                    overflow.extend_from_slice(OVERFLOW_FIELD);
+                    Ok(Some(self.insert(&overflow, guard)))
+                }
+            };
+        }
+        match inner.map.try_insert(key.into(), Slot::default(), guard) {
+            Ok(slot) => {
+                inner.key_bytes.fetch_add(key.len(), Ordering::Relaxed);
+                Ok(Some(slot))
+            }
+            Err(occupied) => {
+                inner.len.fetch_sub(1, Ordering::Relaxed);
+                Ok(Some(occupied.current))
+            }
+        }
+    }
+
+    /// Gets or inserts `key`, ignoring the cap (for the one overflow key per rule).
+    fn insert<'g>(&self, key: &[u8], guard: &'g impl papaya::Guard) -> &'g Slot {
+        let inner = &*self.inner;
+        if let Some(slot) = inner.map.get(key, guard) {
+            return slot;
+        }
+        match inner.map.try_insert(key.into(), Slot::default(), guard) {
+            Ok(slot) => {
+                inner.len.fetch_add(1, Ordering::Relaxed);
+                inner.key_bytes.fetch_add(key.len(), Ordering::Relaxed);
+                slot
+            }
+            Err(occupied) => occupied.current,
+        }
+    }
+
+    /// Applies `ops` under the locks of their keys; the heart of [`Store::apply`].
+    pub fn apply_now(&self, ops: &[Op<'_>], mode: Mode) -> Result<Applied, StoreError> {
+        let now = self.inner.clock.now();
+        let guard = self.inner.map.guard();
+        let create = mode != Mode::Peek;
+        // Lock order: by key bytes. Duplicate keys share one lock.
+        let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
+        order.sort_unstable_by(|a, b| ops[*a].key.cmp(ops[*b].key));
+        'retry: loop {
+            let mut locks: SmallVec<[Option<MutexGuard<'_, SlotState>>; 4]> = SmallVec::new();
+            let mut lock_of: SmallVec<[usize; 4]> = SmallVec::from_elem(0, ops.len());
+            let mut peeked: SmallVec<[SlotState; 1]> = SmallVec::new();
+            for (pos, &i) in order.iter().enumerate() {
+                if pos > 0 && ops[order[pos - 1]].key == ops[i].key {
+                    lock_of[i] = lock_of[order[pos - 1]];
+                    continue;
+                }
+                lock_of[i] = locks.len();
+                match self.slot(ops[i].key, ops[i].scope_len, create, &guard)? {
+                    Some(slot) => {
+                        let locked = slot.lock();
+                        if matches!(locked.state, State::Dead) {
+                            continue 'retry;
+                        }
+                        locks.push(Some(locked));
+                    }
+                    None => locks.push(None),
+                }
+            }
+            let mut results: SmallVec<[OpResult; 4]> = SmallVec::with_capacity(ops.len());
+            for (i, op) in ops.iter().enumerate() {
+                let decision = match &mut locks[lock_of[i]] {
+                    Some(s) => with_algorithm!(op.limit, a => decide(a, s, now, op.cost)),
+                    None => {
+                        peeked.clear();
+                        peeked.push(SlotState::default());
+                        with_algorithm!(op.limit, a => decide(a, &mut peeked[0], now, op.cost))
+                    }
+                };
+                results.push(OpResult { decision, grant: None });
+            }
+            match mode {
+                Mode::Peek => {}
+                Mode::Check => {
+                    let admitted = ops.iter().zip(&results).all(|(op, r)| !op.enforce || r.decision.allowed);
+                    if admitted {
+                        for (i, op) in ops.iter().enumerate() {
+                            if let (true, Some(s)) = (results[i].decision.allowed, &mut locks[lock_of[i]]) {
+                                let g = with_algorithm!(op.limit, a => consume(a, s, now, op.cost));
+                                results[i].grant = Some(g);
+                            }
+                        }
+                    }
+                }
+                Mode::Report => {
+                    for (i, op) in ops.iter().enumerate() {
+                        if let Some(s) = &mut locks[lock_of[i]] {
+                            let (d, g) = with_algorithm!(op.limit, a => report(a, s, now, op.cost));
+                            results[i] = OpResult { decision: d, grant: Some(g) };
+                        }
+                    }
+                }
+            }
+            return Ok(Applied { at: now, results });
+        }
+    }
+
+    fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) {
+        let now = self.inner.clock.now();
+        let guard = self.inner.map.guard();
+        if let Some(slot) = self.inner.map.get(key, &guard) {
+            let mut s = slot.lock();
+            if !matches!(s.state, State::Dead) {
+                with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
+            }
+        }
+    }
+
+    fn reset_now(&self, key: &[u8]) -> bool {
+        let inner = &*self.inner;
+        let guard = inner.map.guard();
+        let Some(slot) = inner.map.get(key, &guard) else { return false };
+        let mut s = slot.lock();
+        if matches!(s.state, State::Dead) {
+            return false;
+        }
+        s.state = State::Dead;
+        if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
+            inner.len.fetch_sub(1, Ordering::Relaxed);
+            inner.key_bytes.fetch_sub(key.len(), Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+impl<C: Clock> Store for MemoryStore<C> {
+    async fn apply(&self, ops: &[Op<'_>], mode: Mode) -> Result<Applied, StoreError> {
+        self.apply_now(ops, mode)
+    }
+
+    async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
+        self.refund_now(key, limit, grant);
+        Ok(())
+    }
+
+    async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.reset_now(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_sizes_stay_compact() {
+        assert_eq!(std::mem::size_of::<State>(), 32);
+        assert!(std::mem::size_of::<Slot>() <= 48, "{}", std::mem::size_of::<Slot>());
+    }
+}

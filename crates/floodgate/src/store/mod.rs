@@ -1,0 +1,117 @@
+//! Stores: where limit state lives, and the one atomic operation the engine needs from them.
+//!
+//! A [`Store`] applies all the limits of one request at once, **all-or-nothing**: when any enforced
+//! limit denies, nothing is consumed from any limit. It owns the time (one authority per store:
+//! the process clock for [`MemoryStore`], Redis's own clock for the Redis store) and runs the
+//! algorithms of `floodgate-core` under its own atomic read-modify-write.
+
+mod memory;
+
+use std::future::Future;
+
+use floodgate_core::{Decision, Grant, Timestamp};
+use smallvec::SmallVec;
+
+pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull};
+
+use crate::Limit;
+
+/// One limit of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Op<'a> {
+    /// The encoded key (see the `key` module docs).
+    pub key: &'a [u8],
+    /// How many leading bytes of `key` name the rule (rather than the request's values): keys that
+    /// share them belong to the same rule.
+    pub scope_len: usize,
+    /// The limit to apply.
+    pub limit: &'a Limit,
+    /// The cost, already checked to be within `1..=limit.capacity()` for checks and peeks.
+    pub cost: u64,
+    /// Whether this limit's denial denies the request. Shadow and tag limits don't: they are
+    /// evaluated, and consume only when the request is admitted and they would have admitted it.
+    pub enforce: bool,
+}
+
+/// What to do with the ops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Decide; when every enforced limit allows, consume from the limits that allow.
+    Check,
+    /// Decide, consuming nothing.
+    Peek,
+    /// Consume from every limit, never deny.
+    Report,
+}
+
+/// The result for one op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpResult {
+    /// What the limit decided.
+    pub decision: Decision,
+    /// What was consumed, if anything.
+    pub grant: Option<Grant>,
+}
+
+/// The results of [`Store::apply`], in the order of the ops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The store's time of the decision.
+    pub at: Timestamp,
+    /// One result per op.
+    pub results: SmallVec<[OpResult; 4]>,
+}
+
+/// A store failed; the request's limits could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The memory store holds `max_keys` keys and is configured to refuse new ones.
+    #[error("the store is full ({max_keys} keys) and refuses new keys")]
+    Full {
+        /// The configured cap.
+        max_keys: usize,
+    },
+    /// The backend did not answer within the deadline.
+    #[error("the store did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The backend is unreachable or failed.
+    #[error("store backend error: {message}")]
+    Backend {
+        /// What failed.
+        message: String,
+        /// Whether retrying may succeed.
+        transient: bool,
+        /// The underlying error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+}
+
+impl StoreError {
+    /// Whether the failure may go away by itself (a timeout, a lost connection), as opposed to one
+    /// that repeats until someone acts (a full store, a script error).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Full { .. } => false,
+            StoreError::Timeout(_) => true,
+            StoreError::Backend { transient, .. } => *transient,
+        }
+    }
+}
+
+/// Where limit state lives.
+pub trait Store: Send + Sync + 'static {
+    /// Applies `ops` atomically, all-or-nothing (see [`Mode`]). Results are in the order of `ops`.
+    fn apply(&self, ops: &[Op<'_>], mode: Mode) -> impl Future<Output = Result<Applied, StoreError>> + Send;
+
+    /// Gives back what `grant` consumed from `key` (a refunded reservation, a released permit).
+    fn refund(
+        &self,
+        key: &[u8],
+        limit: &Limit,
+        grant: Grant,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Forgets `key`'s state, as if it had never been used. Returns whether it existed.
+    fn reset(&self, key: &[u8]) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
