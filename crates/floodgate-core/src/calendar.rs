@@ -136,12 +136,13 @@ impl Calendar {
     /// database can name) belong to the last period, which ends at `u64::MAX` µs.
     pub fn bounds(&self, now: Timestamp) -> (Timestamp, Timestamp) {
         let t = now.as_micros();
-        let (start, end) = unpack(self.latest.load(Ordering::Relaxed));
+        let cached = self.latest.load(Ordering::Relaxed);
+        let (start, end) = unpack(cached);
         if start <= t && t < end {
             return (Timestamp::from_micros(start), Timestamp::from_micros(end));
         }
         let (start, end) = self.compute(t);
-        if let Some(packed) = pack(start, end) {
+        if let Some(packed) = pack(start, end).filter(|packed| *packed > cached) {
             // A packed value orders by its start, so the cache keeps the latest period: looking up an
             // old one (for a refund, or an expiry) does not evict the current one. Any value written is
             // a complete answer, so no ordering with other memory is needed.
@@ -173,10 +174,10 @@ impl Calendar {
                 }
             }
             let next = self.step(first, 1);
-            match next.and_then(|next| self.midnight(next)) {
-                Some(end) if end <= t => first = next.unwrap_or(first),
-                Some(end) => return (start, end),
-                None => return (start, u64::MAX),
+            match (next, next.and_then(|next| self.midnight(next))) {
+                (Some(next), Some(end)) if end <= t => first = next,
+                (_, Some(end)) => return (start, end),
+                (_, None) => return (start, u64::MAX),
             }
         }
     }

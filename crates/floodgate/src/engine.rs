@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::key::push_field;
 use crate::rule::{CompiledRule, Policy};
-use crate::store::{Mode, Op, Store, StoreError};
+use crate::store::{Applied, Mode, Op, Store, StoreError};
 use crate::{Action, Descriptors, Limit, MemoryStore, OnStoreError};
 
 /// What happened to one limit, as counted in metrics (`floodgate_decisions_total{result}`).
@@ -298,10 +298,10 @@ impl<S: Store> Engine<S> {
             return Ok(Verdict { allowed: true, ..Verdict::default() });
         }
 
-        let applied = match self.store.apply(&ops, mode).await {
-            Ok(applied) => applied,
-            Err(error) => return Ok(failure_verdict(&planned, &error)),
-        };
+        let mut applied = Applied::default();
+        if let Err(error) = self.store.apply(&ops, mode, &mut applied).await {
+            return Ok(failure_verdict(&planned, &error));
+        }
 
         let mut results = applied.results.iter();
         let mut limits: SmallVec<[LimitOutcome; 4]> = SmallVec::new();

@@ -86,6 +86,15 @@ struct SlotState {
 
 type Slot = Mutex<SlotState>;
 
+/// A key as stored: up to 40 bytes inline in the table entry (most keys: a rule name and an id),
+/// saving the pointer chase to a separate allocation on every lookup; longer keys spill to the heap.
+type StoredKey = SmallVec<[u8; 40]>;
+
+/// Heap bytes a stored key of `len` bytes uses beside its table entry.
+fn spilled(len: usize) -> usize {
+    if len > 40 { len } else { 0 }
+}
+
 /// Gives an algorithm its state inside [`State`], resetting a key that held another algorithm's
 /// state (a rule whose algorithm changed on reload starts afresh).
 trait Stateful: Algorithm {
@@ -169,10 +178,11 @@ impl<C: Clock> Clone for MemoryStore<C> {
 
 #[derive(Debug)]
 struct Inner<C> {
-    map: papaya::HashMap<Box<[u8]>, Slot, foldhash::fast::RandomState>,
+    map: papaya::HashMap<StoredKey, Slot, foldhash::fast::RandomState>,
     clock: C,
     config: MemoryConfig,
     len: AtomicUsize,
+    /// Heap bytes of keys too long to be stored inline.
     key_bytes: AtomicUsize,
     overflows: AtomicUsize,
     sweeper_running: AtomicBool,
@@ -220,7 +230,7 @@ impl<C: Clock> MemoryStore<C> {
     /// Key count and memory estimate, for metrics.
     pub fn stats(&self) -> MemoryStats {
         let keys = self.inner.len.load(Ordering::Relaxed);
-        let per_entry = std::mem::size_of::<(Box<[u8]>, Slot)>() + ENTRY_OVERHEAD;
+        let per_entry = std::mem::size_of::<(StoredKey, Slot)>() + ENTRY_OVERHEAD;
         MemoryStats {
             keys,
             bytes_estimate: keys * per_entry + self.inner.key_bytes.load(Ordering::Relaxed),
@@ -248,7 +258,7 @@ impl<C: Clock> MemoryStore<C> {
             s.state = State::Dead;
             if let Ok(Some(_)) = inner.map.remove_if(&**key, |_, v| std::ptr::eq(v, slot), &guard) {
                 inner.len.fetch_sub(1, Ordering::Relaxed);
-                inner.key_bytes.fetch_sub(key.len(), Ordering::Relaxed);
+                inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
                 removed += 1;
             }
         }
@@ -303,9 +313,9 @@ impl<C: Clock> MemoryStore<C> {
                 }
             };
         }
-        match inner.map.try_insert(key.into(), Slot::default(), guard) {
+        match inner.map.try_insert(StoredKey::from_slice(key), Slot::default(), guard) {
             Ok(slot) => {
-                inner.key_bytes.fetch_add(key.len(), Ordering::Relaxed);
+                inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
                 Ok(Some(slot))
             }
             Err(occupied) => {
@@ -321,10 +331,10 @@ impl<C: Clock> MemoryStore<C> {
         if let Some(slot) = inner.map.get(key, guard) {
             return slot;
         }
-        match inner.map.try_insert(key.into(), Slot::default(), guard) {
+        match inner.map.try_insert(StoredKey::from_slice(key), Slot::default(), guard) {
             Ok(slot) => {
                 inner.len.fetch_add(1, Ordering::Relaxed);
-                inner.key_bytes.fetch_add(key.len(), Ordering::Relaxed);
+                inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
                 slot
             }
             Err(occupied) => occupied.current,
@@ -332,10 +342,16 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Applies `ops` under the locks of their keys; the heart of [`Store::apply`].
-    pub fn apply_now(&self, ops: &[Op<'_>], mode: Mode) -> Result<Applied, StoreError> {
+    pub fn apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
         let create = mode != Mode::Peek;
+        out.at = now;
+        out.results.clear();
+        if let [op] = ops {
+            out.results.push(self.apply_one(op, mode, now, create, &guard)?);
+            return Ok(());
+        }
         // Lock order: by key bytes. Duplicate keys share one lock.
         let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
         order.sort_unstable_by(|a, b| ops[*a].key.cmp(ops[*b].key));
@@ -360,7 +376,7 @@ impl<C: Clock> MemoryStore<C> {
                     None => locks.push(None),
                 }
             }
-            let mut results: SmallVec<[OpResult; 4]> = SmallVec::with_capacity(ops.len());
+            let results = &mut out.results;
             for (i, op) in ops.iter().enumerate() {
                 let decision = match &mut locks[lock_of[i]] {
                     Some(s) => with_algorithm!(op.limit, a => decide(a, s, now, op.cost)),
@@ -375,7 +391,8 @@ impl<C: Clock> MemoryStore<C> {
             match mode {
                 Mode::Peek => {}
                 Mode::Check => {
-                    let admitted = ops.iter().zip(&results).all(|(op, r)| !op.enforce || r.decision.allowed);
+                    let admitted =
+                        ops.iter().zip(results.iter()).all(|(op, r)| !op.enforce || r.decision.allowed);
                     if admitted {
                         for (i, op) in ops.iter().enumerate() {
                             if let (true, Some(s)) = (results[i].decision.allowed, &mut locks[lock_of[i]]) {
@@ -394,7 +411,41 @@ impl<C: Clock> MemoryStore<C> {
                     }
                 }
             }
-            return Ok(Applied { at: now, results });
+            return Ok(());
+        }
+    }
+
+    /// [`MemoryStore::apply_now`] for the common single-limit request: one lock, no ordering.
+    fn apply_one(
+        &self,
+        op: &Op<'_>,
+        mode: Mode,
+        now: Timestamp,
+        create: bool,
+        guard: &impl papaya::Guard,
+    ) -> Result<OpResult, StoreError> {
+        loop {
+            let Some(slot) = self.slot(op.key, op.scope_len, create, guard)? else {
+                let mut fresh = SlotState::default();
+                let decision = with_algorithm!(op.limit, a => decide(a, &mut fresh, now, op.cost));
+                return Ok(OpResult { decision, grant: None });
+            };
+            let mut s = slot.lock();
+            if matches!(s.state, State::Dead) {
+                continue;
+            }
+            return Ok(match mode {
+                Mode::Report => {
+                    let (decision, grant) = with_algorithm!(op.limit, a => report(a, &mut s, now, op.cost));
+                    OpResult { decision, grant: Some(grant) }
+                }
+                Mode::Check | Mode::Peek => {
+                    let decision = with_algorithm!(op.limit, a => decide(a, &mut s, now, op.cost));
+                    let grant = (mode == Mode::Check && decision.allowed)
+                        .then(|| with_algorithm!(op.limit, a => consume(a, &mut s, now, op.cost)));
+                    OpResult { decision, grant }
+                }
+            });
         }
     }
 
@@ -420,15 +471,15 @@ impl<C: Clock> MemoryStore<C> {
         s.state = State::Dead;
         if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
             inner.len.fetch_sub(1, Ordering::Relaxed);
-            inner.key_bytes.fetch_sub(key.len(), Ordering::Relaxed);
+            inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
         }
         true
     }
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
-    async fn apply(&self, ops: &[Op<'_>], mode: Mode) -> Result<Applied, StoreError> {
-        self.apply_now(ops, mode)
+    async fn apply(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
+        self.apply_now(ops, mode, out)
     }
 
     async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {

@@ -53,8 +53,8 @@ pub struct OpResult {
     pub grant: Option<Grant>,
 }
 
-/// The results of [`Store::apply`], in the order of the ops.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The results of [`Store::apply`], in the order of the ops. Callers keep one and reuse it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Applied {
     /// The store's time of the decision.
     pub at: Timestamp,
@@ -101,8 +101,15 @@ impl StoreError {
 
 /// Where limit state lives.
 pub trait Store: Send + Sync + 'static {
-    /// Applies `ops` atomically, all-or-nothing (see [`Mode`]). Results are in the order of `ops`.
-    fn apply(&self, ops: &[Op<'_>], mode: Mode) -> impl Future<Output = Result<Applied, StoreError>> + Send;
+    /// Applies `ops` atomically, all-or-nothing (see [`Mode`]), writing one result per op, in the
+    /// order of `ops`, into `out` (cleared first; passed in so that no decision moves or allocates
+    /// a result buffer).
+    fn apply(
+        &self,
+        ops: &[Op<'_>],
+        mode: Mode,
+        out: &mut Applied,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Gives back what `grant` consumed from `key` (a refunded reservation, a released permit).
     fn refund(
