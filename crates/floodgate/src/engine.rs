@@ -58,6 +58,9 @@ pub struct LimitOutcome {
     pub decision: Decision,
     /// What that means for the request.
     pub outcome: Outcome,
+    /// Whether the limit is enforced for this request (action `deny` and inside its rollout), as
+    /// opposed to shadowed or tagging: only enforced limits are advertised in headers.
+    pub enforced: bool,
     /// The window advertised in `RateLimit-Policy` (`w=`).
     pub window: Duration,
     /// Whether the limit is a calendar quota (a 429 says "quota exceeded" rather than "rate limited").
@@ -103,7 +106,7 @@ impl Verdict {
 
     /// The limits that were enforced (not shadowed or tagging), in rule order.
     pub fn enforced(&self) -> impl Iterator<Item = &LimitOutcome> {
-        self.limits.iter().filter(|l| matches!(l.outcome, Outcome::Allowed | Outcome::Denied))
+        self.limits.iter().filter(|l| l.enforced)
     }
 
     /// The rules that tagged this request.
@@ -324,6 +327,7 @@ impl<S: Store> Engine<S> {
                 rule: rule.name.clone(),
                 decision,
                 outcome,
+                enforced: p.enforce,
                 window: rule.limit.policy_window(applied.at),
                 quota: matches!(rule.limit, Limit::Quota(_)),
                 grant,
@@ -408,6 +412,7 @@ fn failure_verdict(planned: &[Planned<'_>], error: &StoreError) -> Verdict {
                 rule: rule.name.clone(),
                 decision,
                 outcome: if closed { Outcome::ErrorDenied } else { Outcome::ErrorAllowed },
+                enforced: p.enforce,
                 window: Duration::ZERO,
                 quota: false,
                 grant: None,

@@ -9,13 +9,13 @@
 //! use std::num::NonZeroU64;
 //! use std::time::Duration;
 //! use floodgate::{Descriptors, Engine, Policy, Rule};
-//! use floodgate_core::{SlidingWindow, Rate, TokenBucket};
+//! use floodgate_core::{FixedWindow, SlidingWindow};
 //!
 //! let policy = Policy::new([
 //!     Rule::new("chat-per-user", SlidingWindow::try_new(NonZeroU64::new(10).unwrap(), Duration::from_secs(60))?)
 //!         .when("route", "POST /chat")
 //!         .key(["user"]),
-//!     Rule::new("tenant-burst", TokenBucket::try_new("100/s".parse::<Rate>()?, NonZeroU64::new(200).unwrap())?)
+//!     Rule::new("tenant-hourly", FixedWindow::try_new(NonZeroU64::new(1000).unwrap(), Duration::from_secs(3600))?)
 //!         .key(["tenant"]),
 //! ])?;
 //! let engine = Engine::in_memory(policy);
@@ -25,8 +25,8 @@
 //! }
 //! let verdict = engine.check(&request, 1).await?;
 //! assert!(!verdict.allowed);
-//! // Denied by the user limit; the tenant bucket was not charged for it.
-//! assert_eq!(verdict.limits[1].decision.remaining, 190);
+//! // Denied by the user limit; the tenant limit was not charged for it.
+//! assert_eq!(verdict.limits[1].decision.remaining, 990);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```

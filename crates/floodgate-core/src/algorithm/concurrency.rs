@@ -25,7 +25,7 @@ pub struct Concurrency {
 pub struct LeaseState {
     /// `(lease id, expiry µs, cost)` of each permit held.
     pub leases: Vec<(u64, u64, u64)>,
-    /// The id of the next lease.
+    /// The id of the last lease granted.
     pub next_id: u64,
 }
 
@@ -91,8 +91,10 @@ impl Algorithm for Concurrency {
     fn consume(&self, state: &mut LeaseState, now: Timestamp, cost: u64) -> Grant {
         let t = now.as_micros();
         state.leases.retain(|(_, exp, _)| *exp > t);
-        state.next_id = state.next_id.wrapping_add(1);
-        let id = state.next_id;
+        // Ids grow with time, so a permit of a key that was forgotten (swept or reset) and made
+        // afresh can never share an id with a new one: a late release frees nothing else.
+        let id = state.next_id.saturating_add(1).max(t);
+        state.next_id = id;
         state.leases.push((id, t.saturating_add(self.lease), cost));
         Grant { at: now, cost, lease: id }
     }

@@ -68,13 +68,27 @@ pub struct MemoryStats {
 enum State {
     #[default]
     Empty,
+    /// A token bucket's theoretical arrival time.
     Tat(u64),
+    /// A GCRA's theoretical arrival time (the same arithmetic, kept apart so that changing a rule
+    /// from one to the other starts it afresh).
+    Gcra(u64),
     Window(WindowState),
+    Quota(WindowState),
     Sliding(SlidingState),
     Log(Box<LogState>),
     Lease(Box<LeaseState>),
     /// Removed by the sweeper: whoever finds it looks the key up again.
     Dead,
+    /// Just inserted, not yet counted against `max_keys`: whoever finds it waits and looks again.
+    Reserved,
+}
+
+impl State {
+    /// Whether a request finding this state must look its key up again.
+    fn is_gone(&self) -> bool {
+        matches!(self, State::Dead | State::Reserved)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -102,11 +116,11 @@ trait Stateful: Algorithm {
 }
 
 macro_rules! stateful {
-    ($algo:ty, $variant:ident, $wrap:expr) => {
+    ($algo:ty, $variant:ident, $fresh:expr) => {
         impl Stateful for $algo {
             fn state(s: &mut State) -> &mut Self::State {
                 if !matches!(s, State::$variant(_)) {
-                    *s = State::$variant($wrap(Default::default()));
+                    *s = State::$variant($fresh);
                 }
                 match s {
                     State::$variant(inner) => inner,
@@ -117,13 +131,13 @@ macro_rules! stateful {
     };
 }
 
-stateful!(FixedWindow, Window, std::convert::identity);
-stateful!(Quota, Window, std::convert::identity);
-stateful!(SlidingWindow, Sliding, std::convert::identity);
-stateful!(SlidingLog, Log, Box::new);
-stateful!(TokenBucket, Tat, std::convert::identity);
-stateful!(Gcra, Tat, std::convert::identity);
-stateful!(Concurrency, Lease, Box::new);
+stateful!(FixedWindow, Window, WindowState::default());
+stateful!(Quota, Quota, WindowState::default());
+stateful!(SlidingWindow, Sliding, SlidingState::default());
+stateful!(SlidingLog, Log, Box::default());
+stateful!(TokenBucket, Tat, 0);
+stateful!(Gcra, Gcra, 0);
+stateful!(Concurrency, Lease, Box::default());
 
 fn decide<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> Decision {
     a.decide(A::state(&mut s.state), now, cost)
@@ -143,10 +157,22 @@ fn report<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> (
     out
 }
 
+fn status<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp) -> (u64, u64) {
+    a.status(A::state(&mut s.state), now)
+}
+
 fn refund<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, grant: &Grant) {
     let state = A::state(&mut s.state);
     a.refund(state, now, grant);
     s.expires_secs = secs_up(a.expires_at(state));
+}
+
+/// The key that new keys of the rule owning `key` share when the store is full and aggregating.
+fn overflow_key(key: &[u8], scope_len: usize) -> SmallVec<[u8; 128]> {
+    let mut overflow = SmallVec::new();
+    overflow.extend_from_slice(&key[..scope_len.min(key.len())]);
+    overflow.extend_from_slice(OVERFLOW_FIELD);
+    overflow
 }
 
 fn secs_up(t: Timestamp) -> u32 {
@@ -250,7 +276,7 @@ impl<C: Clock> MemoryStore<C> {
                 continue;
             }
             let mut s = slot.lock();
-            if u64::from(s.expires_secs) > now_secs || matches!(s.state, State::Dead) {
+            if u64::from(s.expires_secs) > now_secs || s.state.is_gone() {
                 continue;
             }
             // Marked dead under its lock, then unlinked: a request that still holds the slot sees
@@ -285,7 +311,10 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// The slot for `key`, created when `create` (else `None` for a key never seen).
+    /// The slot for `key`, created when `create`; `None` for a key never seen when not creating.
+    ///
+    /// When the store is full, a new key resolves as [`OnFull`] says — also for a peek, so that a
+    /// peek answers what a check would.
     fn slot<'g>(
         &self,
         key: &[u8],
@@ -297,31 +326,37 @@ impl<C: Clock> MemoryStore<C> {
         if let Some(slot) = inner.map.get(key, guard) {
             return Ok(Some(slot));
         }
+        let full = || inner.len.load(Ordering::Relaxed) >= inner.config.max_keys;
         if !create {
-            return Ok(None);
-        }
-        if inner.len.fetch_add(1, Ordering::Relaxed) >= inner.config.max_keys {
-            inner.len.fetch_sub(1, Ordering::Relaxed);
-            inner.overflows.fetch_add(1, Ordering::Relaxed);
-            return match inner.config.on_full {
-                OnFull::Reject => Err(StoreError::Full { max_keys: inner.config.max_keys }),
-                OnFull::Aggregate => {
-                    let mut overflow: SmallVec<[u8; 128]> = SmallVec::new();
-                    overflow.extend_from_slice(&key[..scope_len.min(key.len())]);
-                    overflow.extend_from_slice(OVERFLOW_FIELD);
-                    Ok(Some(self.insert(&overflow, guard)))
-                }
+            return match (full(), inner.config.on_full) {
+                (false, _) => Ok(None),
+                (true, OnFull::Reject) => Err(StoreError::Full { max_keys: inner.config.max_keys }),
+                (true, OnFull::Aggregate) => Ok(inner.map.get(&*overflow_key(key, scope_len), guard)),
             };
         }
-        match inner.map.try_insert(StoredKey::from_slice(key), Slot::default(), guard) {
-            Ok(slot) => {
-                inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
-                Ok(Some(slot))
-            }
-            Err(occupied) => {
-                inner.len.fetch_sub(1, Ordering::Relaxed);
-                Ok(Some(occupied.current))
-            }
+        // Insert first, then count: a request racing to create the same key finds it and waits
+        // for the verdict on it, so a key that fits is never refused because of its own twin.
+        let reserved = SlotState { state: State::Reserved, expires_secs: 0 };
+        let slot = match inner.map.try_insert(StoredKey::from_slice(key), Mutex::new(reserved), guard) {
+            Ok(slot) => slot,
+            Err(occupied) => return Ok(Some(occupied.current)),
+        };
+        let mut s = slot.lock();
+        if inner.len.fetch_add(1, Ordering::Relaxed) < inner.config.max_keys {
+            inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
+            s.state = State::Empty;
+            drop(s);
+            return Ok(Some(slot));
+        }
+        // Over the cap: take the key back before anyone used it.
+        inner.len.fetch_sub(1, Ordering::Relaxed);
+        s.state = State::Dead;
+        let _ = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), guard);
+        drop(s);
+        inner.overflows.fetch_add(1, Ordering::Relaxed);
+        match inner.config.on_full {
+            OnFull::Reject => Err(StoreError::Full { max_keys: inner.config.max_keys }),
+            OnFull::Aggregate => Ok(Some(self.insert(&overflow_key(key, scope_len), guard))),
         }
     }
 
@@ -342,6 +377,8 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Applies `ops` under the locks of their keys; the heart of [`Store::apply`].
+    ///
+    /// Ops must name distinct keys (the engine's keys always do: they include the rule name).
     pub fn apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
@@ -352,23 +389,33 @@ impl<C: Clock> MemoryStore<C> {
             out.results.push(self.apply_one(op, mode, now, create, &guard)?);
             return Ok(());
         }
-        // Lock order: by key bytes. Duplicate keys share one lock.
-        let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
-        order.sort_unstable_by(|a, b| ops[*a].key.cmp(ops[*b].key));
         'retry: loop {
+            // Resolve every slot first, then lock them in one global order — by address, which
+            // also covers keys that resolve to a shared overflow slot — each slot once.
+            let mut slots: SmallVec<[Option<&Slot>; 4]> = SmallVec::new();
+            for op in ops {
+                slots.push(self.slot(op.key, op.scope_len, create, &guard)?);
+            }
+            let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
+            order.sort_unstable_by_key(|i| slots[*i].map_or(0, |s| s as *const Slot as usize));
             let mut locks: SmallVec<[Option<MutexGuard<'_, SlotState>>; 4]> = SmallVec::new();
             let mut lock_of: SmallVec<[usize; 4]> = SmallVec::from_elem(0, ops.len());
-            let mut peeked: SmallVec<[SlotState; 1]> = SmallVec::new();
             for (pos, &i) in order.iter().enumerate() {
-                if pos > 0 && ops[order[pos - 1]].key == ops[i].key {
+                let shared = pos > 0 && {
+                    let prev = order[pos - 1];
+                    matches!((slots[prev], slots[i]), (Some(a), Some(b)) if std::ptr::eq(a, b))
+                };
+                if shared {
                     lock_of[i] = lock_of[order[pos - 1]];
                     continue;
                 }
                 lock_of[i] = locks.len();
-                match self.slot(ops[i].key, ops[i].scope_len, create, &guard)? {
+                match slots[i] {
                     Some(slot) => {
                         let locked = slot.lock();
-                        if matches!(locked.state, State::Dead) {
+                        if locked.state.is_gone() {
+                            drop(locked);
+                            std::thread::yield_now();
                             continue 'retry;
                         }
                         locks.push(Some(locked));
@@ -377,38 +424,49 @@ impl<C: Clock> MemoryStore<C> {
                 }
             }
             let results = &mut out.results;
-            for (i, op) in ops.iter().enumerate() {
-                let decision = match &mut locks[lock_of[i]] {
-                    Some(s) => with_algorithm!(op.limit, a => decide(a, s, now, op.cost)),
-                    None => {
-                        peeked.clear();
-                        peeked.push(SlotState::default());
-                        with_algorithm!(op.limit, a => decide(a, &mut peeked[0], now, op.cost))
-                    }
-                };
-                results.push(OpResult { decision, grant: None });
-            }
-            match mode {
-                Mode::Peek => {}
-                Mode::Check => {
-                    let admitted =
-                        ops.iter().zip(results.iter()).all(|(op, r)| !op.enforce || r.decision.allowed);
-                    if admitted {
-                        for (i, op) in ops.iter().enumerate() {
-                            if let (true, Some(s)) = (results[i].decision.allowed, &mut locks[lock_of[i]]) {
-                                let g = with_algorithm!(op.limit, a => consume(a, s, now, op.cost));
-                                results[i].grant = Some(g);
-                            }
-                        }
+            if mode == Mode::Report {
+                for (i, op) in ops.iter().enumerate() {
+                    // A report creates its keys, so every op has a slot.
+                    if let Some(s) = &mut locks[lock_of[i]] {
+                        let (decision, grant) = with_algorithm!(op.limit, a => report(a, s, now, op.cost));
+                        results.push(OpResult { decision, grant: Some(grant) });
                     }
                 }
-                Mode::Report => {
-                    for (i, op) in ops.iter().enumerate() {
-                        if let Some(s) = &mut locks[lock_of[i]] {
-                            let (d, g) = with_algorithm!(op.limit, a => report(a, s, now, op.cost));
-                            results[i] = OpResult { decision: d, grant: Some(g) };
-                        }
+                return Ok(());
+            }
+            let mut fresh: SlotState;
+            for (i, op) in ops.iter().enumerate() {
+                let state = match &mut locks[lock_of[i]] {
+                    Some(s) => &mut **s,
+                    None => {
+                        fresh = SlotState::default();
+                        &mut fresh
                     }
+                };
+                let decision = with_algorithm!(op.limit, a => decide(a, state, now, op.cost));
+                results.push(OpResult { decision, grant: None });
+            }
+            let admitted = ops.iter().zip(results.iter()).all(|(op, r)| !op.enforce || r.decision.allowed);
+            for (i, op) in ops.iter().enumerate() {
+                let r = &mut results[i];
+                if !r.decision.allowed || (admitted && mode == Mode::Peek) {
+                    continue;
+                }
+                let s = match &mut locks[lock_of[i]] {
+                    Some(s) => &mut **s,
+                    None => {
+                        fresh = SlotState::default();
+                        &mut fresh
+                    }
+                };
+                if admitted {
+                    r.grant = Some(with_algorithm!(op.limit, a => consume(a, s, now, op.cost)));
+                } else {
+                    // Allowed, but another limit denies: nothing is taken, so report the state as
+                    // it stays rather than as if this request had been admitted.
+                    let (remaining, reset_after) = with_algorithm!(op.limit, a => status(a, s, now));
+                    r.decision.remaining = remaining;
+                    r.decision.reset_after = Duration::from_micros(reset_after);
                 }
             }
             return Ok(());
@@ -431,7 +489,9 @@ impl<C: Clock> MemoryStore<C> {
                 return Ok(OpResult { decision, grant: None });
             };
             let mut s = slot.lock();
-            if matches!(s.state, State::Dead) {
+            if s.state.is_gone() {
+                drop(s);
+                std::thread::yield_now();
                 continue;
             }
             return Ok(match mode {
@@ -454,7 +514,7 @@ impl<C: Clock> MemoryStore<C> {
         let guard = self.inner.map.guard();
         if let Some(slot) = self.inner.map.get(key, &guard) {
             let mut s = slot.lock();
-            if !matches!(s.state, State::Dead) {
+            if !s.state.is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
             }
         }
@@ -465,7 +525,7 @@ impl<C: Clock> MemoryStore<C> {
         let guard = inner.map.guard();
         let Some(slot) = inner.map.get(key, &guard) else { return false };
         let mut s = slot.lock();
-        if matches!(s.state, State::Dead) {
+        if s.state.is_gone() {
             return false;
         }
         s.state = State::Dead;

@@ -167,6 +167,16 @@ fn model(
     }
     let allowed =
         applied.iter().zip(&decisions).all(|((i, _), d)| !enforced(*i) || d.is_some_and(|d| d.allowed));
+    if step.call != Call::Report && !allowed {
+        // Limits that allow but are not taken because another denies report their state as it stays.
+        for ((i, key), d) in applied.iter().zip(decisions.iter_mut()) {
+            if let Some(d) = d.as_mut().filter(|d| d.allowed) {
+                let (remaining, reset_us) = on_limit!(&limits[*i], a => on_state(states, (*i, key.clone()), a, |a, s| a.status(s, now)));
+                d.remaining = remaining;
+                d.reset_after = Duration::from_micros(reset_us);
+            }
+        }
+    }
     if step.call == Call::Check && allowed {
         for ((i, key), d) in applied.iter().zip(&decisions) {
             if d.is_some_and(|d| d.allowed) {
