@@ -167,7 +167,11 @@ type KeyBuf = SmallVec<[u8; 256]>;
 /// One applied rule of a request being built.
 struct Planned<'p> {
     rule: &'p CompiledRule,
+    /// The rule's limit for this request (see [`crate::Rule::vary_by`]).
+    limit: &'p Limit,
     key: std::ops::Range<usize>,
+    /// The rule's action for this request.
+    action: Action,
     enforce: bool,
     /// The cost can never be granted; only allowed for non-enforced rules, which then record a
     /// would-deny without asking the store.
@@ -249,9 +253,10 @@ impl<S: Store> Engine<S> {
                 continue;
             }
             let Some(compiled) = policy.rules.iter().find(|c| c.rule.name == l.rule) else { continue };
+            let Some((limit, _)) = compiled.rule.select(descriptors) else { continue };
             buf.clear();
             if build_key(compiled, descriptors, &mut buf) {
-                self.store.refund(&buf, &compiled.rule.limit, grant).await?;
+                self.store.refund(&buf, limit, grant).await?;
             }
         }
         Ok(())
@@ -268,6 +273,7 @@ impl<S: Store> Engine<S> {
             if !matches(compiled, descriptors) {
                 continue;
             }
+            let Some((limit, action)) = compiled.rule.select(descriptors) else { continue };
             let start = buf.len();
             if !build_key(compiled, descriptors, &mut buf) {
                 buf.truncate(start);
@@ -275,15 +281,15 @@ impl<S: Store> Engine<S> {
             }
             let key = start..buf.len();
             let rule = &compiled.rule;
-            let enforce = rule.action == Action::Deny && in_rollout(&buf[key.clone()], compiled.rollout_bp);
+            let enforce = action == Action::Deny && in_rollout(&buf[key.clone()], compiled.rollout_bp);
             let impossible = match mode {
                 Mode::Report => None,
-                _ => floodgate_core::validate_cost(cost, rule.limit.capacity()).err(),
+                _ => floodgate_core::validate_cost(cost, limit.capacity()).err(),
             };
             if let (true, Some(source)) = (enforce, impossible) {
                 return Err(EngineError::Cost { rule: rule.name.clone(), source });
             }
-            planned.push(Planned { rule: compiled, key, enforce, impossible });
+            planned.push(Planned { rule: compiled, limit, action, key, enforce, impossible });
         }
 
         let ops: SmallVec<[Op<'_>; 4]> = planned
@@ -292,7 +298,7 @@ impl<S: Store> Engine<S> {
             .map(|p| Op {
                 key: &buf[p.key.clone()],
                 scope_len: p.rule.scope.len(),
-                limit: &p.rule.rule.limit,
+                limit: p.limit,
                 cost,
                 enforce: p.enforce,
             })
@@ -311,13 +317,13 @@ impl<S: Store> Engine<S> {
         for p in &planned {
             let rule = &p.rule.rule;
             let (decision, grant) = match p.impossible {
-                Some(_) => (never_allowed(&rule.limit), None),
+                Some(_) => (never_allowed(p.limit), None),
                 None => {
                     let r = results.next().expect("one result per op");
                     (r.decision, r.grant)
                 }
             };
-            let outcome = match (decision.allowed, p.enforce, rule.action) {
+            let outcome = match (decision.allowed, p.enforce, p.action) {
                 (true, _, _) => Outcome::Allowed,
                 (false, true, _) => Outcome::Denied,
                 (false, false, Action::Tag) => Outcome::Tagged,
@@ -328,10 +334,10 @@ impl<S: Store> Engine<S> {
                 decision,
                 outcome,
                 enforced: p.enforce,
-                window: rule.limit.policy_window(applied.at),
-                quota: matches!(rule.limit, Limit::Quota(_)),
+                window: p.limit.policy_window(applied.at),
+                quota: matches!(p.limit, Limit::Quota(_)),
                 grant,
-                permit: rule.limit.holds_permits(),
+                permit: p.limit.holds_permits(),
             });
         }
         let allowed = !limits.iter().any(|l| l.outcome.denies());
@@ -403,7 +409,7 @@ fn failure_verdict(planned: &[Planned<'_>], error: &StoreError) -> Verdict {
             let closed = p.enforce && rule.on_store_error == OnStoreError::FailClosed;
             let decision = Decision {
                 allowed: !closed,
-                limit: rule.limit.capacity(),
+                limit: p.limit.capacity(),
                 remaining: 0,
                 reset_after: Duration::ZERO,
                 retry_after: closed.then_some(STORE_ERROR_RETRY),

@@ -43,5 +43,5 @@ pub use descriptors::Descriptors;
 pub use engine::{Engine, EngineError, LimitOutcome, Outcome, Verdict};
 pub use floodgate_core as core;
 pub use limit::Limit;
-pub use rule::{Action, Condition, OnStoreError, Policy, Rule, RuleError};
+pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Policy, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, OnFull, Store, StoreError};

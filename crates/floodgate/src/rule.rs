@@ -86,6 +86,8 @@ pub struct Rule {
     pub(crate) key: Vec<String>,
     pub(crate) limit: Limit,
     pub(crate) action: Action,
+    /// Limits and actions that vary with a descriptor's value (e.g. the tenant's `plan`).
+    pub(crate) by: Option<ByDescriptor>,
     /// Enforced share of keys, in percent.
     pub(crate) rollout: f64,
     pub(crate) on_store_error: OnStoreError,
@@ -101,6 +103,7 @@ impl Rule {
             key: Vec::new(),
             limit: limit.into(),
             action: Action::Deny,
+            by: None,
             rollout: 100.0,
             on_store_error: OnStoreError::FailOpen,
         }
@@ -127,6 +130,27 @@ impl Rule {
     {
         self.key = descriptors.into_iter().map(Into::into).filter(|d| d != "global").collect();
         self
+    }
+
+    /// Varies the limit (and optionally the action) with the value of `descriptor`: a request whose
+    /// value is listed gets that variant; any other value gets the rule's own limit and action, or —
+    /// with [`ByDescriptor::only_listed`] — is not subject to the rule. Counters are per key, not per
+    /// variant: a tenant moving from `free` to `pro` keeps its usage under the new limit.
+    pub fn vary_by(mut self, by: ByDescriptor) -> Self {
+        self.by = Some(by);
+        self
+    }
+
+    /// The limit and action that apply to a request with `descriptors`, or `None` when the rule's
+    /// variants exclude it.
+    pub(crate) fn select(&self, descriptors: &crate::Descriptors) -> Option<(&Limit, Action)> {
+        let Some(by) = &self.by else { return Some((&self.limit, self.action)) };
+        let value = descriptors.get(&by.descriptor);
+        match value.and_then(|v| by.variants.iter().find(|(x, _, _)| x == v)) {
+            Some((_, limit, action)) => Some((limit, action.unwrap_or(self.action))),
+            None if by.only_listed => None,
+            None => Some((&self.limit, self.action)),
+        }
     }
 
     /// What happens when the limit would deny.
@@ -169,6 +193,45 @@ impl Rule {
     }
 }
 
+/// Limits that vary with one descriptor's value; see [`Rule::vary_by`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByDescriptor {
+    pub(crate) descriptor: String,
+    pub(crate) variants: Vec<(String, Limit, Option<Action>)>,
+    pub(crate) only_listed: bool,
+}
+
+impl ByDescriptor {
+    /// Variants keyed by the value of `descriptor`.
+    pub fn new(descriptor: impl Into<String>) -> Self {
+        ByDescriptor { descriptor: descriptor.into(), variants: Vec::new(), only_listed: false }
+    }
+
+    /// For requests whose `descriptor` is `value`: `limit`, and `action` instead of the rule's
+    /// when given.
+    pub fn variant(
+        mut self,
+        value: impl Into<String>,
+        limit: impl Into<Limit>,
+        action: Option<Action>,
+    ) -> Self {
+        self.variants.push((value.into(), limit.into(), action));
+        self
+    }
+
+    /// Requests whose value is not listed (or missing) are not subject to the rule, instead of
+    /// getting the rule's own limit.
+    pub fn only_listed(mut self) -> Self {
+        self.only_listed = true;
+        self
+    }
+
+    /// The descriptor the variants depend on.
+    pub fn descriptor(&self) -> &str {
+        &self.descriptor
+    }
+}
+
 /// A rule ready for matching: its key prefix encoded once.
 #[derive(Debug)]
 pub(crate) struct CompiledRule {
@@ -183,11 +246,30 @@ pub(crate) struct CompiledRule {
 #[derive(Debug, Default)]
 pub struct Policy {
     pub(crate) rules: Vec<CompiledRule>,
+    namespace: Option<String>,
 }
 
 impl Policy {
     /// Validates and compiles `rules`, kept in the given order.
     pub fn new(rules: impl IntoIterator<Item = Rule>) -> Result<Self, RuleError> {
+        Self::compile(None, rules)
+    }
+
+    /// Like [`Policy::new`], with every key in `namespace` (an Envoy rate-limit *domain*): rules of
+    /// different namespaces never share counters, even with equal names.
+    pub fn in_namespace(
+        namespace: impl Into<String>,
+        rules: impl IntoIterator<Item = Rule>,
+    ) -> Result<Self, RuleError> {
+        Self::compile(Some(namespace.into()), rules)
+    }
+
+    /// The namespace, if any.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    fn compile(namespace: Option<String>, rules: impl IntoIterator<Item = Rule>) -> Result<Self, RuleError> {
         let mut compiled: Vec<CompiledRule> = Vec::new();
         for rule in rules {
             if rule.name.is_empty() {
@@ -209,13 +291,19 @@ impl Policy {
                 }
             }
             let mut scope = Vec::new();
+            if let Some(ns) = &namespace {
+                // A leading empty field marks a namespaced key: it cannot be confused with a rule name,
+                // which is never empty.
+                push_field(&mut scope, b"");
+                push_field(&mut scope, ns.as_bytes());
+            }
             push_field(&mut scope, rule.name.as_bytes());
             for d in &rule.key {
                 push_field(&mut scope, d.as_bytes());
             }
             compiled.push(CompiledRule { rule, scope: scope.into_boxed_slice(), rollout_bp });
         }
-        Ok(Policy { rules: compiled })
+        Ok(Policy { rules: compiled, namespace })
     }
 
     /// The rules, in order.

@@ -8,6 +8,7 @@ mod matching;
 mod model;
 mod reload;
 mod requests;
+mod variants;
 
 use std::num::NonZeroU64;
 use std::time::Duration;
