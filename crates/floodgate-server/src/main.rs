@@ -1,0 +1,3 @@
+//! `floodgate`: the standalone rate-limit service.
+
+fn main() {}
