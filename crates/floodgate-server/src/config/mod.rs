@@ -1,14 +1,44 @@
 //! Configuration: Floodgate's native YAML and envoyproxy/ratelimit files, validated on load.
 //!
-//! INTERFACE CONTRACT (the server is written against these signatures; the bodies are being
-//! implemented in this module).
+//! - [`load`] reads a file or a directory, [`parse`] a text, [`builtin`] is the example policy
+//!   `floodgate serve` runs without `--config` (`example.yaml` beside this file).
+//! - The native format is DESIGN.md §3; `docs/configuration.md` is the full reference. A file
+//!   whose top level has `domain` is an envoyproxy/ratelimit file (see the `envoy` module docs and
+//!   `docs/configuration.md`, "Envoy configuration files").
+//! - Every error names the file, line and column, the field path (0-based list indices, e.g.
+//!   `rules[1].rate`) and quotes the offending value:
+//!   `floodgate.yaml:12:11: rules[1].rate: invalid rate "ten/s": expected N/unit ...`.
+//!
+//! # How front doors map requests to descriptors
+//!
+//! - **HTTP** (`/v1/check`): the JSON `descriptors` object, name → value, is the
+//!   [`floodgate::Descriptors`], checked against [`Config::policy`].
+//! - **Envoy RLS** (`ShouldRateLimit`): the policy is `domains[request.domain]`, or
+//!   [`Config::policy`] when no envoyproxy/ratelimit file defines that domain (with only Envoy
+//!   files loaded the native policy is empty, so an unknown domain is not limited). **Each**
+//!   descriptor of the request is checked on its own, with the descriptors built by
+//!   [`envoy_descriptors`] from its entries, and gets its own status (`hits_addend` is the cost,
+//!   0 meaning 1). The imported rules are compiled so that at most one rule applies to one Envoy
+//!   descriptor, as in envoyproxy/ratelimit's tree walk. A verdict limit whose
+//!   `decision.limit == UNLIMITED` stands for an `unlimited` entry (or a value excluded from a less
+//!   specific limit): report that descriptor `OK` without a `current_limit`.
+
+mod duration;
+mod envoy;
+mod error;
+mod fingerprint;
+mod native;
+mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use floodgate::Policy;
 use floodgate::headers::HeaderStyle;
+use floodgate::{Descriptors, Policy};
+
+use self::error::{Invalid, file_error, name_path};
+use self::yaml::{Item, Value};
 
 /// Which store to use, and its settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,19 +112,300 @@ pub struct ConfigError {
     pub field: Option<String>,
 }
 
+/// The built-in example configuration (see [`builtin`]).
+pub const EXAMPLE_YAML: &str = include_str!("example.yaml");
+
+/// The descriptor that [`envoy_descriptors`] sets to the ordered keys of an Envoy descriptor;
+/// imported rules require it to equal their path's keys (reserved: not allowed as an Envoy key).
+pub const ENVOY_KEYS: &str = "envoy.keys";
+
+/// The limit of the never-denying variant that stands for an `unlimited` Envoy entry.
+pub const UNLIMITED: u64 = u64::MAX;
+
+/// The largest configuration file read, 16 MiB.
+const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The [`floodgate::Descriptors`] of one Envoy rate-limit descriptor (its entries in order), for
+/// the policies of [`Config::domains`] (and, harmlessly, the native [`Config::policy`]).
+///
+/// Each entry's key becomes a descriptor name with its value; a key repeated within the descriptor
+/// is named `key#2`, `key#3`, ... from its second occurrence on. [`ENVOY_KEYS`] is set to the
+/// ordered keys, so that a rule for `[remote_address]` does not apply to a descriptor
+/// `[remote_address, path]`, exactly as envoyproxy/ratelimit matches depth and order.
+///
+/// ```
+/// use floodgate_server::config::{ENVOY_KEYS, envoy_descriptors};
+/// let d = envoy_descriptors([("database", "users"), ("user", "u1")]);
+/// assert_eq!(d.get("database"), Some("users"));
+/// assert_eq!(d.get("user"), Some("u1"));
+/// assert_eq!(d.get(ENVOY_KEYS), Some(r#"["database","user"]"#));
+/// ```
+pub fn envoy_descriptors<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Descriptors {
+    let mut descriptors = Descriptors::new();
+    let mut keys: Vec<&str> = Vec::new();
+    for (key, value) in entries {
+        keys.push(key);
+        let name = entry_names(&keys).pop().unwrap_or_default();
+        descriptors.insert(name, value);
+    }
+    descriptors.insert(ENVOY_KEYS, keys_descriptor(&keys));
+    descriptors
+}
+
+/// The descriptor names of entries with `keys`: the key, then `key#2`, `key#3`, ... for repeats.
+pub(crate) fn entry_names(keys: &[&str]) -> Vec<String> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, key)| match keys[..i].iter().filter(|k| *k == key).count() {
+            0 => (*key).to_owned(),
+            n => format!("{key}#{}", n + 1),
+        })
+        .collect()
+}
+
+/// The value of [`ENVOY_KEYS`]: the keys as a JSON array (unambiguous whatever the keys hold).
+pub(crate) fn keys_descriptor(keys: &[&str]) -> String {
+    serde_json::to_string(keys).unwrap_or_default()
+}
+
 /// Loads `path`: a native YAML file, an envoyproxy/ratelimit YAML file (recognised by a top-level
 /// `domain`), or a directory of such files (each envoyproxy file its own domain; at most one native
 /// file). Only `*.yaml` / `*.yml` files of a directory are read, in name order.
+///
+/// In a directory, hidden files (`.name`) and subdirectories are skipped (Kubernetes ConfigMap
+/// volumes keep their data in `..data/` and link the files into the directory); the texts are
+/// concatenated into [`Source::text`], each after a `# file: NAME` line. Two files defining the same
+/// domain, or two native files, are an error naming both files.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    unimplemented!("config::load {path:?}")
+    let metadata = std::fs::metadata(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
+    if !metadata.is_dir() {
+        let text = read(path)?;
+        let document = document(&text).map_err(|e| e.in_file(Some(path)))?;
+        let source = Source::new(Some(path.to_path_buf()), text);
+        return assemble(vec![(path.to_path_buf(), document)], source, Some(path));
+    }
+    let listing = std::fs::read_dir(path).map_err(|e| file_error(path, format!("cannot list: {e}")))?;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(|e| file_error(path, format!("cannot list: {e}")))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let yaml = name
+            .rsplit_once('.')
+            .is_some_and(|(_, ext)| ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml"));
+        if name.starts_with('.') || !yaml {
+            continue;
+        }
+        // Follows symbolic links, as ConfigMap volumes use them.
+        if std::fs::metadata(entry.path()).is_ok_and(|m| m.is_file()) {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(file_error(path, "no configuration files (*.yaml, *.yml) in this directory"));
+    }
+    let mut text = String::new();
+    let mut documents = Vec::new();
+    for file in files {
+        let content = read(&file)?;
+        let document = document(&content).map_err(|e| e.in_file(Some(&file)))?;
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        text.push_str("# file: ");
+        text.push_str(&name);
+        text.push('\n');
+        text.push_str(&content);
+        if !content.ends_with('\n') {
+            text.push('\n');
+        }
+        documents.push((file, document));
+    }
+    assemble(documents, Source::new(Some(path.to_path_buf()), text), Some(path))
 }
 
 /// Parses one configuration text (either format); `name` is used in error messages.
 pub fn parse(name: &str, text: &str) -> Result<Config, ConfigError> {
-    unimplemented!("config::parse {name} {text}")
+    let file = name_path(name);
+    let document = document(text).map_err(|e| e.in_file(file.as_deref()))?;
+    let source = Source::new(None, text.to_owned());
+    assemble(vec![(file.clone().unwrap_or_default(), document)], source, file.as_deref())
 }
 
-/// The built-in example policy used when `floodgate serve` runs without `--config`.
+/// The built-in example policy used when `floodgate serve` runs without `--config`:
+/// [`EXAMPLE_YAML`] on the memory store. Its first rule, `chat-per-user`, allows a user 10
+/// `POST /chat` requests a minute: `{"descriptors": {"user": "u1", "route": "POST /chat"}}` gets ten
+/// 200s, then 429s.
 pub fn builtin() -> Config {
-    unimplemented!("config::builtin")
+    match parse("built-in example", EXAMPLE_YAML) {
+        Ok(config) => config,
+        // Tested: the example is valid.
+        Err(e) => panic!("the built-in example configuration is invalid: {e}"),
+    }
+}
+
+impl Source {
+    fn new(path: Option<PathBuf>, text: String) -> Self {
+        let hash = fingerprint::hex(&text);
+        Source { path, text, hash }
+    }
+}
+
+/// One parsed file.
+#[derive(Debug)]
+enum Document {
+    Native(native::Native),
+    Envoy(envoy::Domain),
+}
+
+/// Reads a configuration file, refusing anything too large to be one.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    let metadata = std::fs::metadata(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(file_error(
+            path,
+            format!(
+                "the file is {} bytes, more than the {MAX_FILE_BYTES} a configuration may have",
+                metadata.len()
+            ),
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| file_error(path, format!("cannot read: {e}")))
+}
+
+/// Validates one text, in the format its top level says.
+fn document(text: &str) -> Result<Document, Invalid> {
+    let root = yaml::parse_document(text)?;
+    let item = Item::root(&root);
+    match &root.value {
+        Value::Null => Err(Invalid::unlocated(
+            "the configuration is empty: expected `rules:` (Floodgate) or `domain:` (envoyproxy/ratelimit)",
+        )),
+        Value::Map(entries) if entries.iter().any(|(k, _)| k.value == Value::Str("domain".into())) => {
+            envoy::compile(item).map(Document::Envoy)
+        }
+        Value::Map(_) => native::compile(item).map(Document::Native),
+        _ => Err(item.error(format!(
+            "expected a mapping with `rules:` (Floodgate) or `domain:` (envoyproxy/ratelimit), found {}",
+            root.describe()
+        ))),
+    }
+}
+
+/// Builds the configuration from its files' documents; `at` names the whole source in errors.
+fn assemble(
+    documents: Vec<(PathBuf, Document)>,
+    source: Source,
+    at: Option<&Path>,
+) -> Result<Config, ConfigError> {
+    let mut native: Option<(PathBuf, native::Native)> = None;
+    let mut domains: BTreeMap<String, Policy> = BTreeMap::new();
+    // domain → the file defining it.
+    let mut domain_files: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut fingerprints = BTreeMap::new();
+    for (file, document) in documents {
+        let file_ref = Some(file.as_path()).filter(|f| !f.as_os_str().is_empty());
+        match document {
+            Document::Native(n) => {
+                if let Some((first, _)) = &native {
+                    return Err(file_error(
+                        &file,
+                        format!(
+                            "a second Floodgate (native) configuration; a directory may hold only one, and {} is \
+                             the first",
+                            first.display()
+                        ),
+                    ));
+                }
+                native = Some((file, n));
+            }
+            Document::Envoy(domain) => {
+                if let Some(first) = domain_files.get(&domain.name) {
+                    let invalid = Invalid {
+                        line: Some(domain.line).filter(|l| *l > 0),
+                        column: Some(domain.column).filter(|c| *c > 0),
+                        field: Some("domain".to_owned()),
+                        message: format!(
+                            "duplicate domain {:?}: {} defines it too",
+                            domain.name,
+                            first.display()
+                        ),
+                    };
+                    return Err(invalid.in_file(file_ref));
+                }
+                for (rule, fingerprint) in &domain.fingerprints {
+                    fingerprints.insert(format!("{}/{rule}", domain.name), *fingerprint);
+                }
+                let policy = Policy::in_namespace(domain.name.clone(), domain.rules).map_err(|e| {
+                    Invalid { field: Some("descriptors".into()), ..Invalid::unlocated(e.to_string()) }
+                        .in_file(file_ref)
+                })?;
+                domain_files.insert(domain.name.clone(), file);
+                domains.insert(domain.name, policy);
+            }
+        }
+    }
+    let (store, headers, policy) = match native {
+        Some((file, n)) => {
+            for (rule, fingerprint) in &n.fingerprints {
+                fingerprints.insert(rule.clone(), *fingerprint);
+            }
+            let file_ref = Some(file.as_path()).filter(|f| !f.as_os_str().is_empty()).or(at);
+            let policy = Policy::new(n.rules).map_err(|e| {
+                Invalid { field: Some("rules".into()), ..Invalid::unlocated(e.to_string()) }.in_file(file_ref)
+            })?;
+            (n.store, n.headers, policy)
+        }
+        None => (
+            StoreConfig::Memory(floodgate::MemoryConfig::default()),
+            HeaderStyle::default(),
+            Policy::default(),
+        ),
+    };
+    Ok(Config { store, headers, policy, domains, fingerprints, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_example_is_valid_and_documented() {
+        let config = builtin();
+        let names: Vec<&str> = config.policy.rules().map(|r| r.name()).collect();
+        assert_eq!(names, ["chat-per-user", "tenant-hourly", "api-burst", "monthly-quota"]);
+        assert_eq!(config.store, StoreConfig::Memory(floodgate::MemoryConfig::default()));
+        assert_eq!(config.source.path, None);
+        assert_eq!(config.source.text, EXAMPLE_YAML);
+        assert_eq!(config.fingerprints.len(), 4);
+        assert!(config.domains.is_empty());
+    }
+
+    #[test]
+    fn the_format_follows_the_top_level() {
+        let envoy = parse("e.yaml", "domain: d\ndescriptors: []\n").unwrap();
+        assert_eq!(envoy.domains.keys().collect::<Vec<_>>(), ["d"]);
+        assert_eq!(envoy.domains["d"].namespace(), Some("d"));
+        assert_eq!(envoy.policy.rules().count(), 0);
+        let native = parse("n.yaml", "rules: []\n").unwrap();
+        assert!(native.domains.is_empty());
+    }
+
+    #[test]
+    fn source_hash_is_fnv1a_of_the_text() {
+        let config = parse("", "rules: []\n").unwrap();
+        assert_eq!(config.source.hash, fingerprint::hex("rules: []\n"));
+        assert_eq!(config.source.hash.len(), 16);
+        let err = parse("", "rules: [\n").unwrap_err();
+        assert!(err.message.starts_with("line 1"), "{}", err.message);
+        assert_eq!(err.file, None);
+    }
+
+    #[test]
+    fn envoy_descriptors_name_repeated_keys() {
+        let d = envoy_descriptors([("a", "1"), ("b", "2"), ("a", "3")]);
+        assert_eq!(d.get("a"), Some("1"));
+        assert_eq!(d.get("a#2"), Some("3"));
+        assert_eq!(d.get(ENVOY_KEYS), Some(r#"["a","b","a"]"#));
+        assert_eq!(envoy_descriptors([]).get(ENVOY_KEYS), Some("[]"));
+    }
 }
