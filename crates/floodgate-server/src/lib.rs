@@ -1,4 +1,54 @@
-//! The `floodgate` binary's library: configuration, the HTTP and gRPC front doors, admin, reload
-//! and metrics.
+//! The `floodgate` binary's library: the standalone rate-limit service.
+//!
+//! One [`App`] holds the running configuration (hot-reloadable, versioned, audited) over one store,
+//! and serves it through:
+//! - the **HTTP API** (axum): `POST /v1/check`, `/v1/report`, `/v1/peek`, `GET /healthz`,
+//!   `/readyz`, `/metrics`, and the admin API under `/admin/` ([`http`]);
+//! - **Envoy RLS v3** gRPC (tonic): `ShouldRateLimit` ([`grpc`]).
+//!
+//! [`Server`] runs an app on listeners the caller bound (tests bind port 0), with graceful
+//! shutdown; the `floodgate` binary adds the command line ([`cli`]), signals and file watching
+//! ([`reload`]).
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use floodgate_server::{App, ServeOptions, config};
+//! use tower::ServiceExt;
+//!
+//! let app = App::new(config::builtin(), ServeOptions::default())?;
+//! let check = http::Request::post("/v1/check")
+//!     .body(axum::body::Body::from(r#"{"descriptors": {"user": "u1", "route": "POST /chat"}}"#))?;
+//! let response = app.router().oneshot(check).await?;
+//! assert_eq!(response.status(), 200);
+//! assert!(response.headers().contains_key("ratelimit-policy"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
 
+pub mod app;
+pub mod cli;
 pub mod config;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod reload;
+pub mod runtime;
+pub mod store;
+
+pub use app::{App, ServeOptions, Server};
+pub use runtime::{Control, StartError};
+
+/// Completes on `SIGTERM` or `SIGINT` (Ctrl-C): the binary's shutdown trigger.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        // Without signal handlers there is nothing to wait for but the process's end.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
+}

@@ -1,0 +1,262 @@
+//! [`App`] (the server's state and front doors) and [`Server`] (an app on bound listeners).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::runtime::{Control, StartError, Trigger};
+use crate::store::ServerStore;
+
+/// How the server runs, beside its configuration. `Default`: no file to reload from, no admin
+/// token, no file watching, no signal handling (what in-process tests want); the binary sets them.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The configuration file or directory that reloads read from (`None`: the built-in example or
+    /// an in-memory configuration; `/admin/reload` then answers 409).
+    pub config_path: Option<PathBuf>,
+    /// The bearer token the admin API requires (`None`: loopback peers only, no token).
+    pub admin_token: Option<String>,
+    /// Watch `config_path`'s directory and reload on change (default `false`).
+    pub watch: bool,
+    /// Reload on `SIGHUP` (default `false`).
+    pub sighup: bool,
+    /// How long events must be quiet before the watcher reloads (default 200 ms when zero).
+    pub debounce: Duration,
+}
+
+impl ServeOptions {
+    /// Reloads read from `path`.
+    pub fn config_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_path = Some(path.into());
+        self
+    }
+
+    /// The admin API requires `token` as a bearer token.
+    pub fn admin_token(mut self, token: impl Into<String>) -> Self {
+        self.admin_token = Some(token.into());
+        self
+    }
+
+    /// Watch the configuration file's directory.
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Reload on `SIGHUP`.
+    pub fn sighup(mut self, sighup: bool) -> Self {
+        self.sighup = sighup;
+        self
+    }
+}
+
+/// The server's shared state: the running configuration, metrics and admin settings.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) control: Control,
+    pub(crate) metrics: Metrics,
+    pub(crate) admin_token: Option<String>,
+    pub(crate) options: ServeOptions,
+    /// Set once shutdown begins: `/readyz` answers 503 from then on.
+    pub(crate) draining: AtomicBool,
+}
+
+/// The rate-limit service: the running configuration with its store, and the HTTP and gRPC front
+/// doors over it. Cheap to clone (shared state).
+///
+/// ```no_run
+/// # async fn run() -> anyhow::Result<()> {
+/// use floodgate_server::{App, ServeOptions, Server, config};
+/// use tokio::net::TcpListener;
+///
+/// let app = App::new(config::builtin(), ServeOptions::default())?;
+/// let http = TcpListener::bind("127.0.0.1:0").await?;
+/// let grpc = TcpListener::bind("127.0.0.1:0").await?;
+/// let server = Server::new(app, http, Some(grpc))?;
+/// println!("HTTP on {}", server.http_addr());
+/// server.run(async { tokio::signal::ctrl_c().await.ok(); }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct App {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl App {
+    /// Opens the store of `config` and puts `config` in force as version 1.
+    pub fn new(config: Config, options: ServeOptions) -> Result<App, StartError> {
+        let store = ServerStore::open(&config.store)?;
+        let metrics = Metrics::new(store.kind());
+        let control = Control::start(config, store, options.config_path.clone(), metrics.clone());
+        Ok(App {
+            shared: Arc::new(Shared {
+                control,
+                metrics,
+                admin_token: options.admin_token.clone().filter(|t| !t.is_empty()),
+                options,
+                draining: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The running configuration and what changes it.
+    pub fn control(&self) -> &Control {
+        &self.shared.control
+    }
+
+    /// The app's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// The HTTP API (check, report, peek, health, metrics, admin) as an axum router. Serve it with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`: the admin API reads the peer address.
+    pub fn router(&self) -> axum::Router {
+        crate::http::router(Arc::clone(&self.shared))
+    }
+
+    /// The Envoy RLS v3 gRPC service.
+    pub fn grpc_service(&self) -> crate::grpc::RateLimitServer {
+        crate::grpc::service(Arc::clone(&self.shared))
+    }
+}
+
+/// An [`App`] on bound listeners: HTTP, and gRPC when given.
+#[derive(Debug)]
+pub struct Server {
+    app: App,
+    http: TcpListener,
+    grpc: Option<TcpListener>,
+    http_addr: SocketAddr,
+    grpc_addr: Option<SocketAddr>,
+}
+
+impl Server {
+    /// Takes already-bound listeners (tests bind port 0). Refuses an HTTP listener that is not on
+    /// loopback when no admin token is set: the admin API shares the HTTP listener.
+    pub fn new(app: App, http: TcpListener, grpc: Option<TcpListener>) -> Result<Server, StartError> {
+        let http_addr = http.local_addr()?;
+        check_admin_exposure(http_addr, app.shared.admin_token.is_some())?;
+        let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
+        Ok(Server { app, http, grpc, http_addr, grpc_addr })
+    }
+
+    /// The HTTP listener's address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The gRPC listener's address.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc_addr
+    }
+
+    /// The app.
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully: stops accepting, lets
+    /// requests in flight finish, and returns. Starts the file watcher and the `SIGHUP` handler
+    /// when the app's options ask for them.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let Server { app, http, grpc, .. } = self;
+        let shared = Arc::clone(&app.shared);
+        let (stop_tx, stop_rx) = watch::channel(false);
+
+        let watcher = if shared.options.watch {
+            match crate::reload::watch(Arc::clone(&shared), stop_rx.clone()) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch the configuration file; reload with SIGHUP or the admin API");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if shared.options.sighup {
+            crate::reload::on_sighup(Arc::clone(&shared), stop_rx.clone())?;
+        }
+        let upkeep = tokio::spawn(upkeep(shared.metrics.clone(), stop_rx.clone()));
+
+        let stopped = |mut rx: watch::Receiver<bool>| async move { stopped(&mut rx).await };
+        let http_task = {
+            let router = app.router();
+            let listener = axum::serve::ListenerExt::tap_io(http, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let serve = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(stopped(stop_rx.clone()));
+            tokio::spawn(async move { serve.await })
+        };
+        let grpc_task = grpc.map(|listener| {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let svc = app.grpc_service();
+            let stop = stopped(stop_rx.clone());
+            tokio::spawn(async move {
+                tonic::transport::Server::builder()
+                    .add_service(svc)
+                    .serve_with_incoming_shutdown(incoming, stop)
+                    .await
+                    .map_err(std::io::Error::other)
+            })
+        });
+
+        shutdown.await;
+        tracing::info!("shutting down: no new connections; finishing requests in flight");
+        shared.draining.store(true, Ordering::SeqCst);
+        let _ = stop_tx.send(true);
+
+        let http_result = http_task.await.map_err(std::io::Error::other)?;
+        let grpc_result = match grpc_task {
+            Some(task) => task.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        };
+        drop(watcher);
+        let _ = upkeep.await;
+        http_result?;
+        grpc_result
+    }
+}
+
+/// Refuses to expose the admin API beyond loopback without a token.
+pub fn check_admin_exposure(http: SocketAddr, has_token: bool) -> Result<(), StartError> {
+    if !http.ip().is_loopback() && !has_token {
+        return Err(StartError::AdminTokenRequired(http));
+    }
+    Ok(())
+}
+
+/// Completes once `stop` turns true (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Drains histogram buffers every 5 s.
+async fn upkeep(metrics: Metrics, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => metrics.run_upkeep(),
+            () = crate::app::stopped(&mut stop) => return,
+        }
+    }
+}
+
+/// Reloads `shared`'s configuration file (for the watcher and `SIGHUP`), logging the result.
+pub(crate) async fn reload_logged(shared: &Shared, trigger: Trigger) {
+    match shared.control.reload(trigger).await {
+        Ok(applied) if applied.changed => {}
+        Ok(_) => tracing::debug!(source = ?trigger, "configuration unchanged"),
+        Err(error) => tracing::debug!(source = ?trigger, %error, "reload rejected"),
+    }
+}

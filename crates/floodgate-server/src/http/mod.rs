@@ -1,0 +1,150 @@
+//! The HTTP front door: the check API (`/v1/check`, `/v1/report`, `/v1/peek`), health and
+//! metrics, and the admin API under `/admin/`.
+//!
+//! Every error is an `application/problem+json` body ([`Problem`]) saying what is wrong; no input
+//! makes a handler panic or answer 500.
+
+mod admin;
+mod api;
+
+pub use admin::{UNAUTHORIZED_TYPE, admitted};
+pub use api::MAX_DESCRIPTORS;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use floodgate::headers::{PROBLEM_CONTENT_TYPE, Problem};
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, StatusCode};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::Serialize;
+
+use crate::app::Shared;
+
+/// The largest body `/v1/check`, `/v1/report` and `/v1/peek` accept: 64 KiB.
+pub const MAX_BODY: usize = 64 * 1024;
+/// The largest configuration body the admin API accepts: 4 MiB.
+pub const MAX_ADMIN_BODY: usize = 4 * 1024 * 1024;
+
+/// `type` of a body that is not JSON, or could not be read.
+pub const MALFORMED_TYPE: &str = "https://floodgate.dev/problems/malformed-request";
+/// `type` of well-formed JSON of the wrong shape.
+pub const INVALID_TYPE: &str = "https://floodgate.dev/problems/invalid-request";
+/// `type` of a body over the size limit.
+pub const TOO_LARGE_TYPE: &str = "https://floodgate.dev/problems/body-too-large";
+/// `type` of an unknown path or method.
+pub const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    let api = Router::new()
+        .route("/v1/check", post(api::check))
+        .route("/v1/report", post(api::report))
+        .route("/v1/peek", post(api::peek))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics));
+    api.merge(admin::router(Arc::clone(&shared)))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(shared)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.draining.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    if !shared.control.store().ready().await {
+        return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+    }
+    "ready\n".into_response()
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let text = shared.metrics.render(shared.control.store().keys());
+    ([(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], text)
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    problem(Problem::new(StatusCode::NOT_FOUND, NOT_FOUND_TYPE, "Not Found", "No such endpoint."))
+}
+
+async fn method_not_allowed() -> Response {
+    problem(Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        NOT_FOUND_TYPE,
+        "Method Not Allowed",
+        "This endpoint does not accept this method.",
+    ))
+}
+
+/// A problem+json response.
+pub(crate) fn problem(problem: Problem) -> Response {
+    let mut response = Response::new(Body::from(problem.to_json()));
+    *response.status_mut() = problem.status_code();
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+    response
+}
+
+/// A 400 for a body that is not what it should be at all.
+pub(crate) fn malformed(detail: impl Into<String>) -> Response {
+    problem(Problem::new(StatusCode::BAD_REQUEST, MALFORMED_TYPE, "Malformed Request", detail))
+}
+
+/// A 422 for JSON of the wrong shape.
+pub(crate) fn invalid(detail: impl Into<String>) -> Response {
+    problem(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, INVALID_TYPE, "Invalid Request", detail))
+}
+
+/// A JSON response.
+pub(crate) fn json(status: StatusCode, value: &impl Serialize) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => {
+            let mut response = Response::new(Body::from(body));
+            *response.status_mut() = status;
+            response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(e) => problem(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "about:blank",
+            "Internal Server Error",
+            format!("could not render the response: {e}"),
+        )),
+    }
+}
+
+/// Reads a whole body of at most `limit` bytes: 413 beyond, 400 when it cannot be read.
+pub(crate) async fn read_body(request: axum::extract::Request, limit: usize) -> Result<Bytes, Response> {
+    let too_large = || {
+        problem(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            TOO_LARGE_TYPE,
+            "Payload Too Large",
+            format!("The body exceeds the limit of {limit} bytes."),
+        ))
+    };
+    let declared = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(request.into_body(), limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) => Err(malformed(format!("The body could not be read: {e}"))),
+    }
+}

@@ -1,0 +1,335 @@
+//! [`Metrics`]: the server's Prometheus series, rendered on its own `GET /metrics`.
+//!
+//! Each [`App`](crate::App) owns one Prometheus recorder (from `metrics-exporter-prometheus`, built
+//! without its HTTP listener) and records into it through handles registered once — per rule and
+//! outcome when a configuration is applied, so a decision records with no lookup by string and no
+//! allocation. Several apps in one process (tests) never mix their series. The `floodgate` binary
+//! also installs its app's recorder as the process's global `metrics` recorder
+//! ([`Metrics::install_global`]), so that series recorded through the `metrics` facade by library
+//! crates (stores) appear on the same page.
+//!
+//! Series (labels are bounded: rule names and fixed words, never keys or client addresses):
+//!
+//! | series | type | labels |
+//! |---|---|---|
+//! | `floodgate_decisions_total` | counter | `rule`, `result` = `allowed`, `denied`, `shadow_denied`, `tagged`, `error_allowed`, `error_denied` |
+//! | `floodgate_decision_duration_seconds` | histogram (10 µs … 1 s) | — |
+//! | `floodgate_store_errors_total` | counter | `store` |
+//! | `floodgate_fallback_active` | gauge (0/1) | `rule` |
+//! | `floodgate_keys` | gauge, read from the store on each scrape | `store` |
+//! | `floodgate_config_version` | gauge | — |
+//! | `floodgate_config_reloads_total` | counter | `result` = `applied`, `rejected` |
+//! | `floodgate_requests_total` | counter | `api` = `check`, `peek`, `report`, `grpc`; `code` = HTTP status or `OK`/`OVER_LIMIT` |
+//!
+//! Rules of an Envoy domain are labelled `<domain>/<rule>`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use floodgate::{Outcome, Verdict};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use parking_lot::RwLock;
+
+/// `floodgate_decisions_total`.
+pub const DECISIONS_TOTAL: &str = "floodgate_decisions_total";
+/// `floodgate_decision_duration_seconds`.
+pub const DECISION_DURATION_SECONDS: &str = "floodgate_decision_duration_seconds";
+/// `floodgate_store_errors_total`.
+pub const STORE_ERRORS_TOTAL: &str = "floodgate_store_errors_total";
+/// `floodgate_fallback_active`.
+pub const FALLBACK_ACTIVE: &str = "floodgate_fallback_active";
+/// `floodgate_keys`.
+pub const KEYS: &str = "floodgate_keys";
+/// `floodgate_config_version`.
+pub const CONFIG_VERSION: &str = "floodgate_config_version";
+/// `floodgate_config_reloads_total`.
+pub const CONFIG_RELOADS_TOTAL: &str = "floodgate_config_reloads_total";
+/// `floodgate_requests_total`.
+pub const REQUESTS_TOTAL: &str = "floodgate_requests_total";
+
+/// The upper bounds of the decision latency histogram, in seconds: 10 µs to 1 s.
+pub const DURATION_BUCKETS: [f64; 16] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0,
+];
+
+/// Every outcome, in the order of [`outcome_index`].
+const OUTCOMES: [Outcome; 6] = [
+    Outcome::Allowed,
+    Outcome::Denied,
+    Outcome::ShadowDenied,
+    Outcome::Tagged,
+    Outcome::ErrorAllowed,
+    Outcome::ErrorDenied,
+];
+
+fn outcome_index(outcome: Outcome) -> usize {
+    match outcome {
+        Outcome::Allowed => 0,
+        Outcome::Denied => 1,
+        Outcome::ShadowDenied => 2,
+        Outcome::Tagged => 3,
+        Outcome::ErrorAllowed => 4,
+        Outcome::ErrorDenied => 5,
+    }
+}
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// The server's metrics: a Prometheus recorder and the handles the server records through.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    recorder: Arc<PrometheusRecorder>,
+    handle: PrometheusHandle,
+    store: &'static str,
+    decision_duration: Histogram,
+    store_errors: Counter,
+    keys: Gauge,
+    config_version: Gauge,
+    reloads_applied: Counter,
+    reloads_rejected: Counter,
+    requests: RwLock<HashMap<(&'static str, &'static str), Counter>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").field("store", &self.inner.store).finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A fresh recorder for a server on the store labelled `store` (`memory`, …).
+    pub fn new(store: &'static str) -> Metrics {
+        // Bucket bounds are static and non-empty: building cannot fail.
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(DECISION_DURATION_SECONDS.into()), &DURATION_BUCKETS)
+            .map(PrometheusBuilder::build_recorder)
+            .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+        describe(&recorder);
+        let handle = recorder.handle();
+        let r = &recorder;
+        let store_label = || vec![Label::new("store", store)];
+        let inner = Inner {
+            decision_duration: r
+                .register_histogram(&Key::from_static_name(DECISION_DURATION_SECONDS), &METADATA),
+            store_errors: r.register_counter(&Key::from_parts(STORE_ERRORS_TOTAL, store_label()), &METADATA),
+            keys: r.register_gauge(&Key::from_parts(KEYS, store_label()), &METADATA),
+            config_version: r.register_gauge(&Key::from_static_name(CONFIG_VERSION), &METADATA),
+            reloads_applied: r.register_counter(
+                &Key::from_parts(CONFIG_RELOADS_TOTAL, vec![Label::new("result", "applied")]),
+                &METADATA,
+            ),
+            reloads_rejected: r.register_counter(
+                &Key::from_parts(CONFIG_RELOADS_TOTAL, vec![Label::new("result", "rejected")]),
+                &METADATA,
+            ),
+            requests: RwLock::new(HashMap::new()),
+            store,
+            handle,
+            recorder: Arc::new(recorder),
+        };
+        // Zero-valued series exist from the start, so that `increase()` and absence alerts work.
+        inner.store_errors.increment(0);
+        inner.reloads_applied.increment(0);
+        inner.reloads_rejected.increment(0);
+        Metrics { inner: Arc::new(inner) }
+    }
+
+    /// Installs this recorder as the process's global `metrics` recorder, so that the `metrics`
+    /// macros of library crates record into it. Only the first call in a process succeeds; the
+    /// binary calls it once.
+    pub fn install_global(&self) -> Result<(), metrics::SetRecorderError<SharedRecorder>> {
+        metrics::set_global_recorder(SharedRecorder(Arc::clone(&self.inner.recorder)))
+    }
+
+    /// The Prometheus text exposition of every series, with `floodgate_keys` read from the store.
+    pub fn render(&self, keys: Option<usize>) -> String {
+        if let Some(keys) = keys {
+            self.inner.keys.set(keys as f64);
+        }
+        self.inner.handle.render()
+    }
+
+    /// Drains buffered histogram samples; call periodically (the server does every 5 s) so that
+    /// memory stays bounded when nobody scrapes.
+    pub fn run_upkeep(&self) {
+        self.inner.handle.run_upkeep();
+    }
+
+    /// Handles for the rules of one policy; rule names are prefixed `<domain>/` when `domain` is
+    /// given. Their series are created at zero, and `floodgate_fallback_active` set to 0.
+    pub(crate) fn rules<'a>(
+        &self,
+        domain: Option<&str>,
+        rules: impl Iterator<Item = &'a str>,
+    ) -> RuleMetrics {
+        let r = &*self.inner.recorder;
+        let mut counters = HashMap::new();
+        for rule in rules {
+            let label: String = match domain {
+                Some(domain) => format!("{domain}/{rule}"),
+                None => rule.to_owned(),
+            };
+            let per_outcome = OUTCOMES.map(|outcome| {
+                let key = Key::from_parts(
+                    DECISIONS_TOTAL,
+                    vec![Label::new("rule", label.clone()), Label::new("result", outcome.as_str())],
+                );
+                let counter = r.register_counter(&key, &METADATA);
+                counter.increment(0);
+                counter
+            });
+            let fallback = Key::from_parts(FALLBACK_ACTIVE, vec![Label::new("rule", label)]);
+            r.register_gauge(&fallback, &METADATA).set(0.0);
+            counters.insert(Arc::<str>::from(rule), per_outcome);
+        }
+        RuleMetrics { counters, decision_duration: self.inner.decision_duration.clone() }
+    }
+
+    /// Counts one store failure.
+    pub(crate) fn store_error(&self) {
+        self.inner.store_errors.increment(1);
+    }
+
+    /// Sets `floodgate_config_version`.
+    pub(crate) fn config_version(&self, version: u64) {
+        self.inner.config_version.set(version as f64);
+    }
+
+    /// Counts one reload, applied or rejected.
+    pub(crate) fn reload(&self, applied: bool) {
+        if applied { &self.inner.reloads_applied } else { &self.inner.reloads_rejected }.increment(1);
+    }
+
+    /// Counts one API request: `api` (`check`, `peek`, `report`, `grpc`) answered with `code`
+    /// (an HTTP status from [`status_label`], or `OK` / `OVER_LIMIT`).
+    pub(crate) fn request(&self, api: &'static str, code: &'static str) {
+        if let Some(counter) = self.inner.requests.read().get(&(api, code)) {
+            counter.increment(1);
+            return;
+        }
+        let key = Key::from_parts(REQUESTS_TOTAL, vec![Label::new("api", api), Label::new("code", code)]);
+        let counter = self
+            .inner
+            .requests
+            .write()
+            .entry((api, code))
+            .or_insert_with(|| self.inner.recorder.register_counter(&key, &METADATA))
+            .clone();
+        counter.increment(1);
+    }
+}
+
+/// The `code` label of an HTTP status the API answers with (`other` for any other).
+pub(crate) fn status_label(status: http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        409 => "409",
+        413 => "413",
+        415 => "415",
+        422 => "422",
+        429 => "429",
+        500 => "500",
+        503 => "503",
+        _ => "other",
+    }
+}
+
+/// The decision counters of one policy's rules, made by the app's [`Metrics`] when the policy is
+/// applied.
+#[derive(Debug)]
+pub(crate) struct RuleMetrics {
+    counters: HashMap<Arc<str>, [Counter; 6]>,
+    decision_duration: Histogram,
+}
+
+impl RuleMetrics {
+    /// Counts each limit of `verdict` under its rule and outcome, and the decision's duration.
+    pub(crate) fn record(&self, verdict: &Verdict, started: Instant) {
+        self.decision_duration.record(started.elapsed().as_secs_f64());
+        for limit in &verdict.limits {
+            if let Some(counters) = self.counters.get(&limit.rule) {
+                counters[outcome_index(limit.outcome)].increment(1);
+            }
+        }
+    }
+
+    /// Records a decision's duration alone (a request that could never pass).
+    pub(crate) fn record_duration(&self, started: Instant) {
+        self.decision_duration.record(started.elapsed().as_secs_f64());
+    }
+}
+
+/// When a decision starts, for the latency histogram. Server-side timing of a request, not a
+/// decision's time (which the store's clock gives), hence the monotonic clock read here.
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn started() -> Instant {
+    Instant::now()
+}
+
+fn describe(r: &PrometheusRecorder) {
+    let d = |name: &'static str, unit: Option<Unit>, help: &'static str| {
+        r.describe_counter(KeyName::from_const_str(name), unit, SharedString::const_str(help));
+    };
+    d(
+        DECISIONS_TOTAL,
+        None,
+        "Decisions per rule and result (allowed, denied, shadow_denied, tagged, error_allowed, error_denied).",
+    );
+    d(STORE_ERRORS_TOTAL, None, "Decisions during which the store failed.");
+    d(CONFIG_RELOADS_TOTAL, None, "Configuration reloads, applied or rejected.");
+    d(REQUESTS_TOTAL, None, "API requests by API and response code.");
+    r.describe_histogram(
+        KeyName::from_const_str(DECISION_DURATION_SECONDS),
+        Some(Unit::Seconds),
+        SharedString::const_str("Time to decide one request (one descriptor set), in seconds."),
+    );
+    let g = |name: &'static str, help: &'static str| {
+        r.describe_gauge(KeyName::from_const_str(name), None, SharedString::const_str(help));
+    };
+    g(FALLBACK_ACTIVE, "1 while a rule decides on its local fallback because the store is down.");
+    g(KEYS, "Keys held by the store.");
+    g(CONFIG_VERSION, "Version of the running configuration (1 at start, +1 per applied change).");
+}
+
+/// The app's Prometheus recorder, shared, as installed globally by [`Metrics::install_global`].
+#[derive(Debug)]
+pub struct SharedRecorder(Arc<PrometheusRecorder>);
+
+impl Recorder for SharedRecorder {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_counter(key, unit, description);
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_gauge(key, unit, description);
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_histogram(key, unit, description);
+    }
+
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        self.0.register_counter(key, metadata)
+    }
+
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        self.0.register_gauge(key, metadata)
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        self.0.register_histogram(key, metadata)
+    }
+}

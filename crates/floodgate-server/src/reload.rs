@@ -1,0 +1,171 @@
+//! Hot reload: the configuration file's directory is watched, and `SIGHUP` reloads.
+//!
+//! The watcher watches the file's **parent directory** (or the directory itself for a directory
+//! configuration), not the file: editors save by writing a new file and renaming it over the old
+//! one, and Kubernetes updates a mounted ConfigMap by swapping the `..data` symlink — either
+//! replaces the watched inode, and a watch on the file alone would go deaf. Events for the file's
+//! name (or any `*.yaml`/`*.yml` of a configuration directory) and for Kubernetes' `..`-names are
+//! debounced (200 ms of quiet by default) and trigger one reload. A reload validates first; an
+//! invalid file is rejected (recorded in the audit log and `floodgate_config_reloads_total
+//! {result="rejected"}`, once per distinct error) and the running configuration stays. A file
+//! whose content is unchanged is ignored.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode, EventKind};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::{mpsc, watch};
+
+use crate::app::{Shared, reload_logged};
+use crate::runtime::Trigger;
+
+/// The default quiet time before a reload.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// A running watcher; dropping it stops watching.
+#[derive(Debug)]
+pub(crate) struct ConfigWatcher {
+    _watcher: RecommendedWatcher,
+}
+
+/// Which paths of the watched directory matter.
+#[derive(Debug, Clone)]
+enum Interest {
+    /// One file, by name.
+    File(std::ffi::OsString),
+    /// Every YAML file of the directory.
+    Directory,
+}
+
+impl Interest {
+    fn matches(&self, path: &Path) -> bool {
+        let Some(name) = path.file_name() else { return false };
+        // Kubernetes ConfigMap mounts: `..data` and `..<timestamp>` are swapped atomically.
+        if name.as_encoded_bytes().starts_with(b"..") {
+            return true;
+        }
+        match self {
+            Interest::File(file) => name == file.as_os_str(),
+            Interest::Directory => {
+                matches!(path.extension().and_then(OsStr::to_str), Some("yaml" | "yml"))
+            }
+        }
+    }
+}
+
+/// Whether an event can mean new content (not a mere read).
+fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
+/// Starts watching the app's configuration path; reloads go through `shared.control`.
+pub(crate) fn watch(shared: Arc<Shared>, stop: watch::Receiver<bool>) -> notify::Result<ConfigWatcher> {
+    let Some(path) = shared.control.path() else {
+        return Err(notify::Error::generic("no configuration file to watch"));
+    };
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let (dir, interest) = if path.is_dir() {
+        (path.clone(), Interest::Directory)
+    } else {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        let name = path.file_name().map(OsStr::to_os_string).unwrap_or_default();
+        (dir, Interest::File(name))
+    };
+
+    let (tx, rx) = mpsc::unbounded_channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
+        Ok(event) if changes_content(&event.kind) && event.paths.iter().any(|p| interest.matches(p)) => {
+            let _ = tx.send(());
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "configuration watcher error"),
+    })?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    tracing::info!(directory = %dir.display(), "watching the configuration for changes");
+
+    let debounce = if shared.options.debounce.is_zero() { DEBOUNCE } else { shared.options.debounce };
+    tokio::spawn(debounced(shared, rx, stop, debounce));
+    Ok(ConfigWatcher { _watcher: watcher })
+}
+
+/// Waits for an event, then for `quiet` without events, then reloads; until stopped.
+async fn debounced(
+    shared: Arc<Shared>,
+    mut events: mpsc::UnboundedReceiver<()>,
+    mut stop: watch::Receiver<bool>,
+    quiet: Duration,
+) {
+    loop {
+        tokio::select! {
+            event = events.recv() => if event.is_none() { return },
+            () = crate::app::stopped(&mut stop) => return,
+        }
+        loop {
+            tokio::select! {
+                event = events.recv() => if event.is_none() { return },
+                () = tokio::time::sleep(quiet) => break,
+                () = crate::app::stopped(&mut stop) => return,
+            }
+        }
+        reload_logged(&shared, Trigger::Watch).await;
+    }
+}
+
+/// Reloads on every `SIGHUP` until stopped.
+pub(crate) fn on_sighup(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                received = hangups.recv() => {
+                    if received.is_none() {
+                        return;
+                    }
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    reload_logged(&shared, Trigger::Sighup).await;
+                }
+                () = crate::app::stopped(&mut stop) => return,
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_interest_matches_its_name_and_kubernetes_swaps_only() {
+        let interest = Interest::File("floodgate.yaml".into());
+        assert!(interest.matches(Path::new("/etc/floodgate/floodgate.yaml")));
+        assert!(interest.matches(Path::new("/etc/floodgate/..data")));
+        assert!(interest.matches(Path::new("/etc/floodgate/..2026_01_01_00_00_00.123")));
+        assert!(!interest.matches(Path::new("/etc/floodgate/.floodgate.yaml.swp")));
+        assert!(!interest.matches(Path::new("/etc/floodgate/other.yaml")));
+    }
+
+    #[test]
+    fn a_directory_interest_matches_yaml_files() {
+        let interest = Interest::Directory;
+        assert!(interest.matches(Path::new("/etc/floodgate/a.yaml")));
+        assert!(interest.matches(Path::new("/etc/floodgate/b.yml")));
+        assert!(!interest.matches(Path::new("/etc/floodgate/notes.txt")));
+    }
+
+    #[test]
+    fn reads_are_not_changes() {
+        assert!(!changes_content(&EventKind::Access(AccessKind::Open(AccessMode::Any))));
+        assert!(!changes_content(&EventKind::Access(AccessKind::Close(AccessMode::Read))));
+        assert!(changes_content(&EventKind::Access(AccessKind::Close(AccessMode::Write))));
+        assert!(changes_content(&EventKind::Any));
+    }
+}

@@ -1,0 +1,233 @@
+//! Envoy RLS v3 over gRPC, with a real tonic client.
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use floodgate::Rule;
+use tonic::transport::Channel;
+
+use crate::support::{TempDir, TestServer, from_rules, per_minute, with_domains};
+
+async fn client(server: &TestServer) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{}", server.grpc)).await.expect("gRPC connect")
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries.iter().map(|(k, v)| Entry { key: (*k).into(), value: (*v).into() }).collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
+        hits_addend: hits,
+    }
+}
+
+async fn ask(client: &mut RateLimitServiceClient<Channel>, request: RateLimitRequest) -> RateLimitResponse {
+    client.should_rate_limit(request).await.expect("ShouldRateLimit").into_inner()
+}
+
+fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    response.response_headers_to_add.iter().find(|h| h.key == name).map(|h| h.value.as_str())
+}
+
+fn code(status: &DescriptorStatus) -> Code {
+    Code::try_from(status.code).unwrap()
+}
+
+#[tokio::test]
+async fn should_rate_limit_answers_ok_then_over_limit_with_statuses_and_headers() {
+    let server = TestServer::start(with_domains(
+        [],
+        [("edge", vec![Rule::new("per-ip", per_minute(3)).key(["remote_address"])])],
+    ))
+    .await;
+    let mut rls = client(&server).await;
+    let ip = [("remote_address", "10.1.2.3")];
+    for remaining in [2u32, 1, 0] {
+        let r = ask(&mut rls, request("edge", &[&ip], 0)).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses.len(), 1);
+        let status = &r.statuses[0];
+        assert_eq!(code(status), Code::Ok);
+        assert_eq!(status.limit_remaining, remaining);
+        let limit = status.current_limit.as_ref().expect("current_limit");
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("per-ip", 3, Unit::Minute as i32)
+        );
+        assert!(status.duration_until_reset.is_some());
+        assert_eq!(header(&r, "ratelimit-policy"), Some(r#""per-ip";q=3;w=60"#));
+        assert_eq!(header(&r, "x-ratelimit-remaining"), Some(remaining.to_string().as_str()));
+        assert!(header(&r, "retry-after").is_none());
+    }
+    let over = ask(&mut rls, request("edge", &[&ip], 0)).await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    assert_eq!(code(&over.statuses[0]), Code::OverLimit);
+    assert_eq!(over.statuses[0].limit_remaining, 0);
+    let retry: u64 = header(&over, "retry-after").expect("Retry-After").parse().unwrap();
+    assert!(
+        (1..=80).contains(&retry),
+        "retry-after {retry}: the sliding window frees a slot at most 80 s on"
+    );
+    assert!(header(&over, "ratelimit").unwrap().starts_with(r#""per-ip";r=0;t="#));
+
+    // Another client is counted apart.
+    let other = ask(&mut rls, request("edge", &[&[("remote_address", "10.9.9.9")]], 0)).await;
+    assert_eq!(other.overall_code, Code::Ok as i32);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn hits_addend_is_the_cost_and_a_descriptor_may_override_it() {
+    let server =
+        TestServer::start(with_domains([], [("d", vec![Rule::new("r", per_minute(10)).key(["k"])])])).await;
+    let mut rls = client(&server).await;
+    let r = ask(&mut rls, request("d", &[&[("k", "a")]], 4)).await;
+    assert_eq!(r.statuses[0].limit_remaining, 6);
+    let mut req = request("d", &[&[("k", "a")]], 4);
+    req.descriptors[0].hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: 5 });
+    let r = ask(&mut rls, req).await;
+    assert_eq!(r.statuses[0].limit_remaining, 1);
+    // More than the limit can ever grant: over limit, not an error.
+    let r = ask(&mut rls, request("d", &[&[("k", "b")]], 11)).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert!(header(&r, "retry-after").is_some());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_over_limit_on_one_descriptor_consumes_nothing_on_the_others() {
+    let server = TestServer::start(with_domains(
+        [],
+        [(
+            "api",
+            vec![
+                Rule::new("per-user", per_minute(5)).key(["user"]),
+                Rule::new("per-path", per_minute(1)).key(["path"]),
+            ],
+        )],
+    ))
+    .await;
+    let mut rls = client(&server).await;
+    let user: &[(&str, &str)] = &[("user", "u1")];
+    let path: &[(&str, &str)] = &[("path", "/expensive")];
+
+    let first = ask(&mut rls, request("api", &[user, path], 0)).await;
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    assert_eq!(first.statuses[0].limit_remaining, 4);
+
+    for _ in 0..3 {
+        let second = ask(&mut rls, request("api", &[user, path], 0)).await;
+        assert_eq!(second.overall_code, Code::OverLimit as i32);
+        assert_eq!(code(&second.statuses[0]), Code::Ok, "the user descriptor itself was within its limit");
+        assert_eq!(code(&second.statuses[1]), Code::OverLimit);
+        assert_eq!(second.statuses[0].limit_remaining, 4, "its grant was refunded");
+    }
+    // The user's limit lost only the admitted request: 5 - 1 - this one = 3.
+    let alone = ask(&mut rls, request("api", &[user], 0)).await;
+    assert_eq!(alone.statuses[0].limit_remaining, 3);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_domain_no_envoy_file_defines_gets_the_native_policy() {
+    let server = TestServer::start(from_rules([Rule::new("per-user", per_minute(2)).key(["user"])])).await;
+    let mut rls = client(&server).await;
+    let user: &[(&str, &str)] = &[("user", "u1")];
+    assert_eq!(ask(&mut rls, request("anything", &[user], 0)).await.statuses[0].limit_remaining, 1);
+    // A descriptor no rule applies to: OK, without a limit.
+    let unmatched = ask(&mut rls, request("anything", &[&[("path", "/")]], 0)).await;
+    assert_eq!(unmatched.overall_code, Code::Ok as i32);
+    assert!(unmatched.statuses[0].current_limit.is_none());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_domain_of_an_envoy_only_configuration_is_not_limited() {
+    let server =
+        TestServer::start(with_domains([], [("edge", vec![Rule::new("r", per_minute(1)).key(["k"])])])).await;
+    let mut rls = client(&server).await;
+    for _ in 0..3 {
+        let r = ask(&mut rls, request("other", &[&[("k", "v")]], 0)).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert!(r.response_headers_to_add.is_empty());
+    }
+    server.stop().await;
+}
+
+/// An envoyproxy/ratelimit configuration file, loaded and served over gRPC.
+const ENVOY_CONFIG: &str = r#"
+domain: edge_proxy
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: remote_address
+    value: 10.0.0.1
+    rate_limit:
+      unlimited: true
+  - key: path
+    value: /login
+    rate_limit:
+      unit: second
+      requests_per_unit: 1
+"#;
+
+#[tokio::test]
+async fn an_envoyproxy_ratelimit_config_is_served_over_grpc() {
+    let dir = TempDir::new("envoy-import");
+    let path = dir.write_atomic("ratelimit.yaml", ENVOY_CONFIG);
+    let config = floodgate_server::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.domains.contains_key("edge_proxy"));
+    let server = TestServer::start(config).await;
+    let mut rls = client(&server).await;
+
+    let ip: &[(&str, &str)] = &[("remote_address", "192.0.2.1")];
+    assert_eq!(ask(&mut rls, request("edge_proxy", &[ip], 0)).await.overall_code, Code::Ok as i32);
+    let second = ask(&mut rls, request("edge_proxy", &[ip], 0)).await;
+    assert_eq!(second.overall_code, Code::Ok as i32);
+    let limit = second.statuses[0].current_limit.as_ref().expect("current_limit");
+    assert_eq!((limit.requests_per_unit, limit.unit), (2, Unit::Minute as i32));
+    assert_eq!(ask(&mut rls, request("edge_proxy", &[ip], 0)).await.overall_code, Code::OverLimit as i32);
+    // The admin API and the HTTP API address the same counters (rules named as Envoy's statistics).
+    let key = server.get("/admin/keys?domain=edge_proxy&rule=remote_address&remote_address=192.0.2.1").await;
+    assert_eq!(key.status, 200, "{}", key.body);
+    assert_eq!((key.json()["limit"].as_u64(), key.json()["remaining"].as_u64()), (Some(2), Some(0)));
+    let http = server
+        .post("/v1/peek", r#"{"domain": "edge_proxy", "descriptors": {"remote_address": "192.0.2.1"}}"#)
+        .await;
+    assert_eq!(http.status, 429, "{}", http.body);
+
+    let login: &[(&str, &str)] = &[("path", "/login")];
+    assert_eq!(ask(&mut rls, request("edge_proxy", &[login], 0)).await.overall_code, Code::Ok as i32);
+    let over = ask(&mut rls, request("edge_proxy", &[login], 0)).await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    assert_eq!(over.statuses[0].current_limit.as_ref().unwrap().unit, Unit::Second as i32);
+    // An `unlimited` value: never over limit, no limit reported, no headers.
+    let trusted: &[(&str, &str)] = &[("remote_address", "10.0.0.1")];
+    for _ in 0..4 {
+        let r = ask(&mut rls, request("edge_proxy", &[trusted], 0)).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert!(r.statuses[0].current_limit.is_none());
+        assert!(r.response_headers_to_add.is_empty(), "{:?}", r.response_headers_to_add);
+    }
+    let http = server
+        .post("/v1/check", r#"{"domain": "edge_proxy", "descriptors": {"remote_address": "10.0.0.1"}}"#)
+        .await;
+    assert_eq!(http.json(), serde_json::json!({"allowed": true, "retry_after_ms": null, "limits": []}));
+    // A value without a rule is not limited.
+    let home: &[(&str, &str)] = &[("path", "/home")];
+    for _ in 0..3 {
+        assert_eq!(ask(&mut rls, request("edge_proxy", &[home], 0)).await.overall_code, Code::Ok as i32);
+    }
+    server.stop().await;
+}

@@ -1,0 +1,11 @@
+//! The `floodgate` service end to end: the real server on port 0, driven over HTTP and gRPC, and
+//! the real binary for exit codes, signals and graceful shutdown.
+
+mod admin;
+mod api;
+mod bad_input;
+mod binary;
+mod grpc;
+mod metrics;
+mod reload;
+mod support;
