@@ -38,6 +38,7 @@
 //! [`ManualClock`]: floodgate_core::ManualClock
 
 pub mod conformance;
+pub mod redis;
 mod subject;
 
 pub use subject::{START, StoreUnderTest, TestKey, every_algorithm};
