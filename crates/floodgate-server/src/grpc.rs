@@ -39,7 +39,7 @@ use floodgate::{Descriptors, LimitOutcome, Verdict};
 use smallvec::SmallVec;
 
 use crate::app::Shared;
-use crate::config::{self, UNLIMITED};
+use crate::config;
 use crate::metrics;
 
 /// The tonic service to add to a `tonic::transport::Server`.
@@ -138,7 +138,7 @@ impl RateLimitService for Rls {
                 if combined.limits.is_empty() {
                     combined.at = v.at;
                 }
-                combined.limits.extend(v.limits.iter().filter(|l| l.decision.limit != UNLIMITED).cloned());
+                combined.limits.extend(v.limits.iter().cloned());
             }
         }
         let mut headers = http::HeaderMap::new();
@@ -182,8 +182,7 @@ fn status(checked: &Checked) -> DescriptorStatus {
             let shown = verdict
                 .most_restrictive()
                 .filter(|l| l.enforced)
-                .or_else(|| verdict.limits.iter().find(|l| !l.enforced))
-                .filter(|l| l.decision.limit != UNLIMITED);
+                .or_else(|| verdict.limits.iter().find(|l| !l.enforced));
             if let Some(limit) = shown {
                 status.current_limit = current_limit(limit);
                 status.limit_remaining = u32::try_from(limit.decision.remaining).unwrap_or(u32::MAX);

@@ -359,6 +359,7 @@ fn matches(compiled: &CompiledRule, descriptors: &Descriptors) -> bool {
         (_, None) => false,
         (crate::Condition::Present, Some(_)) => true,
         (crate::Condition::OneOf(values), Some(v)) => values.iter().any(|x| x == v),
+        (crate::Condition::NoneOf(values), Some(v)) => !values.iter().any(|x| x == v),
     })
 }
 

@@ -34,6 +34,9 @@ pub enum Condition {
     OneOf(Vec<String>),
     /// The descriptor is present, whatever its value.
     Present,
+    /// The descriptor is present and equals none of these values (a catch-all that more specific
+    /// rules carve values out of).
+    NoneOf(Vec<String>),
 }
 
 /// A rule failed validation.

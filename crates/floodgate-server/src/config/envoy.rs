@@ -35,10 +35,9 @@
 //! - key: the entries without a value (one counter per value), e.g. per `remote_address`;
 //! - `shadow_mode: true` → action `shadow`;
 //! - a path entry without a value loses to a sibling entry *with* a value at the same level (that
-//!   is how the tree walk goes): those sibling values are excluded from the rule with a variant
-//!   that never denies (`vary_by` that entry, limit [`super::UNLIMITED`], action `shadow`). This is
-//!   how `unlimited: true` on a specific value stops the less specific limit. A path needing such
-//!   exclusions at two or more levels cannot be expressed and is refused with an error;
+//!   is how the tree walk goes): those sibling values are excluded from the rule with a
+//!   [`Condition::NoneOf`] on that entry, at every level where it happens. This is how
+//!   `unlimited: true` on a specific value stops the less specific limit;
 //! - `unlimited: true` makes no rule of its own;
 //! - `replaces` is validated but not applied (see below).
 //!
@@ -58,13 +57,13 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use floodgate::{Action, ByDescriptor, Limit, Rule};
+use floodgate::{Action, Condition, Limit, Rule};
 use floodgate_core::FixedWindow;
 
 use super::error::Invalid;
 use super::fingerprint::Canonical;
 use super::yaml::{Item, did_you_mean};
-use super::{ENVOY_KEYS, UNLIMITED, entry_names, keys_descriptor};
+use super::{ENVOY_KEYS, entry_names, keys_descriptor};
 
 /// One domain's rules.
 #[derive(Debug)]
@@ -312,31 +311,12 @@ fn rule(
             }
         }
     }
-    match exclusions.as_slice() {
-        [] => {}
-        [(level, values)] => {
-            let mut by = ByDescriptor::new(names[*level].as_str());
-            for value in values {
-                by = by.variant(*value, never_denies(at)?, Some(Action::Shadow));
-            }
-            let mut sorted = values.clone();
-            sorted.sort_unstable();
-            canonical.field("excluded", (level, sorted));
-            rule = rule.vary_by(by);
-        }
-        [(first, first_values), (second, second_values), ..] => {
-            return Err(at.error(format!(
-                "this limit cannot be imported exactly: its path {:?} has more specific alternatives at two \
-                 levels ({:?} = {:?} and {:?} = {:?}), and Floodgate can set values aside at one level of a \
-                 path only (it would also count requests that envoyproxy/ratelimit sends to those \
-                 alternatives); keep specific values beside this path's catch-all entries at one level only",
-                derived_name(path),
-                keys[*first],
-                first_values,
-                keys[*second],
-                second_values
-            )));
-        }
+    for (level, values) in &exclusions {
+        let mut sorted = values.clone();
+        sorted.sort_unstable();
+        canonical.field("excluded", (level, &sorted));
+        let values = sorted.iter().map(|v| v.to_string()).collect();
+        rule = rule.when_condition(names[*level].as_str(), Condition::NoneOf(values));
     }
     let shadow = path.last().is_some_and(|(e, _)| e.shadow);
     canonical
@@ -359,12 +339,6 @@ fn derived_name(path: &[(&Entry<'_>, &[Entry<'_>])]) -> String {
         })
         .collect();
     parts.join(".")
-}
-
-/// A limit that never denies, for values excluded from a rule (see the module docs).
-fn never_denies(at: &Item<'_>) -> Result<Limit, Invalid> {
-    let max = NonZeroU64::new(UNLIMITED).unwrap_or(NonZeroU64::MAX);
-    FixedWindow::try_new(max, Duration::from_secs(1)).map(Limit::from).map_err(|e| at.error(e.to_string()))
 }
 
 #[cfg(test)]
@@ -476,8 +450,8 @@ descriptors:
     }
 
     #[test]
-    fn exclusions_at_two_levels_are_refused_precisely() {
-        let e = compile_text(
+    fn exclusions_at_two_levels_compile() {
+        let domain = compile_text(
             "domain: d
 descriptors:
   - key: a
@@ -491,13 +465,8 @@ descriptors:
     value: x
 ",
         )
-        .unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("descriptors[0].descriptors[0].rate_limit"));
-        assert!(
-            e.message.contains("\"a\" = [\"x\"]") && e.message.contains("\"b\" = [\"y\"]"),
-            "{}",
-            e.message
-        );
+        .expect("values carved out at two levels are expressible");
+        assert_eq!(names(&domain), ["a.b", "a.b_y"]);
     }
 
     #[test]

@@ -19,9 +19,9 @@
 //!   descriptor of the request is checked on its own, with the descriptors built by
 //!   [`envoy_descriptors`] from its entries, and gets its own status (`hits_addend` is the cost,
 //!   0 meaning 1). The imported rules are compiled so that at most one rule applies to one Envoy
-//!   descriptor, as in envoyproxy/ratelimit's tree walk. A verdict limit whose
-//!   `decision.limit == UNLIMITED` stands for an `unlimited` entry (or a value excluded from a less
-//!   specific limit): report that descriptor `OK` without a `current_limit`.
+//!   descriptor, as in envoyproxy/ratelimit's tree walk. An `unlimited` entry (or
+//!   a value carved out of a less specific limit) matches no rule, so its descriptor is `OK` with
+//!   no `current_limit`.
 
 mod duration;
 mod envoy;
@@ -118,9 +118,6 @@ pub const EXAMPLE_YAML: &str = include_str!("example.yaml");
 /// The descriptor that [`envoy_descriptors`] sets to the ordered keys of an Envoy descriptor;
 /// imported rules require it to equal their path's keys (reserved: not allowed as an Envoy key).
 pub const ENVOY_KEYS: &str = "envoy.keys";
-
-/// The limit of the never-denying variant that stands for an `unlimited` Envoy entry.
-pub const UNLIMITED: u64 = u64::MAX;
 
 /// The largest configuration file read, 16 MiB.
 const MAX_FILE_BYTES: u64 = 16 << 20;

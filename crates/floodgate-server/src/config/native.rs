@@ -464,6 +464,7 @@ fn rule(
             let described = match &condition {
                 Condition::Present => "present".to_owned(),
                 Condition::OneOf(values) => format!("one of {values:?}"),
+                Condition::NoneOf(values) => format!("none of {values:?}"),
             };
             conditions.push((descriptor.to_owned(), described));
             rule = rule.when_condition(descriptor, condition);
@@ -791,31 +792,38 @@ fn overage_actions(
 fn condition(item: &Item<'_>) -> Result<Condition, Invalid> {
     match &item.node.value {
         Value::Map(_) => {
-            let fields = item.fields("a condition", Some(&["present"]))?;
-            let present = fields.require("present", "write {present: true} to require the descriptor")?;
-            if present.bool()? {
-                Ok(Condition::Present)
-            } else {
-                Err(present.error(
+            let fields = item.fields("a condition", Some(&["present", "not"]))?;
+            match (fields.get("present"), fields.get("not")) {
+                (Some(present), None) if present.bool()? => Ok(Condition::Present),
+                (Some(present), None) => Err(present.error(
                     "present: false is not supported (a rule cannot require a descriptor to be absent): \
                      remove the condition",
-                ))
+                )),
+                (None, Some(not)) => Ok(Condition::NoneOf(values(&not)?)),
+                (Some(present), Some(_)) => {
+                    Err(present.error("write either {present: true} or {not: [...]}"))
+                }
+                (None, None) => Err(item.error("expected {present: true} or {not: [values]}")),
             }
         }
-        Value::Seq(_) => {
-            let elements = item.elements("a list of values")?;
-            if elements.is_empty() {
-                return Err(item.error("an empty list matches nothing: list at least one value"));
-            }
-            let values = elements
-                .iter()
-                .map(|e| e.text("a descriptor value").map(|t| t.into_owned()))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Condition::OneOf(values))
+        Value::Seq(_) => Ok(Condition::OneOf(values(item)?)),
+        Value::Null => {
+            Err(item.error("expected a value, a list of values, {present: true} or {not: [values]}"))
         }
-        Value::Null => Err(item.error("expected a value, a list of values, or {present: true}")),
         _ => Ok(Condition::OneOf(vec![item.text("a descriptor value")?.into_owned()])),
     }
+}
+
+/// A value or a non-empty list of values.
+fn values(item: &Item<'_>) -> Result<Vec<String>, Invalid> {
+    if !matches!(item.node.value, Value::Seq(_)) {
+        return Ok(vec![item.text("a descriptor value")?.into_owned()]);
+    }
+    let elements = item.elements("a list of values")?;
+    if elements.is_empty() {
+        return Err(item.error("an empty list matches nothing: list at least one value"));
+    }
+    elements.iter().map(|e| e.text("a descriptor value").map(|t| t.into_owned())).collect()
 }
 
 /// `key: [user]`, `key: user`, `key: []` or `key: [global]`.

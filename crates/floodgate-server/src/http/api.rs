@@ -28,7 +28,7 @@ use serde_json::Value;
 
 use super::{MAX_BODY, invalid, json, malformed, problem, read_body};
 use crate::app::Shared;
-use crate::config::{ENVOY_KEYS, UNLIMITED, envoy_descriptors};
+use crate::config::{ENVOY_KEYS, envoy_descriptors};
 use crate::metrics::{self, status_label};
 
 /// The most descriptors one request may carry.
@@ -287,8 +287,6 @@ impl<'a> From<&'a Verdict> for VerdictBody<'a> {
             limits: v
                 .limits
                 .iter()
-                // `unlimited` Envoy entries: nothing to report.
-                .filter(|l| l.decision.limit != UNLIMITED)
                 .map(|l| LimitBody {
                     name: &l.rule,
                     limit: l.decision.limit,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use floodgate::{Descriptors, Outcome};
-use floodgate_server::config::{self, UNLIMITED, envoy_descriptors};
+use floodgate_server::config::{self, envoy_descriptors};
 
 use super::{TestEngine, engine, fixture, hammer};
 
@@ -43,6 +43,39 @@ fn every_limited_path_is_a_rule() {
     assert_eq!(keys.len(), 6);
 }
 
+/// Specific values beside catch-all entries at two levels of one path: each specific value is
+/// carved out of the catch-all at its own level, as envoyproxy/ratelimit's tree walk does.
+#[tokio::test]
+async fn values_carved_out_at_two_levels_escape_the_catch_all() {
+    let config = config::parse(
+        "two_levels.yaml",
+        "domain: d
+descriptors:
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: 1}
+      - key: b
+        value: y
+        rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: a
+    value: x
+    rate_limit: {unlimited: true}
+",
+    )
+    .unwrap();
+    let mut domains = config.domains;
+    let engine = engine(domains.remove("d").unwrap()).0;
+    let count = |entries: &'static [(&'static str, &'static str)]| {
+        let engine = &engine;
+        async move { hammer(engine, &envoy(entries), 10).await.0 }
+    };
+    assert_eq!(count(&[("a", "1"), ("b", "2")]).await, 1, "the catch-all a → b");
+    assert_eq!(count(&[("a", "1"), ("b", "y")]).await, 3, "b = y has its own limit, not the catch-all's too");
+    assert_eq!(count(&[("a", "x"), ("b", "2")]).await, 10, "a = x is unlimited: nothing below it applies");
+    assert_eq!(count(&[("a", "x"), ("b", "y")]).await, 10);
+}
+
 #[tokio::test]
 async fn per_address_limit_applies_per_value_and_resets_each_second() {
     let engine = edge_proxy();
@@ -77,9 +110,8 @@ async fn unlimited_value_escapes_the_less_specific_limit() {
     let office = envoy(&[("remote_address", "50.0.0.5")]);
     let (allowed, last) = hammer(&engine, &office, 1000).await;
     assert_eq!(allowed, 1000);
-    // What the gRPC service sees: no enforced limit, only the never-denying stand-in.
-    assert!(last.limits.iter().all(|l| !l.enforced && l.decision.limit == UNLIMITED), "{:?}", last.limits);
-    assert_eq!(last.enforced().count(), 0);
+    // What the gRPC service sees: no rule applies, so the descriptor is OK with no limit.
+    assert!(last.limits.is_empty(), "no rule applies to it: {:?}", last.limits);
 }
 
 #[tokio::test]

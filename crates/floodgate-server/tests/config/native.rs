@@ -97,6 +97,34 @@ async fn a_default_limit_covers_unlisted_and_missing_values() {
 }
 
 #[tokio::test]
+async fn a_not_condition_excludes_the_listed_values() {
+    let config = config::parse(
+        "not.yaml",
+        "rules:
+  - name: external
+    match: { plan: { not: [internal, staff] } }
+    key: [user]
+    algorithm: fixed_window
+    limit: 1
+    window: 1m
+",
+    )
+    .unwrap();
+    let (engine, _clock) = engine(config.policy);
+    let (allowed, _) = hammer(&engine, &request(&[("user", "u1"), ("plan", "free")]), 3).await;
+    assert_eq!(allowed, 1);
+    let (allowed, _) = hammer(&engine, &request(&[("user", "u2"), ("plan", "staff")]), 3).await;
+    assert_eq!(allowed, 3, "a listed value is not subject to the rule");
+    let (allowed, _) = hammer(&engine, &request(&[("user", "u3")]), 3).await;
+    assert_eq!(allowed, 3, "without the descriptor the condition does not hold");
+    let both = config::parse(
+        "both.yaml",
+        "rules:\n  - name: r\n    match: { plan: { present: true, not: [x] } }\n    algorithm: fixed_window\n    limit: 1\n    window: 1m\n",
+    );
+    assert!(both.unwrap_err().message.contains("either"), "present and not together are refused");
+}
+
+#[tokio::test]
 async fn match_rollout_tag_and_concurrency_behave() {
     let config = config::load(&fixture("behaviour.yaml")).unwrap();
     assert_eq!(config.headers, HeaderStyle::Ietf);
