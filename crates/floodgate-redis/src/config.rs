@@ -1,0 +1,84 @@
+//! [`RedisConfig`]: where the Redis store connects and how it behaves.
+
+use std::time::Duration;
+
+/// Which Redis the store talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One Redis node (or a primary behind a proxy): `redis://[user:password@]host:port[/db]`,
+    /// `rediss://` for TLS where the `redis` crate is built with it, `redis+unix:///path` for a socket.
+    Node(String),
+    /// A Redis Cluster, found from any of these seed nodes (`redis://host:port` each).
+    Cluster(Vec<String>),
+}
+
+/// Which part of a key picks its cluster slot.
+///
+/// Keys in one slot are applied by one atomic script call; a request whose keys span slots goes
+/// through the consume-then-refund protocol (see the crate docs). On a single node the tag changes
+/// nothing but the key's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HashTag {
+    /// The whole key: limits spread evenly over the cluster; a request with several limits usually
+    /// spans slots.
+    #[default]
+    Key,
+    /// The value of this descriptor, for keys made with it (`tenant`): every limit of one tenant
+    /// lives in one slot, so a request's per-user, per-tenant and per-route-and-tenant limits stay
+    /// in one atomic call. Keys without the descriptor fall back to [`HashTag::Key`].
+    Descriptor(String),
+}
+
+/// Redis store settings. Every field has a documented default; build with
+/// [`RedisConfig::node`] or [`RedisConfig::cluster`] and adjust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Where to connect (default `redis://127.0.0.1:6379`).
+    pub target: Target,
+    /// Prepended to every key (default `"fg:"`); must not contain `{` or `}`.
+    pub prefix: String,
+    /// The longest a call may take, waiting for a free slot included; past it the call fails with
+    /// [`StoreError::Timeout`](floodgate::StoreError::Timeout) and the rules' failure policies
+    /// decide (default 5 ms).
+    pub deadline: Duration,
+    /// The longest a connection attempt may take (default 1 s). Calls never wait for it longer
+    /// than their deadline.
+    pub connect_timeout: Duration,
+    /// The most calls in flight at once per store; more wait (within their deadline) for one to
+    /// finish (default 1024). Also the multiplexed connection's pipeline buffer.
+    pub max_in_flight: usize,
+    /// Which part of a key picks its cluster slot (default [`HashTag::Key`]).
+    pub hash_tag: HashTag,
+}
+
+impl RedisConfig {
+    /// A single node at `url`, with the defaults.
+    pub fn node(url: impl Into<String>) -> Self {
+        RedisConfig { target: Target::Node(url.into()), ..RedisConfig::default() }
+    }
+
+    /// A cluster found from `seeds`, with the defaults.
+    pub fn cluster<I, S>(seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisConfig {
+            target: Target::Cluster(seeds.into_iter().map(Into::into).collect()),
+            ..RedisConfig::default()
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            target: Target::Node("redis://127.0.0.1:6379".into()),
+            prefix: "fg:".into(),
+            deadline: Duration::from_millis(5),
+            connect_timeout: Duration::from_secs(1),
+            max_in_flight: 1024,
+            hash_tag: HashTag::Key,
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Floodgate's Redis store: many Floodgate instances (or application processes using the library)
+//! share their limits in one Redis node or Redis Cluster, exactly as correct as the memory store.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::num::NonZeroU64;
+//! use std::time::Duration;
+//! use floodgate::{Descriptors, Engine, Policy, Rule};
+//! use floodgate_core::FixedWindow;
+//! use floodgate_redis::{RedisConfig, RedisStore};
+//!
+//! # let server = floodgate_testkit::redis::RedisServer::start();
+//! # let url = server.url();
+//! // let url = "redis://127.0.0.1:6379";
+//! let store = RedisStore::connect(RedisConfig::node(url)).await?;
+//! let per_user = Rule::new("per-user", FixedWindow::try_new(NonZeroU64::new(2).unwrap(), Duration::from_secs(60))?)
+//!     .key(["user"]);
+//! let engine = Engine::new(Policy::new([per_user])?, store);
+//! let alice = Descriptors::new().with("user", "alice");
+//! assert!(engine.check(&alice, 1).await?.allowed);
+//! assert!(engine.check(&alice, 1).await?.allowed);
+//! assert!(!engine.check(&alice, 1).await?.allowed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Design
+//!
+//! - **One script, one round trip per decision.** All the limits of a request go to one Lua script
+//!   (the `src/lua/*.lua` files, one per algorithm plus a prelude and a driver, each opening with its
+//!   KEYS/ARGV contract), called with `EVALSHA`; after a restart, failover or `SCRIPT FLUSH` the
+//!   `NOSCRIPT` answer reloads it transparently (on every node of a cluster). The script reads every
+//!   limit's state and decides; only when every enforced limit allows do the allowing limits consume
+//!   (a denied request consumes nothing); limits that allow but are not taken report their state as
+//!   it stays — the memory store's semantics, decision for decision (a differential test compares
+//!   the two on random traffic).
+//! - **Redis's clock.** The script reads `TIME`, so instances whose clocks disagree still agree on
+//!   every decision. Quota periods (calendar days and months in a time zone) cannot be computed in
+//!   Lua: the store sends the bounds of the period containing its best guess of Redis's time (the
+//!   process clock plus the offset seen in the last reply); when Redis's time falls outside them the
+//!   script writes nothing and answers with its time, and the store asks again with the right
+//!   bounds — one extra round trip around a period boundary when the clocks differ, never a wrong
+//!   count. [`RedisStore::with_clock`] replaces `TIME` by a test clock for deterministic tests.
+//! - **Compact state, always expiring.** One key per limit: a token bucket or GCRA is one number
+//!   (its theoretical arrival time); a fixed window or quota 16 bytes (window start, count); a
+//!   sliding window 24 bytes (start, previous count, current count); a sliding log a sorted set of
+//!   admissions; a concurrency limit a sorted set of leases by expiry. Every write leaves the key with
+//!   an expiry no earlier than the moment its state is back to fresh (buckets round it up to whole
+//!   seconds so that a busy key refreshes its TTL about once a second: `SET … KEEPTTL` in between).
+//!   Keys are `<prefix>{<tag>}<algorithm letter><engine key>` (see [`HashTag`]).
+//! - **Exact arithmetic in doubles.** Lua numbers are doubles, exact to 2^53. Times are µs since the
+//!   epoch (2^53 µs is the year 2255); costs are clamped to 2^52 (the memory store saturates at
+//!   2^64 — only reports of absurd costs can tell the difference); a limit's windows, leases and
+//!   bucket spans must stay below 2^52 µs (142 years) and a sliding window's `limit × window µs`
+//!   below 2^53 (e.g. 10^6 per hour, or 10^5 per day), or the store answers with a permanent error.
+//!   Divisions are corrected to be exact.
+//! - **Deadline and errors.** Every call (waiting for one of the `max_in_flight` slots included)
+//!   ends within [`RedisConfig::deadline`] (default 5 ms) or fails with
+//!   [`StoreError::Timeout`](floodgate::StoreError::Timeout); errors say whether they are transient
+//!   (connection, loading, failover, cluster resharding) so the engine applies each rule's
+//!   `on_store_error`. The connection is one multiplexed, auto-pipelining connection (per cluster
+//!   node) that reconnects in the background.
+//!
+//! # Redis Cluster
+//!
+//! A key's slot is picked by its hash tag ([`HashTag::Key`] by default, or one descriptor's value
+//! with [`HashTag::Descriptor`] so that all the limits of, say, one tenant share a slot). `MOVED`
+//! and `ASK` (resharding, failover) are followed by the `redis` crate's cluster client. A request
+//! whose keys share a slot is one atomic call. A request whose keys span slots uses
+//! **consume-then-refund**: every slot applies its own keys all-or-nothing, all slots at once; if
+//! one slot denies, the slots that admitted give back what they took (one more parallel round trip)
+//! and the request is denied. It never over-admits: no limit ever holds more than it would without
+//! the denied request. Its worst case is transient **under**-admission: between the two round
+//! trips another request may see the limits of the admitting slots charged with the denied
+//! request's cost and be denied; and if the refund is lost (the process dies, Redis times out or
+//! fails over in between) that cost stays charged until it replenishes by itself — the rest of the
+//! window for windows and logs, `cost × interval` for buckets, the lease for concurrency, the rest
+//! of the period for quotas. The tests measure it.
+
+mod config;
+mod error;
+mod key;
+mod script;
+mod store;
+
+pub use config::{HashTag, RedisConfig, Target};
+pub use store::RedisStore;
+
+/// The Lua script the store runs (the files of `src/lua`, concatenated), for tools that measure or
+/// load it themselves (the benchmark compares `redis-benchmark EVALSHA` of it with the store).
+pub fn script_source() -> &'static str {
+    script::SOURCE
+}

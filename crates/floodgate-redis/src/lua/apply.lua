@@ -1,0 +1,68 @@
+-- The driver: runs the ops of the request through their algorithms, all-or-nothing.
+--
+-- KEYS/ARGV and return value: see prelude.lua, which this file closes. In order:
+-- 1. every op reads its key and decides (nothing is written yet);
+-- 2. 'c' check: when every enforced op allows, the ops that allow consume (their lease ids are
+--    returned); otherwise nothing is written and the ops that allowed report their status (the state
+--    as it stays). 'p' peek: nothing is written; when the request would be denied, the ops that
+--    allowed report their status. 'd': a peek denied elsewhere, so the ops that allow report their
+--    status. 'r' report: every op consumes, and reports its status after. 'u' undo: every op gives
+--    its grant back, and reports its status after.
+
+local function algo(letter)
+  if letter == 'b' then return bucket end
+  if letter == 'f' or letter == 'q' then return window end
+  if letter == 's' then return sliding end
+  if letter == 'l' then return log end
+  return lease
+end
+-- Sized once for up to 4 ops (growing a table op by op rehashes it); unused slots are cleared below.
+local out = {now, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+for k = 5 * n + 2, 21 do out[k] = nil end
+local admitted = true
+for i = 1, n do
+  local base = 3 + stride * (i - 1)
+  local f = algo(ARGV[base + 1])
+  local cost = tonumber(ARGV[base + 2])
+  local ok, rem, reset, retry = f('d', i, KEYS[i], cost, tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
+    tonumber(ARGV[base + 6]))
+  local o = 5 * i - 3
+  out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, rem, reset, retry, 0
+  if ok == 0 and ARGV[base + 3] == '1' then admitted = false end
+end
+
+if mode == 'c' or mode == 'p' or mode == 'd' then
+  if mode == 'd' then admitted = false end
+  if mode == 'p' and admitted then return out end
+  for i = 1, n do
+    local o = 5 * i - 3
+    if out[o] == 1 then
+      local base = 3 + stride * (i - 1)
+      local f = algo(ARGV[base + 1])
+      local cost, p1, p2, p3 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
+        tonumber(ARGV[base + 6])
+      if admitted then
+        out[o + 4] = f('w', i, KEYS[i], cost, p1, p2, p3)
+      else
+        out[o + 1], out[o + 2] = f('s', i, KEYS[i], cost, p1, p2, p3)
+      end
+    end
+  end
+  return out
+end
+
+for i = 1, n do
+  local base = 3 + stride * (i - 1)
+  local f = algo(ARGV[base + 1])
+  local cost, p1, p2, p3 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
+    tonumber(ARGV[base + 6])
+  local o = 5 * i - 3
+  if mode == 'r' then
+    out[o + 4] = f('w', i, KEYS[i], cost, p1, p2, p3)
+  else
+    f('u', i, KEYS[i], cost, p1, p2, p3, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 8]))
+  end
+  out[o], out[o + 3] = 1, 0
+  out[o + 1], out[o + 2] = f('s', i, KEYS[i], cost, p1, p2, p3)
+end
+return out

@@ -1,0 +1,78 @@
+-- Floodgate: apply the limits of one request, atomically, in one call.
+--
+-- This file opens the one script the Redis store runs (prelude.lua, the algorithm files, then
+-- apply.lua, concatenated in that order by `script.rs`). The contract of the whole script:
+--
+-- KEYS[i]   the state key of op i (one key per limit; all in one hash slot on a cluster).
+-- ARGV[1]   mode: 'c' check (all-or-nothing), 'p' peek, 'd' peek of a request known to be denied
+--           elsewhere (cross-slot), 'r' report (consume, never deny), 'u' undo (give grants back).
+-- ARGV[2]   now in µs since the Unix epoch, or '' to read Redis's own clock (TIME): the test clock.
+-- ARGV[3]   slack in ms added to every expiry set (0 in production; tests on a manual clock raise it
+--           because Redis expires keys on its own clock).
+-- then, per op, `stride` arguments (6, or 8 in mode 'u'):
+--   algo    'b' token bucket / GCRA, 'f' fixed window, 'q' quota, 's' sliding window,
+--           'l' sliding log, 'c' concurrency
+--   cost    ≥ 1 (already checked against the capacity for 'c', 'p' and 'd')
+--   enforce '1' when the op's denial denies the request, '0' for shadow ops
+--   p1 p2 p3  the limit's parameters:
+--           b: interval µs, burst        f: limit, window µs       s: limit, window µs
+--           l: limit, window µs          c: limit, lease µs        q: limit, period start, period end
+--   (mode 'u' only) at, extra: the grant's time; for 'c' the lease id, for 'q' the start of the
+--           period the grant was taken in
+--
+-- Returns {now, then per op: allowed (1/0), remaining, reset_after µs, retry_after µs (0 when
+-- allowed), lease id (0 unless a concurrency permit was granted)} — or {-1, now} when a quota op's
+-- period bounds do not contain now (the caller recomputes them for that now and calls again; nothing
+-- was written).
+--
+-- Numbers are Lua doubles: every time, count and product stays below 2^53 (the store clamps costs and
+-- refuses limits whose arithmetic would not; see the crate docs).
+
+-- Globals read through Redis's protected global table are slower than locals: look them up once.
+local tonumber, call, format, floor = tonumber, redis.call, string.format, math.floor
+
+local mode = ARGV[1]
+local now = tonumber(ARGV[2])
+if not now then
+  local t = call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local slack = tonumber(ARGV[3])
+local n = #KEYS
+local stride = 6
+if mode == 'u' then stride = 8 end
+local MAX = 9007199254740992
+-- Per-op state between phases: op i owns S[4i-3] .. S[4i].
+local S = {}
+
+local use_b, use_f, use_s, use_l, use_c
+for i = 1, n do
+  local base = 3 + stride * (i - 1)
+  local a = ARGV[base + 1]
+  if a == 'b' then use_b = true
+  elseif a == 'f' then use_f = true
+  elseif a == 'q' then
+    use_f = true
+    if now < tonumber(ARGV[base + 5]) or now >= tonumber(ARGV[base + 6]) then return {-1, now} end
+  elseif a == 's' then use_s = true
+  elseif a == 'l' then use_l = true
+  elseif a == 'c' then use_c = true
+  end
+end
+
+-- floor(a / b) exactly, for integers 0 <= a < 2^53 and b >= 1: the quotient of two doubles may round
+-- up to the next integer, never down past one.
+local function fdiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then q = q - 1 end
+  return q
+end
+
+-- Milliseconds from now until `exp` µs, rounded up, at least 1, plus the slack.
+local function ttl(exp)
+  local d = exp - now
+  if d < 1000 then return 1 + slack end
+  return math.ceil(d / 1000) + 1 + slack
+end
+
+local bucket, window, sliding, log, lease

@@ -1,0 +1,201 @@
+//! The one Lua script, its arguments and its answer.
+
+use std::sync::LazyLock;
+
+use floodgate::Limit;
+use floodgate::StoreError;
+use floodgate_core::Timestamp;
+use redis::{Script, ScriptInvocation};
+
+/// The script's source: the contract is at the top of `lua/prelude.lua`.
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("lua/prelude.lua"),
+    "\n",
+    include_str!("lua/bucket.lua"),
+    "\n",
+    include_str!("lua/window.lua"),
+    "\n",
+    include_str!("lua/sliding.lua"),
+    "\n",
+    include_str!("lua/log.lua"),
+    "\n",
+    include_str!("lua/lease.lua"),
+    "\n",
+    include_str!("lua/apply.lua"),
+);
+
+/// The script, hashed once.
+pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+
+/// Values at or above this are not exact in a Lua double: 2^53.
+pub(crate) const LUA_EXACT: u64 = 1 << 53;
+/// Costs and lengths are clamped (costs) or limited (parameters) to 2^52, leaving headroom for sums
+/// with timestamps.
+pub(crate) const LUA_MAX: u64 = 1 << 52;
+
+/// What the script does with the ops (`ARGV[1]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScriptMode {
+    Check,
+    Peek,
+    /// A peek whose request another slot denies: allowed ops report their status.
+    PeekDenied,
+    Report,
+    /// Give grants back, report the status after.
+    Undo,
+}
+
+impl ScriptMode {
+    fn arg(self) -> &'static str {
+        match self {
+            ScriptMode::Check => "c",
+            ScriptMode::Peek => "p",
+            ScriptMode::PeekDenied => "d",
+            ScriptMode::Report => "r",
+            ScriptMode::Undo => "u",
+        }
+    }
+}
+
+/// One op as the script takes it.
+#[derive(Debug, Clone)]
+pub(crate) struct ScriptOp<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) limit: &'a Limit,
+    pub(crate) cost: u64,
+    pub(crate) enforce: bool,
+    /// For [`ScriptMode::Undo`]: the grant's time and lease id.
+    pub(crate) grant: Option<(Timestamp, u64)>,
+}
+
+/// A limit whose arithmetic the script cannot do exactly.
+fn out_of_range(limit: &Limit, what: &str) -> StoreError {
+    StoreError::Backend {
+        message: format!(
+            "{} limit out of the Redis store's range: {what} must stay below 2^52 (2^53 for \
+             sliding_window's limit × window µs)",
+            limit.algorithm_name()
+        ),
+        transient: false,
+        source: None,
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Builds the invocation of `ops` in `mode`. `now` is the test clock's time (`None`: Redis's
+/// clock); `estimate` is the time quota periods are computed for.
+pub(crate) fn invocation<'a>(
+    mode: ScriptMode,
+    now: Option<Timestamp>,
+    slack_ms: u64,
+    estimate: Timestamp,
+    ops: impl Iterator<Item = ScriptOp<'a>>,
+) -> Result<ScriptInvocation<'static>, StoreError> {
+    let mut inv = SCRIPT.prepare_invoke();
+    inv.arg(mode.arg());
+    match now {
+        Some(t) => inv.arg(t.as_micros()),
+        None => inv.arg(""),
+    };
+    inv.arg(slack_ms);
+    for op in ops {
+        inv.key(op.key);
+        let (algo, p1, p2, p3) = params(op.limit, estimate)?;
+        inv.arg(algo).arg(op.cost.min(LUA_MAX)).arg(if op.enforce { "1" } else { "0" }).arg(p1).arg(p2);
+        match p3 {
+            Some(p3) => inv.arg(p3),
+            None => inv.arg(""),
+        };
+        if mode == ScriptMode::Undo {
+            let (at, lease) = op.grant.unwrap_or_default();
+            let extra = match op.limit {
+                Limit::Quota(q) => q.calendar().bounds(at).0.as_micros(),
+                _ => lease,
+            };
+            inv.arg(at.as_micros()).arg(extra);
+        }
+    }
+    Ok(inv)
+}
+
+/// `(algorithm, p1, p2, p3)` of a limit, as the script's contract names them.
+fn params(limit: &Limit, now: Timestamp) -> Result<(&'static str, u64, u64, Option<u64>), StoreError> {
+    let capacity = limit.capacity();
+    if capacity >= LUA_MAX {
+        return Err(out_of_range(limit, "the limit"));
+    }
+    Ok(match limit {
+        Limit::FixedWindow(a) => ("f", capacity, window(limit, micros(a.window()))?, None),
+        Limit::SlidingLog(a) => ("l", capacity, window(limit, micros(a.window()))?, None),
+        Limit::Concurrency(a) => ("c", capacity, window(limit, micros(a.lease()))?, None),
+        Limit::SlidingWindow(a) => {
+            let w = window(limit, micros(a.window()))?;
+            if u128::from(capacity) * u128::from(w) >= u128::from(LUA_EXACT) {
+                return Err(out_of_range(limit, "limit × window"));
+            }
+            ("s", capacity, w, None)
+        }
+        Limit::TokenBucket(_) | Limit::Gcra(_) => {
+            let (interval, span) = match limit {
+                Limit::TokenBucket(a) => (a.rate().interval_us(), micros(a.fill_time())),
+                Limit::Gcra(a) => (a.rate().interval_us(), micros(a.fill_time())),
+                _ => unreachable!("matched above"),
+            };
+            if span >= LUA_MAX {
+                return Err(out_of_range(limit, "burst × interval"));
+            }
+            ("b", interval, capacity, None)
+        }
+        Limit::Quota(q) => {
+            let (start, end) = q.calendar().bounds(now);
+            ("q", capacity, start.as_micros(), Some(end.as_micros().min(LUA_EXACT)))
+        }
+    })
+}
+
+fn window(limit: &Limit, w: u64) -> Result<u64, StoreError> {
+    if w >= LUA_MAX { Err(out_of_range(limit, "the window")) } else { Ok(w) }
+}
+
+/// The script's answer.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// The decisions, at Redis's `now`: five numbers per op (see [`Row`]).
+    Done { now: Timestamp, rows: Vec<i64> },
+    /// A quota op's period does not contain Redis's `now`; nothing was written.
+    Retry { now: Timestamp },
+}
+
+/// One op's numbers in a reply: allowed, remaining, reset_after µs, retry_after µs, lease id.
+pub(crate) type Row = [i64; 5];
+
+pub(crate) fn parse(reply: Vec<i64>, ops: usize) -> Result<Reply, StoreError> {
+    let bad = || StoreError::Backend {
+        message: format!("unexpected script reply of {} numbers for {ops} ops", reply.len()),
+        transient: false,
+        source: None,
+    };
+    match reply.first() {
+        Some(-1) => {
+            let now = reply.get(1).copied().ok_or_else(bad)?;
+            Ok(Reply::Retry { now: Timestamp::from_micros(u64::try_from(now).map_err(|_| bad())?) })
+        }
+        Some(now) if reply.len() == 1 + 5 * ops => {
+            let now = Timestamp::from_micros(u64::try_from(*now).map_err(|_| bad())?);
+            let mut rows = reply;
+            rows.remove(0);
+            Ok(Reply::Done { now, rows })
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// Row `i` of `rows`.
+pub(crate) fn row(rows: &[i64], i: usize) -> Row {
+    let mut r = [0; 5];
+    r.copy_from_slice(&rows[5 * i..5 * i + 5]);
+    r
+}

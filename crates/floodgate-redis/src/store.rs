@@ -1,0 +1,528 @@
+//! [`RedisStore`]: the [`Store`] over one Redis node or a Redis Cluster.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use floodgate::Limit;
+use floodgate::store::{Applied, Mode, Op, OpResult, Store, StoreError};
+use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
+use futures_util::future::join_all;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, ScriptInvocation};
+use smallvec::SmallVec;
+use tokio::sync::Semaphore;
+
+use crate::error::classify;
+use crate::key::{ALGORITHM_TAGS, algorithm_tag, redis_key, tag};
+use crate::script::{self, Reply, Row, SCRIPT, ScriptMode, ScriptOp};
+use crate::{HashTag, RedisConfig, Target};
+
+/// Slack added to every expiry under a test clock: Redis expires keys on its own clock, which does
+/// not follow the test's.
+const TEST_CLOCK_SLACK_MS: u64 = 3_600_000;
+
+/// Floodgate's store in Redis: one Lua call applies all the limits of a request, all-or-nothing, on
+/// Redis's clock. See the [crate docs](crate) for the design.
+///
+/// Cloning shares the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+    time: Time,
+    /// The process clock, only to guess Redis's time for quota periods (see `estimate`).
+    local: Arc<dyn Clock>,
+    /// Redis's clock minus `local`, µs, as of the last reply.
+    offset_us: Arc<AtomicI64>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("cluster", &matches!(self.shared.conn, Conn::Cluster(_)))
+            .field("prefix", &String::from_utf8_lossy(&self.shared.prefix))
+            .field("deadline", &self.shared.deadline)
+            .field("test_clock", &matches!(self.time, Time::Explicit(_)))
+            .finish()
+    }
+}
+
+/// Where a decision's time comes from.
+#[derive(Clone)]
+enum Time {
+    /// Redis's `TIME`, inside the script: the one authority all instances share.
+    Redis,
+    /// A test clock, sent with every call.
+    Explicit(Arc<dyn Clock>),
+}
+
+#[derive(Clone)]
+enum Conn {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+struct Shared {
+    conn: Conn,
+    prefix: Box<[u8]>,
+    hash_tag: HashTag,
+    deadline: Duration,
+    in_flight: Semaphore,
+}
+
+/// One op, ready for the script.
+struct Prepared<'a> {
+    op: &'a Op<'a>,
+    key: Vec<u8>,
+    slot: u16,
+}
+
+/// A slot's share of a request: indices into the ops.
+type Group = SmallVec<[usize; 4]>;
+
+/// The answer of one call for one group.
+struct Answer {
+    now: Timestamp,
+    rows: Vec<i64>,
+}
+
+impl Answer {
+    fn row(&self, k: usize) -> Row {
+        script::row(&self.rows, k)
+    }
+
+    /// Whether every enforced op of `group` allowed.
+    fn admitted(&self, ops: &[Op<'_>], group: &[usize]) -> bool {
+        group.iter().enumerate().all(|(k, &i)| !ops[i].enforce || self.row(k)[0] == 1)
+    }
+}
+
+fn config_error(message: String) -> StoreError {
+    StoreError::Backend { message, transient: false, source: None }
+}
+
+// === impl RedisStore ===
+
+impl RedisStore {
+    /// Connects and loads the script, failing when Redis cannot be reached within
+    /// `config.connect_timeout`. Must be called within a Tokio runtime.
+    pub async fn connect(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        let connect_timeout = config.connect_timeout;
+        let store = RedisStore::connect_lazy(config)?;
+        let mut conn = store.shared.conn.clone();
+        let load = async {
+            match &mut conn {
+                Conn::Node(c) => SCRIPT.load_async(c).await,
+                Conn::Cluster(c) => SCRIPT.load_async(c).await,
+            }
+        };
+        match tokio::time::timeout(connect_timeout, load).await {
+            Ok(Ok(_)) => Ok(store),
+            Ok(Err(e)) => Err(classify(e, connect_timeout)),
+            Err(_) => Err(StoreError::Timeout(connect_timeout)),
+        }
+    }
+
+    /// Builds the store without connecting: the connection is made by the first call and remade
+    /// after failures, in the background. Must be called within a Tokio runtime. Fails only on an
+    /// invalid configuration.
+    pub fn connect_lazy(config: RedisConfig) -> Result<RedisStore, StoreError> {
+        if config.prefix.contains(['{', '}']) {
+            return Err(config_error(format!(
+                "the key prefix {:?} must not contain '{{' or '}}'",
+                config.prefix
+            )));
+        }
+        if config.deadline.is_zero() || config.max_in_flight == 0 {
+            return Err(config_error("the deadline and max_in_flight must be above zero".into()));
+        }
+        let bad = |e: RedisError| config_error(format!("invalid Redis configuration: {e}"));
+        let conn = match &config.target {
+            Target::Node(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(bad)?;
+                let manager = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(config.deadline))
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_pipeline_buffer_size(config.max_in_flight)
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_millis(500))
+                    .set_number_of_retries(2);
+                Conn::Node(ConnectionManager::new_lazy_with_config(client, manager).map_err(bad)?)
+            }
+            Target::Cluster(seeds) => {
+                let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                    .connection_timeout(config.connect_timeout)
+                    .response_timeout(config.deadline)
+                    .retries(3)
+                    .min_retry_wait(1)
+                    .max_retry_wait(10)
+                    .build()
+                    .map_err(bad)?;
+                let cluster = ClusterConfig::new()
+                    .set_connection_timeout(config.connect_timeout)
+                    .set_response_timeout(config.deadline);
+                Conn::Cluster(client.get_pending_async_connection_with_config(cluster))
+            }
+        };
+        Ok(RedisStore {
+            shared: Arc::new(Shared {
+                conn,
+                prefix: config.prefix.into_bytes().into_boxed_slice(),
+                hash_tag: config.hash_tag,
+                deadline: config.deadline,
+                in_flight: Semaphore::new(config.max_in_flight),
+            }),
+            time: Time::Redis,
+            local: Arc::new(SystemClock::new()),
+            offset_us: Arc::new(AtomicI64::new(0)),
+        })
+    }
+
+    /// This store (sharing its connection) on a test clock: every call sends the clock's time
+    /// instead of reading Redis's, so tests are deterministic (the conformance suite and the
+    /// differential test run this way). Keys then live an hour longer than their state needs,
+    /// since Redis expires them on its own clock.
+    ///
+    /// **For tests only**: stores on different explicit clocks do not share a time authority.
+    pub fn with_clock(&self, clock: impl Clock) -> RedisStore {
+        RedisStore { time: Time::Explicit(Arc::new(clock)), ..self.clone() }
+    }
+
+    /// This store (sharing its connection) with another process clock. Decisions never read it —
+    /// Redis's clock decides — but quota periods are first computed for the process clock's time
+    /// moved by the offset to Redis's seen in the last reply; tests use this to give instances
+    /// skewed clocks.
+    pub fn with_local_clock(&self, clock: impl Clock) -> RedisStore {
+        RedisStore { local: Arc::new(clock), offset_us: Arc::new(AtomicI64::new(0)), ..self.clone() }
+    }
+
+    /// Whether this store talks to a cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.shared.conn, Conn::Cluster(_))
+    }
+
+    /// The Redis keys that hold the state of an engine `key` under `limit`, as this store names
+    /// them (for inspection and tests).
+    pub fn redis_key(&self, key: &[u8], limit: &Limit) -> Vec<u8> {
+        let (t, _) = tag(key, &self.shared.hash_tag);
+        let mut out = Vec::new();
+        redis_key(&mut out, &self.shared.prefix, &t, algorithm_tag(limit), key);
+        out
+    }
+
+    /// The cluster slot of an engine `key`'s state.
+    pub fn slot(&self, key: &[u8]) -> u16 {
+        tag(key, &self.shared.hash_tag).1
+    }
+
+    fn explicit_now(&self) -> Option<Timestamp> {
+        match &self.time {
+            Time::Redis => None,
+            Time::Explicit(clock) => Some(clock.now()),
+        }
+    }
+
+    fn slack_ms(&self) -> u64 {
+        match self.time {
+            Time::Redis => 0,
+            Time::Explicit(_) => TEST_CLOCK_SLACK_MS,
+        }
+    }
+
+    /// The best guess of Redis's time, for quota periods: the process clock moved by the offset
+    /// seen in the last reply. A wrong guess near a period boundary costs one more round trip
+    /// (the script refuses bounds that do not contain its `now`), never a wrong decision.
+    fn estimate(&self) -> Timestamp {
+        if let Some(now) = self.explicit_now() {
+            return now;
+        }
+        let local = self.local.now().as_micros();
+        let offset = self.offset_us.load(Ordering::Relaxed);
+        Timestamp::from_micros(local.saturating_add_signed(offset))
+    }
+
+    fn observe(&self, redis_now: Timestamp) {
+        if let Time::Redis = self.time {
+            let local = self.local.now().as_micros();
+            let offset = i128::from(redis_now.as_micros()) - i128::from(local);
+            let offset = i64::try_from(offset).unwrap_or(0);
+            self.offset_us.store(offset, Ordering::Relaxed);
+        }
+    }
+
+    async fn invoke(&self, inv: &ScriptInvocation<'static>) -> Result<Vec<i64>, RedisError> {
+        match self.shared.conn.clone() {
+            Conn::Node(mut c) => inv.invoke_async(&mut c).await,
+            Conn::Cluster(mut c) => inv.invoke_async(&mut c).await,
+        }
+    }
+
+    /// One script call for the ops `group` of `prepared`, retried when Redis's time falls outside the
+    /// quota periods computed for it.
+    async fn call(
+        &self,
+        prepared: &[Prepared<'_>],
+        group: &[usize],
+        mode: ScriptMode,
+        grants: Option<&[Option<Grant>]>,
+    ) -> Result<Answer, StoreError> {
+        let mut estimate = self.estimate();
+        for _ in 0..3 {
+            let ops = group.iter().map(|&i| {
+                let p = &prepared[i];
+                let grant = grants.and_then(|g| g[i]).map(|g| (g.at, g.lease));
+                let cost = grants.and_then(|g| g[i]).map_or(p.op.cost, |g| g.cost);
+                ScriptOp { key: &p.key, limit: p.op.limit, cost, enforce: p.op.enforce, grant }
+            });
+            let inv = script::invocation(mode, self.explicit_now(), self.slack_ms(), estimate, ops)?;
+            let reply = self.invoke(&inv).await.map_err(|e| classify(e, self.shared.deadline))?;
+            match script::parse(reply, group.len())? {
+                Reply::Done { now, rows } => {
+                    self.observe(now);
+                    return Ok(Answer { now, rows });
+                }
+                Reply::Retry { now } => estimate = now,
+            }
+        }
+        Err(StoreError::Backend {
+            message: "quota period bounds kept missing Redis's clock".into(),
+            transient: true,
+            source: None,
+        })
+    }
+
+    fn prepare<'a>(&self, ops: &'a [Op<'a>]) -> SmallVec<[Prepared<'a>; 4]> {
+        ops.iter()
+            .map(|op| {
+                let (t, slot) = tag(op.key, &self.shared.hash_tag);
+                let mut key = Vec::new();
+                redis_key(&mut key, &self.shared.prefix, &t, algorithm_tag(op.limit), op.key);
+                Prepared { op, key, slot }
+            })
+            .collect()
+    }
+
+    /// The ops grouped by slot: one group on a single node.
+    fn groups(&self, prepared: &[Prepared<'_>]) -> SmallVec<[Group; 2]> {
+        let mut groups: SmallVec<[(u16, Group); 2]> = SmallVec::new();
+        let cluster = self.is_cluster();
+        for (i, p) in prepared.iter().enumerate() {
+            let slot = if cluster { p.slot } else { 0 };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, g)) => g.push(i),
+                None => groups.push((slot, SmallVec::from_slice(&[i]))),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
+    async fn apply_within(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
+        let _permit =
+            self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
+        let prepared = self.prepare(ops);
+        let groups = self.groups(&prepared);
+        let script_mode = match mode {
+            Mode::Check => ScriptMode::Check,
+            Mode::Peek => ScriptMode::Peek,
+            Mode::Report => ScriptMode::Report,
+        };
+        if let [group] = &groups[..] {
+            let answer = self.call(&prepared, group, script_mode, None).await?;
+            let admitted = mode != Mode::Peek && answer.admitted(ops, group);
+            fill(out, ops, mode, admitted, &[(group, &answer)]);
+            return Ok(());
+        }
+
+        // Keys in several slots: each slot applies its ops all-or-nothing, all slots at once; then
+        // the slots that consumed give it back unless every slot admitted. Never over-admits; see
+        // the crate docs for the worst case.
+        let results = join_all(groups.iter().map(|g| self.call(&prepared, g, script_mode, None))).await;
+        if results.iter().any(Result::is_err) {
+            if mode == Mode::Check {
+                // Slots that admitted consumed: give it back in the background, answer now.
+                for (g, r) in groups.iter().zip(&results) {
+                    if let Ok(a) = r {
+                        self.undo_later(&prepared, ops, g, a);
+                    }
+                }
+            }
+            let mut errors = results.into_iter().filter_map(Result::err);
+            return Err(errors.next().unwrap_or(StoreError::Timeout(self.shared.deadline)));
+        }
+        let answers: SmallVec<[Answer; 2]> = results.into_iter().filter_map(Result::ok).collect();
+        let local: SmallVec<[bool; 2]> =
+            groups.iter().zip(&answers).map(|(g, a)| a.admitted(ops, g)).collect();
+        let admitted = local.iter().all(|a| *a);
+        let pairs: SmallVec<[(&Group, &Answer); 2]> = groups.iter().zip(answers.iter()).collect();
+        if mode == Mode::Report || admitted {
+            fill(out, ops, mode, mode != Mode::Peek && admitted, &pairs);
+            return Ok(());
+        }
+        // Denied: nothing is granted. The slots that admitted on their own consumed (check) or
+        // answered as if admitted (peek): undo, or ask again as denied, for the state as it stays.
+        fill(out, ops, Mode::Peek, false, &pairs);
+        let prepared = &prepared[..];
+        let redo =
+            groups.iter().zip(&answers).zip(&local).filter(|(_, l)| **l).map(|((g, a), _)| async move {
+                let allowed: Group =
+                    g.iter().enumerate().filter(|(k, _)| a.row(*k)[0] == 1).map(|(_, &i)| i).collect();
+                let r = match mode {
+                    Mode::Check => {
+                        let grants = grants_of(ops, g, a);
+                        self.call(prepared, &allowed, ScriptMode::Undo, Some(&grants)).await
+                    }
+                    _ => self.call(prepared, &allowed, ScriptMode::PeekDenied, None).await,
+                };
+                (allowed, r)
+            });
+        for (allowed, r) in join_all(redo).await {
+            // An undo that failed leaves its capacity consumed until it replenishes (the documented
+            // worst case); the request is denied all the same, with the numbers of its first answer.
+            let Ok(a) = r else { continue };
+            for (k, &i) in allowed.iter().enumerate() {
+                let row = a.row(k);
+                let d = &mut out.results[i].decision;
+                if d.allowed && row[0] == 1 {
+                    d.remaining = micros(row[1]);
+                    d.reset_after = Duration::from_micros(micros(row[2]));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back, in a task of its own, what a slot that admitted took in a cross-slot check that
+    /// failed elsewhere. Best effort: what it cannot give back replenishes by itself.
+    fn undo_later(&self, prepared: &[Prepared<'_>], ops: &[Op<'_>], group: &[usize], answer: &Answer) {
+        if !answer.admitted(ops, group) {
+            return;
+        }
+        let grants = grants_of(ops, group, answer);
+        let items = group.iter().filter_map(|&i| {
+            let p = &prepared[i];
+            let grant = grants[i]?;
+            Some(ScriptOp {
+                key: &p.key,
+                limit: p.op.limit,
+                cost: grant.cost,
+                enforce: p.op.enforce,
+                grant: Some((grant.at, grant.lease)),
+            })
+        });
+        let Ok(inv) = script::invocation(
+            ScriptMode::Undo,
+            self.explicit_now(),
+            self.slack_ms(),
+            self.estimate(),
+            items,
+        ) else {
+            return;
+        };
+        let store = self.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(store.shared.deadline * 4, store.invoke(&inv)).await;
+        });
+    }
+
+    async fn refund_within(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
+        let _permit =
+            self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
+        let op = Op { key, scope_len: 0, limit, cost: grant.cost, enforce: true };
+        let ops = [op];
+        let prepared = self.prepare(&ops);
+        self.call(&prepared, &[0], ScriptMode::Undo, Some(&[Some(grant)])).await.map(|_| ())
+    }
+
+    async fn reset_within(&self, key: &[u8]) -> Result<bool, StoreError> {
+        let _permit =
+            self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
+        let (t, _) = tag(key, &self.shared.hash_tag);
+        let mut cmd = redis::cmd("DEL");
+        let mut buf = Vec::new();
+        for algorithm in ALGORITHM_TAGS {
+            redis_key(&mut buf, &self.shared.prefix, &t, algorithm, key);
+            cmd.arg(&buf[..]);
+        }
+        let deleted: Result<u64, RedisError> = match self.shared.conn.clone() {
+            Conn::Node(mut c) => cmd.query_async(&mut c).await,
+            Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+        };
+        deleted.map(|n| n > 0).map_err(|e| classify(e, self.shared.deadline))
+    }
+
+    async fn within<T>(&self, f: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.shared.deadline, f).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.shared.deadline)),
+        }
+    }
+}
+
+/// The grants a slot's check took, indexed like the ops (`None` elsewhere).
+fn grants_of(ops: &[Op<'_>], group: &[usize], answer: &Answer) -> SmallVec<[Option<Grant>; 4]> {
+    let mut grants: SmallVec<[Option<Grant>; 4]> = SmallVec::from_elem(None, ops.len());
+    for (k, &i) in group.iter().enumerate() {
+        let row = answer.row(k);
+        if row[0] == 1 {
+            grants[i] = Some(Grant { at: answer.now, cost: ops[i].cost, lease: micros(row[4]) });
+        }
+    }
+    grants
+}
+
+fn micros(x: i64) -> u64 {
+    u64::try_from(x).unwrap_or(0)
+}
+
+fn decision(limit: &Limit, row: Row) -> Decision {
+    Decision {
+        allowed: row[0] == 1,
+        limit: limit.capacity(),
+        remaining: micros(row[1]),
+        reset_after: Duration::from_micros(micros(row[2])),
+        retry_after: (row[0] != 1).then(|| Duration::from_micros(micros(row[3]))),
+    }
+}
+
+/// Writes the results of `answers` (each for a group of ops) into `out`.
+fn fill(out: &mut Applied, ops: &[Op<'_>], mode: Mode, admitted: bool, answers: &[(&Group, &Answer)]) {
+    out.results.clear();
+    out.at = answers.iter().map(|(_, a)| a.now).max().unwrap_or_default();
+    let mut results: SmallVec<[Option<OpResult>; 4]> = SmallVec::from_elem(None, ops.len());
+    for (group, answer) in answers {
+        for (k, &i) in group.iter().enumerate() {
+            let row = answer.row(k);
+            let op = &ops[i];
+            let decision = decision(op.limit, row);
+            let granted = match mode {
+                Mode::Report => true,
+                Mode::Check => admitted && decision.allowed,
+                Mode::Peek => false,
+            };
+            let grant = granted.then(|| Grant { at: answer.now, cost: op.cost, lease: micros(row[4]) });
+            results[i] = Some(OpResult { decision, grant });
+        }
+    }
+    out.results.extend(results.into_iter().flatten());
+}
+
+impl Store for RedisStore {
+    async fn apply(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            out.results.clear();
+            out.at = self.explicit_now().unwrap_or_else(|| self.estimate());
+            return Ok(());
+        }
+        self.within(self.apply_within(ops, mode, out)).await
+    }
+
+    async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
+        self.within(self.refund_within(key, limit, grant)).await
+    }
+
+    async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
+        self.within(self.reset_within(key)).await
+    }
+}

@@ -1,0 +1,44 @@
+//! The Redis store against real `redis-server` processes: the conformance suite (single node and
+//! cluster), a differential test against the memory store, exactness under concurrency, clock skew,
+//! recovery, the cross-slot protocol, and key expiry.
+
+// Recovery tests time real calls against the store's deadline.
+#![allow(clippy::disallowed_methods)]
+
+mod cluster;
+mod concurrency;
+mod conformance;
+mod differential;
+mod expiry;
+mod recovery;
+mod skew;
+
+use std::time::Duration;
+
+use floodgate_redis::{HashTag, RedisConfig, RedisStore};
+use floodgate_testkit::redis::{RedisCluster, RedisServer};
+
+/// A store on the process's shared single node, with a generous deadline (tests share two cores
+/// with the server).
+async fn node_store() -> RedisStore {
+    RedisStore::connect(node_config(RedisServer::shared())).await.expect("connect to the shared node")
+}
+
+fn node_config(server: &RedisServer) -> RedisConfig {
+    RedisConfig { deadline: Duration::from_millis(500), ..RedisConfig::node(server.url()) }
+}
+
+/// A store on the process's shared cluster; keys spread by whole key, so multi-limit requests
+/// usually span slots.
+async fn cluster_store() -> RedisStore {
+    cluster_store_with(HashTag::Key).await
+}
+
+async fn cluster_store_with(hash_tag: HashTag) -> RedisStore {
+    let config = RedisConfig {
+        deadline: Duration::from_millis(500),
+        hash_tag,
+        ..RedisConfig::cluster(RedisCluster::shared().urls())
+    };
+    RedisStore::connect(config).await.expect("connect to the shared cluster")
+}

@@ -1,0 +1,135 @@
+//! Recovery: a flushed script cache, a restarted Redis, a stopped or paused Redis through the
+//! engine's failure policies, and a key Redis cannot read.
+
+use std::num::NonZeroU64;
+use std::time::{Duration, Instant};
+
+use floodgate::store::{Applied, Mode};
+use floodgate::{Descriptors, Engine, OnStoreError, Policy, Rule, Store, StoreError};
+use floodgate_core::FixedWindow;
+use floodgate_redis::{RedisConfig, RedisStore};
+use floodgate_testkit::redis::{RedisCluster, RedisServer};
+use floodgate_testkit::{TestKey, every_algorithm};
+
+fn nz(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).expect("not zero")
+}
+
+async fn check_all(store: &RedisStore, name: &str) -> Result<Applied, StoreError> {
+    let limits = every_algorithm(1_000);
+    let keys: Vec<TestKey> = limits
+        .iter()
+        .map(|l| TestKey::new(&format!("{name}-{}", std::process::id()), l.algorithm_name()))
+        .collect();
+    let ops: Vec<_> = keys.iter().zip(&limits).map(|(k, l)| k.op(l, 1)).collect();
+    let mut out = Applied::default();
+    store.apply(&ops, Mode::Check, &mut out).await.map(|()| out)
+}
+
+#[tokio::test]
+async fn a_flushed_script_cache_is_reloaded_transparently() {
+    let store = crate::node_store().await;
+    check_all(&store, "flush-node").await.expect("before the flush");
+    RedisServer::shared().cli(&["SCRIPT", "FLUSH"]);
+    let after = check_all(&store, "flush-node").await.expect("after the flush");
+    assert!(after.results.iter().all(|r| r.decision.allowed));
+
+    let cluster = crate::cluster_store().await;
+    check_all(&cluster, "flush-cluster").await.expect("before the flush");
+    for node in RedisCluster::shared().nodes() {
+        node.cli(&["SCRIPT", "FLUSH"]);
+    }
+    check_all(&cluster, "flush-cluster").await.expect("after the flush, on every node");
+}
+
+#[tokio::test]
+async fn a_restarted_redis_is_used_again_and_failures_meanwhile_are_transient() {
+    let mut server = RedisServer::start();
+    let store = RedisStore::connect(crate::node_config(&server)).await.expect("connect");
+    check_all(&store, "restart").await.expect("before the restart");
+    server.restart();
+    let started = Instant::now();
+    loop {
+        match check_all(&store, "restart").await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(e.is_transient(), "a restart is a transient failure: {e}");
+                assert!(started.elapsed() < Duration::from_secs(10), "not reconnected: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+fn engine(store: RedisStore, on_error: OnStoreError) -> Engine<RedisStore> {
+    let limit = FixedWindow::try_new(nz(100), Duration::from_secs(60)).expect("a window");
+    Engine::new(
+        Policy::new([Rule::new("r", limit).key(["user"]).on_store_error(on_error)]).expect("a policy"),
+        store,
+    )
+}
+
+/// Checks through a fail-open and a fail-closed engine, each within the deadline and a margin.
+async fn fails_by_policy(open: &Engine<RedisStore>, closed: &Engine<RedisStore>, deadline: Duration) {
+    let request = Descriptors::new().with("user", "u");
+    let margin = Duration::from_millis(150);
+    for _ in 0..5 {
+        let started = Instant::now();
+        let v = open.check(&request, 1).await.expect("a valid request");
+        assert!(started.elapsed() < deadline + margin, "fail-open call took {:?}", started.elapsed());
+        assert!(v.allowed && v.store_error.is_some(), "fail open: {v:?}");
+        let started = Instant::now();
+        let v = closed.check(&request, 1).await.expect("a valid request");
+        assert!(started.elapsed() < deadline + margin, "fail-closed call took {:?}", started.elapsed());
+        assert!(!v.allowed && v.store_error.is_some(), "fail closed: {v:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_redis_fails_open_or_closed_within_the_deadline() {
+    let mut server = RedisServer::start();
+    let deadline = Duration::from_millis(20);
+    let config = RedisConfig { deadline, ..RedisConfig::node(server.url()) };
+    let store = RedisStore::connect(config).await.expect("connect");
+    let (open, closed) =
+        (engine(store.clone(), OnStoreError::FailOpen), engine(store, OnStoreError::FailClosed));
+    assert!(open.check(&Descriptors::new().with("user", "u"), 1).await.expect("valid").store_error.is_none());
+    server.stop();
+    fails_by_policy(&open, &closed, deadline).await;
+    // A store built while Redis is down fails the same way.
+    let lazy = RedisStore::connect_lazy(RedisConfig { deadline, ..RedisConfig::node(server.url()) })
+        .expect("a config");
+    fails_by_policy(
+        &engine(lazy.clone(), OnStoreError::FailOpen),
+        &engine(lazy, OnStoreError::FailClosed),
+        deadline,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_paused_redis_times_out_at_the_deadline() {
+    let server = RedisServer::start();
+    let deadline = Duration::from_millis(20);
+    let store = RedisStore::connect(RedisConfig { deadline, ..RedisConfig::node(server.url()) })
+        .await
+        .expect("connect");
+    let (open, closed) =
+        (engine(store.clone(), OnStoreError::FailOpen), engine(store.clone(), OnStoreError::FailClosed));
+    server.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    fails_by_policy(&open, &closed, deadline).await;
+    let err = check_all(&store, "paused").await.expect_err("paused");
+    assert!(matches!(err, StoreError::Timeout(d) if d == deadline), "{err}");
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_is_a_permanent_error() {
+    let store = crate::node_store().await;
+    let limit = every_algorithm(5).remove(3);
+    let key = TestKey::new(&format!("wrongtype-{}", std::process::id()), "k");
+    let redis_key = String::from_utf8(store.redis_key(key.bytes(), &limit)).expect("ASCII");
+    RedisServer::shared().cli(&["RPUSH", &redis_key, "x"]);
+    let mut out = Applied::default();
+    let err = store.apply(&[key.op(&limit, 1)], Mode::Check, &mut out).await.expect_err("WRONGTYPE");
+    assert!(!err.is_transient(), "{err}");
+}

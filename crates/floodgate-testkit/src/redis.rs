@@ -1,0 +1,318 @@
+//! Real `redis-server` processes for tests: a single node, or a 3-master Redis Cluster.
+//!
+//! Each server runs on a free port of 127.0.0.1 in a temporary directory of its own, with no
+//! persistence. It is killed when its handle is dropped — also when the test panics — and, because
+//! it is started under a small shell watchdog that reads the test process's end of a pipe, also
+//! when the test process dies without unwinding (an abort, a `SIGKILL`): the pipe closes and the
+//! watchdog kills the server and removes its directory. [`RedisServer::shared`] and
+//! [`RedisCluster::shared`] start one per test process on first use, for the tests that can share.
+//!
+//! When `redis-server` is not installed, starting one **fails the test** with the command to
+//! install it (`apt-get install -y redis-server`): Redis tests never skip silently.
+//!
+//! ```
+//! use floodgate_testkit::redis::RedisServer;
+//!
+//! let server = RedisServer::start();
+//! assert_eq!(server.cli(&["PING"]), "PONG");
+//! assert!(server.url().starts_with("redis://127.0.0.1:"));
+//! ```
+
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to run when Redis is missing.
+const INSTALL: &str = "apt-get install -y redis-server";
+
+/// How long a server may take to answer after it is started.
+const STARTUP: Duration = Duration::from_secs(10);
+
+/// One `redis-server` process, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+    /// The watchdog shell; its stdin is our end of the pipe.
+    watchdog: Option<Child>,
+}
+
+/// Panics with the install command when `program` is missing.
+fn require(program: &str) {
+    match Command::new(program).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            panic!("`{program}` is not installed; Redis tests need it: run `{INSTALL}`")
+        }
+        Err(e) => panic!("cannot run `{program}`: {e}"),
+    }
+}
+
+/// A port on 127.0.0.1 that is free now, and whose cluster bus port (+10 000) is free too.
+fn free_port() -> u16 {
+    for _ in 0..100 {
+        let Ok(listener) = TcpListener::bind("127.0.0.1:0") else { continue };
+        let Ok(addr) = listener.local_addr() else { continue };
+        let port = addr.port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair found on 127.0.0.1");
+}
+
+fn temp_dir(port: u16) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-redis-{}-{}-{port}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+/// Runs `redis-cli -p port args…`; its output, trimmed.
+fn cli(port: u16, args: &[&str]) -> Result<String, String> {
+    require("redis-cli");
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("redis-cli: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!("{text} {}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+// === impl RedisServer ===
+
+impl RedisServer {
+    /// Starts a single node on a free port.
+    ///
+    /// # Panics
+    /// When `redis-server` is not installed (with the command to install it) or does not start.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a node with extra `redis-server` arguments (`["--cluster-enabled", "yes"]`).
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        require("redis-server");
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut server = RedisServer {
+                port,
+                dir: temp_dir(port),
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+                watchdog: None,
+            };
+            match server.launch() {
+                Ok(()) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server did not start: {last}");
+    }
+
+    /// One server for the whole test process, started on first use.
+    pub fn shared() -> &'static RedisServer {
+        static SHARED: OnceLock<RedisServer> = OnceLock::new();
+        SHARED.get_or_init(RedisServer::start)
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| e.to_string())?;
+        let port = self.port.to_string();
+        let dir = self.dir.display().to_string();
+        let log = self.dir.join("redis.log").display().to_string();
+        // The watchdog: start the server, wait for our end of the pipe to close (drop, exit or
+        // death of the test process), then kill the server and remove its directory.
+        let script = r#"dir="$1"; shift
+redis-server "$@" &
+pid=$!
+cat >/dev/null
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+rm -rf "$dir""#;
+        let child = Command::new("sh")
+            .args(["-c", script, "sh", &dir])
+            .args(["--port", &port, "--bind", "127.0.0.1", "--dir", &dir, "--logfile", &log])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no"])
+            .args(&self.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot spawn the watchdog shell: {e}"))?;
+        self.watchdog = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(pong) = cli(self.port, &["PING"])
+                && pong == "PONG"
+            {
+                return Ok(());
+            }
+            let exited = self.watchdog.as_mut().and_then(|c| c.try_wait().ok().flatten()).is_some();
+            if exited || started.elapsed() > STARTUP {
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                self.stop();
+                return Err(format!("port {}: {}", self.port, log.lines().last().unwrap_or("no log")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its working directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Runs a command with `redis-cli`; its output, trimmed.
+    ///
+    /// # Panics
+    /// When `redis-cli` fails.
+    pub fn cli(&self, args: &[&str]) -> String {
+        cli(self.port, args).unwrap_or_else(|e| panic!("redis-cli {args:?} on port {}: {e}", self.port))
+    }
+
+    /// Whether the server is running.
+    pub fn is_running(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
+    /// Kills the server (as a crash would: no shutdown, nothing saved).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.watchdog.take() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    ///
+    /// # Panics
+    /// When it does not start.
+    pub fn restart(&mut self) {
+        self.stop();
+        let started = Instant::now();
+        loop {
+            match self.launch() {
+                Ok(()) => return,
+                // The port may take a moment to be free again.
+                Err(e) if started.elapsed() > STARTUP => panic!("redis-server did not restart: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas), each a [`RedisServer`], all killed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+// === impl RedisCluster ===
+
+impl RedisCluster {
+    /// Starts three cluster-enabled nodes and joins them with `redis-cli --cluster create`, then
+    /// waits until every node reports the cluster `ok`.
+    ///
+    /// # Panics
+    /// When `redis-server` is not installed (with the command to install it) or the cluster does
+    /// not form.
+    pub fn start() -> RedisCluster {
+        let node_args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ];
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&node_args)).collect();
+        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
+        let mut args: Vec<&str> = vec!["--cluster", "create"];
+        args.extend(addresses.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        if let Err(e) = cli(nodes[0].port(), &args) {
+            panic!("redis-cli --cluster create failed: {e}");
+        }
+        let started = Instant::now();
+        while !nodes
+            .iter()
+            .all(|n| cli(n.port(), &["CLUSTER", "INFO"]).is_ok_and(|i| i.contains("cluster_state:ok")))
+        {
+            assert!(started.elapsed() < Duration::from_secs(30), "the cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        RedisCluster { nodes }
+    }
+
+    /// One cluster for the whole test process, started on first use.
+    pub fn shared() -> &'static RedisCluster {
+        static SHARED: OnceLock<RedisCluster> = OnceLock::new();
+        SHARED.get_or_init(RedisCluster::start)
+    }
+
+    /// The nodes' URLs, seeds for a cluster client.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The node that serves `slot`.
+    ///
+    /// # Panics
+    /// When no node claims it.
+    pub fn node_of_slot(&self, slot: u16) -> &RedisServer {
+        let slots = self.nodes[0].cli(&["CLUSTER", "SLOTS"]);
+        // `redis-cli` prints each range as: start, end, then the master's address and port.
+        let lines: Vec<&str> = slots.lines().map(str::trim).collect();
+        for w in lines.windows(4) {
+            if let (Ok(start), Ok(end), Ok(port)) =
+                (w[0].parse::<u16>(), w[1].parse::<u16>(), w[3].parse::<u16>())
+                && (start..=end).contains(&slot)
+                && let Some(node) = self.nodes.iter().find(|n| n.port() == port)
+            {
+                return node;
+            }
+        }
+        panic!("no node serves slot {slot}: {slots}");
+    }
+}
