@@ -91,10 +91,12 @@ pub struct App {
 }
 
 impl App {
-    /// Opens the store of `config` and puts `config` in force as version 1.
+    /// Opens the store of `config` and puts `config` in force as version 1. A Redis store is not
+    /// connected yet (it connects on first use; `/readyz` tells when it answers), so this fails
+    /// only on an invalid store configuration. Call it within a Tokio runtime.
     pub fn new(config: Config, options: ServeOptions) -> Result<App, StartError> {
         let store = ServerStore::open(&config.store)?;
-        let metrics = Metrics::new(store.kind());
+        let metrics = Metrics::for_store(store.kind(), store.counts_keys());
         let control = Control::start(config, store, options.config_path.clone(), metrics.clone());
         Ok(App {
             shared: Arc::new(Shared {

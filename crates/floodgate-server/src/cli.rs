@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 /// The exit code for a configuration or usage error (`EX_USAGE`): a bad config file, an admin API
-/// exposed without a token, a store this build lacks.
+/// exposed without a token, a store configuration the Redis client refuses.
 pub const EXIT_CONFIG: i32 = 64;
 /// The exit code when a listener cannot be bound or the server fails while running.
 pub const EXIT_RUNTIME: i32 = 1;

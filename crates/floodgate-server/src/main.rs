@@ -83,6 +83,15 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return exit(EXIT_CONFIG);
             }
         };
+        // A Redis store is opened without connecting: the server starts and serves while Redis is
+        // down (not ready, rules following `on_store_error`) and connects once it answers.
+        let store = app.control().store();
+        if !matches!(store, floodgate_server::store::ServerStore::Memory(_)) && !store.ready().await {
+            tracing::warn!(
+                store = store.kind(),
+                "the store does not answer yet: serving anyway, not ready until it does"
+            );
+        }
         if let Err(e) = app.metrics().install_global() {
             tracing::warn!(error = %e, "metrics recorder already installed");
         }

@@ -16,7 +16,7 @@
 //! | `floodgate_decision_duration_seconds` | histogram (10 µs … 1 s) | — |
 //! | `floodgate_store_errors_total` | counter | `store` |
 //! | `floodgate_fallback_active` | gauge (0/1) | `rule` |
-//! | `floodgate_keys` | gauge, read from the store on each scrape | `store` |
+//! | `floodgate_keys` | gauge, read from the store on each scrape (memory store only: Redis is not scanned) | `store` |
 //! | `floodgate_config_version` | gauge | — |
 //! | `floodgate_config_reloads_total` | counter | `result` = `applied`, `rejected` |
 //! | `floodgate_requests_total` | counter | `api` = `check`, `peek`, `report`, `grpc`; `code` = HTTP status or `OK`/`OVER_LIMIT` |
@@ -91,7 +91,9 @@ struct Inner {
     store: &'static str,
     decision_duration: Histogram,
     store_errors: Counter,
-    keys: Gauge,
+    /// `None` when the store does not count its keys cheaply (Redis): no series at all, rather
+    /// than a misleading 0.
+    keys: Option<Gauge>,
     config_version: Gauge,
     reloads_applied: Counter,
     reloads_rejected: Counter,
@@ -105,8 +107,15 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// A fresh recorder for a server on the store labelled `store` (`memory`, …).
+    /// A fresh recorder for a server on the store labelled `store` (`memory`, …), with
+    /// `floodgate_keys`.
     pub fn new(store: &'static str) -> Metrics {
+        Metrics::for_store(store, true)
+    }
+
+    /// A fresh recorder for a server on the store labelled `store`; `floodgate_keys` is exported
+    /// only when `counts_keys` (the store counts its keys cheaply: the memory store, not Redis).
+    pub fn for_store(store: &'static str, counts_keys: bool) -> Metrics {
         // Bucket bounds are static and non-empty: building cannot fail.
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(DECISION_DURATION_SECONDS.into()), &DURATION_BUCKETS)
@@ -120,7 +129,7 @@ impl Metrics {
             decision_duration: r
                 .register_histogram(&Key::from_static_name(DECISION_DURATION_SECONDS), &METADATA),
             store_errors: r.register_counter(&Key::from_parts(STORE_ERRORS_TOTAL, store_label()), &METADATA),
-            keys: r.register_gauge(&Key::from_parts(KEYS, store_label()), &METADATA),
+            keys: counts_keys.then(|| r.register_gauge(&Key::from_parts(KEYS, store_label()), &METADATA)),
             config_version: r.register_gauge(&Key::from_static_name(CONFIG_VERSION), &METADATA),
             reloads_applied: r.register_counter(
                 &Key::from_parts(CONFIG_RELOADS_TOTAL, vec![Label::new("result", "applied")]),
@@ -151,8 +160,8 @@ impl Metrics {
 
     /// The Prometheus text exposition of every series, with `floodgate_keys` read from the store.
     pub fn render(&self, keys: Option<usize>) -> String {
-        if let Some(keys) = keys {
-            self.inner.keys.set(keys as f64);
+        if let (Some(gauge), Some(keys)) = (&self.inner.keys, keys) {
+            gauge.set(keys as f64);
         }
         self.inner.handle.render()
     }

@@ -194,15 +194,3 @@ async fn health_and_readiness() {
     assert_eq!(server.get("/readyz").await.status, 200);
     server.stop().await;
 }
-
-#[tokio::test]
-async fn a_redis_store_is_refused_as_not_available_in_this_build_yet() {
-    for store in [
-        "store: { kind: redis, url: \"redis://127.0.0.1:6379\" }",
-        "store: { kind: redis_cluster, urls: [\"redis://127.0.0.1:7000\"] }",
-    ] {
-        let config = crate::support::parse(&format!("{store}\nrules: []\n"));
-        let error = floodgate_server::App::new(config, Default::default()).unwrap_err().to_string();
-        assert!(error.contains("not available in this build yet"), "{error}");
-    }
-}

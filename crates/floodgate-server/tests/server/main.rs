@@ -7,5 +7,6 @@ mod bad_input;
 mod binary;
 mod grpc;
 mod metrics;
+mod redis;
 mod reload;
 mod support;
