@@ -9,6 +9,9 @@
 //! cargo bench -p floodgate-redis --bench redis_store -- --url redis://127.0.0.1:6379 \
 //!     --decisions 200000 --concurrency 256 --keys 10000 [--dump-script PATH]
 //! ```
+//!
+//! `--dump-script PATH` writes the driver script to PATH and the single-limit scripts beside it
+//! (`one_bucket.lua`, `one_window.lua`).
 #![allow(clippy::disallowed_methods, missing_docs)] // a benchmark reads the wall clock
 
 use std::num::NonZeroU64;
@@ -131,6 +134,11 @@ fn main() {
     let a = args();
     if let Some(path) = &a.dump {
         std::fs::write(path, floodgate_redis::script_source()).expect("write the script");
+        // The single-limit scripts beside it, as `<name>.lua`.
+        let dir = std::path::Path::new(path).parent().expect("a file path");
+        for (name, source) in floodgate_redis::single_limit_script_sources() {
+            std::fs::write(dir.join(format!("{name}.lua")), source).expect("write a script");
+        }
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     rt.block_on(run(a));

@@ -33,7 +33,10 @@
 //!   limit's state and decides; only when every enforced limit allows do the allowing limits consume
 //!   (a denied request consumes nothing); limits that allow but are not taken report their state as
 //!   it stays — the memory store's semantics, decision for decision (a differential test compares
-//!   the two on random traffic).
+//!   the two on random traffic). A request of exactly one token bucket, GCRA or fixed window limit
+//!   — the common case — runs that algorithm's single-limit script instead (`one_bucket.lua`,
+//!   `one_window.lua`): the same state and answers without the driver's loop, with four arguments,
+//!   `TIME`, `GET` and at most one `SET`, so the same key may go through both in turn.
 //! - **Redis's clock.** The script reads `TIME`, so instances whose clocks disagree still agree on
 //!   every decision. Quota periods (calendar days and months in a time zone) cannot be computed in
 //!   Lua: the store sends the bounds of the period containing its best guess of Redis's time (the
@@ -90,4 +93,11 @@ pub use store::RedisStore;
 /// load it themselves (the benchmark compares `redis-benchmark EVALSHA` of it with the store).
 pub fn script_source() -> &'static str {
     script::SOURCE
+}
+
+/// The single-limit scripts the store runs instead of the driver for a request of exactly one limit
+/// of their algorithms, by name (`one_bucket`: token bucket and GCRA; `one_window`: fixed window),
+/// for tools that measure or load them themselves. Each file opens with its KEYS/ARGV contract.
+pub fn single_limit_script_sources() -> [(&'static str, &'static str); 2] {
+    [("one_bucket", script::ONE_BUCKET_SOURCE), ("one_window", script::ONE_WINDOW_SOURCE)]
 }

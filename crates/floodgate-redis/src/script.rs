@@ -1,4 +1,5 @@
-//! The one Lua script, its arguments and its answer.
+//! The Lua scripts, their arguments and their answers: the driver (any number of limits, every
+//! algorithm, all-or-nothing) and the single-limit shortcuts of the common one-limit request.
 
 use std::sync::LazyLock;
 
@@ -26,6 +27,14 @@ pub(crate) const SOURCE: &str = concat!(
 
 /// The script, hashed once.
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
+
+/// A token bucket or GCRA alone in its request: the contract is at the top of `lua/one_bucket.lua`.
+pub(crate) const ONE_BUCKET_SOURCE: &str = include_str!("lua/one_bucket.lua");
+/// A fixed window alone in its request: the contract is at the top of `lua/one_window.lua`.
+pub(crate) const ONE_WINDOW_SOURCE: &str = include_str!("lua/one_window.lua");
+
+pub(crate) static ONE_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_BUCKET_SOURCE));
+pub(crate) static ONE_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_WINDOW_SOURCE));
 
 /// Values at or above this are not exact in a Lua double: 2^53.
 pub(crate) const LUA_EXACT: u64 = 1 << 53;
@@ -121,6 +130,44 @@ pub(crate) fn invocation<'a>(
     Ok(inv)
 }
 
+/// The invocation of one op alone in its request by its single-limit script, when its algorithm
+/// has one and `mode` is a plain check, peek or report (`None`: the driver takes it). The reply is
+/// read by [`parse_one`].
+pub(crate) fn invocation_one(
+    mode: ScriptMode,
+    now: Option<Timestamp>,
+    slack_ms: u64,
+    op: &ScriptOp<'_>,
+) -> Option<Result<ScriptInvocation<'static>, StoreError>> {
+    let mode = match mode {
+        ScriptMode::Check | ScriptMode::Peek | ScriptMode::Report => mode.arg(),
+        ScriptMode::PeekDenied | ScriptMode::Undo => return None,
+    };
+    let script: &'static Script = match op.limit {
+        Limit::TokenBucket(_) | Limit::Gcra(_) => &ONE_BUCKET,
+        Limit::FixedWindow(_) => &ONE_WINDOW,
+        _ => return None,
+    };
+    // The same parameters, and the same range checks, as the driver's.
+    let (_, p1, p2, _) = match params(op.limit, Timestamp::default()) {
+        Ok(p) => p,
+        Err(e) => return Some(Err(e)),
+    };
+    let mut inv = script.prepare_invoke();
+    inv.key(op.key).arg(mode);
+    match op.limit {
+        // interval, span = interval × burst (below 2^52: checked by `params`)
+        Limit::TokenBucket(_) | Limit::Gcra(_) => inv.arg(p1).arg(p1 * p2),
+        // limit, window
+        _ => inv.arg(p1).arg(p2),
+    };
+    inv.arg(op.cost.min(LUA_MAX));
+    if let Some(t) = now {
+        inv.arg(t.as_micros()).arg(slack_ms);
+    }
+    Some(Ok(inv))
+}
+
 /// `(algorithm, p1, p2, p3)` of a limit, as the script's contract names them.
 fn params(limit: &Limit, now: Timestamp) -> Result<(&'static str, u64, u64, Option<u64>), StoreError> {
     let capacity = limit.capacity();
@@ -193,9 +240,53 @@ pub(crate) fn parse(reply: Vec<i64>, ops: usize) -> Result<Reply, StoreError> {
     }
 }
 
+/// The answer of a single-limit script: `{now, remaining, reset_after}` when allowed,
+/// `{now, remaining, reset_after, retry_after}` when denied; one row, as [`parse`] gives it.
+pub(crate) fn parse_one(mut reply: Vec<i64>) -> Result<Reply, StoreError> {
+    let bad = |len: usize| StoreError::Backend {
+        message: format!("unexpected single-limit script reply of {len} numbers"),
+        transient: false,
+        source: None,
+    };
+    let (now, remaining, reset, retry) = match reply[..] {
+        [now, remaining, reset] => (now, remaining, reset, 0),
+        [now, remaining, reset, retry] if retry > 0 => (now, remaining, reset, retry),
+        _ => return Err(bad(reply.len())),
+    };
+    let now = Timestamp::from_micros(u64::try_from(now).map_err(|_| bad(reply.len()))?);
+    reply.clear();
+    reply.extend_from_slice(&[i64::from(retry == 0), remaining, reset, retry, 0]);
+    Ok(Reply::Done { now, rows: reply })
+}
+
 /// Row `i` of `rows`.
 pub(crate) fn row(rows: &[i64], i: usize) -> Row {
     let mut r = [0; 5];
     r.copy_from_slice(&rows[5 * i..5 * i + 5]);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(reply: Vec<i64>) -> (Timestamp, Vec<i64>) {
+        match parse_one(reply).expect("a valid reply") {
+            Reply::Done { now, rows } => (now, rows),
+            Reply::Retry { .. } => panic!("single-limit scripts never ask for a retry"),
+        }
+    }
+
+    #[test]
+    fn a_single_limit_reply_reads_as_one_driver_row() {
+        let (now, allowed) = rows(vec![7, 3, 40]);
+        assert_eq!(now, Timestamp::from_micros(7));
+        assert_eq!(allowed, [1, 3, 40, 0, 0]);
+        let (_, denied) = rows(vec![7, 0, 40, 12]);
+        assert_eq!(denied, [0, 0, 40, 12, 0]);
+        // A denial always waits; a reply of another shape is refused, not misread.
+        assert!(parse_one(vec![7, 0, 40, 0]).is_err());
+        assert!(parse_one(vec![7, 0]).is_err());
+        assert!(parse_one(vec![-1, 0, 40]).is_err());
+    }
 }

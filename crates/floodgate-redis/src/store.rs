@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 
 use crate::error::classify;
 use crate::key::{ALGORITHM_TAGS, algorithm_tag, redis_key, tag};
-use crate::script::{self, Reply, Row, SCRIPT, ScriptMode, ScriptOp};
+use crate::script::{self, ONE_BUCKET, ONE_WINDOW, Reply, Row, SCRIPT, ScriptMode, ScriptOp};
 use crate::{HashTag, RedisConfig, Target};
 
 /// Slack added to every expiry under a test clock: Redis expires keys on its own clock, which does
@@ -113,10 +113,13 @@ impl RedisStore {
         let store = RedisStore::connect_lazy(config)?;
         let mut conn = store.shared.conn.clone();
         let load = async {
-            match &mut conn {
-                Conn::Node(c) => SCRIPT.load_async(c).await,
-                Conn::Cluster(c) => SCRIPT.load_async(c).await,
+            for script in [&*SCRIPT, &*ONE_BUCKET, &*ONE_WINDOW] {
+                match &mut conn {
+                    Conn::Node(c) => script.load_async(c).await?,
+                    Conn::Cluster(c) => script.load_async(c).await?,
+                };
             }
+            Ok::<(), RedisError>(())
         };
         match tokio::time::timeout(connect_timeout, load).await {
             Ok(Ok(_)) => Ok(store),
@@ -269,16 +272,32 @@ impl RedisStore {
         grants: Option<&[Option<Grant>]>,
     ) -> Result<Answer, StoreError> {
         let mut estimate = self.estimate();
+        let op = |i: usize| {
+            let p = &prepared[i];
+            let grant = grants.and_then(|g| g[i]).map(|g| (g.at, g.lease));
+            let cost = grants.and_then(|g| g[i]).map_or(p.op.cost, |g| g.cost);
+            ScriptOp { key: &p.key, limit: p.op.limit, cost, enforce: p.op.enforce, grant }
+        };
         for _ in 0..3 {
-            let ops = group.iter().map(|&i| {
-                let p = &prepared[i];
-                let grant = grants.and_then(|g| g[i]).map(|g| (g.at, g.lease));
-                let cost = grants.and_then(|g| g[i]).map_or(p.op.cost, |g| g.cost);
-                ScriptOp { key: &p.key, limit: p.op.limit, cost, enforce: p.op.enforce, grant }
-            });
-            let inv = script::invocation(mode, self.explicit_now(), self.slack_ms(), estimate, ops)?;
-            let reply = self.invoke(&inv).await.map_err(|e| classify(e, self.shared.deadline))?;
-            match script::parse(reply, group.len())? {
+            // One op alone (the common request, or one slot's share of a cross-slot one): its
+            // algorithm's single-limit script when it has one, with the driver's semantics.
+            let one = match group {
+                [i] => script::invocation_one(mode, self.explicit_now(), self.slack_ms(), &op(*i)),
+                _ => None,
+            };
+            let reply = match one {
+                Some(inv) => {
+                    let reply = self.invoke(&inv?).await.map_err(|e| classify(e, self.shared.deadline))?;
+                    script::parse_one(reply)?
+                }
+                None => {
+                    let ops = group.iter().map(|&i| op(i));
+                    let inv = script::invocation(mode, self.explicit_now(), self.slack_ms(), estimate, ops)?;
+                    let reply = self.invoke(&inv).await.map_err(|e| classify(e, self.shared.deadline))?;
+                    script::parse(reply, group.len())?
+                }
+            };
+            match reply {
                 Reply::Done { now, rows } => {
                     self.observe(now);
                     return Ok(Answer { now, rows });

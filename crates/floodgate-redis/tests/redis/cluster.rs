@@ -74,7 +74,8 @@ fn keys_on_two_nodes(cluster: &RedisCluster, store: &RedisStore) -> (TestKey, Te
 async fn cross_slot_failures_give_back_and_a_live_reshard_keeps_counts() {
     let cluster = RedisCluster::start();
     let deadline = Duration::from_millis(100);
-    let config = RedisConfig { deadline, ..RedisConfig::cluster(cluster.urls()) };
+    let config =
+        RedisConfig { deadline, connect_timeout: super::CONNECT, ..RedisConfig::cluster(cluster.urls()) };
     let store = RedisStore::connect(config).await.expect("connect");
     let (a, b) = keys_on_two_nodes(&cluster, &store);
     let limit = per_hour(10);

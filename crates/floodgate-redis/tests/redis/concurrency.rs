@@ -64,7 +64,7 @@ fn unique(name: &str) -> String {
 }
 
 fn load_config(config: RedisConfig) -> RedisConfig {
-    RedisConfig { deadline: Duration::from_secs(5), ..config }
+    RedisConfig { deadline: Duration::from_secs(5), connect_timeout: super::CONNECT, ..config }
 }
 
 async fn one_rule_is_exact(config: RedisConfig) {

@@ -18,6 +18,10 @@ use std::time::Duration;
 use floodgate_redis::{HashTag, RedisConfig, RedisStore};
 use floodgate_testkit::redis::{RedisCluster, RedisServer};
 
+/// How long tests wait for a store to connect and load its scripts: generous, since tests share
+/// two cores with the servers and with each other (the default, 1 s, is for production).
+const CONNECT: Duration = Duration::from_secs(10);
+
 /// A store on the process's shared single node, with a generous deadline (tests share two cores
 /// with the server).
 async fn node_store() -> RedisStore {
@@ -25,7 +29,11 @@ async fn node_store() -> RedisStore {
 }
 
 fn node_config(server: &RedisServer) -> RedisConfig {
-    RedisConfig { deadline: Duration::from_millis(500), ..RedisConfig::node(server.url()) }
+    RedisConfig {
+        deadline: Duration::from_millis(500),
+        connect_timeout: CONNECT,
+        ..RedisConfig::node(server.url())
+    }
 }
 
 /// A store on the process's shared cluster; keys spread by whole key, so multi-limit requests
@@ -37,6 +45,7 @@ async fn cluster_store() -> RedisStore {
 async fn cluster_store_with(hash_tag: HashTag) -> RedisStore {
     let config = RedisConfig {
         deadline: Duration::from_millis(500),
+        connect_timeout: CONNECT,
         hash_tag,
         ..RedisConfig::cluster(RedisCluster::shared().urls())
     };
