@@ -1,0 +1,208 @@
+//! `boundary`: bursts just before and just after window boundaries, and the most admitted in any
+//! window-length span.
+//!
+//! Each cycle spans two windows: the window before boundary `b` is untouched until a burst at
+//! `b − offset`, then a second burst fires at `b + offset`. A fixed window admits `limit` in each,
+//! `2 × limit` within `2 × offset`; a sliding log admits `limit` in all. Cycles are two windows
+//! apart so that every cycle starts fresh.
+//!
+//! - **Simulated** (no target flag): the engine over a memory store on a
+//!   [`floodgate_core::ManualClock`], bursts at exact instants — exact and instant.
+//! - **Real time** (`--target` / `--grpc`): against a running server whose rule matches
+//!   `--algorithm/--limit/--window`; boundaries are computed from the wall clock (the server's
+//!   windows are aligned to the Unix epoch), bursts fired concurrently, admissions timed at send.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use floodgate::{Descriptors, Engine, MemoryConfig, MemoryStore, Policy, Rule};
+use floodgate_core::{ManualClock, Timestamp};
+use serde::Serialize;
+
+use crate::Usage;
+use crate::cli::{Algorithm, BoundaryArgs, MAX_DURATION};
+use crate::math::{max_admitted_in_any_window, over_admission_ratio};
+use crate::progress::Progress;
+use crate::report::{Outcome, Report, Tally};
+use crate::throughput::{build_target, shape};
+
+/// The scenario's own JSON fields.
+#[derive(Debug, Serialize)]
+struct Details {
+    algorithm: &'static str,
+    limit: u64,
+    window_ms: f64,
+    /// `simulated` or `real_time`.
+    mode: &'static str,
+    cycles: u64,
+    burst: u64,
+    offset_ms: f64,
+    cost: u64,
+    /// In cost units: the most admitted within any `[t, t + window)`.
+    max_admitted_in_any_window: u64,
+    /// `max_admitted_in_any_window / limit`.
+    over_admission_ratio: f64,
+    /// What the algorithm promises at most (DESIGN.md §5): 1.0 for sliding log, 2.0 for fixed
+    /// window and the buckets (burst + refill over one window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    promised_at_most: Option<f64>,
+}
+
+/// The most attempts in one burst.
+const MAX_BURST: u64 = 1_000_000;
+
+/// Runs `boundary`.
+pub async fn run(args: &BoundaryArgs) -> anyhow::Result<Report> {
+    let burst = args.burst.unwrap_or(2 * args.limit).clamp(1, MAX_BURST);
+    let real_time = args.target.target.is_some() || args.target.grpc.is_some();
+    let offset =
+        args.offset.unwrap_or(if real_time { Duration::from_millis(50) } else { Duration::from_millis(1) });
+    if offset.is_zero() || offset * 2 >= args.window {
+        return Err(Usage("--offset must be above zero and under half the window".into()).into());
+    }
+    if real_time && args.window * 2 * u32::try_from(args.cycles).unwrap_or(u32::MAX) > MAX_DURATION {
+        return Err(Usage("a real-time run (2 windows per cycle) must stay under 1 h".into()).into());
+    }
+    let plan = Plan { burst, offset, cost: args.request.cost };
+    let (tally, admitted, duration_s, wall_s, target) =
+        if real_time { real(args, &plan).await? } else { simulated(args, &plan).await? };
+
+    let window_us = micros(args.window);
+    let max = max_admitted_in_any_window(&admitted, window_us);
+    let details = Details {
+        algorithm: args.algorithm.name(),
+        limit: args.limit,
+        window_ms: args.window.as_secs_f64() * 1000.0,
+        mode: if real_time { "real_time" } else { "simulated" },
+        cycles: args.cycles,
+        burst,
+        offset_ms: offset.as_secs_f64() * 1000.0,
+        cost: plan.cost,
+        max_admitted_in_any_window: max,
+        over_admission_ratio: over_admission_ratio(max, args.limit),
+        promised_at_most: match args.algorithm {
+            Algorithm::SlidingLog => Some(1.0),
+            // The weighted estimate is an approximation (DESIGN.md): reported, not promised.
+            Algorithm::SlidingWindow => None,
+            _ => Some(2.0),
+        },
+    };
+    let mut report = Report::new(tally.summary("boundary", &target, duration_s, wall_s), details);
+    report.timeline = Some(tally.timeline);
+    Ok(report)
+}
+
+struct Plan {
+    burst: u64,
+    offset: Duration,
+    cost: u64,
+}
+
+type Run = (Tally, Vec<(u64, u64)>, f64, f64, String);
+
+/// The engine on a manual clock.
+async fn simulated(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
+    let window_us = micros(args.window).max(1);
+    // Any multiple of the window: fixed windows are aligned to the Unix epoch.
+    let t0 = window_us * 1_000_000_000_000u64.div_ceil(window_us);
+    let clock = ManualClock::new(Timestamp::from_micros(t0));
+    let limit = args.algorithm.limit(args.limit, args.window).map_err(|e| Usage(e.to_string()))?;
+    let rule = Rule::new("boundary", limit).key([args.request.key_descriptor.clone()]);
+    let policy = Policy::new([rule]).map_err(|e| Usage(e.to_string()))?;
+    let engine = Engine::new(policy, MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
+    let mut descriptors = Descriptors::new();
+    for (k, v) in &args.request.with {
+        descriptors.insert(k.clone(), v.clone());
+    }
+    descriptors
+        .insert(args.request.key_descriptor.clone(), args.key.clone().unwrap_or_else(|| "attacker".into()));
+
+    let progress = Progress::new("boundary (simulated)", args.cycles * 2, args.output.quiet);
+    let started = Instant::now();
+    let (mut tally, mut admitted) = (Tally::default(), Vec::new());
+    let offset_us = micros(plan.offset);
+    for c in 0..args.cycles {
+        let boundary = t0 + (2 * c + 1) * window_us;
+        for (i, at) in [boundary - offset_us, boundary + offset_us].into_iter().enumerate() {
+            clock.set(Timestamp::from_micros(at));
+            for _ in 0..plan.burst {
+                let sent = Instant::now();
+                let outcome = match engine.check(&descriptors, plan.cost).await {
+                    Ok(v) if v.allowed => Outcome::Allowed,
+                    Ok(_) => Outcome::Denied,
+                    Err(_) => Outcome::Error("engine"),
+                };
+                let since = at - t0;
+                tally.record(outcome, nanos(sent.elapsed()), since / 1000);
+                if outcome == Outcome::Allowed {
+                    admitted.push((since, plan.cost));
+                }
+            }
+            progress.set(2 * c + i as u64 + 1);
+        }
+    }
+    progress.finish();
+    let duration_s = (args.cycles * 2 * window_us) as f64 / 1e6;
+    Ok((tally, admitted, duration_s, started.elapsed().as_secs_f64(), "simulated".into()))
+}
+
+/// A running server, in real time.
+async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
+    let target = build_target(&args.target).await?;
+    let shape = std::sync::Arc::new(shape(&args.request));
+    let key = std::sync::Arc::new(args.key.clone().unwrap_or_else(unique_key));
+    let window_us = micros(args.window).max(1);
+    let offset_us = micros(plan.offset);
+    // Wall-clock microseconds now, and the instant that corresponds to them.
+    let (wall0, instant0) = (wall_micros(), Instant::now());
+    let at = |wall_us: u64| instant0 + Duration::from_micros(wall_us.saturating_sub(wall0));
+    // The first boundary at least offset + 20 ms away, so the first burst is on time.
+    let first = (wall0 + offset_us + 20_000).div_ceil(window_us) * window_us;
+    let t0 = first - window_us;
+    let progress = Progress::new("boundary", args.cycles * 2, args.output.quiet);
+    let (mut tally, mut admitted) = (Tally::default(), Vec::new());
+    for c in 0..args.cycles {
+        let boundary = first + 2 * c * window_us;
+        for (i, fire) in [boundary - offset_us, boundary + offset_us].into_iter().enumerate() {
+            tokio::time::sleep_until(at(fire).into()).await;
+            let mut burst = tokio::task::JoinSet::new();
+            for _ in 0..plan.burst {
+                let (target, shape, key, cost) = (target.clone(), shape.clone(), key.clone(), plan.cost);
+                burst.spawn(async move {
+                    let sent = Instant::now();
+                    let outcome = target.check(&shape, &key, cost).await;
+                    (sent, sent.elapsed(), outcome)
+                });
+            }
+            while let Some(done) = burst.join_next().await {
+                let Ok((sent, latency, outcome)) = done else { continue };
+                let since = (wall0 + micros(sent - instant0)).saturating_sub(t0);
+                tally.record(outcome, nanos(latency), since / 1000);
+                if outcome == Outcome::Allowed {
+                    admitted.push((since, plan.cost));
+                }
+            }
+            progress.set(2 * c + i as u64 + 1);
+        }
+    }
+    progress.finish();
+    admitted.sort_unstable();
+    let wall_s = instant0.elapsed().as_secs_f64();
+    Ok((tally, admitted, (args.cycles * 2 * window_us) as f64 / 1e6, wall_s, target.describe()))
+}
+
+/// A key no earlier run used: `boundary-<pid>-<µs since the epoch>`.
+pub fn unique_key() -> String {
+    format!("boundary-{}-{}", std::process::id(), wall_micros())
+}
+
+fn wall_micros() -> u64 {
+    micros(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,401 @@
+//! The command line: `floodgate-bench <scenario> [flags]`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit code for a bad command line or configuration (`EX_USAGE`).
+pub const EXIT_USAGE: i32 = 64;
+/// Exit code when a run fails (a target cannot be reached, a file cannot be written).
+pub const EXIT_RUNTIME: i32 = 1;
+
+/// Floodgate's load and accuracy bench: what a limiter really admits, and what it costs.
+#[derive(Debug, Parser)]
+#[command(name = "floodgate-bench", version, about)]
+pub struct Cli {
+    /// The scenario.
+    #[command(subcommand)]
+    pub scenario: Scenario,
+}
+
+/// The scenarios.
+#[derive(Debug, Subcommand)]
+pub enum Scenario {
+    /// Decisions per second and latency percentiles against a target, closed-loop (fixed
+    /// concurrency) or open-loop (fixed arrival rate).
+    Throughput(ThroughputArgs),
+    /// Bursts just before and just after window boundaries: the most admitted in any window-length
+    /// span versus the limit (the fixed-window 2× problem made visible).
+    Boundary(BoundaryArgs),
+    /// Mixed traffic (human users, double-clicks, bursts, NAT, bots) on a simulated clock: the
+    /// false-rejection rate of normal users and the rejection rate of bots.
+    Fairness(FairnessArgs),
+    /// M servers (in-process, each with its own memory store, or M given targets) hammered on the
+    /// same key: total admitted versus the limit.
+    Instances(InstancesArgs),
+}
+
+/// Output flags, on every scenario.
+#[derive(Debug, Clone, Args)]
+pub struct Output {
+    /// Write the full report as JSON to PATH (field names: docs/bench.md).
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Draw admitted/denied per 100 ms (and, for throughput, the latency distribution) as SVG.
+    #[arg(long, value_name = "PATH.svg")]
+    pub plot: Option<PathBuf>,
+    /// No progress bar and no table (the JSON file is still written).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Which target a network scenario drives.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// The HTTP check API: `http://HOST:PORT` (POST /v1/check).
+    #[arg(long, value_name = "URL", group = "target_kind")]
+    pub target: Option<String>,
+    /// Envoy RLS v3 gRPC: `HOST:PORT` (ShouldRateLimit).
+    #[arg(long, value_name = "HOST:PORT", group = "target_kind")]
+    pub grpc: Option<String>,
+    /// The engine in this process over a memory store, no network (the default).
+    #[arg(long, group = "target_kind")]
+    pub in_process: bool,
+    /// The policy of --in-process runs (native or envoyproxy/ratelimit YAML). Default: a built-in
+    /// policy of 100 requests per second per user (sliding window).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Accept targets that are not on loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Per-request timeout.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// What each request carries.
+#[derive(Debug, Clone, Args)]
+pub struct RequestArgs {
+    /// The descriptor whose value is the key.
+    #[arg(long, value_name = "NAME", default_value = "user")]
+    pub key_descriptor: String,
+    /// A descriptor sent with every request (repeatable), e.g. `--with "route=POST /chat"`.
+    #[arg(long = "with", value_name = "NAME=VALUE", value_parser = parse_pair)]
+    pub with: Vec<(String, String)>,
+    /// The Envoy domain (gRPC) or the `domain` field (HTTP).
+    #[arg(long, value_name = "DOMAIN")]
+    pub domain: Option<String>,
+    /// The cost of each request.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub cost: u64,
+}
+
+/// Key distributions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Distribution {
+    /// Every key equally likely.
+    Uniform,
+    /// Zipf: a few hot keys, a long tail (`--zipf-exponent`).
+    Zipf,
+}
+
+/// `throughput`.
+#[derive(Debug, Clone, Args)]
+pub struct ThroughputArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The requests.
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// Closed loop: this many callers, each with one request in flight.
+    #[arg(long, short = 'c', default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub concurrency: u64,
+    /// Open loop: this many requests per second in total, sent on schedule whatever the answers
+    /// take; latency counts from the scheduled time (no coordinated omission).
+    #[arg(long, value_name = "PER_SEC", conflicts_with = "concurrency")]
+    pub rate: Option<f64>,
+    /// Open loop: requests in flight beyond this are not sent and count as `dropped` errors.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_in_flight: u64,
+    /// How long to send (at most 1 h).
+    #[arg(long, short, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Warm-up before measuring (sent, not counted).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Stop after this many requests.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub max_requests: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// Key distribution.
+    #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
+    pub distribution: Distribution,
+    /// The Zipf exponent `s` (probability of key k ∝ 1/k^s).
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf_exponent: f64,
+    /// Seed of the key sequence.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// Algorithms with a limit and a window (as in the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// `fixed_window`.
+    FixedWindow,
+    /// `sliding_window` (weighted two-window counter).
+    SlidingWindow,
+    /// `sliding_log` (exact).
+    SlidingLog,
+    /// `token_bucket`: burst = limit, rate = limit per window.
+    TokenBucket,
+    /// `gcra`: burst = limit, rate = limit per window.
+    Gcra,
+}
+
+impl Algorithm {
+    /// The name in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+
+    /// A native YAML rule `name` keyed by `key` with `limit` per `window`. Token bucket and GCRA
+    /// (burst = limit, refilled at limit per window) need a window of 1ms, 1s, 1m, 1h or 1d, the
+    /// units a configured rate is written in.
+    pub fn rule_yaml(self, name: &str, key: &str, limit: u64, window: Duration) -> Result<String, String> {
+        let ms = window.as_millis();
+        let algorithm = self.name();
+        Ok(match self {
+            Algorithm::TokenBucket | Algorithm::Gcra => {
+                let unit = match ms {
+                    1 => "ms",
+                    1_000 => "s",
+                    60_000 => "m",
+                    3_600_000 => "h",
+                    86_400_000 => "d",
+                    _ => return Err(format!("{algorithm} needs a window of 1ms, 1s, 1m, 1h or 1d here")),
+                };
+                format!(
+                    "  - name: {name}\n    key: [{key}]\n    algorithm: {algorithm}\n    rate: {limit}/{unit}\n    burst: {limit}\n"
+                )
+            }
+            _ => format!(
+                "  - name: {name}\n    key: [{key}]\n    algorithm: {algorithm}\n    limit: {limit}\n    window: {ms}ms\n"
+            ),
+        })
+    }
+
+    /// The limit itself, for the in-process engine (any window).
+    pub fn limit(self, limit: u64, window: Duration) -> anyhow::Result<floodgate::Limit> {
+        use floodgate_core::{FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow, TokenBucket};
+        let n = std::num::NonZeroU64::new(limit)
+            .ok_or_else(|| anyhow::anyhow!("the limit must be at least 1"))?;
+        Ok(match self {
+            Algorithm::FixedWindow => FixedWindow::try_new(n, window)?.into(),
+            Algorithm::SlidingWindow => SlidingWindow::try_new(n, window)?.into(),
+            Algorithm::SlidingLog => SlidingLog::try_new(n, window)?.into(),
+            Algorithm::TokenBucket => TokenBucket::try_new(Rate::try_new(n, window)?, n)?.into(),
+            Algorithm::Gcra => Gcra::try_new(Rate::try_new(n, window)?, n)?.into(),
+        })
+    }
+}
+
+/// `boundary`.
+#[derive(Debug, Clone, Args)]
+pub struct BoundaryArgs {
+    /// Where: no target flag = the engine on a simulated clock (exact, instant); `--target` or
+    /// `--grpc` = a running server, in real time (its rule must match --algorithm/--limit/--window).
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The requests (the key is unique per run unless --key is given).
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// The algorithm.
+    #[arg(long, value_enum, default_value_t = Algorithm::FixedWindow)]
+    pub algorithm: Algorithm,
+    /// The limit per window.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub limit: u64,
+    /// The window.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Boundaries to attack (each cycle spans two windows).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub cycles: u64,
+    /// How far before and after each boundary the bursts fire (default: 1 ms simulated, 50 ms
+    /// against a server).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub offset: Option<Duration>,
+    /// Attempts per burst (default: 2 × limit).
+    #[arg(long)]
+    pub burst: Option<u64>,
+    /// The key value (default: unique per run, so a server's earlier state does not interfere).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// `fairness`.
+#[derive(Debug, Clone, Args)]
+pub struct FairnessArgs {
+    /// The policy to judge (native YAML; requests carry `user`, `ip` and `route` = "GET /api").
+    /// Default: 30 per minute per user and 120 per minute per IP (sliding windows).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Normal users with their own address.
+    #[arg(long, default_value_t = 200)]
+    pub normal_users: u64,
+    /// Further normal users who all share one address (a NAT, an office, a mobile carrier).
+    #[arg(long, default_value_t = 10)]
+    pub nat_users: u64,
+    /// Scripted bots, each with its own user and address.
+    #[arg(long, default_value_t = 3)]
+    pub bots: u64,
+    /// A bot's request interval.
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    pub bot_interval: Duration,
+    /// A human's mean think time between actions.
+    #[arg(long, value_name = "DURATION", default_value = "6s", value_parser = parse_duration)]
+    pub think: Duration,
+    /// Chance that an action is a double-click (a second request 80–250 ms later).
+    #[arg(long, default_value_t = 0.05)]
+    pub double_click: f64,
+    /// Chance that an action is a burst (a page load: 3–8 requests within ~1 s).
+    #[arg(long, default_value_t = 0.03)]
+    pub burst: f64,
+    /// Simulated time.
+    #[arg(long, short, value_name = "DURATION", default_value = "600s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Seed of the traffic model.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// `instances`.
+#[derive(Debug, Clone, Args)]
+pub struct InstancesArgs {
+    /// In-process servers to start (each its own memory store), when no --target is given.
+    #[arg(long, short = 'm', default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub instances: u64,
+    /// Running servers' HTTP APIs instead (repeatable; their rule must match the flags below).
+    #[arg(long = "target", value_name = "URL")]
+    pub targets: Vec<String>,
+    /// The in-process servers share this Redis (`redis://127.0.0.1:6379`) instead of each having
+    /// its own memory store: the exactness test for a fleet.
+    #[arg(long, value_name = "URL", conflicts_with = "targets")]
+    pub redis: Option<String>,
+    /// Accept targets that are not on loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// The algorithm.
+    #[arg(long, value_enum, default_value_t = Algorithm::SlidingLog)]
+    pub algorithm: Algorithm,
+    /// The limit per window.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+    /// The window (long, so nothing refills during the run).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Callers in total, spread over the instances.
+    #[arg(long, short = 'c', default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// How long to send.
+    #[arg(long, short, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Stop after this many requests.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_requests: u64,
+    /// The descriptor whose value is the key.
+    #[arg(long, value_name = "NAME", default_value = "user")]
+    pub key_descriptor: String,
+    /// Per-request timeout.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// The longest run a scenario accepts.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// Parses `500ms`, `2s`, `1.5s`, `1m`, `1h`, `250us`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: f64 =
+        number.parse().map_err(|_| format!("{text:?}: expected a number with a unit (500ms, 2s, 1m)"))?;
+    let secs = match unit {
+        "us" | "µs" => n / 1e6,
+        "ms" => n / 1e3,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{text:?}: unit must be us, ms, s, m or h")),
+    };
+    if !secs.is_finite() || !(0.0..=30.0 * 86_400.0).contains(&secs) {
+        return Err(format!("{text:?}: out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses `NAME=VALUE`.
+pub fn parse_pair(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{text:?}: expected NAME=VALUE"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("ten s").is_err());
+    }
+
+    #[test]
+    fn throughput_takes_either_a_concurrency_or_a_rate() {
+        let cli = Cli::try_parse_from(["floodgate-bench", "throughput", "--rate", "1000"]).unwrap();
+        let Scenario::Throughput(t) = cli.scenario else { panic!() };
+        assert_eq!(t.rate, Some(1000.0));
+        assert!(Cli::try_parse_from(["floodgate-bench", "throughput", "--rate", "1", "-c", "2"]).is_err());
+        assert!(
+            Cli::try_parse_from(["floodgate-bench", "throughput", "--target", "http://x", "--in-process"])
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! `instances`: M servers hammered on the same key; total admitted versus the limit.
+//!
+//! Without `--target`, M in-process `floodgate` servers start on `127.0.0.1:0`, **each with its
+//! own memory store**: every instance enforces the limit on its own, so the cluster admits up to
+//! `M × limit` (`over_admission` ≈ M). That is what the memory store means for a fleet. With
+//! `--redis URL` the in-process servers share one Redis instead (exact: `over_admission` ≤ 1 for
+//! the atomic algorithms); `--target` points at M running servers of any store.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate_server::{App, ServeOptions, Server};
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::Usage;
+use crate::cli::{InstancesArgs, MAX_DURATION};
+use crate::math::over_admission_ratio;
+use crate::progress::{Batch, Live, Progress};
+use crate::report::{Report, Tally};
+use crate::target::{Shape, Target};
+
+/// A `floodgate` server running in this process on a loopback port.
+#[derive(Debug)]
+pub struct LocalServer {
+    /// Its HTTP address.
+    pub addr: SocketAddr,
+    /// Its gRPC (Envoy RLS) address.
+    pub grpc_addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl LocalServer {
+    /// Starts a server with the configuration `yaml` (native format), HTTP and gRPC on
+    /// `127.0.0.1:0`.
+    pub async fn start(yaml: &str) -> anyhow::Result<LocalServer> {
+        let config =
+            floodgate_server::config::parse("floodgate-bench", yaml).map_err(|e| Usage(e.to_string()))?;
+        let app = App::new(config, ServeOptions::default())?;
+        let http = TcpListener::bind("127.0.0.1:0").await?;
+        let grpc = TcpListener::bind("127.0.0.1:0").await?;
+        let grpc_addr = grpc.local_addr()?;
+        let server = Server::new(app, http, Some(grpc))?;
+        let addr = server.http_addr();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = rx.await;
+        }));
+        Ok(LocalServer { addr, grpc_addr, stop: Some(tx), task })
+    }
+
+    /// Waits until `/readyz` answers 200 (a Redis store connects lazily; until it answers,
+    /// decisions follow the rules' `on_store_error`, which would count as admissions), at most
+    /// `limit`. Returns whether it became ready.
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(uri) = format!("{}/readyz", self.url()).parse::<http::Uri>()
+                && let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(1), client.get(uri)).await
+                && r.status() == http::StatusCode::OK
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Shuts the server down gracefully.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// The scenario's own JSON fields.
+#[derive(Debug, Serialize)]
+struct Details {
+    instances: u64,
+    algorithm: &'static str,
+    limit: u64,
+    window_ms: f64,
+    /// Allowed, all instances together.
+    admitted: u64,
+    /// `admitted / limit`: 1.0 is exact; M means each instance enforced the limit alone.
+    over_admission: f64,
+    per_instance_admitted: Vec<u64>,
+    /// Requests that passed because the store failed and the rule fails open (`store_fail_open`
+    /// errors): they passed without being counted.
+    passed_by_fail_open: u64,
+    /// `(admitted + passed_by_fail_open) / limit`: everything that got through.
+    over_admission_with_fail_open: f64,
+    /// `memory (one per instance)` or `redis (shared)` for in-process servers, `external` for
+    /// --target.
+    store: &'static str,
+}
+
+/// Runs `instances`.
+pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
+    if args.duration.is_zero() || args.duration > MAX_DURATION {
+        return Err(Usage("--duration must be between 1ms and 1h".into()).into());
+    }
+    let mut servers = Vec::new();
+    let urls: Vec<String> = if args.targets.is_empty() {
+        let rule = args
+            .algorithm
+            .rule_yaml("shared", &args.key_descriptor, args.limit, args.window)
+            .map_err(Usage)?;
+        let store = match &args.redis {
+            None => "store:\n  kind: memory\n".to_owned(),
+            Some(url) => {
+                let uri: http::Uri = url.parse().map_err(|_| Usage(format!("{url}: not a redis:// URL")))?;
+                let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+                let loopback =
+                    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+                if !loopback && !args.allow_remote {
+                    return Err(Usage(format!(
+                        "{url}: only a loopback Redis unless --allow-remote is given"
+                    ))
+                    .into());
+                }
+                format!("store:\n  kind: redis\n  url: {url:?}\n")
+            }
+        };
+        let yaml = format!("{store}rules:\n{rule}");
+        for _ in 0..args.instances {
+            let server = LocalServer::start(&yaml).await?;
+            if !server.wait_ready(Duration::from_secs(10)).await {
+                anyhow::bail!("the server on {} did not become ready (is the store reachable?)", server.addr);
+            }
+            servers.push(server);
+        }
+        servers.iter().map(LocalServer::url).collect()
+    } else {
+        args.targets.clone()
+    };
+    let mut targets = Vec::new();
+    for url in &urls {
+        targets.push(Target::http(url, args.timeout, args.allow_remote).map_err(|e| Usage(e.to_string()))?);
+    }
+    let shape =
+        Arc::new(Shape { key_descriptor: args.key_descriptor.clone(), with: Vec::new(), domain: None });
+    let key: Arc<str> = format!("instances-{}-{}", std::process::id(), crate::boundary::unique_key()).into();
+
+    let progress = Progress::new(
+        "instances",
+        u64::try_from(args.duration.as_millis()).unwrap_or(u64::MAX),
+        args.output.quiet,
+    );
+    let live = Arc::new(Live::default());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Instant::now();
+    let ticker = progress.tick_timed(started, Arc::clone(&live), Arc::clone(&stop));
+    let deadline = started + args.duration;
+    let quota = args.max_requests.div_ceil(args.concurrency).max(1);
+    let mut workers = Vec::new();
+    for w in 0..args.concurrency {
+        let index = (w % targets.len() as u64) as usize;
+        let (target, shape, key, live) = (targets[index].clone(), shape.clone(), key.clone(), live.clone());
+        workers.push(tokio::spawn(async move {
+            let (mut tally, mut batch) = (Tally::default(), Batch::default());
+            for _ in 0..quota {
+                let sent = Instant::now();
+                if sent >= deadline {
+                    break;
+                }
+                let outcome = target.check(&shape, &key, 1).await;
+                tally.record(outcome, nanos(sent.elapsed()), millis(sent - started));
+                batch.count(outcome, &live);
+            }
+            batch.flush(&live);
+            (index, tally)
+        }));
+    }
+    let mut total = Tally::default();
+    let mut per_instance = vec![0u64; targets.len()];
+    for worker in workers {
+        if let Ok((index, tally)) = worker.await {
+            per_instance[index] += tally.allowed;
+            total.merge(&tally);
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = ticker.await;
+    progress.finish();
+    for server in servers {
+        server.stop().await;
+    }
+
+    let in_process = args.targets.is_empty();
+    let fail_open = total.errors.get("store_fail_open").copied().unwrap_or(0);
+    let details = Details {
+        instances: targets.len() as u64,
+        algorithm: args.algorithm.name(),
+        limit: args.limit,
+        window_ms: args.window.as_secs_f64() * 1000.0,
+        admitted: total.allowed,
+        over_admission: over_admission_ratio(total.allowed, args.limit),
+        per_instance_admitted: per_instance,
+        passed_by_fail_open: fail_open,
+        over_admission_with_fail_open: over_admission_ratio(total.allowed + fail_open, args.limit),
+        store: match (&args.redis, in_process) {
+            (_, false) => "external",
+            (None, true) => "memory (one per instance)",
+            (Some(_), true) => "redis (shared)",
+        },
+    };
+    let target = if in_process { format!("{} in-process servers", targets.len()) } else { urls.join(",") };
+    let mut report = Report::new(total.summary("instances", &target, wall, wall), details);
+    report.timeline = Some(total.timeline);
+    Ok(report)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

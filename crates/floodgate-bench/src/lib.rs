@@ -1,0 +1,85 @@
+//! `floodgate-bench`: prove the limits before production — what a limiter really admits, and
+//! what it costs.
+//!
+//! Scenarios (each a subcommand of the `floodgate-bench` binary; see `docs/bench.md`):
+//! - [`throughput`]: decisions/s and latency percentiles against the HTTP API, Envoy RLS gRPC or
+//!   the engine in-process; closed-loop (fixed concurrency) or open-loop (fixed arrival rate);
+//!   uniform or Zipf keys; any cost.
+//! - [`boundary`]: bursts just before and after window boundaries; the most admitted in any
+//!   window-length span versus the limit (fixed window: 2×; sliding log: ≤ 1).
+//! - [`fairness`]: humans, double-clicks, bursts, a NAT and bots on a simulated clock; the
+//!   false-rejection rate of normal users and the rejection rate of bots.
+//! - [`instances`]: M servers on the same key; total admitted versus the limit.
+//!
+//! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
+//! `--plot PATH.svg` on request. The report math lives in [`math`]:
+//!
+//! ```
+//! use floodgate_bench::math::{max_admitted_in_any_window, over_admission_ratio};
+//! // 10 admitted 1 ms before a 1 s boundary and 10 just after it: 20 within one window.
+//! let mut admitted = vec![(999_000, 1); 10];
+//! admitted.extend(vec![(1_001_000, 1); 10]);
+//! let max = max_admitted_in_any_window(&admitted, 1_000_000);
+//! assert_eq!(over_admission_ratio(max, 10), 2.0);
+//! ```
+
+pub mod boundary;
+pub mod cli;
+pub mod fairness;
+pub mod instances;
+pub mod keys;
+pub mod math;
+pub mod plot;
+pub mod progress;
+pub mod report;
+pub mod target;
+pub mod throughput;
+
+use anyhow::Context as _;
+
+use crate::cli::{Output, Scenario};
+use crate::report::Report;
+
+/// A command-line or configuration error: the binary exits 64 with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);
+
+/// Runs a scenario and returns its report (nothing written yet).
+pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
+    match scenario {
+        Scenario::Throughput(a) => throughput::run(a).await,
+        Scenario::Boundary(a) => boundary::run(a).await,
+        Scenario::Fairness(a) => fairness::run(a).await,
+        Scenario::Instances(a) => instances::run(a).await,
+    }
+}
+
+/// The output flags of a scenario.
+pub fn output(scenario: &Scenario) -> &Output {
+    match scenario {
+        Scenario::Throughput(a) => &a.output,
+        Scenario::Boundary(a) => &a.output,
+        Scenario::Fairness(a) => &a.output,
+        Scenario::Instances(a) => &a.output,
+    }
+}
+
+/// Writes the report where `output` asks: the table on stdout, `--json`, `--plot`.
+pub fn emit(report: &Report, output: &Output) -> anyhow::Result<()> {
+    if !output.quiet {
+        println!("{}", report.table());
+    }
+    if let Some(path) = &output.json {
+        std::fs::write(path, report.to_json() + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &output.plot {
+        let s = &report.summary;
+        let title = format!("floodgate-bench {} — {} ({} sent)", s.scenario, s.target, s.sent);
+        let timeline = report.timeline.clone().unwrap_or_else(|| math::Timeline::new(report::BUCKET_MS));
+        std::fs::write(path, plot::svg(&title, &timeline, report.latency.as_ref()))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! What a scenario drives: the HTTP check API, Envoy RLS gRPC, or an engine in this process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use floodgate::{Descriptors, Engine, MemoryStore};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tonic::transport::Channel;
+
+use crate::report::Outcome;
+
+/// How a request is described: the descriptor that carries the key, constant descriptors, and for
+/// gRPC the domain.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// The descriptor name whose value is the key (default `user`).
+    pub key_descriptor: String,
+    /// Descriptors sent with every request (`--with NAME=VALUE`).
+    pub with: Vec<(String, String)>,
+    /// The Envoy domain (gRPC) or `domain` field (HTTP), when set.
+    pub domain: Option<String>,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape { key_descriptor: "user".into(), with: Vec::new(), domain: None }
+    }
+}
+
+/// A target the bench sends decisions to. Cheap to clone.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// `POST {base}/v1/check` over HTTP/1.1 keep-alive connections.
+    Http {
+        /// `http://127.0.0.1:8080`, without a trailing slash.
+        base: String,
+        /// The pooled client.
+        client: Box<Client<HttpConnector, Full<Bytes>>>,
+        /// Per-request timeout.
+        timeout: Duration,
+    },
+    /// Envoy RLS v3 `ShouldRateLimit` over a few HTTP/2 connections.
+    Grpc {
+        /// `127.0.0.1:8081`.
+        addr: String,
+        /// One client per connection; requests pick one by key.
+        clients: Arc<[RateLimitServiceClient<Channel>]>,
+        /// Per-request timeout.
+        timeout: Duration,
+    },
+    /// The engine in this process (memory store, process clock): the decision cost with no network.
+    InProcess(Arc<Engine<MemoryStore>>),
+}
+
+/// Why a target cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The address is not loopback and `--allow-remote` was not given.
+    #[error("{0}: only loopback targets (127.0.0.1, ::1, localhost) unless --allow-remote is given")]
+    NotLoopback(String),
+    /// The address cannot be parsed.
+    #[error("{0}: not an address; expected http://HOST:PORT (HTTP) or HOST:PORT (gRPC)")]
+    BadAddress(String),
+    /// The gRPC connection failed.
+    #[error("cannot connect to {0}: {1}")]
+    Connect(String, String),
+}
+
+/// The gRPC connections a [`Target::Grpc`] opens.
+const GRPC_CONNECTIONS: usize = 4;
+
+impl Target {
+    /// An HTTP target at `base` (`http://HOST:PORT`).
+    pub fn http(base: &str, timeout: Duration, allow_remote: bool) -> Result<Target, TargetError> {
+        let base = base.trim_end_matches('/').to_owned();
+        let uri: http::Uri = base.parse().map_err(|_| TargetError::BadAddress(base.clone()))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(TargetError::BadAddress(base));
+        }
+        let host = uri.host().ok_or_else(|| TargetError::BadAddress(base.clone()))?;
+        check_loopback(host, &base, allow_remote)?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client =
+            Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        Ok(Target::Http { base, client: Box::new(client), timeout })
+    }
+
+    /// A gRPC target at `addr` (`HOST:PORT`, an `http://` prefix is accepted).
+    pub async fn grpc(addr: &str, timeout: Duration, allow_remote: bool) -> Result<Target, TargetError> {
+        let addr = addr.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let uri: http::Uri =
+            format!("http://{addr}").parse().map_err(|_| TargetError::BadAddress(addr.clone()))?;
+        let host = uri.host().ok_or_else(|| TargetError::BadAddress(addr.clone()))?;
+        check_loopback(host, &addr, allow_remote)?;
+        let mut clients = Vec::new();
+        for _ in 0..GRPC_CONNECTIONS {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(|e| TargetError::Connect(addr.clone(), e.to_string()))?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .map_err(|e| TargetError::Connect(addr.clone(), e.to_string()))?;
+            clients.push(RateLimitServiceClient::new(channel));
+        }
+        Ok(Target::Grpc { addr, clients: clients.into(), timeout })
+    }
+
+    /// The engine of a loaded configuration's native policy, on a memory store and the process
+    /// clock.
+    pub fn in_process(config: floodgate_server::config::Config) -> Target {
+        Target::InProcess(Arc::new(Engine::new(config.policy, MemoryStore::new())))
+    }
+
+    /// How reports name this target.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Http { base, .. } => base.clone(),
+            Target::Grpc { addr, .. } => format!("grpc://{addr}"),
+            Target::InProcess(_) => "in-process".into(),
+        }
+    }
+
+    /// Asks for one decision for `key` at `cost`.
+    pub async fn check(&self, shape: &Shape, key: &str, cost: u64) -> Outcome {
+        match self {
+            Target::Http { base, client, timeout } => {
+                let body = http_body(shape, key, cost);
+                let request = http::Request::post(format!("{base}/v1/check"))
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Full::new(Bytes::from(body)));
+                let Ok(request) = request else { return Outcome::Error("request") };
+                let exchange = async {
+                    let response = client
+                        .request(request)
+                        .await
+                        .map_err(|e| if e.is_connect() { "connect" } else { "http_transport" })?;
+                    let status = response.status();
+                    // Read the body so that the connection goes back to the pool.
+                    let body = response.into_body().collect().await.map_err(|_| "http_body")?.to_bytes();
+                    Ok::<_, &'static str>((status, store_failure(&body)))
+                };
+                match tokio::time::timeout(*timeout, exchange).await {
+                    Err(_) => Outcome::Error("timeout"),
+                    Ok(Err(kind)) => Outcome::Error(kind),
+                    Ok(Ok((_, Some(kind)))) => Outcome::Error(kind),
+                    Ok(Ok((status, None))) => match status.as_u16() {
+                        200 => Outcome::Allowed,
+                        429 => Outcome::Denied,
+                        400 => Outcome::Error("http_400"),
+                        413 => Outcome::Error("http_413"),
+                        422 => Outcome::Error("http_422"),
+                        500..=599 => Outcome::Error("http_5xx"),
+                        _ => Outcome::Error("http_other"),
+                    },
+                }
+            }
+            Target::Grpc { clients, timeout, .. } => {
+                let mut entries: Vec<Entry> =
+                    shape.with.iter().map(|(k, v)| Entry { key: k.clone(), value: v.clone() }).collect();
+                entries.push(Entry { key: shape.key_descriptor.clone(), value: key.to_owned() });
+                let request = RateLimitRequest {
+                    domain: shape.domain.clone().unwrap_or_else(|| "floodgate-bench".into()),
+                    descriptors: vec![RateLimitDescriptor { entries, ..RateLimitDescriptor::default() }],
+                    hits_addend: u32::try_from(cost).unwrap_or(u32::MAX),
+                };
+                let pick = key.bytes().fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b)));
+                let mut client = clients[pick % clients.len()].clone();
+                match tokio::time::timeout(*timeout, client.should_rate_limit(request)).await {
+                    Err(_) => Outcome::Error("timeout"),
+                    Ok(Ok(r)) if r.get_ref().overall_code == Code::Ok as i32 => Outcome::Allowed,
+                    Ok(Ok(r)) if r.get_ref().overall_code == Code::OverLimit as i32 => Outcome::Denied,
+                    Ok(Ok(_)) => Outcome::Error("grpc_unknown_code"),
+                    Ok(Err(status)) => Outcome::Error(match status.code() {
+                        tonic::Code::Unavailable => "grpc_unavailable",
+                        tonic::Code::DeadlineExceeded => "grpc_deadline",
+                        tonic::Code::InvalidArgument => "grpc_invalid_argument",
+                        tonic::Code::Internal => "grpc_internal",
+                        _ => "grpc_other",
+                    }),
+                }
+            }
+            Target::InProcess(engine) => {
+                let mut d = Descriptors::new();
+                for (k, v) in &shape.with {
+                    d.insert(k.clone(), v.clone());
+                }
+                d.insert(shape.key_descriptor.clone(), key);
+                match engine.check(&d, cost).await {
+                    Ok(v) if v.allowed => Outcome::Allowed,
+                    Ok(_) => Outcome::Denied,
+                    Err(_) => Outcome::Error("engine"),
+                }
+            }
+        }
+    }
+}
+
+/// A verdict the store did not make: the server answered by a rule's `on_store_error`
+/// (`fail_open` → `error_allowed`, `fail_closed` → `error_denied`). Counted as errors, not as
+/// admissions or denials, so that `allowed` is what the limiter decided.
+fn store_failure(body: &[u8]) -> Option<&'static str> {
+    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    if has(b"\"error_allowed\"") {
+        Some("store_fail_open")
+    } else if has(b"\"error_denied\"") {
+        Some("store_fail_closed")
+    } else {
+        None
+    }
+}
+
+/// The `/v1/check` body.
+fn http_body(shape: &Shape, key: &str, cost: u64) -> String {
+    let mut descriptors = serde_json::Map::new();
+    for (k, v) in &shape.with {
+        descriptors.insert(k.clone(), v.clone().into());
+    }
+    descriptors.insert(shape.key_descriptor.clone(), key.into());
+    let mut body = serde_json::Map::new();
+    body.insert("descriptors".into(), descriptors.into());
+    body.insert("cost".into(), cost.into());
+    if let Some(domain) = &shape.domain {
+        body.insert("domain".into(), domain.clone().into());
+    }
+    serde_json::Value::Object(body).to_string()
+}
+
+/// Refuses non-loopback hosts unless allowed.
+fn check_loopback(host: &str, shown: &str, allow_remote: bool) -> Result<(), TargetError> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback || allow_remote { Ok(()) } else { Err(TargetError::NotLoopback(shown.to_owned())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_targets_unless_allowed() {
+        assert!(check_loopback("127.0.0.1", "x", false).is_ok());
+        assert!(check_loopback("[::1]", "x", false).is_ok());
+        assert!(check_loopback("localhost", "x", false).is_ok());
+        assert!(check_loopback("10.0.0.1", "x", false).is_err());
+        assert!(check_loopback("example.com", "x", false).is_err());
+        assert!(check_loopback("example.com", "x", true).is_ok());
+    }
+
+    #[test]
+    fn verdicts_made_by_a_store_failure_policy_are_errors() {
+        let open = br#"{"allowed":true,"limits":[{"name":"a","outcome":"error_allowed"}]}"#;
+        assert_eq!(store_failure(open), Some("store_fail_open"));
+        assert_eq!(store_failure(br#"{"limits":[{"outcome":"error_denied"}]}"#), Some("store_fail_closed"));
+        assert_eq!(store_failure(br#"{"allowed":true,"limits":[{"outcome":"allowed"}]}"#), None);
+    }
+
+    #[test]
+    fn the_http_body_is_the_check_api_json() {
+        let shape = Shape {
+            key_descriptor: "user".into(),
+            with: vec![("route".into(), "POST /chat".into())],
+            domain: None,
+        };
+        let v: serde_json::Value = serde_json::from_str(&http_body(&shape, "u\"1", 2)).unwrap();
+        assert_eq!(v, serde_json::json!({"descriptors": {"route": "POST /chat", "user": "u\"1"}, "cost": 2}));
+    }
+}
