@@ -131,7 +131,15 @@ where
 }
 
 fn main() {
-    let a = args();
+    let mut a = args();
+    // `cargo bench` passes `--bench` (and bench/redis/run a `--url`); `cargo test --all-targets`
+    // runs this binary without either: a short smoke run on a redis-server of its own.
+    let smoke = !std::env::args().any(|x| x == "--bench" || x == "--url" || x == "--dump-script");
+    let _server = smoke.then(|| {
+        let server = floodgate_testkit::redis::RedisServer::start();
+        a = Args { url: server.url(), decisions: 2_000, concurrency: 8, keys: 100, dump: None };
+        server
+    });
     if let Some(path) = &a.dump {
         std::fs::write(path, floodgate_redis::script_source()).expect("write the script");
         // The single-limit scripts beside it, as `<name>.lua`.
