@@ -8,9 +8,11 @@
 //!
 //! - **Simulated** (no target flag): the engine over a memory store on a
 //!   [`floodgate_core::ManualClock`], bursts at exact instants — exact and instant.
-//! - **Real time** (`--target` / `--grpc`): against a running server whose rule matches
-//!   `--algorithm/--limit/--window`; boundaries are computed from the wall clock (the server's
-//!   windows are aligned to the Unix epoch), bursts fired concurrently, admissions timed at send.
+//! - **Real time** (`--target` / `--grpc` / `--route-target`): against a running server whose
+//!   rule matches `--algorithm/--limit/--window`; boundaries are computed from the wall clock (the
+//!   server's windows are aligned to the Unix epoch), bursts fired concurrently, admissions timed
+//!   at send. `--prime` sends one request a window before each boundary, on a fresh key per
+//!   cycle, for limiters whose window starts at a key's first request.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -53,7 +55,14 @@ const MAX_BURST: u64 = 1_000_000;
 /// Runs `boundary`.
 pub async fn run(args: &BoundaryArgs) -> anyhow::Result<Report> {
     let burst = args.burst.unwrap_or(2 * args.limit).clamp(1, MAX_BURST);
-    let real_time = args.target.target.is_some() || args.target.grpc.is_some();
+    let real_time =
+        args.target.target.is_some() || args.target.grpc.is_some() || args.target.route_target.is_some();
+    if args.prime && !real_time {
+        return Err(Usage("--prime is for real-time runs (--target, --grpc, --route-target)".into()).into());
+    }
+    if args.target.route_target.is_some() && args.request.cost != 1 {
+        return Err(Usage("a --route-target request costs 1 (--cost is not sent)".into()).into());
+    }
     let offset =
         args.offset.unwrap_or(if real_time { Duration::from_millis(50) } else { Duration::from_millis(1) });
     if offset.is_zero() || offset * 2 >= args.window {
@@ -155,13 +164,29 @@ async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
     // Wall-clock microseconds now, and the instant that corresponds to them.
     let (wall0, instant0) = (wall_micros(), Instant::now());
     let at = |wall_us: u64| instant0 + Duration::from_micros(wall_us.saturating_sub(wall0));
-    // The first boundary at least offset + 20 ms away, so the first burst is on time.
-    let first = (wall0 + offset_us + 20_000).div_ceil(window_us) * window_us;
+    // The first boundary at least offset + 20 ms away (and a window more with --prime), so the
+    // first burst (and priming request) is on time.
+    let lead = if args.prime { window_us } else { 0 };
+    let first = (wall0 + lead + offset_us + 20_000).div_ceil(window_us) * window_us;
     let t0 = first - window_us;
     let progress = Progress::new("boundary", args.cycles * 2, args.output.quiet);
     let (mut tally, mut admitted) = (Tally::default(), Vec::new());
     for c in 0..args.cycles {
         let boundary = first + 2 * c * window_us;
+        let key = if args.prime { std::sync::Arc::new(format!("{key}-c{c}")) } else { key.clone() };
+        if args.prime {
+            // One request at the start of the window before the boundary: a per-key window opened
+            // here ends at the boundary.
+            let fire = boundary - window_us;
+            tokio::time::sleep_until(at(fire).into()).await;
+            let sent = Instant::now();
+            let outcome = target.check(&shape, &key, plan.cost).await;
+            let since = (wall0 + micros(sent - instant0)).saturating_sub(t0);
+            tally.record(outcome, nanos(sent.elapsed()), since / 1000);
+            if outcome == Outcome::Allowed {
+                admitted.push((since, plan.cost));
+            }
+        }
         for (i, fire) in [boundary - offset_us, boundary + offset_us].into_iter().enumerate() {
             tokio::time::sleep_until(at(fire).into()).await;
             let mut burst = tokio::task::JoinSet::new();

@@ -59,6 +59,18 @@ pub struct TargetArgs {
     /// Envoy RLS v3 gRPC: `HOST:PORT` (ShouldRateLimit).
     #[arg(long, value_name = "HOST:PORT", group = "target_kind")]
     pub grpc: Option<String>,
+    /// A rate-limited route of any application, not Floodgate's API: `http://HOST:PORT/PATH`.
+    /// Each request carries its key in `--key-header`; 2xx counts as allowed, 429 as denied,
+    /// any other status as an error (`http_404`, `http_5xx`, …). For peers (NestJS, …) and apps
+    /// behind `floodgate-tower`.
+    #[arg(long, value_name = "URL", group = "target_kind")]
+    pub route_target: Option<String>,
+    /// `--route-target`: the header carrying the key.
+    #[arg(long, value_name = "NAME", default_value = "x-user-id")]
+    pub key_header: String,
+    /// `--route-target`: the method (a POST carries a small JSON body).
+    #[arg(long, value_name = "METHOD", default_value = "POST")]
+    pub method: String,
     /// The engine in this process over a memory store, no network (the default).
     #[arg(long, group = "target_kind")]
     pub in_process: bool,
@@ -217,8 +229,9 @@ impl Algorithm {
 /// `boundary`.
 #[derive(Debug, Clone, Args)]
 pub struct BoundaryArgs {
-    /// Where: no target flag = the engine on a simulated clock (exact, instant); `--target` or
-    /// `--grpc` = a running server, in real time (its rule must match --algorithm/--limit/--window).
+    /// Where: no target flag = the engine on a simulated clock (exact, instant); `--target`,
+    /// `--grpc` or `--route-target` = a running server, in real time (its rule must match
+    /// --algorithm/--limit/--window).
     #[command(flatten)]
     pub target: TargetArgs,
     /// The requests (the key is unique per run unless --key is given).
@@ -246,6 +259,12 @@ pub struct BoundaryArgs {
     /// The key value (default: unique per run, so a server's earlier state does not interfere).
     #[arg(long)]
     pub key: Option<String>,
+    /// Real time: one request at the start of the window before each boundary, on a key of its
+    /// own per cycle, so that limiters whose window starts at a key's first request (a per-key
+    /// TTL, as `@nestjs/throttler`'s) have a boundary where the wall clock's is. Use with
+    /// `--burst` ≤ limit − 1 to stay under the limit before the boundary (a careful client).
+    #[arg(long)]
+    pub prime: bool,
     /// Output.
     #[command(flatten)]
     pub output: Output,

@@ -1,4 +1,5 @@
-//! What a scenario drives: the HTTP check API, Envoy RLS gRPC, or an engine in this process.
+//! What a scenario drives: the HTTP check API, Envoy RLS gRPC, a rate-limited route of any
+//! application, or an engine in this process.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,20 @@ pub enum Target {
         /// Per-request timeout.
         timeout: Duration,
     },
+    /// A rate-limited route of any application (a peer, an app behind `floodgate-tower`): the key
+    /// in a header; 2xx allowed, 429 denied, anything else an error.
+    Route {
+        /// `http://127.0.0.1:3000/chat`.
+        url: String,
+        /// The method.
+        method: http::Method,
+        /// The header carrying the key.
+        key_header: http::HeaderName,
+        /// The pooled client.
+        client: Box<Client<HttpConnector, Full<Bytes>>>,
+        /// Per-request timeout.
+        timeout: Duration,
+    },
     /// Envoy RLS v3 `ShouldRateLimit` over a few HTTP/2 connections.
     Grpc {
         /// `127.0.0.1:8081`.
@@ -70,6 +85,9 @@ pub enum TargetError {
     /// The address cannot be parsed.
     #[error("{0}: not an address; expected http://HOST:PORT (HTTP) or HOST:PORT (gRPC)")]
     BadAddress(String),
+    /// The method or key header of a route target is not valid HTTP.
+    #[error("{0}: not a valid HTTP method or header name")]
+    BadRoute(String),
     /// The gRPC connection failed.
     #[error("cannot connect to {0}: {1}")]
     Connect(String, String),
@@ -88,11 +106,34 @@ impl Target {
         }
         let host = uri.host().ok_or_else(|| TargetError::BadAddress(base.clone()))?;
         check_loopback(host, &base, allow_remote)?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client =
-            Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Ok(Target::Http { base, client: Box::new(client), timeout })
+        Ok(Target::Http { base, client: Box::new(http_client()), timeout })
+    }
+
+    /// A route target at `url` (`http://HOST:PORT/PATH`), the key sent in `key_header`.
+    pub fn route(
+        url: &str,
+        method: &str,
+        key_header: &str,
+        timeout: Duration,
+        allow_remote: bool,
+    ) -> Result<Target, TargetError> {
+        let uri: http::Uri = url.parse().map_err(|_| TargetError::BadAddress(url.to_owned()))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(TargetError::BadAddress(url.to_owned()));
+        }
+        let host = uri.host().ok_or_else(|| TargetError::BadAddress(url.to_owned()))?;
+        check_loopback(host, url, allow_remote)?;
+        let method = http::Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| TargetError::BadRoute(method.to_owned()))?;
+        let key_header = http::HeaderName::from_bytes(key_header.to_ascii_lowercase().as_bytes())
+            .map_err(|_| TargetError::BadRoute(key_header.to_owned()))?;
+        Ok(Target::Route {
+            url: url.to_owned(),
+            method,
+            key_header,
+            client: Box::new(http_client()),
+            timeout,
+        })
     }
 
     /// A gRPC target at `addr` (`HOST:PORT`, an `http://` prefix is accepted).
@@ -125,6 +166,7 @@ impl Target {
     pub fn describe(&self) -> String {
         match self {
             Target::Http { base, .. } => base.clone(),
+            Target::Route { url, method, .. } => format!("{method} {url}"),
             Target::Grpc { addr, .. } => format!("grpc://{addr}"),
             Target::InProcess(_) => "in-process".into(),
         }
@@ -162,6 +204,31 @@ impl Target {
                         500..=599 => Outcome::Error("http_5xx"),
                         _ => Outcome::Error("http_other"),
                     },
+                }
+            }
+            Target::Route { url, method, key_header, client, timeout } => {
+                let body =
+                    if method == http::Method::GET { Bytes::new() } else { Bytes::from_static(ROUTE_BODY) };
+                let request = http::Request::builder()
+                    .method(method.clone())
+                    .uri(url.as_str())
+                    .header(key_header, key)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Full::new(body));
+                let Ok(request) = request else { return Outcome::Error("request") };
+                let exchange = async {
+                    let response = client
+                        .request(request)
+                        .await
+                        .map_err(|e| if e.is_connect() { "connect" } else { "http_transport" })?;
+                    let status = response.status();
+                    response.into_body().collect().await.map_err(|_| "http_body")?;
+                    Ok::<_, &'static str>(status)
+                };
+                match tokio::time::timeout(*timeout, exchange).await {
+                    Err(_) => Outcome::Error("timeout"),
+                    Ok(Err(kind)) => Outcome::Error(kind),
+                    Ok(Ok(status)) => route_outcome(status),
                 }
             }
             Target::Grpc { clients, timeout, .. } => {
@@ -202,6 +269,32 @@ impl Target {
                 }
             }
         }
+    }
+}
+
+/// The body of a route target's POST (what a chat endpoint expects).
+const ROUTE_BODY: &[u8] = br#"{"message":"floodgate-bench"}"#;
+
+/// A pooled HTTP/1.1 keep-alive client.
+fn http_client() -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector)
+}
+
+/// How a route target's status counts: any 2xx is the app's answer, so the limiter allowed it;
+/// 429 is the limiter's denial; anything else is an error of the app or the bench's request.
+fn route_outcome(status: http::StatusCode) -> Outcome {
+    match status.as_u16() {
+        200..=299 => Outcome::Allowed,
+        429 => Outcome::Denied,
+        400 => Outcome::Error("http_400"),
+        401 | 403 => Outcome::Error("http_401_403"),
+        404 => Outcome::Error("http_404"),
+        405 => Outcome::Error("http_405"),
+        413 => Outcome::Error("http_413"),
+        500..=599 => Outcome::Error("http_5xx"),
+        _ => Outcome::Error("http_other"),
     }
 }
 
@@ -263,6 +356,41 @@ mod tests {
         assert_eq!(store_failure(open), Some("store_fail_open"));
         assert_eq!(store_failure(br#"{"limits":[{"outcome":"error_denied"}]}"#), Some("store_fail_closed"));
         assert_eq!(store_failure(br#"{"allowed":true,"limits":[{"outcome":"allowed"}]}"#), None);
+    }
+
+    #[test]
+    fn a_route_target_counts_2xx_as_allowed_429_as_denied_and_the_rest_as_errors() {
+        let outcome = |code: u16| route_outcome(http::StatusCode::from_u16(code).unwrap());
+        for code in [200, 201, 202, 204, 299] {
+            assert_eq!(outcome(code), Outcome::Allowed, "{code}");
+        }
+        assert_eq!(outcome(429), Outcome::Denied);
+        assert_eq!(outcome(400), Outcome::Error("http_400"));
+        assert_eq!(outcome(403), Outcome::Error("http_401_403"));
+        assert_eq!(outcome(404), Outcome::Error("http_404"));
+        assert_eq!(outcome(503), Outcome::Error("http_5xx"));
+        for code in [301, 304, 418, 428, 430] {
+            assert_eq!(outcome(code), Outcome::Error("http_other"), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_route_target_is_loopback_http_with_a_valid_method_and_header() {
+        let t = Duration::from_secs(1);
+        let route = Target::route("http://127.0.0.1:3000/chat", "post", "X-User-Id", t, false).unwrap();
+        assert_eq!(route.describe(), "POST http://127.0.0.1:3000/chat");
+        assert!(matches!(
+            Target::route("http://10.1.2.3/chat", "POST", "x-user-id", t, false),
+            Err(TargetError::NotLoopback(_))
+        ));
+        assert!(matches!(
+            Target::route("https://127.0.0.1/chat", "POST", "x-user-id", t, false),
+            Err(TargetError::BadAddress(_))
+        ));
+        assert!(matches!(
+            Target::route("http://127.0.0.1/chat", "POST", "bad header", t, false),
+            Err(TargetError::BadRoute(_))
+        ));
     }
 
     #[test]

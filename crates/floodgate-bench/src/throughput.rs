@@ -50,6 +50,10 @@ pub async fn build_target(args: &TargetArgs) -> anyhow::Result<Target> {
     if let Some(url) = &args.target {
         return Ok(Target::http(url, args.timeout, args.allow_remote).map_err(|e| Usage(e.to_string()))?);
     }
+    if let Some(url) = &args.route_target {
+        return Ok(Target::route(url, &args.method, &args.key_header, args.timeout, args.allow_remote)
+            .map_err(|e| Usage(e.to_string()))?);
+    }
     if let Some(addr) = &args.grpc {
         return Ok(Target::grpc(addr, args.timeout, args.allow_remote).await?);
     }
@@ -79,6 +83,9 @@ pub async fn run(args: &ThroughputArgs) -> anyhow::Result<Report> {
         && !(rate.is_finite() && rate > 0.0 && rate <= 10_000_000.0)
     {
         return Err(Usage("--rate must be between 0 and 10 000 000 per second".into()).into());
+    }
+    if args.target.route_target.is_some() && args.request.cost != 1 {
+        return Err(Usage("a --route-target request costs 1 (--cost is not sent)".into()).into());
     }
     let target = build_target(&args.target).await?;
     let shape = Arc::new(shape(&args.request));
