@@ -55,11 +55,19 @@ fn require(program: &str) {
 
 /// A port on 127.0.0.1 that is free now, and whose cluster bus port (+10 000) is free too.
 fn free_port() -> u16 {
+    // Ports handed out once are never handed out again in this process: a stopped server may be
+    // restarted on its port, which must not meanwhile become another server's.
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..100 {
         let Ok(listener) = TcpListener::bind("127.0.0.1:0") else { continue };
         let Ok(addr) = listener.local_addr() else { continue };
         let port = addr.port();
-        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+        if port < 55_000
+            && !handed_out.iter().any(|p| *p == port || *p == port + 10_000 || *p + 10_000 == port)
+            && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+        {
+            handed_out.push(port);
             return port;
         }
     }
@@ -111,6 +119,10 @@ impl RedisServer {
     /// As [`RedisServer::start`].
     pub fn start_with(args: &[&str]) -> RedisServer {
         require("redis-server");
+        // One start at a time in this process: a port picked as free stays unclaimed until the
+        // server binds it, and two starts racing for it would both believe the server is theirs.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = STARTING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut last = String::new();
         for _ in 0..5 {
             let port = free_port();
@@ -164,7 +176,15 @@ rm -rf "$dir""#;
             if let Ok(pong) = cli(self.port, &["PING"])
                 && pong == "PONG"
             {
-                return Ok(());
+                // The answer must come from this server, not from another process's on the same
+                // port (ours then failed to bind): its working directory is ours alone.
+                let dir = cli(self.port, &["CONFIG", "GET", "dir"]).unwrap_or_default();
+                let ours = self.dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| dir.contains(n));
+                if ours {
+                    return Ok(());
+                }
+                self.stop();
+                return Err(format!("port {} answered by another redis-server", self.port));
             }
             let exited = self.watchdog.as_mut().and_then(|c| c.try_wait().ok().flatten()).is_some();
             if exited || started.elapsed() > STARTUP {

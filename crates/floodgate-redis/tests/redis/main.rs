@@ -22,18 +22,18 @@ use floodgate_testkit::redis::{RedisCluster, RedisServer};
 /// two cores with the servers and with each other (the default, 1 s, is for production).
 const CONNECT: Duration = Duration::from_secs(10);
 
-/// A store on the process's shared single node, with a generous deadline (tests share two cores
-/// with the server).
+/// The deadline of stores on the shared node and cluster (see [`node_store`]).
+const SHARED_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A store on the process's shared single node, with a generous deadline: tests share two cores
+/// with the servers, and the shared node queues the requests of every test at once (the
+/// concurrency tests put hundreds in flight). Deadlines themselves are tested on private servers.
 async fn node_store() -> RedisStore {
     RedisStore::connect(node_config(RedisServer::shared())).await.expect("connect to the shared node")
 }
 
 fn node_config(server: &RedisServer) -> RedisConfig {
-    RedisConfig {
-        deadline: Duration::from_millis(500),
-        connect_timeout: CONNECT,
-        ..RedisConfig::node(server.url())
-    }
+    RedisConfig { deadline: SHARED_DEADLINE, connect_timeout: CONNECT, ..RedisConfig::node(server.url()) }
 }
 
 /// A store on the process's shared cluster; keys spread by whole key, so multi-limit requests
@@ -44,7 +44,7 @@ async fn cluster_store() -> RedisStore {
 
 async fn cluster_store_with(hash_tag: HashTag) -> RedisStore {
     let config = RedisConfig {
-        deadline: Duration::from_millis(500),
+        deadline: SHARED_DEADLINE,
         connect_timeout: CONNECT,
         hash_tag,
         ..RedisConfig::cluster(RedisCluster::shared().urls())
