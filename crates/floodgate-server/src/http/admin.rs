@@ -38,7 +38,7 @@ use super::api::ceil_ms;
 use super::{MAX_ADMIN_BODY, invalid, json, malformed, problem, read_body};
 use crate::app::Shared;
 use crate::config::{ENVOY_KEYS, envoy_descriptors};
-use crate::runtime::{ApplyError, Diff, ErrorReport, Trigger};
+use crate::runtime::{ApplyError, Diff, Domain, ErrorReport, Running, Trigger};
 
 /// `type` of a request the admin API refuses for lack of credentials.
 pub const UNAUTHORIZED_TYPE: &str = "https://floodgate.dev/problems/unauthorized";
@@ -277,27 +277,52 @@ struct KeyView {
     outcome: &'static str,
 }
 
+/// A `/admin/keys` query resolved against the running configuration: the rule it names, in the
+/// policy of the domain it names, and the descriptors that make the key.
+struct KeyTarget {
+    running: Arc<Running>,
+    domain: Option<String>,
+    rule: String,
+    definition: floodgate::Rule,
+    descriptors: Descriptors,
+}
+
+impl KeyTarget {
+    // The error is the finished answer to the client, returned once per admin call.
+    #[allow(clippy::result_large_err)]
+    fn resolve(shared: &Shared, params: Vec<(String, String)>) -> Result<KeyTarget, Response> {
+        let (rule, domain, descriptors) = key_query(params)?;
+        let running = shared.control.current();
+        let policy = running.domain(domain.as_deref());
+        let Some(definition) = policy.engine.policy().rules().find(|r| r.name() == rule).cloned() else {
+            return Err(no_rule(&rule));
+        };
+        // As for `/v1/check`: an Envoy domain's descriptors are one Envoy descriptor, in query order.
+        let descriptors = match domain.as_deref() {
+            Some(d) if running.domains.contains_key(d) && descriptors.get(ENVOY_KEYS).is_none() => {
+                envoy_descriptors(descriptors.iter())
+            }
+            _ => descriptors,
+        };
+        Ok(KeyTarget { running, domain, rule, definition, descriptors })
+    }
+
+    /// The policy of the domain the query names.
+    fn policy(&self) -> &Domain {
+        self.running.domain(self.domain.as_deref())
+    }
+}
+
 async fn inspect_key(
     State(shared): State<Arc<Shared>>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Response {
-    let (rule, domain, descriptors) = match key_query(params) {
-        Ok(q) => q,
+    let target = match KeyTarget::resolve(&shared, params) {
+        Ok(target) => target,
         Err(response) => return response,
     };
-    let running = shared.control.current();
-    let policy = running.domain(domain.as_deref());
-    let Some(definition) = policy.engine.policy().rules().find(|r| r.name() == rule).cloned() else {
-        return no_rule(&rule);
-    };
-    // As for `/v1/check`: an Envoy domain's descriptors are one Envoy descriptor, in query order.
-    let descriptors = match domain.as_deref() {
-        Some(d) if running.domains.contains_key(d) && descriptors.get(ENVOY_KEYS).is_none() => {
-            envoy_descriptors(descriptors.iter())
-        }
-        _ => descriptors,
-    };
-    let verdict = match policy.engine.peek(&descriptors, 1).await {
+    let (rule, definition, descriptors) = (&target.rule, &target.definition, &target.descriptors);
+    let verdict = match target.policy().engine.peek(descriptors, 1).await {
         Ok(v) => v,
         Err(e) => return invalid(format!("The key cannot be inspected: {e}.")),
     };
@@ -329,16 +354,12 @@ async fn reset_key(
     State(shared): State<Arc<Shared>>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Response {
-    let (rule, domain, descriptors) = match key_query(params) {
-        Ok(q) => q,
+    let target = match KeyTarget::resolve(&shared, params) {
+        Ok(target) => target,
         Err(response) => return response,
     };
-    let running = shared.control.current();
-    let policy = running.domain(domain.as_deref());
-    let Some(definition) = policy.engine.policy().rules().find(|r| r.name() == rule).cloned() else {
-        return no_rule(&rule);
-    };
-    if let Some(missing) = definition.key_descriptors().iter().find(|d| descriptors.get(d).is_none()) {
+    let (rule, descriptors) = (target.rule.clone(), &target.descriptors);
+    if let Some(missing) = target.definition.key_descriptors().iter().find(|d| descriptors.get(d).is_none()) {
         return invalid(format!("Missing key descriptor {missing:?} of rule {rule:?}."));
     }
     #[derive(Serialize)]
@@ -347,7 +368,7 @@ async fn reset_key(
         /// Whether the key had state.
         reset: bool,
     }
-    match policy.engine.reset(&rule, &descriptors).await {
+    match target.policy().engine.reset(&rule, descriptors).await {
         Ok(existed) => json(StatusCode::OK, &Reset { rule, reset: existed }),
         Err(e) => problem(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
