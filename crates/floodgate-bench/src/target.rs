@@ -45,7 +45,7 @@ pub enum Target {
         /// `http://127.0.0.1:8080`, without a trailing slash.
         base: String,
         /// The pooled client.
-        client: Box<Client<HttpConnector, Full<Bytes>>>,
+        client: Box<HttpClient>,
         /// Per-request timeout.
         timeout: Duration,
     },
@@ -59,7 +59,7 @@ pub enum Target {
         /// The header carrying the key.
         key_header: http::HeaderName,
         /// The pooled client.
-        client: Box<Client<HttpConnector, Full<Bytes>>>,
+        client: Box<HttpClient>,
         /// Per-request timeout.
         timeout: Duration,
     },
@@ -181,21 +181,10 @@ impl Target {
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(Bytes::from(body)));
                 let Ok(request) = request else { return Outcome::Error("request") };
-                let exchange = async {
-                    let response = client
-                        .request(request)
-                        .await
-                        .map_err(|e| if e.is_connect() { "connect" } else { "http_transport" })?;
-                    let status = response.status();
-                    // Read the body so that the connection goes back to the pool.
-                    let body = response.into_body().collect().await.map_err(|_| "http_body")?.to_bytes();
-                    Ok::<_, &'static str>((status, store_failure(&body)))
-                };
-                match tokio::time::timeout(*timeout, exchange).await {
-                    Err(_) => Outcome::Error("timeout"),
-                    Ok(Err(kind)) => Outcome::Error(kind),
-                    Ok(Ok((_, Some(kind)))) => Outcome::Error(kind),
-                    Ok(Ok((status, None))) => match status.as_u16() {
+                match exchange(client, request, *timeout).await {
+                    Err(kind) => Outcome::Error(kind),
+                    Ok((_, body)) if let Some(kind) = store_failure(&body) => Outcome::Error(kind),
+                    Ok((status, _)) => match status.as_u16() {
                         200 => Outcome::Allowed,
                         429 => Outcome::Denied,
                         400 => Outcome::Error("http_400"),
@@ -216,19 +205,9 @@ impl Target {
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(body));
                 let Ok(request) = request else { return Outcome::Error("request") };
-                let exchange = async {
-                    let response = client
-                        .request(request)
-                        .await
-                        .map_err(|e| if e.is_connect() { "connect" } else { "http_transport" })?;
-                    let status = response.status();
-                    response.into_body().collect().await.map_err(|_| "http_body")?;
-                    Ok::<_, &'static str>(status)
-                };
-                match tokio::time::timeout(*timeout, exchange).await {
-                    Err(_) => Outcome::Error("timeout"),
-                    Ok(Err(kind)) => Outcome::Error(kind),
-                    Ok(Ok(status)) => route_outcome(status),
+                match exchange(client, request, *timeout).await {
+                    Err(kind) => Outcome::Error(kind),
+                    Ok((status, _)) => route_outcome(status),
                 }
             }
             Target::Grpc { clients, timeout, .. } => {
@@ -276,7 +255,29 @@ impl Target {
 const ROUTE_BODY: &[u8] = br#"{"message":"floodgate-bench"}"#;
 
 /// A pooled HTTP/1.1 keep-alive client.
-fn http_client() -> Client<HttpConnector, Full<Bytes>> {
+/// The HTTP/1 client of the HTTP targets.
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Sends `request` and reads the whole answer (so the connection goes back to the pool) within
+/// `timeout`; the error is the kind of failure, as counted in reports.
+async fn exchange(
+    client: &HttpClient,
+    request: http::Request<Full<Bytes>>,
+    timeout: Duration,
+) -> Result<(http::StatusCode, Bytes), &'static str> {
+    let exchange = async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| if e.is_connect() { "connect" } else { "http_transport" })?;
+        let status = response.status();
+        let body = response.into_body().collect().await.map_err(|_| "http_body")?.to_bytes();
+        Ok((status, body))
+    };
+    tokio::time::timeout(timeout, exchange).await.unwrap_or(Err("timeout"))
+}
+
+fn http_client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector)
