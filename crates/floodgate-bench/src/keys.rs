@@ -11,6 +11,17 @@ impl Rng {
         Rng(seed)
     }
 
+    /// Generator number `index` of a family seeded with `seed`: its starting state is a hash of
+    /// both, so two streams of one family do not run along the same sequence. (SplitMix64 steps
+    /// its state by a constant; seeds that differ by multiples of that constant — `seed ^ k·γ`
+    /// for small k — would give every stream the same keys a few steps apart, which bunches
+    /// concurrent callers onto the same keys.)
+    pub fn stream(seed: u64, index: u64) -> Self {
+        let mut mix = Rng(seed);
+        let a = mix.next_u64();
+        Rng(Rng(a ^ index.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next_u64())
+    }
+
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -103,6 +114,24 @@ impl KeyDistribution {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_of_one_family_do_not_share_their_sequence() {
+        let window = |mut r: Rng| (0..1000).map(|_| r.next_u64()).collect::<std::collections::HashSet<_>>();
+        let seen: Vec<_> = (0..64).map(|i| window(Rng::stream(0, i))).collect();
+        for (i, a) in seen.iter().enumerate() {
+            for b in &seen[i + 1..] {
+                assert_eq!(a.intersection(b).count(), 0, "two streams met within 1000 draws");
+            }
+        }
+        // The same seed and index give the same stream; another seed another one.
+        assert_eq!(window(Rng::stream(7, 3)), window(Rng::stream(7, 3)));
+        assert_ne!(window(Rng::stream(7, 3)), window(Rng::stream(8, 3)));
+        // What a stepped seed would have done: stream w+1 is stream w one step later.
+        let (mut a, mut b) = (Rng::new(0x9E37_79B9_7F4A_7C15), Rng::new(0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(2)));
+        a.next_u64();
+        assert_eq!(a.next_u64(), b.next_u64());
+    }
 
     #[test]
     fn uniform_keys_cover_the_range_evenly() {

@@ -10,7 +10,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use floodgate::{Descriptors, Engine, MemoryStore};
+use floodgate::{Descriptors, Engine};
+use floodgate_server::config::StoreConfig;
+use floodgate_server::store::ServerStore;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -72,8 +74,9 @@ pub enum Target {
         /// Per-request timeout.
         timeout: Duration,
     },
-    /// The engine in this process (memory store, process clock): the decision cost with no network.
-    InProcess(Arc<Engine<MemoryStore>>),
+    /// The engine in this process on the configuration's store (memory, or a Redis node or
+    /// cluster: the library path, with no HTTP or gRPC in between), on the process clock.
+    InProcess(Arc<Engine<ServerStore>>),
 }
 
 /// Why a target cannot be used.
@@ -91,6 +94,9 @@ pub enum TargetError {
     /// The gRPC connection failed.
     #[error("cannot connect to {0}: {1}")]
     Connect(String, String),
+    /// The configuration's store cannot be opened, or did not answer in time.
+    #[error("{0}")]
+    Store(String),
 }
 
 /// The gRPC connections a [`Target::Grpc`] opens.
@@ -156,10 +162,36 @@ impl Target {
         Ok(Target::Grpc { addr, clients: clients.into(), timeout })
     }
 
-    /// The engine of a loaded configuration's native policy, on a memory store and the process
-    /// clock.
-    pub fn in_process(config: floodgate_server::config::Config) -> Target {
-        Target::InProcess(Arc::new(Engine::new(config.policy, MemoryStore::new())))
+    /// The engine of a loaded configuration's native policy, on the configuration's store and the
+    /// process clock. A Redis store must be loopback unless `allow_remote`, and must answer
+    /// within `ready_within` (until it does, every decision would be a store failure).
+    pub async fn in_process(
+        config: floodgate_server::config::Config,
+        allow_remote: bool,
+        ready_within: Duration,
+    ) -> Result<Target, TargetError> {
+        match &config.store {
+            StoreConfig::Memory(_) => {}
+            StoreConfig::Redis { url, .. } => check_redis_loopback(url, allow_remote)?,
+            StoreConfig::RedisCluster { urls, .. } => {
+                for url in urls {
+                    check_redis_loopback(url, allow_remote)?;
+                }
+            }
+        }
+        let store = ServerStore::open(&config.store).map_err(|e| TargetError::Store(e.to_string()))?;
+        let ready = async {
+            while !store.ready().await {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        if tokio::time::timeout(ready_within, ready).await.is_err() {
+            return Err(TargetError::Store(format!(
+                "the {} store did not answer within {ready_within:?} (is it running?)",
+                store.kind()
+            )));
+        }
+        Ok(Target::InProcess(Arc::new(Engine::new(config.policy, store))))
     }
 
     /// How reports name this target.
@@ -168,7 +200,7 @@ impl Target {
             Target::Http { base, .. } => base.clone(),
             Target::Route { url, method, .. } => format!("{method} {url}"),
             Target::Grpc { addr, .. } => format!("grpc://{addr}"),
-            Target::InProcess(_) => "in-process".into(),
+            Target::InProcess(engine) => format!("in-process ({} store)", engine.store().kind()),
         }
     }
 
@@ -242,6 +274,9 @@ impl Target {
                 }
                 d.insert(shape.key_descriptor.clone(), key);
                 match engine.check(&d, cost).await {
+                    Ok(v) if v.store_error.is_some() => {
+                        Outcome::Error(if v.allowed { "store_fail_open" } else { "store_fail_closed" })
+                    }
                     Ok(v) if v.allowed => Outcome::Allowed,
                     Ok(_) => Outcome::Denied,
                     Err(_) => Outcome::Error("engine"),
@@ -327,6 +362,13 @@ fn http_body(shape: &Shape, key: &str, cost: u64) -> String {
         body.insert("domain".into(), domain.clone().into());
     }
     serde_json::Value::Object(body).to_string()
+}
+
+/// Refuses a non-loopback Redis URL unless allowed.
+fn check_redis_loopback(url: &str, allow_remote: bool) -> Result<(), TargetError> {
+    let uri: http::Uri = url.parse().map_err(|_| TargetError::BadAddress(url.to_owned()))?;
+    let host = uri.host().ok_or_else(|| TargetError::BadAddress(url.to_owned()))?;
+    check_loopback(host, url, allow_remote)
 }
 
 /// Refuses non-loopback hosts unless allowed.

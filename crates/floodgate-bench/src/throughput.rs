@@ -45,6 +45,9 @@ struct Details {
     warmup_s: f64,
 }
 
+/// How long an in-process run waits for its configuration's store to answer.
+const STORE_READY_WITHIN: Duration = Duration::from_secs(10);
+
 /// Builds the target of a network-or-in-process scenario.
 pub async fn build_target(args: &TargetArgs) -> anyhow::Result<Target> {
     if let Some(url) = &args.target {
@@ -62,7 +65,9 @@ pub async fn build_target(args: &TargetArgs) -> anyhow::Result<Target> {
         None => floodgate_server::config::parse("built-in bench policy", DEFAULT_POLICY),
     }
     .map_err(|e| Usage(e.to_string()))?;
-    Ok(Target::in_process(config))
+    Ok(Target::in_process(config, args.allow_remote, STORE_READY_WITHIN)
+        .await
+        .map_err(|e| Usage(e.to_string()))?)
 }
 
 /// The request shape of `args`.
@@ -166,7 +171,7 @@ async fn closed_loop(
         let load = load.clone();
         let live = Arc::clone(&live);
         workers.push(tokio::spawn(async move {
-            let mut rng = Rng::new(load.seed ^ (w + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut rng = Rng::stream(load.seed, w);
             let mut tally = Tally::default();
             let mut batch = Batch::default();
             let mut key = String::with_capacity(24);
