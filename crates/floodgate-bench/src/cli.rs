@@ -34,6 +34,10 @@ pub enum Scenario {
     /// M servers (in-process, each with its own memory store, or M given targets) hammered on the
     /// same key: total admitted versus the limit.
     Instances(InstancesArgs),
+    /// Redis paused or killed under load (a `redis-server` this run starts, shared by in-process
+    /// servers): errors, decision latency and admissions before, during and after the fault, and
+    /// how long the store took to decide again.
+    Outage(OutageArgs),
 }
 
 /// Output flags, on every scenario.
@@ -42,7 +46,8 @@ pub struct Output {
     /// Write the full report as JSON to PATH (field names: docs/bench.md).
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
-    /// Draw admitted/denied per 100 ms (and, for throughput, the latency distribution) as SVG.
+    /// Draw admitted/denied per 100 ms as SVG (throughput: also the latency distribution; outage:
+    /// also errors, and the fault shaded).
     #[arg(long, value_name = "PATH.svg")]
     pub plot: Option<PathBuf>,
     /// No progress bar and no table (the JSON file is still written).
@@ -187,7 +192,8 @@ impl Algorithm {
 
     /// A native YAML rule `name` keyed by `key` with `limit` per `window`. Token bucket and GCRA
     /// (burst = limit, refilled at limit per window) need a window of 1ms, 1s, 1m, 1h or 1d, the
-    /// units a configured rate is written in.
+    /// units a configured rate is written in. The rule's fields are indented by four spaces, one a
+    /// line, so a caller may append more (`    on_store_error: fail_closed\n`).
     pub fn rule_yaml(self, name: &str, key: &str, limit: u64, window: Duration) -> Result<String, String> {
         let ms = window.as_millis();
         let algorithm = self.name();
@@ -354,6 +360,100 @@ pub struct InstancesArgs {
     pub output: Output,
 }
 
+/// How `outage` breaks Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// `SIGSTOP`, then `SIGCONT`: a frozen node. The kernel still accepts connections and
+    /// requests, nothing answers; the store deadline bounds each decision.
+    Pause,
+    /// `SIGKILL`, then a new, empty `redis-server` on the same port: connections are refused, and
+    /// the counters are gone when it is back.
+    Kill,
+}
+
+impl Fault {
+    /// `pause` or `kill`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Pause => "pause",
+            Fault::Kill => "kill",
+        }
+    }
+}
+
+/// A rule's `on_store_error`: what a decision is when the store fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum OnStoreError {
+    /// Allow, uncounted (`error_allowed`).
+    FailOpen,
+    /// Deny (`error_denied`).
+    FailClosed,
+}
+
+impl OnStoreError {
+    /// The name in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnStoreError::FailOpen => "fail_open",
+            OnStoreError::FailClosed => "fail_closed",
+        }
+    }
+}
+
+/// `outage`.
+#[derive(Debug, Clone, Args)]
+pub struct OutageArgs {
+    /// How Redis fails.
+    #[arg(long, value_enum, default_value_t = Fault::Pause)]
+    pub fault: Fault,
+    /// When the fault starts, from the start of the load.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub at: Duration,
+    /// How long Redis stays paused (or dead, before a new one starts).
+    #[arg(long = "for", value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub fault_for: Duration,
+    /// How long to send (at most 10 min: every decision is kept to split the phases exactly).
+    #[arg(long, short, value_name = "DURATION", default_value = "8s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Callers in total, spread over the instances.
+    #[arg(long, short = 'c', default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// In-process servers sharing the Redis.
+    #[arg(long, short = 'm', default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub instances: u64,
+    /// The algorithm.
+    #[arg(long, value_enum, default_value_t = Algorithm::FixedWindow)]
+    pub algorithm: Algorithm,
+    /// The limit per window, per key.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+    /// The window.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Distinct keys, drawn uniformly.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub keys: u64,
+    /// The rule's `on_store_error`.
+    #[arg(long, value_enum, default_value_t = OnStoreError::FailOpen)]
+    pub on_store_error: OnStoreError,
+    /// The store deadline (`store.deadline`; whole milliseconds).
+    #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = parse_duration)]
+    pub deadline: Duration,
+    /// The `redis-server` to run (default: the one on PATH).
+    #[arg(long, value_name = "PATH", default_value = "redis-server")]
+    pub redis_server: PathBuf,
+    /// Per-request timeout of the bench's HTTP client.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Seed of the key sequence.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
 /// The longest run a scenario accepts.
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 
@@ -416,5 +516,26 @@ mod tests {
             Cli::try_parse_from(["floodgate-bench", "throughput", "--target", "http://x", "--in-process"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn outage_takes_a_fault_a_schedule_and_a_failure_policy() {
+        let argv = ["floodgate-bench", "outage", "--fault", "kill", "--at", "1s", "--for", "500ms"];
+        let cli = Cli::try_parse_from(
+            [&argv[..], &["--on-store-error", "fail_closed", "--deadline", "20ms"]].concat(),
+        )
+        .unwrap();
+        let Scenario::Outage(o) = cli.scenario else { panic!() };
+        assert_eq!((o.fault, o.on_store_error), (Fault::Kill, OnStoreError::FailClosed));
+        assert_eq!(
+            (o.at, o.fault_for, o.deadline),
+            (Duration::from_secs(1), Duration::from_millis(500), Duration::from_millis(20))
+        );
+        assert_eq!(
+            (o.duration, o.instances, o.algorithm),
+            (Duration::from_secs(8), 1, Algorithm::FixedWindow)
+        );
+        assert_eq!(o.redis_server, PathBuf::from("redis-server"));
+        assert!(Cli::try_parse_from(["floodgate-bench", "outage", "--fault", "crash"]).is_err());
     }
 }

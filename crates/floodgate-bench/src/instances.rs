@@ -85,6 +85,16 @@ impl LocalServer {
     }
 }
 
+/// The `store` section of a configuration on the Redis node `url`, with a `deadline` when given
+/// (written in whole milliseconds, the configuration's finest unit; at least 1 ms).
+pub fn redis_store_yaml(url: &str, deadline: Option<Duration>) -> String {
+    let mut yaml = format!("store:\n  kind: redis\n  url: {url:?}\n");
+    if let Some(deadline) = deadline {
+        yaml.push_str(&format!("  deadline: {}ms\n", deadline.as_millis().max(1)));
+    }
+    yaml
+}
+
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
 struct Details {
@@ -131,7 +141,7 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
                     ))
                     .into());
                 }
-                format!("store:\n  kind: redis\n  url: {url:?}\n")
+                redis_store_yaml(url, None)
             }
         };
         let yaml = format!("{store}rules:\n{rule}");

@@ -10,6 +10,8 @@
 //! - [`fairness`]: humans, double-clicks, bursts, a NAT and bots on a simulated clock; the
 //!   false-rejection rate of normal users and the rejection rate of bots.
 //! - [`instances`]: M servers on the same key; total admitted versus the limit.
+//! - [`outage`]: Redis paused or killed under load; errors, latency and admissions before, during
+//!   and after the fault, and how long the store took to decide again.
 //!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
 //! `--plot PATH.svg` on request. The report math lives in [`math`]:
@@ -29,6 +31,7 @@ pub mod fairness;
 pub mod instances;
 pub mod keys;
 pub mod math;
+pub mod outage;
 pub mod plot;
 pub mod progress;
 pub mod report;
@@ -52,6 +55,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Boundary(a) => boundary::run(a).await,
         Scenario::Fairness(a) => fairness::run(a).await,
         Scenario::Instances(a) => instances::run(a).await,
+        Scenario::Outage(a) => outage::run(a).await,
     }
 }
 
@@ -62,6 +66,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Boundary(a) => &a.output,
         Scenario::Fairness(a) => &a.output,
         Scenario::Instances(a) => &a.output,
+        Scenario::Outage(a) => &a.output,
     }
 }
 
@@ -78,8 +83,8 @@ pub fn emit(report: &Report, output: &Output) -> anyhow::Result<()> {
         let s = &report.summary;
         let title = format!("floodgate-bench {} — {} ({} sent)", s.scenario, s.target, s.sent);
         let timeline = report.timeline.clone().unwrap_or_else(|| math::Timeline::new(report::BUCKET_MS));
-        std::fs::write(path, plot::svg(&title, &timeline, report.latency.as_ref()))
-            .with_context(|| format!("writing {}", path.display()))?;
+        let svg = plot::svg(&title, &timeline, report.latency.as_ref(), &report.overlay);
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

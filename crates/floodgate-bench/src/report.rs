@@ -121,7 +121,7 @@ pub struct Errors {
 /// The fields every report has.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
-    /// `throughput`, `boundary`, `fairness` or `instances`.
+    /// `throughput`, `boundary`, `fairness`, `instances` or `outage`.
     pub scenario: String,
     /// What was driven: `http://127.0.0.1:8080`, `grpc://127.0.0.1:8081`, `in-process`,
     /// `simulated` (in-process engine on a simulated clock), or a list for `instances`.
@@ -158,6 +158,12 @@ pub struct Report {
     /// Latency (not in the JSON: it goes to `--plot`).
     #[serde(skip)]
     pub latency: Option<Histogram<u64>>,
+    /// What the scenario adds to the plot's timeline (a fault interval, errors per bucket).
+    #[serde(skip)]
+    pub overlay: crate::plot::Overlay,
+    /// Tables printed under the summary (the table leaves out details that are JSON objects).
+    #[serde(skip)]
+    pub grids: Vec<Grid>,
 }
 
 impl Report {
@@ -167,7 +173,14 @@ impl Report {
             Ok(serde_json::Value::Object(map)) => map,
             _ => serde_json::Map::new(),
         };
-        Report { summary, details, timeline: None, latency: None }
+        Report {
+            summary,
+            details,
+            timeline: None,
+            latency: None,
+            overlay: crate::plot::Overlay::default(),
+            grids: Vec::new(),
+        }
     }
 
     /// The JSON report.
@@ -208,6 +221,8 @@ impl Report {
         ));
         for (k, v) in &self.details {
             let v = match v {
+                // Objects are left to the scenario's grids.
+                serde_json::Value::Object(_) => continue,
                 serde_json::Value::String(s) => s.clone(),
                 serde_json::Value::Number(n) => match n.as_f64() {
                     Some(f) if n.is_f64() => format!("{f:.4}"),
@@ -221,6 +236,48 @@ impl Report {
         let mut out = String::new();
         for (k, v) in rows {
             let _ = writeln!(out, "  {k:<width$}  {v}");
+        }
+        for grid in &self.grids {
+            out.push('\n');
+            out.push_str(&grid.render());
+        }
+        out
+    }
+}
+
+/// A table with a column per part of a run (`outage`'s phases), printed under the summary.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Grid {
+    /// The heading of the first column (`phase`).
+    pub head: String,
+    /// The columns' titles.
+    pub columns: Vec<String>,
+    /// Each row: its label and one cell per column.
+    pub rows: Vec<(String, Vec<String>)>,
+}
+
+impl Grid {
+    /// The grid, aligned: labels left, cells right.
+    pub fn render(&self) -> String {
+        let first = self.rows.iter().map(|(l, _)| l.chars().count()).chain([self.head.chars().count()]);
+        let first = first.max().unwrap_or(0);
+        let widths: Vec<usize> = (0..self.columns.len())
+            .map(|i| {
+                let cells = self.rows.iter().filter_map(|(_, c)| c.get(i)).map(|c| c.chars().count());
+                cells.chain([self.columns[i].chars().count()]).max().unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        let mut line = |label: &str, cells: &mut dyn Iterator<Item = &str>| {
+            let _ = write!(out, "  {label:<first$}");
+            for (cell, w) in cells.zip(&widths) {
+                let _ = write!(out, "  {cell:>w$}");
+            }
+            out.push('\n');
+        };
+        line(&self.head, &mut self.columns.iter().map(String::as_str));
+        for (label, cells) in &self.rows {
+            line(label, &mut cells.iter().map(String::as_str));
         }
         out
     }
@@ -295,6 +352,32 @@ mod tests {
         let table = r.table();
         let row = table.lines().find(|l| l.trim_start().starts_with("over admission ratio")).unwrap();
         assert!(row.ends_with(" 2.0000"), "{table}");
+    }
+
+    #[test]
+    fn grids_print_under_the_summary_and_objects_stay_out_of_it() {
+        let mut r = Report::new(
+            Tally::default().summary("outage", "x", 1.0, 1.0),
+            serde_json::json!({"recovered_after_ms": 12.5, "phases": {"before": {"sent": 10}}}),
+        );
+        r.grids.push(Grid {
+            head: "phase".into(),
+            columns: vec!["before".into(), "during".into()],
+            rows: vec![
+                ("sent".into(), vec!["10".into(), "4".into()]),
+                ("p99".into(), vec!["1.50 ms".into(), "5.10 ms".into()]),
+            ],
+        });
+        let table = r.table();
+        assert!(!table.contains("phases"), "{table}");
+        let row = table.lines().find(|l| l.trim_start().starts_with("recovered after ms")).unwrap();
+        assert!(row.ends_with(" 12.5000"), "{table}");
+        assert!(
+            table.ends_with(
+                "\n  phase   before   during\n  sent        10        4\n  p99    1.50 ms  5.10 ms\n"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

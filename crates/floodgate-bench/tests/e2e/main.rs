@@ -1,5 +1,8 @@
 //! End to end: every scenario against a server this test starts (in-process `floodgate` on
-//! port 0), checking that the JSON report's fields are present and consistent.
+//! port 0), checking that the JSON report's fields are present and consistent; `outage` on a
+//! `redis-server` of its own ([`outage`]).
+
+mod outage;
 
 use clap::Parser;
 use floodgate_bench::cli::Cli;

@@ -1,0 +1,838 @@
+//! `outage`: Redis paused or killed under load — what the limiter decides while its store is
+//! gone, what each decision costs, and how it comes back.
+//!
+//! The run starts its own `redis-server` (loopback, a free port, no persistence, in a directory of
+//! its own), `--instances` in-process `floodgate` servers on it (one rule: `--algorithm`,
+//! `--limit` per `--window` per key, `on_store_error`, and the store `deadline`), and `-c`
+//! closed-loop callers over `--keys` uniform keys, spread over the servers. At `--at` it breaks
+//! Redis for `--for`:
+//!
+//! - `pause`: `SIGSTOP`, then `SIGCONT` — a frozen node: the kernel still accepts connections and
+//!   requests, nothing answers, so each decision waits out the store deadline;
+//! - `kill`: `SIGKILL`, then a new `redis-server` on the same port — connections are refused, and
+//!   the new node is empty: every counter starts again from zero.
+//!
+//! Every decision is kept (send time, latency, key, outcome) and split by its **send time** into
+//! `before`, `during` (from the moment the fault's signal was sent to the moment the resume or
+//! restart was) and `after`. Verdicts the servers made by `on_store_error` are errors
+//! (`store_fail_open`, `store_fail_closed`), not decisions; the first decision the store made
+//! again after the fault is the recovery.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::Usage;
+use crate::cli::{Fault, OutageArgs};
+use crate::instances::{LocalServer, redis_store_yaml};
+use crate::keys::{KeyDistribution, Rng};
+use crate::math::{self, Percentiles};
+use crate::plot::{Band, Overlay};
+use crate::progress::{Batch, Live, Progress};
+use crate::report::{BUCKET_MS, Errors, Grid, Outcome, Report, Tally, human_us};
+use crate::target::{Shape, Target};
+
+/// The longest `outage` run: every decision is kept in memory (about 48 bytes each).
+pub const MAX_OUTAGE_DURATION: Duration = Duration::from_secs(600);
+
+/// The error kinds of verdicts a server made by a rule's `on_store_error`.
+const STORE_ERRORS: [&str; 2] = ["store_fail_open", "store_fail_closed"];
+
+/// How long a `redis-server` or a `floodgate` server may take to be ready.
+const STARTUP: Duration = Duration::from_secs(10);
+
+/// What to tell when there is no `redis-server`.
+const INSTALL: &str = "install it (apt-get install -y redis-server) or pass --redis-server PATH";
+
+// === the run ===
+
+/// Runs `outage`.
+pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
+    validate(args)?;
+    let rule = args.algorithm.rule_yaml("outage", "user", args.limit, args.window).map_err(Usage)?;
+    let mut node = RedisNode::start(&args.redis_server).await?;
+    let yaml = format!(
+        "{}rules:\n{rule}    on_store_error: {}\n",
+        redis_store_yaml(&node.url(), Some(args.deadline)),
+        args.on_store_error.name()
+    );
+    let mut servers = Vec::new();
+    let mut result = Ok(());
+    for _ in 0..args.instances {
+        match start_server(&yaml).await {
+            Ok(server) => servers.push(server),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    let report = match result {
+        Ok(()) => drive(args, &mut node, &servers).await,
+        Err(e) => Err(e),
+    };
+    for server in servers {
+        server.stop().await;
+    }
+    drop(node);
+    report
+}
+
+fn validate(args: &OutageArgs) -> Result<(), Usage> {
+    if args.duration.is_zero() || args.duration > MAX_OUTAGE_DURATION {
+        return Err(Usage(
+            "--duration must be between 1ms and 10m (every decision is kept in memory)".into(),
+        ));
+    }
+    if args.at.is_zero() || args.fault_for.is_zero() {
+        return Err(Usage("--at and --for must be above zero".into()));
+    }
+    if args.at + args.fault_for >= args.duration {
+        return Err(Usage(format!(
+            "--at + --for ({:?}) must end before --duration ({:?}): the run must see the recovery",
+            args.at + args.fault_for,
+            args.duration
+        )));
+    }
+    let whole_ms = args.deadline.subsec_nanos().is_multiple_of(1_000_000);
+    if !whole_ms || args.deadline < Duration::from_millis(1) || args.deadline > Duration::from_secs(60) {
+        return Err(Usage(
+            "--deadline must be whole milliseconds between 1ms and 60s (the configuration's unit)".into(),
+        ));
+    }
+    if args.timeout <= args.deadline {
+        return Err(Usage("--timeout must be longer than --deadline".into()));
+    }
+    Ok(())
+}
+
+/// Starts one server and waits until it is ready and its store has made a decision (the Redis
+/// store connects on the first one), so that the measured load starts on a working fleet.
+async fn start_server(yaml: &str) -> anyhow::Result<LocalServer> {
+    let server = LocalServer::start(yaml).await?;
+    let addr = server.addr;
+    if !server.wait_ready(STARTUP).await {
+        server.stop().await;
+        anyhow::bail!("the server on {addr} did not become ready (it cannot reach Redis)");
+    }
+    let target = Target::http(&server.url(), Duration::from_secs(2), false)?;
+    let shape = Shape::default();
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        if matches!(target.check(&shape, "warm-up", 1).await, Outcome::Allowed | Outcome::Denied) {
+            return Ok(server);
+        }
+        if Instant::now() > deadline {
+            server.stop().await;
+            anyhow::bail!("the server on {addr} did not get a decision from Redis within {STARTUP:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The load, the fault and the report.
+async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer]) -> anyhow::Result<Report> {
+    let mut targets = Vec::new();
+    for server in servers {
+        targets.push(Target::http(&server.url(), args.timeout, false)?);
+    }
+    let progress = Progress::new(
+        &format!("outage ({} at {:?} for {:?})", args.fault.name(), args.at, args.fault_for),
+        millis(args.duration),
+        args.output.quiet,
+    );
+    let live = Arc::new(Live::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let shape = Arc::new(Shape::default());
+    let keys = KeyDistribution::uniform(args.keys);
+    let (started, wall0_us) = (Instant::now(), wall_micros());
+    let ticker = progress.tick_timed(started, Arc::clone(&live), Arc::clone(&stop));
+    let deadline = started + args.duration;
+    let mut workers = Vec::new();
+    for w in 0..args.concurrency {
+        let target = targets[(w % targets.len() as u64) as usize].clone();
+        let (shape, keys, live, stop) = (shape.clone(), keys.clone(), live.clone(), stop.clone());
+        let mut rng = Rng::stream(args.seed, w);
+        workers.push(tokio::spawn(async move {
+            let (mut events, mut batch, mut name) = (Vec::new(), Batch::default(), String::new());
+            loop {
+                let sent = Instant::now();
+                if sent >= deadline || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let key = keys.sample(&mut rng);
+                name.clear();
+                std::fmt::Write::write_fmt(&mut name, format_args!("k{key}")).ok();
+                let outcome = target.check(&shape, &name, 1).await;
+                let latency_ns = nanos(sent.elapsed());
+                let sent_us = micros(sent - started);
+                events.push(Event {
+                    sent_us,
+                    latency_ns,
+                    key: u32::try_from(key).unwrap_or(u32::MAX),
+                    outcome,
+                });
+                batch.count(outcome, &live);
+            }
+            batch.flush(&live);
+            events
+        }));
+    }
+
+    let fault = inject(args, node, started).await;
+    if fault.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    let mut events = Vec::new();
+    for worker in workers {
+        if let Ok(mut e) = worker.await {
+            events.append(&mut e);
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let _ = ticker.await;
+    progress.finish();
+    let span = fault?;
+
+    let load_us = micros(args.duration);
+    let [before, during, after] = split(&events, span);
+    let mut total = Tally::default();
+    for phase in [&before, &during, &after] {
+        total.merge(phase);
+    }
+    let recovery = recovery(&events, span.end_us);
+    let window_us = micros(args.window).max(1);
+    let ms = |us: u64| us as f64 / 1000.0;
+    let details = Details {
+        fault: args.fault.name(),
+        on_store_error: args.on_store_error.name(),
+        algorithm: args.algorithm.name(),
+        limit: args.limit,
+        window_ms: ms(window_us),
+        keys: args.keys,
+        instances: args.instances,
+        concurrency: args.concurrency,
+        deadline_ms: ms(micros(args.deadline)),
+        fault_start_ms: ms(span.start_us),
+        fault_end_ms: ms(span.end_us),
+        counters_reset: args.fault == Fault::Kill,
+        recovered_after_ms: recovery.first_decision_us.map(ms),
+        errors_after_recovery: recovery.errors_after,
+        max_admitted_per_key_window: max_admitted_per_key_window(&events, wall0_us, window_us),
+        phases: Phases {
+            before: PhaseReport::new(&before, 0, span.start_us),
+            during: PhaseReport::new(&during, span.start_us, span.end_us),
+            after: PhaseReport::new(&after, span.end_us, load_us.max(span.end_us)),
+        },
+    };
+    let target = format!(
+        "{} in-process server{} on redis-server {}",
+        servers.len(),
+        if servers.len() == 1 { "" } else { "s" },
+        node.addr()
+    );
+    let mut errors_per_bucket = Vec::new();
+    for e in events.iter().filter(|e| matches!(e.outcome, Outcome::Error(_))) {
+        let bucket = (e.sent_us / 1000 / BUCKET_MS) as usize;
+        if errors_per_bucket.len() <= bucket {
+            errors_per_bucket.resize(bucket + 1, 0);
+        }
+        errors_per_bucket[bucket] += 1;
+    }
+    let label = match args.fault {
+        Fault::Pause => "Redis paused",
+        Fault::Kill => "Redis killed (restarted empty)",
+    };
+    let grid = phase_grid(&details.phases);
+    let mut report = Report::new(total.summary("outage", &target, wall, wall), details);
+    report.grids.push(grid);
+    report.timeline = Some(total.timeline);
+    report.overlay = Overlay {
+        band: Some(Band { from_ms: ms(span.start_us), to_ms: ms(span.end_us), label: label.into() }),
+        errors: Some(errors_per_bucket),
+    };
+    Ok(report)
+}
+
+/// Breaks Redis at `--at` for `--for` and mends it: from when the signal was sent to when the
+/// resume or restart was.
+async fn inject(args: &OutageArgs, node: &mut RedisNode, started: Instant) -> anyhow::Result<Span> {
+    tokio::time::sleep_until((started + args.at).into()).await;
+    // The fault starts when the signal is sent (the watchdog's `kill` builtin delivers it within
+    // microseconds) and ends when the resume or restart is.
+    let start = Instant::now();
+    match args.fault {
+        Fault::Pause => node.signal("STOP").await?,
+        Fault::Kill => node.signal("KILL").await?,
+    }
+    // `--for` from the actual start: a late timer delays the fault, it does not shorten it.
+    tokio::time::sleep_until((start + args.fault_for).into()).await;
+    let start_us = micros(start - started);
+    let end_us = micros(started.elapsed());
+    match args.fault {
+        Fault::Pause => node.signal("CONT").await?,
+        Fault::Kill => node.restart().await?,
+    }
+    Ok(Span { start_us, end_us })
+}
+
+// === the report ===
+
+/// The scenario's own JSON fields (docs/bench.md).
+#[derive(Debug, Serialize)]
+struct Details {
+    /// `pause` or `kill`.
+    fault: &'static str,
+    /// The rule's `on_store_error`.
+    on_store_error: &'static str,
+    algorithm: &'static str,
+    limit: u64,
+    window_ms: f64,
+    keys: u64,
+    instances: u64,
+    concurrency: u64,
+    /// The store deadline.
+    deadline_ms: f64,
+    /// The fault, from its signal to the resume or restart (ms from the start of the load).
+    fault_start_ms: f64,
+    fault_end_ms: f64,
+    /// Whether the store lost its counters (`kill`: the new node starts empty).
+    counters_reset: bool,
+    /// From the fault's end to the send of the first decision the store made after it; `null` if
+    /// none did.
+    recovered_after_ms: Option<f64>,
+    /// Store errors sent after that decision: 0 when the recovery held, else a flapping store or
+    /// deadline misses under load (compare with `before`'s store errors, the baseline).
+    errors_after_recovery: u64,
+    /// The most one key was allowed within one fixed, epoch-aligned window (counting admissions
+    /// whose send and answer both fall in it).
+    max_admitted_per_key_window: u64,
+    /// `before`, `during`, `after`.
+    phases: Phases,
+}
+
+/// The three phases.
+#[derive(Debug, Serialize)]
+struct Phases {
+    before: PhaseReport,
+    during: PhaseReport,
+    after: PhaseReport,
+}
+
+/// What the decisions sent in one phase came to.
+#[derive(Debug, Serialize)]
+struct PhaseReport {
+    /// The phase, by send time, in ms from the start of the load.
+    from_ms: f64,
+    to_ms: f64,
+    sent: u64,
+    /// Sent per second of the phase.
+    sent_per_sec: f64,
+    allowed: u64,
+    denied: u64,
+    errors: Errors,
+    /// `store_fail_open` errors: requests that passed, uncounted, because the store failed.
+    passed_by_fail_open: u64,
+    /// `store_fail_closed` errors: requests denied because the store failed.
+    denied_by_fail_closed: u64,
+    #[serde(flatten)]
+    latency: Percentiles,
+}
+
+impl PhaseReport {
+    fn new(tally: &Tally, from_us: u64, to_us: u64) -> Self {
+        let span_s = to_us.saturating_sub(from_us) as f64 / 1e6;
+        let kind = |k: &str| tally.errors.get(k).copied().unwrap_or(0);
+        PhaseReport {
+            from_ms: from_us as f64 / 1000.0,
+            to_ms: to_us as f64 / 1000.0,
+            sent: tally.sent(),
+            sent_per_sec: if span_s > 0.0 { tally.sent() as f64 / span_s } else { 0.0 },
+            allowed: tally.allowed,
+            denied: tally.denied,
+            errors: Errors {
+                total: tally.error_count(),
+                by_kind: tally.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            },
+            passed_by_fail_open: kind(STORE_ERRORS[0]),
+            denied_by_fail_closed: kind(STORE_ERRORS[1]),
+            latency: math::percentiles(&tally.latency),
+        }
+    }
+}
+
+/// The phases side by side, for the table.
+fn phase_grid(phases: &Phases) -> Grid {
+    let columns = [&phases.before, &phases.during, &phases.after];
+    let row = |label: &str, cell: &dyn Fn(&PhaseReport) -> String| {
+        (label.to_owned(), columns.iter().map(|p| cell(p)).collect::<Vec<_>>())
+    };
+    let mut rows = vec![
+        row("span (s)", &|p| format!("{:.2}–{:.2}", p.from_ms / 1000.0, p.to_ms / 1000.0)),
+        row("sent", &|p| p.sent.to_string()),
+        row("sent/s", &|p| format!("{:.0}", p.sent_per_sec)),
+        row("allowed", &|p| p.allowed.to_string()),
+        row("denied", &|p| p.denied.to_string()),
+        row("errors", &|p| p.errors.total.to_string()),
+    ];
+    let mut kinds: Vec<&String> = columns.iter().flat_map(|p| p.errors.by_kind.keys()).collect();
+    kinds.sort();
+    kinds.dedup();
+    for kind in kinds {
+        rows.push(row(&format!("  {kind}"), &|p| {
+            p.errors.by_kind.get(kind).copied().unwrap_or(0).to_string()
+        }));
+    }
+    rows.push(row("latency p50", &|p| human_us(p.latency.p50_us)));
+    rows.push(row("latency p99", &|p| human_us(p.latency.p99_us)));
+    rows.push(row("latency max", &|p| human_us(p.latency.max_us)));
+    Grid { head: "phase".into(), columns: vec!["before".into(), "during".into(), "after".into()], rows }
+}
+
+// === the bookkeeping ===
+
+/// One decision of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Event {
+    /// When it was sent, µs from the start of the load.
+    sent_us: u64,
+    latency_ns: u64,
+    /// The key's index.
+    key: u32,
+    outcome: Outcome,
+}
+
+impl Event {
+    /// Whether the store made this decision (not an error, not a failure policy's verdict).
+    fn decided(&self) -> bool {
+        matches!(self.outcome, Outcome::Allowed | Outcome::Denied)
+    }
+
+    /// Whether this is a verdict made by `on_store_error`.
+    fn store_error(&self) -> bool {
+        matches!(self.outcome, Outcome::Error(kind) if STORE_ERRORS.contains(&kind))
+    }
+}
+
+/// When the fault was in effect, µs from the start of the load: `[start_us, end_us)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start_us: u64,
+    end_us: u64,
+}
+
+/// `[before, during, after]`, each decision by its send time.
+fn split(events: &[Event], span: Span) -> [Tally; 3] {
+    let mut phases: [Tally; 3] = Default::default();
+    for e in events {
+        let phase = if e.sent_us < span.start_us {
+            0
+        } else if e.sent_us < span.end_us {
+            1
+        } else {
+            2
+        };
+        phases[phase].record(e.outcome, e.latency_ns, e.sent_us / 1000);
+    }
+    phases
+}
+
+/// How the store came back after the fault's end (µs after it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Recovery {
+    /// The send of the first decision the store made after the end.
+    first_decision_us: Option<u64>,
+    /// Store errors sent after the first decision.
+    errors_after: u64,
+}
+
+fn recovery(events: &[Event], end_us: u64) -> Recovery {
+    let after = || events.iter().filter(move |e| e.sent_us >= end_us);
+    let Some(first) = after().filter(|e| e.decided()).map(|e| e.sent_us).min() else {
+        return Recovery::default();
+    };
+    let errors_after = after().filter(|e| e.store_error() && e.sent_us > first).count() as u64;
+    Recovery { first_decision_us: Some(first - end_us), errors_after }
+}
+
+/// The most admissions of one key within one fixed window (aligned to the Unix epoch, as the
+/// store's fixed windows are), counting only admissions whose whole exchange — from send to
+/// answer, wall-clock µs from `wall0_us` — falls inside the window: the store decided each of
+/// them within it. Admissions that straddle a boundary are left out, so this never overstates.
+fn max_admitted_per_key_window(events: &[Event], wall0_us: u64, window_us: u64) -> u64 {
+    let mut counts: HashMap<(u32, u64), u64> = HashMap::new();
+    for e in events.iter().filter(|e| e.outcome == Outcome::Allowed) {
+        let sent = wall0_us + e.sent_us;
+        let answered = sent + e.latency_ns.div_ceil(1000);
+        let window = sent / window_us;
+        if answered < (window + 1) * window_us {
+            *counts.entry((e.key, window)).or_default() += 1;
+        }
+    }
+    counts.into_values().max().unwrap_or(0)
+}
+
+// === impl RedisNode ===
+
+/// A `redis-server` of this run: loopback, on a port of its own, in a directory of its own, no
+/// persistence. A watchdog shell starts it and reads this process's end of a pipe: a line there is
+/// a signal to send the server (the shell's `kill` builtin: delivered within microseconds, no
+/// process to start at the moment of the fault); when the pipe closes — the node dropped, or this
+/// process ended in any way, a return, an error, Ctrl-C, a kill — the shell kills the server and
+/// removes its directory.
+#[derive(Debug)]
+struct RedisNode {
+    program: PathBuf,
+    port: u16,
+    pid: u32,
+    watchdog: Option<Watchdog>,
+}
+
+/// The watchdog shell and the pipes to it.
+#[derive(Debug)]
+struct Watchdog {
+    /// Never waited for: it exits on its own once the pipe closes (Tokio reaps it).
+    _shell: tokio::process::Child,
+    commands: tokio::process::ChildStdin,
+    replies: tokio::io::BufReader<tokio::process::ChildStdout>,
+}
+
+/// The watchdog: `sh -c WATCHDOG sh DIR PROGRAM ARGS…`. Prints the server's pid, then for each
+/// signal name read, sends it and answers `ok` or `failed`. It ignores the signals a terminal or a
+/// supervisor sends the whole process group (Ctrl-C is SIGINT to every process of the job), so it
+/// outlives this process and cleans up once the pipe closes.
+const WATCHDOG: &str = r#"dir="$1"; program="$2"; shift 2
+trap '' INT TERM HUP QUIT
+"$program" "$@" >/dev/null 2>&1 &
+pid=$!
+echo "$pid"
+while read -r signal; do
+  if kill -"$signal" "$pid" 2>/dev/null; then echo ok; else echo failed; fi
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+rm -rf "$dir""#;
+
+impl RedisNode {
+    /// Starts `program` on a free loopback port.
+    async fn start(program: &Path) -> anyhow::Result<RedisNode> {
+        match std::process::Command::new(program)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+        {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                return Err(Usage(format!("{}: `--version` failed ({status})", program.display())).into());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Usage(format!("{} not found: {INSTALL}", program.display())).into());
+            }
+            Err(e) => return Err(Usage(format!("cannot run {}: {e}; {INSTALL}", program.display())).into()),
+        }
+        let mut last = String::new();
+        for _ in 0..5 {
+            // A port free now; another process could take it before the server binds it, which
+            // the launch detects (the server answering is not ours).
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            match RedisNode::launch(program, port).await {
+                Ok(node) => return Ok(node),
+                Err(e) => last = e,
+            }
+        }
+        anyhow::bail!("redis-server did not start: {last}")
+    }
+
+    /// Starts `program` on `port` and waits until it answers.
+    async fn launch(program: &Path, port: u16) -> Result<RedisNode, String> {
+        use std::sync::atomic::AtomicU64;
+        use tokio::io::AsyncBufReadExt as _;
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "floodgate-bench-outage-{}-{}-{port}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let (dir_arg, log) = (dir.display().to_string(), dir.join("redis.log"));
+        let shell = tokio::process::Command::new("sh")
+            .args(["-c", WATCHDOG, "sh", &dir_arg])
+            .arg(program)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir", &dir_arg])
+            .arg("--logfile")
+            .arg(&log)
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let mut shell = match shell {
+            Ok(shell) => shell,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!("cannot start the watchdog shell: {e}"));
+            }
+        };
+        let (Some(commands), Some(replies)) = (shell.stdin.take(), shell.stdout.take()) else {
+            return Err("the watchdog shell has no pipes".into());
+        };
+        let watchdog = Watchdog { _shell: shell, commands, replies: tokio::io::BufReader::new(replies) };
+        // From here on, dropping the node stops the server and removes the directory.
+        let mut node = RedisNode { program: program.to_owned(), port, pid: 0, watchdog: Some(watchdog) };
+        let mut line = String::new();
+        if let Some(w) = node.watchdog.as_mut() {
+            let _ = tokio::time::timeout(STARTUP, w.replies.read_line(&mut line)).await;
+        }
+        node.pid = line.trim().parse().map_err(|_| format!("the watchdog shell printed {line:?}"))?;
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            if answers(port, &["PING"], "+PONG").await {
+                // Ours only if its directory is ours: a server of another process on this port
+                // means ours could not bind it.
+                if answers(port, &["CONFIG", "GET", "dir"], &name).await {
+                    return Ok(node);
+                }
+                return Err(format!("port {port} is taken by another redis-server"));
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!("port {port}: {}", log.lines().last().unwrap_or("no answer, no log")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    fn url(&self) -> String {
+        format!("redis://{}", self.addr())
+    }
+
+    /// `127.0.0.1:PORT`.
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Sends the server `SIG<name>` (`STOP`, `CONT`, `KILL`) through the watchdog.
+    async fn signal(&mut self, name: &str) -> anyhow::Result<()> {
+        use tokio::io::AsyncBufReadExt as _;
+        let w = self.watchdog.as_mut().ok_or_else(|| anyhow::anyhow!("redis-server is not running"))?;
+        w.commands.write_all(format!("{name}\n").as_bytes()).await?;
+        w.commands.flush().await?;
+        let mut reply = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), w.replies.read_line(&mut reply)).await;
+        anyhow::ensure!(reply.trim() == "ok", "kill -{name} {} failed ({:?})", self.pid, reply.trim());
+        Ok(())
+    }
+
+    /// After a kill: a new, empty server on the same port (retrying while the port is still busy).
+    async fn restart(&mut self) -> anyhow::Result<()> {
+        // The old watchdog reaps the killed server and removes its directory.
+        self.watchdog = None;
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            match RedisNode::launch(&self.program, self.port).await {
+                Ok(node) => {
+                    *self = node;
+                    return Ok(());
+                }
+                Err(e) if Instant::now() > deadline => {
+                    anyhow::bail!("redis-server did not restart on port {}: {e}", self.port)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+}
+
+/// Whether the server on `port` answers `command` with a reply containing `needle` (raw RESP,
+/// within 500 ms).
+async fn answers(port: u16, command: &[&str], needle: &str) -> bool {
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut request = format!("*{}\r\n", command.len());
+        for part in command {
+            request.push_str(&format!("${}\r\n{part}\r\n", part.len()));
+        }
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let (mut reply, mut buf) = (Vec::new(), [0u8; 512]);
+        loop {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&buf[..n]);
+            if reply.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                return Some(());
+            }
+        }
+    };
+    matches!(tokio::time::timeout(Duration::from_millis(500), ask).await, Ok(Some(())))
+}
+
+fn wall_micros() -> u64 {
+    micros(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(sent_ms: u64, outcome: Outcome) -> Event {
+        Event { sent_us: sent_ms * 1000, latency_ns: 1_000_000, key: 0, outcome }
+    }
+
+    const OPEN: Outcome = Outcome::Error("store_fail_open");
+    const CLOSED: Outcome = Outcome::Error("store_fail_closed");
+    const SPAN: Span = Span { start_us: 1_000_000, end_us: 2_000_000 };
+
+    #[test]
+    fn a_kept_decision_takes_48_bytes_at_most() {
+        // As MAX_OUTAGE_DURATION and docs/bench.md say.
+        assert!(std::mem::size_of::<Event>() <= 48, "{}", std::mem::size_of::<Event>());
+    }
+
+    #[test]
+    fn decisions_fall_in_the_phase_of_their_send_time() {
+        let events = [
+            event(0, Outcome::Allowed),
+            event(999, Outcome::Denied),
+            // Sent at the fault's start, answered long after its end: still `during`.
+            Event { latency_ns: 5_000_000_000, ..event(1000, OPEN) },
+            event(1999, Outcome::Allowed),
+            event(2000, CLOSED),
+            event(2500, Outcome::Error("timeout")),
+        ];
+        let [before, during, after] = split(&events, SPAN);
+        assert_eq!((before.allowed, before.denied, before.error_count()), (1, 1, 0));
+        assert_eq!((during.allowed, during.errors["store_fail_open"]), (1, 1));
+        assert_eq!((after.errors["store_fail_closed"], after.errors["timeout"]), (1, 1));
+        let sent: u64 = [&before, &during, &after].iter().map(|t| t.sent()).sum();
+        assert_eq!(sent, events.len() as u64);
+        let during = PhaseReport::new(&during, SPAN.start_us, SPAN.end_us);
+        assert_eq!((during.from_ms, during.to_ms, during.sent_per_sec), (1000.0, 2000.0, 2.0));
+        assert_eq!((during.passed_by_fail_open, during.denied_by_fail_closed), (1, 0));
+        assert!(during.latency.max_us >= 4_990_000.0, "{:?}", during.latency);
+    }
+
+    #[test]
+    fn recovery_is_the_first_store_decision_sent_after_the_fault() {
+        let events = [
+            event(1500, Outcome::Allowed), // during: not a recovery
+            event(2000, OPEN),
+            event(2040, Outcome::Error("timeout")), // not a store error, not a decision
+            event(2030, OPEN),
+            event(2050, Outcome::Denied),
+            event(2060, Outcome::Allowed),
+        ];
+        let r = recovery(&events, SPAN.end_us);
+        assert_eq!(r, Recovery { first_decision_us: Some(50_000), errors_after: 0 });
+    }
+
+    #[test]
+    fn store_errors_after_the_first_decision_are_counted() {
+        // Two instances: one reconnected at 2010 ms, the other still failing until 2080 ms.
+        let events = [
+            event(2080, OPEN),
+            event(2010, Outcome::Allowed),
+            event(2040, OPEN),
+            event(2090, Outcome::Denied),
+            event(2100, Outcome::Allowed),
+        ];
+        let r = recovery(&events, SPAN.end_us);
+        assert_eq!(r, Recovery { first_decision_us: Some(10_000), errors_after: 2 });
+    }
+
+    #[test]
+    fn a_store_that_never_decides_again_has_no_recovery() {
+        let events = [event(500, Outcome::Allowed), event(2500, CLOSED), event(3000, OPEN)];
+        assert_eq!(recovery(&events, SPAN.end_us), Recovery::default());
+    }
+
+    fn args(extra: &[&str]) -> OutageArgs {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from([&["floodgate-bench", "outage"], extra].concat()).unwrap();
+        let crate::cli::Scenario::Outage(args) = cli.scenario else { panic!("not outage") };
+        args
+    }
+
+    #[test]
+    fn the_fault_must_end_before_the_run_and_the_deadline_be_whole_milliseconds() {
+        assert!(validate(&args(&[])).is_ok());
+        let e = validate(&args(&["--at", "3s", "--for", "5s", "-d", "8s"])).unwrap_err();
+        assert!(e.0.contains("must end before --duration"), "{e}");
+        assert!(validate(&args(&["--at", "0s"])).is_err());
+        assert!(validate(&args(&["--for", "0s"])).is_err());
+        assert!(validate(&args(&["-d", "11m", "--at", "1s", "--for", "1s"])).is_err());
+        let e = validate(&args(&["--deadline", "1.5ms"])).unwrap_err();
+        assert!(e.0.contains("whole milliseconds"), "{e}");
+        assert!(validate(&args(&["--deadline", "500us"])).is_err());
+        assert!(validate(&args(&["--deadline", "2s", "--timeout", "2s"])).is_err());
+        assert!(validate(&args(&["--deadline", "20ms", "--timeout", "1s"])).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_missing_redis_server_is_a_usage_error_that_says_how_to_get_one() {
+        let e = run(&args(&["--redis-server", "/nonexistent/redis-server", "-q"])).await.unwrap_err();
+        let usage = e.downcast_ref::<Usage>().unwrap_or_else(|| panic!("not a usage error: {e:#}"));
+        assert!(usage.0.contains("not found: install it (apt-get install -y redis-server)"), "{usage}");
+        assert!(usage.0.contains("--redis-server PATH"), "{usage}");
+    }
+
+    #[test]
+    fn the_phase_table_has_a_column_per_phase_and_a_row_per_error_kind() {
+        let events = [event(10, Outcome::Allowed), event(1500, OPEN), event(2500, Outcome::Denied)];
+        let [before, during, after] = split(&events, SPAN);
+        let phases = Phases {
+            before: PhaseReport::new(&before, 0, SPAN.start_us),
+            during: PhaseReport::new(&during, SPAN.start_us, SPAN.end_us),
+            after: PhaseReport::new(&after, SPAN.end_us, 3_000_000),
+        };
+        let grid = phase_grid(&phases);
+        assert_eq!(grid.columns, ["before", "during", "after"]);
+        let row = |label: &str| grid.rows.iter().find(|(l, _)| l == label).map(|(_, c)| c.clone()).unwrap();
+        assert_eq!(row("span (s)"), ["0.00–1.00", "1.00–2.00", "2.00–3.00"]);
+        assert_eq!(row("allowed"), ["1", "0", "0"]);
+        assert_eq!(row("  store_fail_open"), ["0", "1", "0"]);
+        assert_eq!(row("latency p50")[1], "1.00 ms");
+    }
+
+    #[test]
+    fn admissions_count_in_the_window_they_were_decided_in_and_straddlers_are_left_out() {
+        let allowed = |key: u32, sent_us: u64, latency_us: u64| Event {
+            sent_us,
+            latency_ns: latency_us * 1000,
+            key,
+            outcome: Outcome::Allowed,
+        };
+        // wall0 = 10.5 s, 1 s windows: run µs 0..500 000 are in window 10, 500 000.. in window 11.
+        let wall0 = 10_500_000;
+        let mut events = vec![allowed(0, 0, 100); 3];
+        events.push(allowed(0, 499_950, 100)); // straddles 11.0 s: left out
+        events.extend(vec![allowed(0, 500_000, 100); 4]); // window 11: 4
+        events.extend(vec![allowed(1, 600_000, 100); 2]); // another key
+        events.push(Event { outcome: Outcome::Denied, ..allowed(0, 600_000, 100) });
+        events.push(Event { outcome: OPEN, ..allowed(0, 600_000, 100) });
+        assert_eq!(max_admitted_per_key_window(&events, wall0, 1_000_000), 4);
+        assert_eq!(max_admitted_per_key_window(&[], wall0, 1_000_000), 0);
+    }
+}

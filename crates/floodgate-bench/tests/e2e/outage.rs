@@ -1,0 +1,130 @@
+//! `outage` on a real `redis-server` the scenario starts itself (the test fails, saying how to
+//! install it, when there is none): a pause under fail-open and a kill under fail-closed, each
+//! 4 s with a 1 s fault at 1 s, split into phases by send time.
+//!
+//! Two keys limited to 5 per second (fixed windows), so every phase where the store decides has
+//! both admissions and denials however slow the machine. The store deadline is 20 ms, well above
+//! the stalls of a busy machine, so that decisions outside the fault rarely miss it.
+
+use serde_json::Value;
+
+use super::{assert_common, bench, f, u};
+
+const DEADLINE_US: f64 = 20_000.0;
+
+/// Runs `outage` with the shared parameters and `extra`.
+async fn outage(extra: &[&str]) -> Value {
+    let args = [
+        "outage",
+        "--at",
+        "1s",
+        "--for",
+        "1s",
+        "-d",
+        "4s",
+        "-c",
+        "4",
+        "--keys",
+        "2",
+        "--limit",
+        "5",
+        "--window",
+        "1s",
+        "--deadline",
+        "20ms",
+    ];
+    bench(&[&args[..], extra].concat()).await
+}
+
+/// Each phase adds up (`allowed + denied + errors = sent`), and the phases add up to the run.
+fn assert_phases_add_up(v: &Value) {
+    let mut sent = 0;
+    for name in ["before", "during", "after"] {
+        let p = &v["phases"][name];
+        let errors = u(&p["errors"], "total");
+        assert_eq!(u(p, "allowed") + u(p, "denied") + errors, u(p, "sent"), "{name}: {p}");
+        let by_kind: u64 =
+            p["errors"]["by_kind"].as_object().unwrap().values().filter_map(Value::as_u64).sum();
+        assert_eq!(by_kind, errors, "{name}: {p}");
+        sent += u(p, "sent");
+    }
+    assert_eq!(sent, u(v, "sent"), "{v}");
+    let (start, end) = (f(v, "fault_start_ms"), f(v, "fault_end_ms"));
+    assert!((990.0..1500.0).contains(&start) && end - start >= 999.0, "fault from {start} to {end} ms");
+    assert_eq!((f(&v["phases"]["during"], "from_ms"), f(&v["phases"]["during"], "to_ms")), (start, end));
+}
+
+/// Before and after the fault the limiter works: both admissions and denials.
+fn assert_store_decides(v: &Value, phase: &str) {
+    let p = &v["phases"][phase];
+    assert!(u(p, "allowed") > 0 && u(p, "denied") > 0, "{phase} should admit and deny: {p}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_under_fail_open_passes_requests_after_the_deadline_and_recovers() {
+    let v = outage(&["--fault", "pause", "--on-store-error", "fail_open"]).await;
+    assert_common(&v, "outage");
+    assert_eq!((v["fault"].as_str(), v["on_store_error"].as_str()), (Some("pause"), Some("fail_open")));
+    assert_eq!(v["counters_reset"], false);
+    assert_phases_add_up(&v);
+    assert_store_decides(&v, "before");
+    assert_store_decides(&v, "after");
+
+    let during = &v["phases"]["during"];
+    let passed = u(&during["errors"]["by_kind"], "store_fail_open");
+    assert!(passed > 0, "a paused store under fail_open passes requests: {during}");
+    assert_eq!(u(during, "passed_by_fail_open"), passed);
+    // Every request to a frozen node waits out the deadline (a Tokio timeout never fires early).
+    assert!(
+        f(during, "p50_us") >= 0.75 * DEADLINE_US && f(during, "p99_us") >= 0.75 * DEADLINE_US,
+        "decisions during the pause should wait the 20 ms deadline: {during}"
+    );
+
+    let recovered = v["recovered_after_ms"].as_f64().unwrap_or_else(|| panic!("never recovered: {v}"));
+    assert!((0.0..2000.0).contains(&recovered), "recovered after {recovered} ms");
+    assert!(u(&v, "errors_after_recovery") <= u(&v["phases"]["after"]["errors"], "total"), "{v}");
+    assert_redis_gone(&v).await;
+}
+
+/// The run's `redis-server` (its address ends the target) is gone once the run is over.
+async fn assert_redis_gone(v: &Value) {
+    let target = v["target"].as_str().unwrap();
+    let addr = target.rsplit(' ').next().unwrap().to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{target}");
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&addr).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the run's redis-server on {addr} still accepts connections after the run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_under_fail_closed_denies_until_a_new_one_decides_from_zero() {
+    let v = outage(&["--fault", "kill", "--on-store-error", "fail_closed"]).await;
+    assert_common(&v, "outage");
+    assert_eq!((v["fault"].as_str(), v["on_store_error"].as_str()), (Some("kill"), Some("fail_closed")));
+    assert_eq!(v["counters_reset"], true);
+    assert_phases_add_up(&v);
+    assert_store_decides(&v, "before");
+    assert_store_decides(&v, "after");
+
+    let during = &v["phases"]["during"];
+    let denied = u(&during["errors"]["by_kind"], "store_fail_closed");
+    assert!(denied > 0, "a dead store under fail_closed denies: {during}");
+    assert_eq!(u(during, "denied_by_fail_closed"), denied);
+    assert_eq!(u(during, "passed_by_fail_open"), 0);
+    // The signal is sent as the fault starts; only requests sent in the instant before the server
+    // dies can still be decided by it.
+    let decided = u(during, "allowed") + u(during, "denied");
+    assert!(decided * 10 <= u(during, "sent"), "the store decided {decided} requests while killed: {during}");
+
+    let recovered = v["recovered_after_ms"].as_f64().unwrap_or_else(|| panic!("never recovered: {v}"));
+    assert!((0.0..2000.0).contains(&recovered), "recovered after {recovered} ms");
+    // Two keys, at most 5 each per window: whatever one key was admitted in one window stays
+    // within the limit here (the 1 s window is over long before the new node starts).
+    let max = u(&v, "max_admitted_per_key_window");
+    assert!((1..=5).contains(&max), "max admitted per key and window: {max}");
+    assert_redis_gone(&v).await;
+}
