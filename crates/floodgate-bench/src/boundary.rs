@@ -6,6 +6,11 @@
 //! `2 × limit` within `2 × offset`; a sliding log admits `limit` in all. Cycles are two windows
 //! apart so that every cycle starts fresh.
 //!
+//! With `--pattern burst-then-steady` (simulated only) each cycle is a full burst just before a
+//! boundary, then one request per `window / limit` (the refill interval) for one window, on a key
+//! of its own: a token bucket or GCRA admits its burst and then every refill, `2 × limit − 1`
+//! within one window — their real worst case, which the flood does not reach.
+//!
 //! - **Simulated** (no target flag): the engine over a memory store on a
 //!   [`floodgate_core::ManualClock`], bursts at exact instants — exact and instant.
 //! - **Real time** (`--target` / `--grpc` / `--route-target`): against a running server whose
@@ -21,7 +26,7 @@ use floodgate_core::{ManualClock, Timestamp};
 use serde::Serialize;
 
 use crate::Usage;
-use crate::cli::{Algorithm, BoundaryArgs, MAX_DURATION};
+use crate::cli::{Algorithm, BoundaryArgs, MAX_DURATION, Pattern};
 use crate::math::{max_admitted_in_any_window, over_admission_ratio};
 use crate::progress::Progress;
 use crate::report::{Outcome, Report, Tally};
@@ -35,6 +40,8 @@ struct Details {
     window_ms: f64,
     /// `simulated` or `real_time`.
     mode: &'static str,
+    /// `flood` or `burst-then-steady`.
+    pattern: &'static str,
     cycles: u64,
     burst: u64,
     offset_ms: f64,
@@ -57,6 +64,12 @@ pub async fn run(args: &BoundaryArgs) -> anyhow::Result<Report> {
     let burst = args.burst.unwrap_or(2 * args.limit).clamp(1, MAX_BURST);
     let real_time =
         args.target.target.is_some() || args.target.grpc.is_some() || args.target.route_target.is_some();
+    if args.pattern == Pattern::BurstThenSteady && real_time {
+        return Err(Usage(
+            "--pattern burst-then-steady runs on the simulated clock only (no target flag)".into(),
+        )
+        .into());
+    }
     if args.prime && !real_time {
         return Err(Usage("--prime is for real-time runs (--target, --grpc, --route-target)".into()).into());
     }
@@ -82,6 +95,7 @@ pub async fn run(args: &BoundaryArgs) -> anyhow::Result<Report> {
         limit: args.limit,
         window_ms: args.window.as_secs_f64() * 1000.0,
         mode: if real_time { "real_time" } else { "simulated" },
+        pattern: args.pattern.name(),
         cycles: args.cycles,
         burst,
         offset_ms: offset.as_secs_f64() * 1000.0,
@@ -90,8 +104,8 @@ pub async fn run(args: &BoundaryArgs) -> anyhow::Result<Report> {
         over_admission_ratio: over_admission_ratio(max, args.limit),
         promised_at_most: match args.algorithm {
             Algorithm::SlidingLog => Some(1.0),
-            // The weighted estimate is an approximation (DESIGN.md): reported, not promised.
-            Algorithm::SlidingWindow => None,
+            // Fixed window, the buckets (burst + one window of refill), and the weighted sliding
+            // window (its documented bound: limit + ⌊limit · d / window⌋ in any span d ≤ window).
             _ => Some(2.0),
         },
     };
@@ -129,11 +143,27 @@ async fn simulated(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
     let started = Instant::now();
     let (mut tally, mut admitted) = (Tally::default(), Vec::new());
     let offset_us = micros(plan.offset);
+    let base_key = args.key.clone().unwrap_or_else(|| "attacker".into());
+    let cycle_windows = if args.pattern == Pattern::BurstThenSteady { 3 } else { 2 };
     for c in 0..args.cycles {
-        let boundary = t0 + (2 * c + 1) * window_us;
-        for (i, at) in [boundary - offset_us, boundary + offset_us].into_iter().enumerate() {
+        let boundary = t0 + (cycle_windows * c + 1) * window_us;
+        // (when, attempts) in this cycle, in time order.
+        let plan_of_cycle: Vec<(u64, u64)> = match args.pattern {
+            Pattern::Flood => vec![(boundary - offset_us, plan.burst), (boundary + offset_us, plan.burst)],
+            Pattern::BurstThenSteady => {
+                // A key of its own per cycle: the bucket is full at the burst.
+                descriptors.insert(args.request.key_descriptor.clone(), format!("{base_key}-c{c}"));
+                let burst_at = boundary - offset_us;
+                let interval = (window_us / args.limit).max(1);
+                let mut p = vec![(burst_at, plan.burst)];
+                p.extend((1..=args.limit).map(|k| (burst_at + k * interval, 1)));
+                p
+            }
+        };
+        let half = plan_of_cycle.len().div_ceil(2);
+        for (i, (at, attempts)) in plan_of_cycle.into_iter().enumerate() {
             clock.set(Timestamp::from_micros(at));
-            for _ in 0..plan.burst {
+            for _ in 0..attempts {
                 let sent = Instant::now();
                 let outcome = match engine.check(&descriptors, plan.cost).await {
                     Ok(v) if v.allowed => Outcome::Allowed,
@@ -146,11 +176,14 @@ async fn simulated(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
                     admitted.push((since, plan.cost));
                 }
             }
-            progress.set(2 * c + i as u64 + 1);
+            if i + 1 == half {
+                progress.set(2 * c + 1);
+            }
         }
+        progress.set(2 * c + 2);
     }
     progress.finish();
-    let duration_s = (args.cycles * 2 * window_us) as f64 / 1e6;
+    let duration_s = (args.cycles * cycle_windows * window_us) as f64 / 1e6;
     Ok((tally, admitted, duration_s, started.elapsed().as_secs_f64(), "simulated".into()))
 }
 
@@ -230,4 +263,65 @@ fn micros(d: Duration) -> u64 {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::cli::{Cli, Scenario};
+
+    async fn ratio(algorithm: &str, pattern: &str) -> (f64, u64) {
+        let cli = Cli::try_parse_from([
+            "floodgate-bench",
+            "boundary",
+            "--algorithm",
+            algorithm,
+            "--limit",
+            "100",
+            "--window",
+            "1s",
+            "--cycles",
+            "3",
+            "--pattern",
+            pattern,
+            "--quiet",
+        ])
+        .unwrap();
+        let Scenario::Boundary(args) = cli.scenario else { unreachable!() };
+        let report = super::run(&args).await.unwrap();
+        let d = &report.details;
+        (d["over_admission_ratio"].as_f64().unwrap(), d["max_admitted_in_any_window"].as_u64().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_burst_then_steady_traffic_shows_the_buckets_worst_case() {
+        // The burst (100), then every refill but the one at the window's end (99).
+        for algorithm in ["token_bucket", "gcra", "fixed_window"] {
+            assert_eq!(ratio(algorithm, "burst-then-steady").await, (1.99, 199), "{algorithm}");
+            assert!(ratio(algorithm, "flood").await.0 <= 2.0, "{algorithm}");
+        }
+        // The flood does not reach it for the buckets.
+        assert_eq!(ratio("gcra", "flood").await, (1.0, 100));
+        // The sliding log is exact under both; the weighted sliding window stays within its bound.
+        assert_eq!(ratio("sliding_log", "burst-then-steady").await, (1.0, 100));
+        let (weighted, _) = ratio("sliding_window", "burst-then-steady").await;
+        assert!((1.5..=2.0).contains(&weighted), "{weighted}");
+    }
+
+    #[tokio::test]
+    async fn burst_then_steady_is_simulated_only() {
+        let cli = Cli::try_parse_from([
+            "floodgate-bench",
+            "boundary",
+            "--target",
+            "http://127.0.0.1:9",
+            "--pattern",
+            "burst-then-steady",
+        ])
+        .unwrap();
+        let Scenario::Boundary(args) = cli.scenario else { unreachable!() };
+        let err = super::run(&args).await.unwrap_err().to_string();
+        assert!(err.contains("simulated clock only"), "{err}");
+    }
 }

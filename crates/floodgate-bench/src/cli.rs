@@ -162,6 +162,25 @@ pub struct ThroughputArgs {
     pub output: Output,
 }
 
+/// The traffic of a `boundary` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    /// A burst just before and a burst just after each boundary.
+    Flood,
+    /// A burst just before a boundary, then one request per `window / limit` for one window.
+    BurstThenSteady,
+}
+
+impl Pattern {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Flood => "flood",
+            Pattern::BurstThenSteady => "burst-then-steady",
+        }
+    }
+}
+
 /// Algorithms with a limit and a window (as in the configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "snake_case")]
@@ -265,6 +284,11 @@ pub struct BoundaryArgs {
     /// The key value (default: unique per run, so a server's earlier state does not interfere).
     #[arg(long)]
     pub key: Option<String>,
+    /// The traffic: `flood` (a burst just before and just after each boundary) or
+    /// `burst-then-steady` (simulated only: a full burst just before a boundary, then one request
+    /// per refill interval for a window — the worst case of the buckets and of fixed windows).
+    #[arg(long, value_enum, default_value_t = Pattern::Flood)]
+    pub pattern: Pattern,
     /// Real time: one request at the start of the window before each boundary, on a key of its
     /// own per cycle, so that limiters whose window starts at a key's first request (a per-key
     /// TTL, as `@nestjs/throttler`'s) have a boundary where the wall clock's is. Use with

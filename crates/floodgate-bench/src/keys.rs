@@ -128,7 +128,8 @@ mod tests {
         assert_eq!(window(Rng::stream(7, 3)), window(Rng::stream(7, 3)));
         assert_ne!(window(Rng::stream(7, 3)), window(Rng::stream(8, 3)));
         // What a stepped seed would have done: stream w+1 is stream w one step later.
-        let (mut a, mut b) = (Rng::new(0x9E37_79B9_7F4A_7C15), Rng::new(0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(2)));
+        let (mut a, mut b) =
+            (Rng::new(0x9E37_79B9_7F4A_7C15), Rng::new(0x9E37_79B9_7F4A_7C15_u64.wrapping_mul(2)));
         a.next_u64();
         assert_eq!(a.next_u64(), b.next_u64());
     }
