@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""The Markdown tables of a `bench/run-all` run, and their section of BENCHMARKS.md.
+
+    bench/tables.py OUT_DIR                      # print the tables
+    bench/tables.py OUT_DIR --write BENCHMARKS.md  # also replace the generated section
+
+Throughput runs are repeated (`NAME.rK.json`, K = 1..RUNS, rounds interleaved across targets by
+run-all); a table row is the run with the median decisions/s, shown with the spread of all runs.
+Exactness runs (`instances`, real-time `boundary`) are repeated the same way and report the worst
+run (the most admitted), since a limit is only as good as its worst case.
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+BEGIN = "<!-- bench/run-all: generated section, begin -->"
+END = "<!-- bench/run-all: generated section, end -->"
+
+out = sys.argv[1]
+
+
+def runs(name):
+    """Every run of `name`: NAME.json, or NAME.r1.json, NAME.r2.json, ..."""
+    paths = sorted(glob.glob(os.path.join(out, glob.escape(name) + ".r*.json")))
+    single = os.path.join(out, name + ".json")
+    if os.path.exists(single):
+        paths.append(single)
+    found = []
+    for p in paths:
+        if not re.fullmatch(re.escape(name) + r"(\.r\d+)?\.json", os.path.basename(p)):
+            continue
+        try:
+            found.append(json.load(open(p)))
+        except (OSError, ValueError) as e:
+            print(f"warning: {p}: {e}", file=sys.stderr)
+    return found
+
+
+def median(name):
+    """The run with the median decisions/s, with `_spread` = (min, max, count) of all runs."""
+    all_ = runs(name)
+    if not all_:
+        return None
+    ordered = sorted(all_, key=lambda d: d["decisions_per_sec"])
+    d = dict(ordered[(len(ordered) - 1) // 2])
+    d["_spread"] = (ordered[0]["decisions_per_sec"], ordered[-1]["decisions_per_sec"], len(ordered))
+    return d
+
+
+def worst(name, field):
+    """The run with the largest `field`, with `_runs` = how many runs and `_all` = every value."""
+    all_ = runs(name)
+    if not all_:
+        return None
+    d = dict(max(all_, key=lambda r: r[field]))
+    d["_runs"] = len(all_)
+    d["_all"] = [r[field] for r in all_]
+    return d
+
+
+def us(v):
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} µs"
+
+
+def rate(d):
+    lo, hi, n = d["_spread"]
+    spread = f" ({lo:,.0f}–{hi:,.0f}, {n} runs)" if n > 1 else ""
+    return f"{d['decisions_per_sec']:,.0f}{spread}"
+
+
+def loadof(d):
+    if d.get("mode") == "closed":
+        text = f"{d['concurrency']} callers"
+    else:
+        text = f"{d['rate']:.0f}/s open loop"
+    if d.get("distribution") == "zipf":
+        text += f", zipf over {d['keys']} keys"
+    return text
+
+
+def errors(d):
+    e = d["errors"]
+    kinds = e.get("by_kind") or {}
+    if not e["total"]:
+        return "0"
+    return f"{e['total']} (" + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) + ")" if kinds else str(e["total"])
+
+
+THROUGHPUT_HEAD = (
+    "| {first} | load | decisions/s: median (spread) | allowed | denied | errors | p50 | p90 | p99 | p99.9 | max |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def throughput_row(label, d):
+    return (
+        f"| {label} | {loadof(d)} | {rate(d)} | {d['allowed']:,} | {d['denied']:,} | {errors(d)} | "
+        f"{us(d['p50_us'])} | {us(d['p90_us'])} | {us(d['p99_us'])} | {us(d['p999_us'])} | {us(d['max_us'])} |"
+    )
+
+
+def throughput_table(first, rows):
+    lines = []
+    for label, name in rows:
+        d = median(name)
+        if d:
+            lines.append(throughput_row(label, d))
+    if not lines:
+        return []
+    return ["", THROUGHPUT_HEAD.format(first=first), *lines]
+
+
+def tables():
+    t = []
+    t.append("#### Service and engine (Floodgate alone)")
+    t += throughput_table(
+        "target",
+        [
+            ("HTTP `/v1/check`", "http-c64"),
+            ("HTTP `/v1/check`", "http-c8"),
+            ("gRPC `ShouldRateLimit`", "grpc-c64"),
+            ("gRPC `ShouldRateLimit`", "grpc-c8"),
+            ("HTTP `/v1/check`", "http-open20k"),
+            ("engine in-process (memory)", "inproc-c2"),
+            ("engine in-process (memory)", "inproc-zipf"),
+        ],
+    )
+
+    rows = []
+    for a in ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra"]:
+        for pattern, suffix in [("flood at the boundary", ""), ("burst, then steady at the rate", "-steady")]:
+            d = worst("boundary-" + a + suffix, "max_admitted_in_any_window")
+            if not d:
+                continue
+            rows.append(
+                f"| {a} | {pattern} | {d['limit']} / {d['window_ms']:.0f} ms | {d['max_admitted_in_any_window']} | "
+                f"{d['over_admission_ratio']:.2f} | {d.get('promised_at_most', '—')} |"
+            )
+    if rows:
+        t += ["", "#### Boundary bursts (simulated clock: exact)", "",
+              "| algorithm | traffic | limit / window | max admitted in any window | over-admission ratio | promised at most |",
+              "|---|---|---|---:|---:|---:|", *rows]
+
+    rows = []
+    for n, label in [("fairness", "30/min per user, 120/min per IP"), ("fairness-loose", "30/min per user, 600/min per IP")]:
+        d = runs(n)
+        if not d:
+            continue
+        d = d[0]
+        rows.append(
+            f"| {label} | {d['normal_users']} ({d['nat_users']}) | {d['bots']} | {d['false_rejection_rate'] * 100:.2f} % | "
+            f"{d['nat_false_rejection_rate'] * 100:.2f} % | {d['users_with_a_rejection'] * 100:.1f} % | "
+            f"{d['bot_rejection_rate'] * 100:.1f} % | {d['verdict']} |"
+        )
+    if rows:
+        t += ["", "#### Fairness (simulated clock, seeded)", "",
+              "| policy | normal users (NAT) | bots | false-rejection rate | NAT users' false-rejection rate | users who saw a 429 | bot rejection rate | verdict |",
+              "|---|---:|---:|---:|---:|---:|---:|---|", *rows]
+
+    rows = []
+    for label, n in [
+        ("Floodgate, memory store per instance", "instances-memory-{a}"),
+        ("Floodgate, one shared Redis", "instances-redis-{a}"),
+    ]:
+        for a in ["sliding_log", "fixed_window", "token_bucket"]:
+            d = worst(n.format(a=a), "admitted")
+            if not d:
+                continue
+            rows.append(
+                f"| {label} | {a} | {d['instances']} | {d['limit']} | {d['admitted']} ({', '.join(map(str, d['_all']))}) | "
+                f"{d['over_admission']:.2f} | {d.get('passed_by_fail_open', 0)} |"
+            )
+    for label, n in [("limitador `AsyncRedisStorage`, one shared Redis", "instances-limitador-async"),
+                     ("limitador `CachedRedisStorage`, one shared Redis", "instances-limitador-cached")]:
+        d = worst(n, "admitted")
+        if d:
+            rows.append(
+                f"| {label} | {d['algorithm']} | {d['instances']} | {d['limit']} | {d['admitted']} ({', '.join(map(str, d['_all']))}) | "
+                f"{d['over_admission']:.2f} | — |"
+            )
+    if rows:
+        t += ["", "#### Instances: one key hammered through M instances (worst run shown; every run in brackets)", "",
+              "| who | algorithm | instances | limit | admitted, worst (all runs) | over-admission | passed by fail-open |",
+              "|---|---|---:|---:|---:|---:|---:|", *rows]
+
+    rows = []
+    for n in ["outage-pause-fail_open", "outage-kill-fail_closed", "outage-kill-fail_open", "outage-pause-fail_closed"]:
+        d = runs(n)
+        if not d:
+            continue
+        d = d[0]
+        phases = d.get("phases") or {}
+        for phase in ["before", "during", "after"]:
+            p = phases.get(phase)
+            if not p:
+                continue
+            rows.append(
+                f"| {d.get('fault', '?')}, {d.get('on_store_error', '?')} | {phase} | {p['sent']:,} | {p['allowed']:,} | {p['denied']:,} | "
+                f"{errors(p)} | {us(p['p50_us'])} | {us(p['p99_us'])} | {us(p['max_us'])} |"
+            )
+        rec = d.get("recovered_after_ms")
+        rows.append(f"| {d.get('fault', '?')}, {d.get('on_store_error', '?')} | recovered after | "
+                    f"{'never' if rec is None else f'{rec:.0f} ms'} |  |  |  |  |  |  |")
+    if rows:
+        t += ["", "#### Outage: Redis paused or killed under load (`floodgate serve` on a Redis store)", "",
+              "| fault, on_store_error | phase | sent | allowed | denied | errors | p50 | p99 | max |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows]
+
+    # Peers.
+    t += throughput_table(
+        "POST /chat behind (mixed: 10/min per user)",
+        [(f"{label}", f"{n}-{s}") for s in ["c64", "c8", "open"] for label, n in [
+            ("@nestjs/throttler 6 (memory)", "route-nest"),
+            ("Floodgate tower, fixed_window", "route-fg-fixed"),
+            ("Floodgate tower, sliding_log", "route-fg-log"),
+        ]],
+    )
+    t += throughput_table(
+        "POST /chat behind (allowed path: a limit no run reaches)",
+        [(label, f"{n}-c{c}") for c in [64, 8] for label, n in [
+            ("@nestjs/throttler 6 (memory)", "route-nest-free"),
+            ("Floodgate tower, sliding_log", "route-fg-free"),
+        ]],
+    )
+    rows = []
+    for variant, client in [("flood", "flood (2 × limit per burst)"), ("careful", "careful (primed, limit − 1 per burst)")]:
+        for label, n in [("@nestjs/throttler 6 (memory)", "rb-nest"), ("Floodgate fixed_window", "rb-fg-fixed_window"),
+                         ("Floodgate sliding_window", "rb-fg-sliding_window"), ("Floodgate sliding_log", "rb-fg-sliding_log")]:
+            d = worst(f"{n}-{variant}", "max_admitted_in_any_window")
+            if not d:
+                continue
+            rows.append(
+                f"| {label} | {client} | {d['cycles']} × 2 × {d['burst']} at ±{d['offset_ms']:g} ms, 10 / 1 s | "
+                f"{d['max_admitted_in_any_window']} ({', '.join(map(str, d['_all']))}) | {d['over_admission_ratio']:.2f} |"
+            )
+    if rows:
+        t += ["", "| POST /chat behind, real time | client | bursts | max admitted in any window, worst (all runs) | over-admission ratio |",
+              "|---|---|---|---:|---:|", *rows]
+    t += throughput_table(
+        "in-process library, 100/s per user, 10 000 keys",
+        [
+            ("Floodgate engine, fixed_window", "inproc-fixed-c2"),
+            ("Floodgate engine, sliding_window", "inproc-sliding-c2"),
+            ("limitador `RateLimiter` (memory)", "limitador-memory"),
+        ],
+    )
+    t += throughput_table(
+        "in-process library, allowed path (10⁹/s per user)",
+        [
+            ("Floodgate engine, fixed_window", "inproc-free-c2"),
+            ("limitador `RateLimiter` (memory)", "limitador-memory-free"),
+        ],
+    )
+    t += throughput_table(
+        "library on one Redis, fixed window 100/s per user, 10 000 keys",
+        [(label, f"{n}-c{c}") for c in [64, 256] for label, n in [
+            ("Floodgate engine, `store: redis`", "redis-fg"),
+            ("rate-limiter-flexible `RateLimiterRedis` (ioredis)", "redis-rlf"),
+            ("limitador `AsyncRedisStorage`", "redis-limitador"),
+        ]],
+    )
+    return t
+
+
+def header():
+    meta = os.path.join(out, "meta.txt")
+    lines = []
+    if os.path.exists(meta):
+        lines += [line.rstrip("\n") for line in open(meta) if line.strip()]
+    versions = os.path.join(out, "versions.txt")
+    if os.path.exists(versions):
+        v = [line.strip() for line in open(versions) if line.strip()]
+        if v:
+            lines.append("Peer versions: " + "; ".join(v) + ".")
+    return lines
+
+
+def main():
+    body = header() + [""] + tables()
+    text = "\n".join(body).strip("\n") + "\n"
+    print(text)
+    if len(sys.argv) > 3 and sys.argv[2] == "--write":
+        path = sys.argv[3]
+        doc = open(path).read()
+        if BEGIN not in doc or END not in doc:
+            sys.exit(f"{path}: the markers {BEGIN!r} and {END!r} are missing; add them where the tables go")
+        start = doc.index(BEGIN) + len(BEGIN)
+        stop = doc.index(END)
+        open(path, "w").write(doc[:start] + "\n" + text + doc[stop:])
+        print(f"wrote the generated section of {path}", file=sys.stderr)
+
+
+main()
