@@ -76,11 +76,12 @@ pub struct TargetArgs {
     /// `--route-target`: the method (a POST carries a small JSON body).
     #[arg(long, value_name = "METHOD", default_value = "POST")]
     pub method: String,
-    /// The engine in this process over a memory store, no network (the default).
+    /// The engine in this process, no HTTP or gRPC in between (the default), on the store of
+    /// --config: memory, or a Redis node or cluster.
     #[arg(long, group = "target_kind")]
     pub in_process: bool,
-    /// The policy of --in-process runs (native or envoyproxy/ratelimit YAML). Default: a built-in
-    /// policy of 100 requests per second per user (sliding window).
+    /// The policy and store of --in-process runs (native or envoyproxy/ratelimit YAML). Default: a
+    /// built-in policy of 100 requests per second per user (sliding window, memory store).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Accept targets that are not on loopback.
