@@ -101,6 +101,13 @@ def throughput_row(label, d):
     )
 
 
+def section(title, head, align, rows):
+    """A titled table (no lines when it has no rows); `align` is the Markdown separator row."""
+    if not rows:
+        return []
+    return ["", *([title, ""] if title else []), head, align, *rows]
+
+
 def throughput_table(first, rows):
     lines = []
     for label, name in rows:
@@ -138,10 +145,12 @@ def tables():
                 f"| {a} | {pattern} | {d['limit']} / {d['window_ms']:.0f} ms | {d['max_admitted_in_any_window']} | "
                 f"{d['over_admission_ratio']:.2f} | {d.get('promised_at_most', '—')} |"
             )
-    if rows:
-        t += ["", "#### Boundary bursts (simulated clock: exact)", "",
-              "| algorithm | traffic | limit / window | max admitted in any window | over-admission ratio | promised at most |",
-              "|---|---|---|---:|---:|---:|", *rows]
+    t += section(
+        "#### Boundary bursts (simulated clock: exact)",
+        "| algorithm | traffic | limit / window | max admitted in any window | over-admission ratio | promised at most |",
+        "|---|---|---|---:|---:|---:|",
+        rows,
+    )
 
     rows = []
     for n, label in [("fairness", "30/min per user, 120/min per IP"), ("fairness-loose", "30/min per user, 600/min per IP")]:
@@ -154,10 +163,12 @@ def tables():
             f"{d['nat_false_rejection_rate'] * 100:.2f} % | {d['users_with_a_rejection'] * 100:.1f} % | "
             f"{d['bot_rejection_rate'] * 100:.1f} % | {d['verdict']} |"
         )
-    if rows:
-        t += ["", "#### Fairness (simulated clock, seeded)", "",
-              "| policy | normal users (NAT) | bots | false-rejection rate | NAT users' false-rejection rate | users who saw a 429 | bot rejection rate | verdict |",
-              "|---|---:|---:|---:|---:|---:|---:|---|", *rows]
+    t += section(
+        "#### Fairness (simulated clock, seeded)",
+        "| policy | normal users (NAT) | bots | false-rejection rate | NAT users' false-rejection rate | users who saw a 429 | bot rejection rate | verdict |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+        rows,
+    )
 
     rows = []
     for label, n in [
@@ -180,10 +191,12 @@ def tables():
                 f"| {label} | {d['algorithm']} | {d['instances']} | {d['limit']} | {d['admitted']} ({', '.join(map(str, d['_all']))}) | "
                 f"{d['over_admission']:.2f} | — |"
             )
-    if rows:
-        t += ["", "#### Instances: one key hammered through M instances (worst run shown; every run in brackets)", "",
-              "| who | algorithm | instances | limit | admitted, worst (all runs) | over-admission | passed by fail-open |",
-              "|---|---|---:|---:|---:|---:|---:|", *rows]
+    t += section(
+        "#### Instances: one key hammered through M instances (worst run shown; every run in brackets)",
+        "| who | algorithm | instances | limit | admitted, worst (all runs) | over-admission | passed by fail-open |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        rows,
+    )
 
     rows = []
     for n in ["outage-pause-fail_open", "outage-kill-fail_closed", "outage-kill-fail_open", "outage-pause-fail_closed"]:
@@ -203,10 +216,12 @@ def tables():
         rec = d.get("recovered_after_ms")
         rows.append(f"| {d.get('fault', '?')}, {d.get('on_store_error', '?')} | recovered after | "
                     f"{'never' if rec is None else f'{rec:.0f} ms'} |  |  |  |  |  |  |")
-    if rows:
-        t += ["", "#### Outage: Redis paused or killed under load (`floodgate serve` on a Redis store)", "",
-              "| fault, on_store_error | phase | sent | allowed | denied | errors | p50 | p99 | max |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows]
+    t += section(
+        "#### Outage: Redis paused or killed under load (`floodgate serve` on a Redis store)",
+        "| fault, on_store_error | phase | sent | allowed | denied | errors | p50 | p99 | max |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        rows,
+    )
 
     # Peers.
     t += throughput_table(
@@ -235,9 +250,7 @@ def tables():
                 f"| {label} | {client} | {d['cycles']} × 2 × {d['burst']} at ±{d['offset_ms']:g} ms, 10 / 1 s | "
                 f"{d['max_admitted_in_any_window']} ({', '.join(map(str, d['_all']))}) | {d['over_admission_ratio']:.2f} |"
             )
-    if rows:
-        t += ["", "| POST /chat behind, real time | client | bursts | max admitted in any window, worst (all runs) | over-admission ratio |",
-              "|---|---|---|---:|---:|", *rows]
+    t += section(None, "| POST /chat behind, real time | client | bursts | max admitted in any window, worst (all runs) | over-admission ratio |", "|---|---|---|---:|---:|", rows)
     t += throughput_table(
         "in-process library, 100/s per user, 10 000 keys",
         [
