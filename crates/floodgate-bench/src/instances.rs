@@ -131,16 +131,8 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
         let store = match &args.redis {
             None => "store:\n  kind: memory\n".to_owned(),
             Some(url) => {
-                let uri: http::Uri = url.parse().map_err(|_| Usage(format!("{url}: not a redis:// URL")))?;
-                let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
-                let loopback =
-                    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-                if !loopback && !args.allow_remote {
-                    return Err(Usage(format!(
-                        "{url}: only a loopback Redis unless --allow-remote is given"
-                    ))
-                    .into());
-                }
+                crate::target::check_redis_loopback(url, args.allow_remote)
+                    .map_err(|e| Usage(e.to_string()))?;
                 redis_store_yaml(url, None)
             }
         };

@@ -365,7 +365,7 @@ fn http_body(shape: &Shape, key: &str, cost: u64) -> String {
 }
 
 /// Refuses a non-loopback Redis URL unless allowed.
-fn check_redis_loopback(url: &str, allow_remote: bool) -> Result<(), TargetError> {
+pub(crate) fn check_redis_loopback(url: &str, allow_remote: bool) -> Result<(), TargetError> {
     let uri: http::Uri = url.parse().map_err(|_| TargetError::BadAddress(url.to_owned()))?;
     let host = uri.host().ok_or_else(|| TargetError::BadAddress(url.to_owned()))?;
     check_loopback(host, url, allow_remote)
@@ -391,6 +391,18 @@ mod tests {
         assert!(check_loopback("10.0.0.1", "x", false).is_err());
         assert!(check_loopback("example.com", "x", false).is_err());
         assert!(check_loopback("example.com", "x", true).is_ok());
+    }
+
+    #[test]
+    fn only_a_loopback_redis_unless_allowed() {
+        assert!(check_redis_loopback("redis://127.0.0.1:6379", false).is_ok());
+        assert!(check_redis_loopback("redis://localhost", false).is_ok());
+        assert!(matches!(
+            check_redis_loopback("redis://10.0.0.5:6379", false),
+            Err(TargetError::NotLoopback(_))
+        ));
+        assert!(check_redis_loopback("redis://10.0.0.5:6379", true).is_ok());
+        assert!(matches!(check_redis_loopback("not a url", true), Err(TargetError::BadAddress(_))));
     }
 
     #[test]
