@@ -38,6 +38,8 @@ pub(crate) static ONE_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(ON
 
 /// Values at or above this are not exact in a Lua double: 2^53.
 pub(crate) const LUA_EXACT: u64 = 1 << 53;
+/// The single-limit scripts' `not_after` for calls that are never stale (2^53 µs, the year 2255).
+const NEVER: u64 = LUA_EXACT;
 /// Costs and lengths are clamped (costs) or limited (parameters) to 2^52, leaving headroom for sums
 /// with timestamps.
 pub(crate) const LUA_MAX: u64 = 1 << 52;
@@ -64,6 +66,18 @@ impl ScriptMode {
             ScriptMode::Undo => "u",
         }
     }
+}
+
+/// How a call reads time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Timing {
+    /// The test clock's time (`None`: Redis's `TIME`).
+    pub(crate) now: Option<Timestamp>,
+    /// Slack added to every expiry, ms (0 on Redis's clock).
+    pub(crate) slack_ms: u64,
+    /// Past this time on the script's clock the call is stale: it writes nothing and answers
+    /// [`Reply::Stale`] (`None`: never).
+    pub(crate) not_after: Option<Timestamp>,
 }
 
 /// One op as the script takes it.
@@ -94,22 +108,21 @@ fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Builds the invocation of `ops` in `mode`. `now` is the test clock's time (`None`: Redis's
-/// clock); `estimate` is the time quota periods are computed for.
+/// Builds the invocation of `ops` in `mode`, read at `timing`; `estimate` is the time quota periods
+/// are computed for.
 pub(crate) fn invocation<'a>(
     mode: ScriptMode,
-    now: Option<Timestamp>,
-    slack_ms: u64,
+    timing: Timing,
     estimate: Timestamp,
     ops: impl Iterator<Item = ScriptOp<'a>>,
 ) -> Result<ScriptInvocation<'static>, StoreError> {
     let mut inv = SCRIPT.prepare_invoke();
     inv.arg(mode.arg());
-    match now {
+    match timing.now {
         Some(t) => inv.arg(t.as_micros()),
         None => inv.arg(""),
     };
-    inv.arg(slack_ms);
+    inv.arg(timing.slack_ms);
     for op in ops {
         inv.key(op.key);
         let (algo, p1, p2, p3) = params(op.limit, estimate)?;
@@ -127,6 +140,10 @@ pub(crate) fn invocation<'a>(
             inv.arg(at.as_micros()).arg(extra);
         }
     }
+    // After the ops, so that a call without it keeps the layout of the contract.
+    if let Some(t) = timing.not_after {
+        inv.arg(t.as_micros());
+    }
     Ok(inv)
 }
 
@@ -135,8 +152,7 @@ pub(crate) fn invocation<'a>(
 /// read by [`parse_one`].
 pub(crate) fn invocation_one(
     mode: ScriptMode,
-    now: Option<Timestamp>,
-    slack_ms: u64,
+    timing: Timing,
     op: &ScriptOp<'_>,
 ) -> Option<Result<ScriptInvocation<'static>, StoreError>> {
     let mode = match mode {
@@ -162,8 +178,14 @@ pub(crate) fn invocation_one(
         _ => inv.arg(p1).arg(p2),
     };
     inv.arg(op.cost.min(LUA_MAX));
-    if let Some(t) = now {
-        inv.arg(t.as_micros()).arg(slack_ms);
+    match (timing.now, timing.not_after) {
+        (Some(t), not_after) => {
+            inv.arg(not_after.map_or(NEVER, Timestamp::as_micros)).arg(t.as_micros()).arg(timing.slack_ms);
+        }
+        (None, Some(not_after)) => {
+            inv.arg(not_after.as_micros());
+        }
+        (None, None) => {}
     }
     Some(Ok(inv))
 }
@@ -214,6 +236,8 @@ pub(crate) enum Reply {
     Done { now: Timestamp, rows: Vec<i64> },
     /// A quota op's period does not contain Redis's `now`; nothing was written.
     Retry { now: Timestamp },
+    /// Redis's `now` is past the call's `not_after`: its caller has given up; nothing was written.
+    Stale { now: Timestamp },
 }
 
 /// One op's numbers in a reply: allowed, remaining, reset_after µs, retry_after µs, lease id.
@@ -226,9 +250,10 @@ pub(crate) fn parse(reply: Vec<i64>, ops: usize) -> Result<Reply, StoreError> {
         source: None,
     };
     match reply.first() {
-        Some(-1) => {
+        Some(code @ (-1 | -2)) => {
             let now = reply.get(1).copied().ok_or_else(bad)?;
-            Ok(Reply::Retry { now: Timestamp::from_micros(u64::try_from(now).map_err(|_| bad())?) })
+            let now = Timestamp::from_micros(u64::try_from(now).map_err(|_| bad())?);
+            Ok(if *code == -1 { Reply::Retry { now } } else { Reply::Stale { now } })
         }
         Some(now) if reply.len() == 1 + 5 * ops => {
             let now = Timestamp::from_micros(u64::try_from(*now).map_err(|_| bad())?);
@@ -241,13 +266,18 @@ pub(crate) fn parse(reply: Vec<i64>, ops: usize) -> Result<Reply, StoreError> {
 }
 
 /// The answer of a single-limit script: `{now, remaining, reset_after}` when allowed,
-/// `{now, remaining, reset_after, retry_after}` when denied; one row, as [`parse`] gives it.
+/// `{now, remaining, reset_after, retry_after}` when denied, `{-2, now}` when stale; one row, as
+/// [`parse`] gives it.
 pub(crate) fn parse_one(mut reply: Vec<i64>) -> Result<Reply, StoreError> {
     let bad = |len: usize| StoreError::Backend {
         message: format!("unexpected single-limit script reply of {len} numbers"),
         transient: false,
         source: None,
     };
+    if let [-2, now] = reply[..] {
+        let now = u64::try_from(now).map_err(|_| bad(2))?;
+        return Ok(Reply::Stale { now: Timestamp::from_micros(now) });
+    }
     let (now, remaining, reset, retry) = match reply[..] {
         [now, remaining, reset] => (now, remaining, reset, 0),
         [now, remaining, reset, retry] if retry > 0 => (now, remaining, reset, retry),
@@ -273,7 +303,7 @@ mod tests {
     fn rows(reply: Vec<i64>) -> (Timestamp, Vec<i64>) {
         match parse_one(reply).expect("a valid reply") {
             Reply::Done { now, rows } => (now, rows),
-            Reply::Retry { .. } => panic!("single-limit scripts never ask for a retry"),
+            other => panic!("not a decision: {other:?}"),
         }
     }
 
@@ -288,5 +318,15 @@ mod tests {
         assert!(parse_one(vec![7, 0, 40, 0]).is_err());
         assert!(parse_one(vec![7, 0]).is_err());
         assert!(parse_one(vec![-1, 0, 40]).is_err());
+    }
+
+    #[test]
+    fn a_stale_reply_is_told_apart_from_a_decision() {
+        let stale = |reply| matches!(reply, Ok(Reply::Stale { now }) if now == Timestamp::from_micros(7));
+        assert!(stale(parse_one(vec![-2, 7])));
+        assert!(stale(parse(vec![-2, 7], 3)));
+        assert!(matches!(parse(vec![-1, 7], 1), Ok(Reply::Retry { .. })));
+        assert!(parse_one(vec![-2, -7]).is_err());
+        assert!(parse(vec![-2], 1).is_err());
     }
 }

@@ -17,12 +17,18 @@ use tokio::sync::Semaphore;
 
 use crate::error::classify;
 use crate::key::{ALGORITHM_TAGS, algorithm_tag, redis_key, tag};
-use crate::script::{self, ONE_BUCKET, ONE_WINDOW, Reply, Row, SCRIPT, ScriptMode, ScriptOp};
+use crate::script::{self, ONE_BUCKET, ONE_WINDOW, Reply, Row, SCRIPT, ScriptMode, ScriptOp, Timing};
 use crate::{HashTag, RedisConfig, Target};
 
 /// Slack added to every expiry under a test clock: Redis expires keys on its own clock, which does
 /// not follow the test's.
 const TEST_CLOCK_SLACK_MS: u64 = 3_600_000;
+
+/// The least margin a call's `not_after` leaves past its deadline (see `Shared::margin`).
+const MIN_MARGIN: Duration = Duration::from_millis(50);
+
+/// `offset_us` before any reply was trusted: calls go unguarded, quota periods use the process clock.
+const UNSYNCED: i64 = i64::MIN;
 
 /// Floodgate's store in Redis: one Lua call applies all the limits of a request, all-or-nothing, on
 /// Redis's clock. See the [crate docs](crate) for the design.
@@ -32,9 +38,10 @@ const TEST_CLOCK_SLACK_MS: u64 = 3_600_000;
 pub struct RedisStore {
     shared: Arc<Shared>,
     time: Time,
-    /// The process clock, only to guess Redis's time for quota periods (see `estimate`).
+    /// The process clock, only to guess Redis's time (see `estimate`): for quota periods and for
+    /// the time past which a call is stale.
     local: Arc<dyn Clock>,
-    /// Redis's clock minus `local`, µs, as of the last reply.
+    /// Redis's clock minus `local`, µs, as of the last trusted reply ([`UNSYNCED`] before one).
     offset_us: Arc<AtomicI64>,
 }
 
@@ -69,6 +76,11 @@ struct Shared {
     prefix: Box<[u8]>,
     hash_tag: HashTag,
     deadline: Duration,
+    /// How long past its deadline a call may still write: `max(deadline, MIN_MARGIN)`. The offset
+    /// is only taken from replies whose round trip lasted at most this long, so the estimate of
+    /// Redis's time lags it by at most this much; with it added to `not_after`, no script Redis runs
+    /// within a call's deadline is stale (see the crate docs).
+    margin: Duration,
     in_flight: Semaphore,
 }
 
@@ -175,11 +187,12 @@ impl RedisStore {
                 prefix: config.prefix.into_bytes().into_boxed_slice(),
                 hash_tag: config.hash_tag,
                 deadline: config.deadline,
+                margin: config.deadline.max(MIN_MARGIN),
                 in_flight: Semaphore::new(config.max_in_flight),
             }),
             time: Time::Redis,
             local: Arc::new(SystemClock::new()),
-            offset_us: Arc::new(AtomicI64::new(0)),
+            offset_us: Arc::new(AtomicI64::new(UNSYNCED)),
         })
     }
 
@@ -194,11 +207,11 @@ impl RedisStore {
     }
 
     /// This store (sharing its connection) with another process clock. Decisions never read it —
-    /// Redis's clock decides — but quota periods are first computed for the process clock's time
-    /// moved by the offset to Redis's seen in the last reply; tests use this to give instances
-    /// skewed clocks.
+    /// Redis's clock decides — but quota periods, and the time past which a call is stale, are
+    /// computed for the process clock's time moved by the offset to Redis's seen in a reply; tests
+    /// use this to give instances skewed clocks.
     pub fn with_local_clock(&self, clock: impl Clock) -> RedisStore {
-        RedisStore { local: Arc::new(clock), offset_us: Arc::new(AtomicI64::new(0)), ..self.clone() }
+        RedisStore { local: Arc::new(clock), offset_us: Arc::new(AtomicI64::new(UNSYNCED)), ..self.clone() }
     }
 
     /// Whether this store talks to a cluster.
@@ -227,30 +240,58 @@ impl RedisStore {
         }
     }
 
-    fn slack_ms(&self) -> u64 {
-        match self.time {
-            Time::Redis => 0,
-            Time::Explicit(_) => TEST_CLOCK_SLACK_MS,
+    /// How the next script call reads time, stale past `not_after`.
+    fn timing(&self, not_after: Option<Timestamp>) -> Timing {
+        match &self.time {
+            Time::Redis => Timing { now: None, slack_ms: 0, not_after },
+            Time::Explicit(clock) => {
+                Timing { now: Some(clock.now()), slack_ms: TEST_CLOCK_SLACK_MS, not_after }
+            }
         }
     }
 
-    /// The best guess of Redis's time, for quota periods: the process clock moved by the offset
-    /// seen in the last reply. A wrong guess near a period boundary costs one more round trip
-    /// (the script refuses bounds that do not contain its `now`), never a wrong decision.
+    /// The best guess of Redis's time: the process clock moved by the offset seen in a reply. For
+    /// quota periods, a wrong guess near a period boundary costs one more round trip (the script
+    /// refuses bounds that do not contain its `now`), never a wrong decision; for the time past
+    /// which a call is stale, see `not_after`.
     fn estimate(&self) -> Timestamp {
         if let Some(now) = self.explicit_now() {
             return now;
         }
         let local = self.local.now().as_micros();
-        let offset = self.offset_us.load(Ordering::Relaxed);
+        let offset = match self.offset_us.load(Ordering::Relaxed) {
+            UNSYNCED => 0,
+            offset => offset,
+        };
         Timestamp::from_micros(local.saturating_add_signed(offset))
     }
 
-    fn observe(&self, redis_now: Timestamp) {
+    /// The time on Redis's clock past which a call that consumes (a check, a report) starting now
+    /// is stale: the estimate of Redis's time, plus the deadline, plus the margin. `None` (never)
+    /// for peeks, which write nothing; under a test clock, whose `now` is the caller's; and until a
+    /// reply has given the offset to Redis's clock.
+    fn not_after(&self, mode: Mode) -> Option<Timestamp> {
+        if mode == Mode::Peek
+            || matches!(self.time, Time::Explicit(_))
+            || self.offset_us.load(Ordering::Relaxed) == UNSYNCED
+        {
+            return None;
+        }
+        Some(self.estimate().saturating_add(self.shared.deadline + self.shared.margin))
+    }
+
+    /// Learns the offset to Redis's clock from a reply read at `redis_now`, for a call sent at
+    /// `sent` (process clock). Redis read its time between the two, so the offset it gives is low
+    /// by at most the round trip: only replies whose round trip lasted at most the margin are
+    /// trusted, and the estimate never lags Redis's clock by more.
+    fn observe(&self, redis_now: Timestamp, sent: Timestamp) {
         if let Time::Redis = self.time {
             let local = self.local.now().as_micros();
+            if local.saturating_sub(sent.as_micros()) > micros_of(self.shared.margin) {
+                return;
+            }
             let offset = i128::from(redis_now.as_micros()) - i128::from(local);
-            let offset = i64::try_from(offset).unwrap_or(0);
+            let offset = i64::try_from(offset).unwrap_or(0).max(UNSYNCED + 1);
             self.offset_us.store(offset, Ordering::Relaxed);
         }
     }
@@ -263,13 +304,14 @@ impl RedisStore {
     }
 
     /// One script call for the ops `group` of `prepared`, retried when Redis's time falls outside the
-    /// quota periods computed for it.
+    /// quota periods computed for it; stale (a timeout) when Redis runs it past `not_after`.
     async fn call(
         &self,
         prepared: &[Prepared<'_>],
         group: &[usize],
         mode: ScriptMode,
         grants: Option<&[Option<Grant>]>,
+        not_after: Option<Timestamp>,
     ) -> Result<Answer, StoreError> {
         let mut estimate = self.estimate();
         let op = |i: usize| {
@@ -281,10 +323,12 @@ impl RedisStore {
         for _ in 0..3 {
             // One op alone (the common request, or one slot's share of a cross-slot one): its
             // algorithm's single-limit script when it has one, with the driver's semantics.
+            let timing = self.timing(not_after);
             let one = match group {
-                [i] => script::invocation_one(mode, self.explicit_now(), self.slack_ms(), &op(*i)),
+                [i] => script::invocation_one(mode, timing, &op(*i)),
                 _ => None,
             };
+            let sent = self.local.now();
             let reply = match one {
                 Some(inv) => {
                     let reply = self.invoke(&inv?).await.map_err(|e| classify(e, self.shared.deadline))?;
@@ -292,17 +336,25 @@ impl RedisStore {
                 }
                 None => {
                     let ops = group.iter().map(|&i| op(i));
-                    let inv = script::invocation(mode, self.explicit_now(), self.slack_ms(), estimate, ops)?;
+                    let inv = script::invocation(mode, timing, estimate, ops)?;
                     let reply = self.invoke(&inv).await.map_err(|e| classify(e, self.shared.deadline))?;
                     script::parse(reply, group.len())?
                 }
             };
             match reply {
                 Reply::Done { now, rows } => {
-                    self.observe(now);
+                    self.observe(now, sent);
                     return Ok(Answer { now, rows });
                 }
-                Reply::Retry { now } => estimate = now,
+                Reply::Retry { now } => {
+                    self.observe(now, sent);
+                    estimate = now;
+                }
+                // Its caller gave up: answer as the deadline does, if anyone still listens.
+                Reply::Stale { now } => {
+                    self.observe(now, sent);
+                    return Err(StoreError::Timeout(self.shared.deadline));
+                }
             }
         }
         Err(StoreError::Backend {
@@ -337,7 +389,13 @@ impl RedisStore {
         groups.into_iter().map(|(_, g)| g).collect()
     }
 
-    async fn apply_within(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
+    async fn apply_within(
+        &self,
+        ops: &[Op<'_>],
+        mode: Mode,
+        not_after: Option<Timestamp>,
+        out: &mut Applied,
+    ) -> Result<(), StoreError> {
         let _permit =
             self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
         let prepared = self.prepare(ops);
@@ -348,7 +406,7 @@ impl RedisStore {
             Mode::Report => ScriptMode::Report,
         };
         if let [group] = &groups[..] {
-            let answer = self.call(&prepared, group, script_mode, None).await?;
+            let answer = self.call(&prepared, group, script_mode, None, not_after).await?;
             let admitted = mode != Mode::Peek && answer.admitted(ops, group);
             fill(out, ops, mode, admitted, &[(group, &answer)]);
             return Ok(());
@@ -357,10 +415,14 @@ impl RedisStore {
         // Keys in several slots: each slot applies its ops all-or-nothing, all slots at once; then
         // the slots that consumed give it back unless every slot admitted. Never over-admits; see
         // the crate docs for the worst case.
-        let results = join_all(groups.iter().map(|g| self.call(&prepared, g, script_mode, None))).await;
+        let results =
+            join_all(groups.iter().map(|g| self.call(&prepared, g, script_mode, None, not_after))).await;
         if results.iter().any(Result::is_err) {
             if mode == Mode::Check {
-                // Slots that admitted consumed: give it back in the background, answer now.
+                // Slots that answered that they admitted consumed: give it back in the background,
+                // answer now. Only they: a slot that failed — stale, timed out, in error — gives
+                // nothing back, since it may not have taken anything (when it did, that stays
+                // charged until it replenishes: an under-admission, never an over-admission).
                 for (g, r) in groups.iter().zip(&results) {
                     if let Ok(a) = r {
                         self.undo_later(&prepared, ops, g, a);
@@ -387,12 +449,14 @@ impl RedisStore {
             groups.iter().zip(&answers).zip(&local).filter(|(_, l)| **l).map(|((g, a), _)| async move {
                 let allowed: Group =
                     g.iter().enumerate().filter(|(k, _)| a.row(*k)[0] == 1).map(|(_, &i)| i).collect();
+                // Neither is guarded: the undo gives back what this slot's answer says it took, and
+                // is right however late it lands; the peek writes nothing.
                 let r = match mode {
                     Mode::Check => {
                         let grants = grants_of(ops, g, a);
-                        self.call(prepared, &allowed, ScriptMode::Undo, Some(&grants)).await
+                        self.call(prepared, &allowed, ScriptMode::Undo, Some(&grants), None).await
                     }
-                    _ => self.call(prepared, &allowed, ScriptMode::PeekDenied, None).await,
+                    _ => self.call(prepared, &allowed, ScriptMode::PeekDenied, None, None).await,
                 };
                 (allowed, r)
             });
@@ -413,7 +477,9 @@ impl RedisStore {
     }
 
     /// Gives back, in a task of its own, what a slot that admitted took in a cross-slot check that
-    /// failed elsewhere. Best effort: what it cannot give back replenishes by itself.
+    /// failed elsewhere. Best effort: what it cannot give back replenishes by itself. Not guarded:
+    /// the grants were taken (the slot's answer says so), so giving them back is right whenever it
+    /// lands.
     fn undo_later(&self, prepared: &[Prepared<'_>], ops: &[Op<'_>], group: &[usize], answer: &Answer) {
         if !answer.admitted(ops, group) {
             return;
@@ -430,13 +496,7 @@ impl RedisStore {
                 grant: Some((grant.at, grant.lease)),
             })
         });
-        let Ok(inv) = script::invocation(
-            ScriptMode::Undo,
-            self.explicit_now(),
-            self.slack_ms(),
-            self.estimate(),
-            items,
-        ) else {
+        let Ok(inv) = script::invocation(ScriptMode::Undo, self.timing(None), self.estimate(), items) else {
             return;
         };
         let store = self.clone();
@@ -451,9 +511,13 @@ impl RedisStore {
         let op = Op { key, scope_len: 0, limit, cost: grant.cost, enforce: true };
         let ops = [op];
         let prepared = self.prepare(&ops);
-        self.call(&prepared, &[0], ScriptMode::Undo, Some(&[Some(grant)])).await.map(|_| ())
+        // Not guarded: a refund or release gives back what a check really took (the engine only
+        // refunds the grants of answered checks), which is right however late it lands.
+        self.call(&prepared, &[0], ScriptMode::Undo, Some(&[Some(grant)]), None).await.map(|_| ())
     }
 
+    /// Not guarded (a plain `DEL`): a reset Redis runs late forgets the key as the caller asked,
+    /// only a moment later, and charges nothing.
     async fn reset_within(&self, key: &[u8]) -> Result<bool, StoreError> {
         let _permit =
             self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
@@ -495,6 +559,10 @@ fn micros(x: i64) -> u64 {
     u64::try_from(x).unwrap_or(0)
 }
 
+fn micros_of(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 fn decision(limit: &Limit, row: Row) -> Decision {
     Decision {
         allowed: row[0] == 1,
@@ -534,7 +602,9 @@ impl Store for RedisStore {
             out.at = self.explicit_now().unwrap_or_else(|| self.estimate());
             return Ok(());
         }
-        self.within(self.apply_within(ops, mode, out)).await
+        // Taken before waiting for a slot, as the deadline is.
+        let not_after = self.not_after(mode);
+        self.within(self.apply_within(ops, mode, not_after, out)).await
     }
 
     async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {

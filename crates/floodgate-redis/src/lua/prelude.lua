@@ -19,11 +19,19 @@
 --           l: limit, window µs          c: limit, lease µs        q: limit, period start, period end
 --   (mode 'u' only) at, extra: the grant's time; for 'c' the lease id, for 'q' the start of the
 --           period the grant was taken in
+-- then, optionally, one last argument (ARGV[4 + stride × #KEYS]):
+--   not_after  µs since the Unix epoch: the latest `now` at which the caller may still be waiting for
+--           the answer (its deadline plus a margin, on its estimate of Redis's clock). Past it, the
+--           caller has given up and applied its failure policy: the call changes nothing. The store
+--           sends it with checks and reports (the calls that consume for a request); peeks write
+--           nothing and undos give back what was really taken, so they go without, and so do calls
+--           on the test clock. Absent: no guard.
 --
 -- Returns {now, then per op: allowed (1/0), remaining, reset_after µs, retry_after µs (0 when
 -- allowed), lease id (0 unless a concurrency permit was granted)} — or {-1, now} when a quota op's
 -- period bounds do not contain now (the caller recomputes them for that now and calls again; nothing
--- was written).
+-- was written) — or {-2, now} when now is past not_after (stale: nothing was written, the caller
+-- answers as at its deadline).
 --
 -- Numbers are Lua doubles: every time, count and product stays below 2^53 (the store clamps costs and
 -- refuses limits whose arithmetic would not; see the crate docs).
@@ -32,15 +40,19 @@
 local tonumber, call, format, floor = tonumber, redis.call, string.format, math.floor
 
 local mode = ARGV[1]
+local n = #KEYS
+local stride = 6
+if mode == 'u' then stride = 8 end
 local now = tonumber(ARGV[2])
 if not now then
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 end
+-- A call that runs after its caller gave up (a paused or overloaded Redis runs the backlog late)
+-- changes nothing: a denied request must not be charged, nor a passed one late, in another window.
+local not_after = ARGV[4 + stride * n]
+if not_after and now > tonumber(not_after) then return {-2, now} end
 local slack = tonumber(ARGV[3])
-local n = #KEYS
-local stride = 6
-if mode == 'u' then stride = 8 end
 local MAX = 9007199254740992
 -- Per-op state between phases: op i owns S[4i-3] .. S[4i].
 local S = {}

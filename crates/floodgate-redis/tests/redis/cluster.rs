@@ -1,5 +1,5 @@
-//! Redis Cluster: co-location by descriptor, the cross-slot protocol when a slot fails, and a live
-//! reshard under traffic.
+//! Redis Cluster: co-location by descriptor, the cross-slot protocol when a slot fails (or runs its
+//! share after the caller gave up), and a live reshard under traffic.
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
@@ -89,7 +89,9 @@ async fn cross_slot_failures_give_back_and_a_live_reshard_keeps_counts() {
     // The node of `b` stops answering: the check fails within the deadline, and what `a` took is
     // given back in the background. The worst case: until then, `a` shows the cost charged.
     let paused = cluster.node_of_slot(store.slot(b.bytes()));
-    paused.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    let pause = Duration::from_millis(3000);
+    paused.cli(&["CLIENT", "PAUSE", &pause.as_millis().to_string(), "ALL"]);
+    let paused_at = std::time::Instant::now();
     let err = store.apply(&ops, Mode::Check, &mut out).await.expect_err("b is paused");
     assert!(err.is_transient(), "{err}");
     // The give-back runs in the background and is best effort: when it cannot land (on two busy
@@ -106,7 +108,13 @@ async fn cross_slot_failures_give_back_and_a_live_reshard_keeps_counts() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(remaining == 8 || remaining == 7, "a holds {} units", 10 - remaining);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // `b`'s node runs the queued check when it resumes, past the check's not-after time (deadline
+    // + 2 × 500 ms at most after it was sent): it takes nothing — and, having answered nothing,
+    // nothing is given back to it either. `b` holds the first request's unit, no more, no less.
+    tokio::time::sleep(pause.saturating_sub(paused_at.elapsed()) + Duration::from_millis(500)).await;
+    store.apply(&[b.op(&limit, 1)], Mode::Peek, &mut out).await.expect("a peek on b");
+    let remaining = out.results[0].decision.remaining;
+    assert_eq!(remaining, 8, "b holds {} units after the pause", 10 - remaining);
 
     // Move `a`'s slot to another node while requests keep coming: MOVED and ASK are followed, the
     // count moves with the key, and never more than the limit is admitted.
