@@ -1,10 +1,11 @@
 //! `outage` on a real `redis-server` the scenario starts itself (the test fails, saying how to
-//! install it, when there is none): a pause under fail-open and a kill under fail-closed, each
-//! 4 s with a 1 s fault at 1 s, split into phases by send time.
+//! install it, when there is none): a pause under fail-open, a kill under fail-closed and a pause
+//! under fail-closed, each 4 s with a 1 s fault at 1 s, split into phases by send time.
 //!
-//! Two keys limited to 5 per second (fixed windows), so every phase where the store decides has
-//! both admissions and denials however slow the machine. The store deadline is 20 ms, well above
-//! the stalls of a busy machine, so that decisions outside the fault rarely miss it.
+//! Two keys limited to 5 per second (fixed windows; token buckets of 50 per second for the
+//! fail-closed pause), so every phase where the store decides has both admissions and denials
+//! however slow the machine. The store deadline is 20 ms, well above the stalls of a busy machine,
+//! so that decisions outside the fault rarely miss it.
 
 use serde_json::Value;
 
@@ -12,8 +13,8 @@ use super::{assert_common, bench, f, u};
 
 const DEADLINE_US: f64 = 20_000.0;
 
-/// Runs `outage` with the shared parameters and `extra`.
-async fn outage(extra: &[&str]) -> Value {
+/// Runs `outage` with the shared parameters, `limit` per second per key, and `extra`.
+async fn outage(limit: &str, extra: &[&str]) -> Value {
     let args = [
         "outage",
         "--at",
@@ -27,7 +28,7 @@ async fn outage(extra: &[&str]) -> Value {
         "--keys",
         "2",
         "--limit",
-        "5",
+        limit,
         "--window",
         "1s",
         "--deadline",
@@ -62,7 +63,7 @@ fn assert_store_decides(v: &Value, phase: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_under_fail_open_passes_requests_after_the_deadline_and_recovers() {
-    let v = outage(&["--fault", "pause", "--on-store-error", "fail_open"]).await;
+    let v = outage("5", &["--fault", "pause", "--on-store-error", "fail_open"]).await;
     assert_common(&v, "outage");
     assert_eq!((v["fault"].as_str(), v["on_store_error"].as_str()), (Some("pause"), Some("fail_open")));
     assert_eq!(v["counters_reset"], false);
@@ -102,7 +103,7 @@ async fn assert_redis_gone(v: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_redis_under_fail_closed_denies_until_a_new_one_decides_from_zero() {
-    let v = outage(&["--fault", "kill", "--on-store-error", "fail_closed"]).await;
+    let v = outage("5", &["--fault", "kill", "--on-store-error", "fail_closed"]).await;
     assert_common(&v, "outage");
     assert_eq!((v["fault"].as_str(), v["on_store_error"].as_str()), (Some("kill"), Some("fail_closed")));
     assert_eq!(v["counters_reset"], true);
@@ -126,5 +127,39 @@ async fn a_killed_redis_under_fail_closed_denies_until_a_new_one_decides_from_ze
     // within the limit here (the 1 s window is over long before the new node starts).
     let max = u(&v, "max_admitted_per_key_window");
     assert!((1..=5).contains(&max), "max admitted per key and window: {max}");
+    assert_redis_gone(&v).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_under_fail_closed_charges_nothing_for_the_requests_it_denied() {
+    // Token buckets of 50 per second, burst 50: the load keeps them empty, and the 1 s pause fills
+    // them again. The requests denied during the pause are queued in the frozen Redis; when it
+    // resumes it runs them past their deadline, so they must take nothing: the buckets are still
+    // full for the requests sent after the resume.
+    let (keys, limit) = (2.0, 50.0);
+    let extra = ["--fault", "pause", "--on-store-error", "fail_closed", "--algorithm", "token_bucket"];
+    let v = outage("50", &extra).await;
+    assert_common(&v, "outage");
+    assert_eq!((v["fault"].as_str(), v["on_store_error"].as_str()), (Some("pause"), Some("fail_closed")));
+    assert_phases_add_up(&v);
+    assert_store_decides(&v, "before");
+    assert_store_decides(&v, "after");
+    let during = &v["phases"]["during"];
+    let denied = u(&during["errors"]["by_kind"], "store_fail_closed");
+    assert!(denied > 0, "a paused store under fail_closed denies: {during}");
+
+    // After the resume the callers, always ready, take what the buckets hold plus what refills:
+    // full buckets at the resume, less the few requests Redis ran within a margin (50 ms) past their
+    // deadline. Charged with the ~100 requests per key denied during the pause, the buckets would
+    // hold nothing. (A store error after the resume may have taken a token too: counted.)
+    let after = &v["phases"]["after"];
+    let seconds = (f(after, "to_ms") - f(after, "from_ms")) / 1000.0;
+    let refill = keys * limit * seconds;
+    let taken = (u(after, "allowed") + u(&after["errors"], "total")) as f64;
+    assert!(
+        taken >= refill + keys * limit / 3.0,
+        "after the pause: {taken} taken, {refill:.0} refilled — the buckets were charged for requests \
+         denied during the pause: {after}"
+    );
     assert_redis_gone(&v).await;
 }
