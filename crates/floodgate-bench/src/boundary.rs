@@ -19,7 +19,7 @@
 //!   at send. `--prime` sends one request a window before each boundary, on a fresh key per
 //!   cycle, for limiters whose window starts at a key's first request.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use floodgate::{Descriptors, Engine, MemoryConfig, MemoryStore, Policy, Rule};
 use floodgate_core::{ManualClock, Timestamp};
@@ -31,6 +31,7 @@ use crate::math::{max_admitted_in_any_window, over_admission_ratio};
 use crate::progress::Progress;
 use crate::report::{Outcome, Report, Tally};
 use crate::throughput::{build_target, shape};
+use crate::units::{micros, nanos, wall_micros};
 
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
@@ -251,18 +252,6 @@ async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
 /// A key no earlier run used: `boundary-<pid>-<µs since the epoch>`.
 pub fn unique_key() -> String {
     format!("boundary-{}-{}", std::process::id(), wall_micros())
-}
-
-fn wall_micros() -> u64 {
-    micros(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

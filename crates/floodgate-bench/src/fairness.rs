@@ -23,6 +23,7 @@ use crate::keys::Rng;
 use crate::math::rate;
 use crate::progress::Progress;
 use crate::report::{Outcome, Report, Tally};
+use crate::units::micros;
 
 /// The built-in policy (`policies/fairness.yaml`).
 pub const DEFAULT_POLICY: &str = include_str!("../policies/fairness.yaml");
@@ -205,8 +206,4 @@ fn traffic(args: &FairnessArgs) -> (Vec<Actor>, Vec<(u64, usize)>) {
     events.retain(|&(t, _)| t < end);
     events.sort_unstable();
     (actors, events)
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

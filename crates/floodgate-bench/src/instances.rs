@@ -21,6 +21,7 @@ use crate::math::over_admission_ratio;
 use crate::progress::{Batch, Live, Progress};
 use crate::report::{Report, Tally};
 use crate::target::{Shape, Target};
+use crate::units::{millis, nanos};
 
 /// A `floodgate` server running in this process on a loopback port.
 #[derive(Debug)]
@@ -224,12 +225,4 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
     let mut report = Report::new(total.summary("instances", &target, wall, wall), details);
     report.timeline = Some(total.timeline);
     Ok(report)
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -37,6 +37,7 @@ pub mod progress;
 pub mod report;
 pub mod target;
 pub mod throughput;
+mod units;
 
 use anyhow::Context as _;
 

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -36,6 +36,7 @@ use crate::plot::{Band, Overlay};
 use crate::progress::{Batch, Live, Progress};
 use crate::report::{BUCKET_MS, Errors, Grid, Outcome, Report, Tally, human_us};
 use crate::target::{Shape, Target};
+use crate::units::{micros, millis, nanos, wall_micros};
 
 /// The longest `outage` run: every decision is kept in memory (about 48 bytes each).
 pub const MAX_OUTAGE_DURATION: Duration = Duration::from_secs(600);
@@ -675,22 +676,6 @@ async fn answers(port: u16, command: &[&str], needle: &str) -> bool {
         }
     };
     matches!(tokio::time::timeout(Duration::from_millis(500), ask).await, Ok(Some(())))
-}
-
-fn wall_micros() -> u64 {
-    micros(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

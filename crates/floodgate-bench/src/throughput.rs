@@ -20,6 +20,7 @@ use crate::keys::{KeyDistribution, Rng};
 use crate::progress::{Batch, Live, Progress};
 use crate::report::{Outcome, Report, Tally};
 use crate::target::{Shape, Target};
+use crate::units::{millis, nanos};
 
 /// The built-in in-process policy (`policies/throughput.yaml`).
 pub const DEFAULT_POLICY: &str = include_str!("../policies/throughput.yaml");
@@ -275,12 +276,4 @@ async fn open_loop(
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.await;
     (tally, wall)
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
