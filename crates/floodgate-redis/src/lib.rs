@@ -62,7 +62,10 @@
 //!   [`StoreError::Timeout`](floodgate::StoreError::Timeout); errors say whether they are transient
 //!   (connection, loading, failover, cluster resharding) so the engine applies each rule's
 //!   `on_store_error`. The connection is one multiplexed, auto-pipelining connection (per cluster
-//!   node) that reconnects in the background.
+//!   node) that reconnects by itself. On a node, a lost connection is re-established by one
+//!   connection attempt shared by the calls meanwhile, without retries or back-off: a stopped
+//!   node refuses it, and every call fails at once instead of waiting out its deadline; the next
+//!   call tries again, so a restarted node is used as soon as it listens.
 //! - **A call its caller gave up on changes nothing.** A call past its deadline is still written on
 //!   the connection (and the cluster client may send it again): a paused, overloaded or
 //!   failing-over Redis runs the backlog later, on its clock then. Unguarded, that charges the

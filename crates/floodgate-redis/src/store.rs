@@ -161,9 +161,11 @@ impl RedisStore {
                     .set_response_timeout(Some(config.deadline))
                     .set_connection_timeout(Some(config.connect_timeout))
                     .set_pipeline_buffer_size(config.max_in_flight)
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(500))
-                    .set_number_of_retries(2);
+                    // One connection attempt per reconnect, no back-off: every call waits for
+                    // the reconnect in progress, so retries would make each call of a dead node
+                    // wait its whole deadline; refused at once, it fails at once, and the next
+                    // call tries again (one attempt at a time, shared by the calls meanwhile).
+                    .set_number_of_retries(0);
                 Conn::Node(ConnectionManager::new_lazy_with_config(client, manager).map_err(bad)?)
             }
             Target::Cluster(seeds) => {

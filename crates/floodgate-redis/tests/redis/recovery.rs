@@ -154,6 +154,36 @@ async fn a_stopped_redis_fails_open_or_closed_within_the_deadline() {
 }
 
 #[tokio::test]
+async fn a_stopped_redis_fails_fast_instead_of_waiting_out_the_deadline_and_recovers_at_once() {
+    let mut server = RedisServer::start();
+    // A long deadline, so that waiting for it (or for a reconnect's back-off) cannot pass for fast.
+    let deadline = Duration::from_millis(500);
+    let config = RedisConfig { deadline, connect_timeout: super::CONNECT, ..RedisConfig::node(server.url()) };
+    let store = RedisStore::connect(config).await.expect("connect");
+    check_all(&store, "fast-before").await.expect("a running Redis answers");
+    server.stop();
+    // The first call finds the connection gone; from then on every call is refused by the one
+    // connection attempt it shares, at once.
+    let _ = check_all(&store, "fast-down").await;
+    let started = Instant::now();
+    for _ in 0..20 {
+        let err = check_all(&store, "fast-down").await.expect_err("Redis is stopped");
+        assert!(err.is_transient(), "{err}");
+    }
+    let twenty = started.elapsed();
+    assert!(twenty < Duration::from_millis(400), "20 calls to a stopped Redis took {twenty:?}");
+    server.restart();
+    let started = Instant::now();
+    loop {
+        if check_all(&store, "fast-after").await.is_ok() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "the restarted Redis is used again");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
 async fn a_paused_redis_times_out_at_the_deadline() {
     let server = RedisServer::start();
     let deadline = Duration::from_millis(20);
