@@ -28,10 +28,14 @@ pub(crate) const SOURCE: &str = concat!(
 /// The script, hashed once.
 pub(crate) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SOURCE));
 
-/// A token bucket or GCRA alone in its request: the contract is at the top of `lua/one_bucket.lua`.
-pub(crate) const ONE_BUCKET_SOURCE: &str = include_str!("lua/one_bucket.lua");
-/// A fixed window alone in its request: the contract is at the top of `lua/one_window.lua`.
-pub(crate) const ONE_WINDOW_SOURCE: &str = include_str!("lua/one_window.lua");
+/// A token bucket or GCRA alone in its request: `lua/one_prelude.lua`, then the
+/// contract at the top of `lua/one_bucket.lua`.
+pub(crate) const ONE_BUCKET_SOURCE: &str =
+    concat!(include_str!("lua/one_prelude.lua"), include_str!("lua/one_bucket.lua"));
+/// A fixed window alone in its request: `lua/one_prelude.lua`, then the
+/// contract at the top of `lua/one_window.lua`.
+pub(crate) const ONE_WINDOW_SOURCE: &str =
+    concat!(include_str!("lua/one_prelude.lua"), include_str!("lua/one_window.lua"));
 
 pub(crate) static ONE_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_BUCKET_SOURCE));
 pub(crate) static ONE_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_WINDOW_SOURCE));

@@ -10,27 +10,12 @@
 -- ARGV[2]  limit, < 2^52.
 -- ARGV[3]  window µs, < 2^52.
 -- ARGV[4]  cost ≥ 1 (at most the limit for 'c' and 'p'; clamped to 2^52 by the store).
--- ARGV[5]  (optional) not_after: µs since the Unix epoch; when now is past it the caller has given
---          up, and the call changes nothing (see prelude.lua). The store sends it with 'c' and 'r',
---          and 2^53 (never) on the test clock; absent: no guard.
--- ARGV[6]  (test clock only) now in µs since the Unix epoch, instead of Redis's TIME.
--- ARGV[7]  (test clock only) slack in ms added to the expiry set.
+-- ARGV[5..7]  the guard and the test clock: see one_prelude.lua, which runs first.
 --
 -- Returns {now µs, remaining, reset_after µs} when allowed ('r' always consumes and answers with the
 -- state after), {now µs, remaining, reset_after µs, retry_after µs ≥ 1} when denied, {-2, now µs}
 -- when stale (past not_after: nothing was written).
 
--- Globals read through Redis's protected global table are slower than locals (see prelude.lua).
-local call, tonumber = redis.call, tonumber
-local now, slack = ARGV[6], 0
-if now then
-  now, slack = tonumber(now), tonumber(ARGV[7])
-else
-  local t = call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local not_after = ARGV[5]
-if not_after and now > tonumber(not_after) then return {-2, now} end
 local key, limit, w, cost = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- The window's start: floor(now / w) × w, exactly (see fdiv in prelude.lua).
