@@ -482,25 +482,10 @@ pub struct OutageArgs {
 /// The longest run a scenario accepts.
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 
-/// Parses `500ms`, `2s`, `1.5s`, `1m`, `1h`, `250us`.
+/// Parses a duration in the one grammar configuration files use too (`500ms`, `2s`, `1m`,
+/// `1h30m`, `250us`; whole numbers with a unit): [`floodgate_config::duration`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: f64 =
-        number.parse().map_err(|_| format!("{text:?}: expected a number with a unit (500ms, 2s, 1m)"))?;
-    let secs = match unit {
-        "us" | "µs" => n / 1e6,
-        "ms" => n / 1e3,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("{text:?}: unit must be us, ms, s, m or h")),
-    };
-    if !secs.is_finite() || !(0.0..=30.0 * 86_400.0).contains(&secs) {
-        return Err(format!("{text:?}: out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    floodgate_config::duration::parse(text).map_err(|why| format!("{text:?}: {why}"))
 }
 
 /// Parses `NAME=VALUE`.
@@ -524,7 +509,11 @@ mod tests {
     #[test]
     fn durations_parse() {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1s500ms"), Ok(Duration::from_millis(1500)));
+        assert!(
+            parse_duration("1.5s").unwrap_err().contains("1s500ms"),
+            "fractions are written in whole units"
+        );
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
         assert!(parse_duration("5").is_err());

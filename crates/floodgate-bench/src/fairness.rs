@@ -72,8 +72,8 @@ struct Details {
 /// Runs `fairness`.
 pub async fn run(args: &FairnessArgs) -> anyhow::Result<Report> {
     let config = match &args.config {
-        Some(path) => floodgate_server::config::load(path),
-        None => floodgate_server::config::parse("built-in fairness policy", DEFAULT_POLICY),
+        Some(path) => floodgate_config::load(path),
+        None => floodgate_config::parse("built-in fairness policy", DEFAULT_POLICY),
     }
     .map_err(|e| Usage(e.to_string()))?;
     if args.duration.is_zero() || args.duration > Duration::from_secs(7 * 86_400) {

@@ -38,8 +38,7 @@ impl LocalServer {
     /// Starts a server with the configuration `yaml` (native format), HTTP and gRPC on
     /// `127.0.0.1:0`.
     pub async fn start(yaml: &str) -> anyhow::Result<LocalServer> {
-        let config =
-            floodgate_server::config::parse("floodgate-bench", yaml).map_err(|e| Usage(e.to_string()))?;
+        let config = floodgate_config::parse("floodgate-bench", yaml).map_err(|e| Usage(e.to_string()))?;
         let app = App::new(config, ServeOptions::default())?;
         let http = TcpListener::bind("127.0.0.1:0").await?;
         let grpc = TcpListener::bind("127.0.0.1:0").await?;

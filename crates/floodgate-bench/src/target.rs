@@ -11,8 +11,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::{Descriptors, Engine};
-use floodgate_server::config::StoreConfig;
-use floodgate_server::store::ServerStore;
+use floodgate_config::StoreConfig;
+use floodgate_config::store::AnyStore;
+use floodgate_redis::Target as RedisTarget;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -76,7 +77,7 @@ pub enum Target {
     },
     /// The engine in this process on the configuration's store (memory, or a Redis node or
     /// cluster: the library path, with no HTTP or gRPC in between), on the process clock.
-    InProcess(Arc<Engine<ServerStore>>),
+    InProcess(Arc<Engine<AnyStore>>),
 }
 
 /// Why a target cannot be used.
@@ -166,22 +167,24 @@ impl Target {
     /// process clock. A Redis store must be loopback unless `allow_remote`, and must answer
     /// within `ready_within` (until it does, every decision would be a store failure).
     pub async fn in_process(
-        config: floodgate_server::config::Config,
+        config: floodgate_config::Config,
         allow_remote: bool,
         ready_within: Duration,
     ) -> Result<Target, TargetError> {
         match &config.store {
             StoreConfig::Memory(_) => {}
-            StoreConfig::Redis { url, .. } => check_redis_loopback(url, allow_remote)?,
-            StoreConfig::RedisCluster { urls, .. } => {
-                for url in urls {
-                    check_redis_loopback(url, allow_remote)?;
+            StoreConfig::Redis(redis) => match &redis.target {
+                RedisTarget::Node(url) => check_redis_loopback(url, allow_remote)?,
+                RedisTarget::Cluster(urls) => {
+                    for url in urls {
+                        check_redis_loopback(url, allow_remote)?;
+                    }
                 }
-            }
+            },
         }
-        let store = ServerStore::open(&config.store).map_err(|e| TargetError::Store(e.to_string()))?;
+        let store = AnyStore::open(&config.store).map_err(|e| TargetError::Store(e.to_string()))?;
         let ready = async {
-            while !store.ready().await {
+            while !store.ready().await.is_ready() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };

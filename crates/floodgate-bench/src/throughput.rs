@@ -62,8 +62,8 @@ pub async fn build_target(args: &TargetArgs) -> anyhow::Result<Target> {
         return Ok(Target::grpc(addr, args.timeout, args.allow_remote).await?);
     }
     let config = match &args.config {
-        Some(path) => floodgate_server::config::load(path),
-        None => floodgate_server::config::parse("built-in bench policy", DEFAULT_POLICY),
+        Some(path) => floodgate_config::load(path),
+        None => floodgate_config::parse("built-in bench policy", DEFAULT_POLICY),
     }
     .map_err(|e| Usage(e.to_string()))?;
     Ok(Target::in_process(config, args.allow_remote, STORE_READY_WITHIN)

@@ -35,7 +35,9 @@ pub enum HashTag {
 pub struct RedisConfig {
     /// Where to connect (default `redis://127.0.0.1:6379`).
     pub target: Target,
-    /// Prepended to every key (default `"fg:"`); must not contain `{` or `}`.
+    /// Prepended to every key (default `"floodgate"`, as the server's configuration); must not
+    /// contain `{` or `}`. Instances, servers and libraries alike, share counters when they share
+    /// the prefix.
     pub prefix: String,
     /// The longest a call may take, waiting for a free slot included; past it the call fails with
     /// [`StoreError::Timeout`](floodgate::StoreError::Timeout) and the rules' failure policies
@@ -74,7 +76,7 @@ impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             target: Target::Node("redis://127.0.0.1:6379".into()),
-            prefix: "fg:".into(),
+            prefix: "floodgate".into(),
             deadline: Duration::from_millis(5),
             connect_timeout: Duration::from_secs(1),
             max_in_flight: 1024,

@@ -121,10 +121,12 @@
 mod config;
 mod error;
 mod key;
+mod probe;
 mod script;
 mod store;
 
 pub use config::{HashTag, RedisConfig, Target};
+pub use probe::{PROBE_CACHE, PROBE_TIMEOUT_FLOOR, Readiness};
 pub use store::RedisStore;
 
 /// The Lua script the store runs (the files of `src/lua`, concatenated), for tools that measure or

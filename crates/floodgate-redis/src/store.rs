@@ -17,6 +17,7 @@ use tokio::sync::Semaphore;
 
 use crate::error::classify;
 use crate::key::{ALGORITHM_TAGS, algorithm_tag, redis_key, tag};
+use crate::probe::{Probe, Readiness};
 use crate::script::{self, ONE_BUCKET, ONE_WINDOW, Reply, Row, SCRIPT, ScriptMode, ScriptOp, Timing};
 use crate::{HashTag, RedisConfig, Target};
 
@@ -73,6 +74,8 @@ enum Conn {
 
 struct Shared {
     conn: Conn,
+    /// Readiness `PING`s, on a connection of their own.
+    probe: Probe,
     prefix: Box<[u8]>,
     hash_tag: HashTag,
     deadline: Duration,
@@ -183,9 +186,11 @@ impl RedisStore {
                 Conn::Cluster(client.get_pending_async_connection_with_config(cluster))
             }
         };
+        let probe = Probe::new(&config).map_err(bad)?;
         Ok(RedisStore {
             shared: Arc::new(Shared {
                 conn,
+                probe,
                 prefix: config.prefix.into_bytes().into_boxed_slice(),
                 hash_tag: config.hash_tag,
                 deadline: config.deadline,
@@ -214,6 +219,14 @@ impl RedisStore {
     /// use this to give instances skewed clocks.
     pub fn with_local_clock(&self, clock: impl Clock) -> RedisStore {
         RedisStore { local: Arc::new(clock), offset_us: Arc::new(AtomicI64::new(UNSYNCED)), ..self.clone() }
+    }
+
+    /// Whether Redis answers: a `PING` on a connection of the probe's own (every master of a
+    /// cluster), within the deadline (at least [`PROBE_TIMEOUT_FLOOR`](crate::PROBE_TIMEOUT_FLOOR)),
+    /// its answer reused for [`PROBE_CACHE`](crate::PROBE_CACHE); concurrent callers share one
+    /// `PING`. For readiness checks (`/readyz`): probing never takes one of the store's slots.
+    pub async fn ready(&self) -> Readiness {
+        self.shared.probe.ready().await
     }
 
     /// Whether this store talks to a cluster.

@@ -1,80 +1,29 @@
-//! [`App`] (the server's state and front doors) and [`Server`] (an app on bound listeners).
+//! [`App`] (the server's state with its front doors) and [`Server`] (an app on bound listeners).
+//! The front doors are built here over the shared state ([`crate::state`]); they never import
+//! this module.
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use floodgate_config::Config;
+use floodgate_config::store::AnyStore;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::control::{Control, StartError};
 use crate::metrics::Metrics;
-use crate::runtime::{Control, StartError, Trigger};
-use crate::store::ServerStore;
-
-/// How the server runs, beside its configuration. `Default`: no file to reload from, no admin
-/// token, no file watching, no signal handling (what in-process tests want); the binary sets them.
-#[derive(Debug, Clone, Default)]
-pub struct ServeOptions {
-    /// The configuration file or directory that reloads read from (`None`: the built-in example or
-    /// an in-memory configuration; `/admin/reload` then answers 409).
-    pub config_path: Option<PathBuf>,
-    /// The bearer token the admin API requires (`None`: loopback peers only, no token).
-    pub admin_token: Option<String>,
-    /// Watch `config_path`'s directory and reload on change (default `false`).
-    pub watch: bool,
-    /// Reload on `SIGHUP` (default `false`).
-    pub sighup: bool,
-    /// How long events must be quiet before the watcher reloads (default 200 ms when zero).
-    pub debounce: Duration,
-}
-
-impl ServeOptions {
-    /// Reloads read from `path`.
-    pub fn config_path(mut self, path: impl Into<PathBuf>) -> Self {
-        self.config_path = Some(path.into());
-        self
-    }
-
-    /// The admin API requires `token` as a bearer token.
-    pub fn admin_token(mut self, token: impl Into<String>) -> Self {
-        self.admin_token = Some(token.into());
-        self
-    }
-
-    /// Watch the configuration file's directory.
-    pub fn watch(mut self, watch: bool) -> Self {
-        self.watch = watch;
-        self
-    }
-
-    /// Reload on `SIGHUP`.
-    pub fn sighup(mut self, sighup: bool) -> Self {
-        self.sighup = sighup;
-        self
-    }
-}
-
-/// The server's shared state: the running configuration, metrics and admin settings.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) control: Control,
-    pub(crate) metrics: Metrics,
-    pub(crate) admin_token: Option<String>,
-    pub(crate) options: ServeOptions,
-    /// Set once shutdown begins: `/readyz` answers 503 from then on.
-    pub(crate) draining: AtomicBool,
-}
+use crate::state::{ServeOptions, Shared, stopped};
 
 /// The rate-limit service: the running configuration with its store, and the HTTP and gRPC front
 /// doors over it. Cheap to clone (shared state).
 ///
 /// ```no_run
 /// # async fn run() -> anyhow::Result<()> {
-/// use floodgate_server::{App, ServeOptions, Server, config};
+/// use floodgate_server::{App, ServeOptions, Server};
+/// use floodgate_config as config;
 /// use tokio::net::TcpListener;
 ///
 /// let app = App::new(config::builtin(), ServeOptions::default())?;
@@ -95,18 +44,10 @@ impl App {
     /// connected yet (it connects on first use; `/readyz` tells when it answers), so this fails
     /// only on an invalid store configuration. Call it within a Tokio runtime.
     pub fn new(config: Config, options: ServeOptions) -> Result<App, StartError> {
-        let store = ServerStore::open(&config.store)?;
+        let store = AnyStore::open(&config.store)?;
         let metrics = Metrics::for_store(store.kind(), store.counts_keys());
         let control = Control::start(config, store, options.config_path.clone(), metrics.clone());
-        Ok(App {
-            shared: Arc::new(Shared {
-                control,
-                metrics,
-                admin_token: options.admin_token.clone().filter(|t| !t.is_empty()),
-                options,
-                draining: AtomicBool::new(false),
-            }),
-        })
+        Ok(App { shared: Arc::new(Shared::new(control, metrics, options)) })
     }
 
     /// The running configuration and what changes it.
@@ -238,27 +179,13 @@ pub fn check_admin_exposure(http: SocketAddr, has_token: bool) -> Result<(), Sta
     Ok(())
 }
 
-/// Completes once `stop` turns true (or its sender is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 /// Drains histogram buffers every 5 s.
 async fn upkeep(metrics: Metrics, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
             _ = tick.tick() => metrics.run_upkeep(),
-            () = crate::app::stopped(&mut stop) => return,
+            () = stopped(&mut stop) => return,
         }
-    }
-}
-
-/// Reloads `shared`'s configuration file (for the watcher and `SIGHUP`), logging the result.
-pub(crate) async fn reload_logged(shared: &Shared, trigger: Trigger) {
-    match shared.control.reload(trigger).await {
-        Ok(applied) if applied.changed => {}
-        Ok(_) => tracing::debug!(source = ?trigger, "configuration unchanged"),
-        Err(error) => tracing::debug!(source = ?trigger, %error, "reload rejected"),
     }
 }

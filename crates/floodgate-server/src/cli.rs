@@ -1,9 +1,15 @@
-//! The command line: `floodgate serve` and `floodgate check-config`.
+//! The command line: `floodgate serve` and `floodgate check-config` — their arguments, and what
+//! each does with a loaded configuration. `main.rs` only parses, loads and calls in here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use floodgate_config::Config;
+
+use crate::app::check_admin_exposure;
+use crate::{App, ServeOptions, Server};
 
 /// The exit code for a configuration or usage error (`EX_USAGE`): a bad config file, an admin API
 /// exposed without a token, a store configuration the Redis client refuses.
@@ -58,6 +64,130 @@ pub struct CheckConfigArgs {
     /// The configuration file or directory.
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
+}
+
+/// Logs to stderr, at `RUST_LOG`'s levels (default `info`), in colour on a terminal.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// `floodgate check-config PATH`: prints a summary and exits 0, or prints the error (file, line,
+/// column, field) and exits 64.
+pub fn check_config(args: &CheckConfigArgs) -> ExitCode {
+    match floodgate_config::load(&args.path) {
+        Ok(config) => {
+            let rules = config.policy.rules().count();
+            let domains: Vec<&str> = config.domains.keys().map(String::as_str).collect();
+            println!(
+                "{}: ok ({rules} native rules, domains: {domains:?}, hash {})",
+                args.path.display(),
+                config.source.hash
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            exit(EXIT_CONFIG)
+        }
+    }
+}
+
+/// The configuration `floodgate serve` runs: `--config`'s, or the built-in example. On an invalid
+/// one, the error is printed and the exit code is 64 — before anything is bound.
+pub fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
+    let config = match &args.config {
+        Some(path) => floodgate_config::load(path),
+        None => Ok(floodgate_config::builtin()),
+    };
+    config.map_err(|e| {
+        eprintln!("floodgate: invalid configuration: {e}");
+        exit(EXIT_CONFIG)
+    })
+}
+
+/// `floodgate serve` with `config`: refuses an exposed admin API without a token (64), binds the
+/// listeners (1 when one cannot be bound), serves until `SIGTERM`/`SIGINT`, then exits 0.
+pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
+    if let Err(e) =
+        check_admin_exposure(args.http, args.admin_token.as_deref().is_some_and(|t| !t.is_empty()))
+    {
+        eprintln!("floodgate: {e}");
+        return exit(EXIT_CONFIG);
+    }
+    let mut options = ServeOptions::default().sighup(true).watch(args.config.is_some() && !args.no_watch);
+    options.config_path = args.config.clone();
+    options.admin_token = args.admin_token.clone();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("floodgate: cannot start the runtime: {e}");
+            return exit(EXIT_RUNTIME);
+        }
+    };
+    runtime.block_on(async move {
+        let app = match App::new(config, options) {
+            Ok(app) => app,
+            Err(e) => {
+                eprintln!("floodgate: {e}");
+                return exit(EXIT_CONFIG);
+            }
+        };
+        // A Redis store is opened without connecting: the server starts and serves while Redis is
+        // down (not ready, rules following `on_store_error`) and connects once it answers.
+        let store = app.control().store();
+        if store.kind() != "memory" && !store.ready().await.is_ready() {
+            tracing::warn!(
+                store = store.kind(),
+                "the store does not answer yet: serving anyway, not ready until it does"
+            );
+        }
+        if let Err(e) = app.metrics().install_global() {
+            tracing::warn!(error = %e, "metrics recorder already installed");
+        }
+        let bound = async {
+            let http = tokio::net::TcpListener::bind(args.http).await.map_err(|e| (args.http, e))?;
+            let grpc = tokio::net::TcpListener::bind(args.grpc).await.map_err(|e| (args.grpc, e))?;
+            Ok::<_, (SocketAddr, std::io::Error)>((http, grpc))
+        };
+        let (http, grpc) = match bound.await {
+            Ok(listeners) => listeners,
+            Err((addr, e)) => {
+                eprintln!("floodgate: cannot listen on {addr}: {e}");
+                return exit(EXIT_RUNTIME);
+            }
+        };
+        let server = match Server::new(app, http, Some(grpc)) {
+            Ok(server) => server,
+            Err(e) => {
+                eprintln!("floodgate: {e}");
+                return exit(EXIT_CONFIG);
+            }
+        };
+        let grpc = server.grpc_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(http = %server.http_addr(), grpc = %grpc, "floodgate serving");
+        match server.run(crate::shutdown_signal()).await {
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("floodgate: {e}");
+                exit(EXIT_RUNTIME)
+            }
+        }
+    })
 }
 
 #[cfg(test)]

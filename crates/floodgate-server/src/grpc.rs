@@ -3,22 +3,26 @@
 //! - `domain` selects the policy: that Envoy domain's (from an envoyproxy/ratelimit file), or the
 //!   native policy when no file defines it (an envoyproxy-only configuration has no native rules:
 //!   such a request is then not limited).
-//! - Each request descriptor (a list of entries) becomes one [`Descriptors`] — see
-//!   [`descriptors_of`] — checked with the cost `hits_addend` (0 means 1; a descriptor's own
-//!   `hits_addend` overrides the request's).
-//! - **All-or-nothing across descriptors.** Envoy checks every descriptor and answers `OVER_LIMIT`
-//!   if any is over. Floodgate checks them in order and, when one is over limit, refunds what the
-//!   others consumed, so a denied request consumes nothing — as for HTTP checks. Between a
-//!   descriptor's check and its refund, another request may see that capacity taken (a transient
-//!   under-admission of at most one request's cost per descriptor, never an over-admission).
-//! - The response: `overall_code`; one status per descriptor with `code`, `current_limit` (the most
-//!   restrictive enforced limit, else a shadowed one; set when its window is 1 s, 1 min, 1 h or
-//!   1 d, left unset otherwise and for `unlimited` entries), `limit_remaining` and
-//!   `duration_until_reset`; and
+//! - Each request descriptor (a list of entries) becomes one hit: its [`Descriptors`] (see
+//!   [`descriptors_of`]) and the cost `hits_addend` (0 means 1; a descriptor's own `hits_addend`
+//!   overrides the request's).
+//! - **All-or-nothing across descriptors, in one store call.** Envoy answers `OVER_LIMIT` when any
+//!   descriptor is over its limit. Floodgate decides every descriptor of the request together
+//!   ([`Policy::evaluate`](floodgate::Policy::evaluate)): when one is over, nothing is consumed for
+//!   any of them — no check-then-refund, no transient under-admission, one round trip to the store
+//!   (on a Redis Cluster, descriptors whose keys live in different slots are still one call of the
+//!   store, which applies them slot by slot with consume-then-refund: see `floodgate-redis`).
+//!   Descriptors of one request that make the same key (the same rule and values) are charged
+//!   their summed cost once.
+//! - The response: `overall_code`; one status per descriptor with `code` (`OVER_LIMIT` for a
+//!   descriptor over its own limit), `current_limit` (the most restrictive enforced limit, else a
+//!   shadowed one; set when its window is 1 s, 1 min, 1 h or 1 d, left unset otherwise and for
+//!   `unlimited` entries), `limit_remaining` and `duration_until_reset`; and
 //!   `response_headers_to_add` with the rate-limit headers of the whole request (the header style
 //!   of the configuration, `Retry-After` when over limit).
-//! - A cost that a limit can never grant answers `OVER_LIMIT` for that descriptor. Descriptors with
-//!   `is_negative_hits` are answered `OK` without consuming; `limit` overrides are ignored.
+//! - A cost that a limit can never grant makes that descriptor, and so the request, `OVER_LIMIT`;
+//!   the other descriptors are then reported as a peek would (nothing is consumed). Descriptors
+//!   with `is_negative_hits` are answered `OK` without consuming; `limit` overrides are ignored.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,13 +38,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use floodgate::headers::rate_limit_headers;
-use floodgate::{Descriptors, LimitOutcome, Verdict};
+use floodgate::{Descriptors, Hit, LimitOutcome, Verdict};
+use floodgate_http::envoy::envoy_descriptors;
+use floodgate_http::rate_limit_headers;
 use smallvec::SmallVec;
 
-use crate::app::Shared;
-use crate::config;
-use crate::metrics;
+use crate::metrics::Api;
+use crate::state::Shared;
 
 /// The tonic service to add to a `tonic::transport::Server`.
 pub type RateLimitServer = RateLimitServiceServer<Rls>;
@@ -55,24 +59,11 @@ pub struct Rls {
     shared: Arc<Shared>,
 }
 
-/// The descriptors of one Envoy descriptor, as the configuration maps them
-/// ([`config::envoy_descriptors`]: each entry's key → value, repeated keys as `key#2`…, and
-/// `envoy.keys` holding the ordered keys, so that imported rules match depth and order as
-/// envoyproxy/ratelimit does).
+/// The descriptors of one Envoy descriptor ([`envoy_descriptors`]: each entry's key → value,
+/// repeated keys as `key#2`…, and `envoy.keys` holding the ordered keys, so that imported rules
+/// match depth and order as envoyproxy/ratelimit does).
 pub fn descriptors_of(descriptor: &RateLimitDescriptor) -> Descriptors {
-    config::envoy_descriptors(descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
-}
-
-/// What one descriptor's check came to.
-// Kept inline in a small vector, one per descriptor of the request: boxing would allocate per descriptor.
-#[allow(clippy::large_enum_variant)]
-enum Checked {
-    /// Not checked (`is_negative_hits`).
-    Skipped,
-    /// The cost can never be granted.
-    Never,
-    /// A verdict.
-    Verdict(Descriptors, Verdict),
+    envoy_descriptors(descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
 }
 
 #[tonic::async_trait]
@@ -82,67 +73,34 @@ impl RateLimitService for Rls {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let request = request.into_inner();
-        let running = self.shared.control.current();
+        let running = self.shared.control.load();
         let policy = running.domain(Some(&request.domain));
         let default_cost = u64::from(request.hits_addend.max(1));
 
-        let mut checked: SmallVec<[Checked; 4]> = SmallVec::new();
-        for descriptor in &request.descriptors {
-            if descriptor.is_negative_hits {
-                checked.push(Checked::Skipped);
-                continue;
-            }
-            let cost = descriptor.hits_addend.map_or(default_cost, |h| h.value.max(1));
-            let descriptors = descriptors_of(descriptor);
-            let started = metrics::started();
-            match policy.engine.check(&descriptors, cost).await {
-                Ok(verdict) => {
-                    policy.metrics.record(&verdict, started);
-                    if verdict.store_error.is_some() {
-                        self.shared.metrics.store_error();
-                    }
-                    checked.push(Checked::Verdict(descriptors, verdict));
-                }
-                Err(_) => {
-                    policy.metrics.record_duration(started);
-                    checked.push(Checked::Never);
-                }
-            }
-        }
+        // One hit per descriptor that counts (`is_negative_hits` ones are answered OK, untouched).
+        let descriptors: SmallVec<[(usize, Descriptors, u64); 4]> = request
+            .descriptors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.is_negative_hits)
+            .map(|(i, d)| {
+                (i, descriptors_of(d), d.hits_addend.as_ref().map_or(default_cost, |h| h.value.max(1)))
+            })
+            .collect();
+        let hits: SmallVec<[Hit<'_>; 4]> =
+            descriptors.iter().map(|(_, d, cost)| Hit::new(d, *cost)).collect();
+        // With Impossible::Deny the engine never errs but for a zero cost, which `max(1)` rules out.
+        let verdict = self.shared.path.decide(policy, Api::Grpc, &hits).await.unwrap_or_default();
 
-        let over = checked.iter().any(|c| match c {
-            Checked::Never => true,
-            Checked::Verdict(_, v) => !v.allowed,
-            Checked::Skipped => false,
-        });
-        if over {
-            // A denied request consumes nothing: give back what the admitted descriptors took.
-            for c in &mut checked {
-                if let Checked::Verdict(descriptors, verdict) = c
-                    && verdict.allowed
-                {
-                    if let Err(e) = policy.engine.refund(descriptors, verdict).await {
-                        tracing::warn!(error = %e, "refund after an over-limit descriptor failed");
-                        self.shared.metrics.store_error();
-                        continue;
-                    }
-                    refunded(verdict);
-                }
-            }
-        }
-
-        let statuses = checked.iter().map(status).collect();
-        let mut combined = Verdict { allowed: !over, ..Verdict::default() };
-        for c in &checked {
-            if let Checked::Verdict(_, v) = c {
-                if combined.limits.is_empty() {
-                    combined.at = v.at;
-                }
-                combined.limits.extend(v.limits.iter().cloned());
-            }
+        let mut statuses = vec![
+            DescriptorStatus { code: Code::Ok as i32, ..DescriptorStatus::default() };
+            request.descriptors.len()
+        ];
+        for (hit, (index, _, _)) in descriptors.iter().enumerate() {
+            statuses[*index] = status(&verdict, hit);
         }
         let mut headers = http::HeaderMap::new();
-        rate_limit_headers(&combined, running.headers, &mut headers);
+        rate_limit_headers(&verdict, running.headers, &mut headers);
         let response_headers_to_add = headers
             .iter()
             .map(|(name, value)| HeaderValue {
@@ -152,10 +110,10 @@ impl RateLimitService for Rls {
             })
             .collect();
 
-        let overall = if over { Code::OverLimit } else { Code::Ok };
-        self.shared.metrics.request("grpc", if over { "OVER_LIMIT" } else { "OK" });
+        let over = !verdict.allowed;
+        self.shared.metrics.grpc_request(over);
         Ok(tonic::Response::new(RateLimitResponse {
-            overall_code: overall as i32,
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add,
             ..RateLimitResponse::default()
@@ -163,34 +121,21 @@ impl RateLimitService for Rls {
     }
 }
 
-/// After a refund: what the admitted limits have left again.
-fn refunded(verdict: &mut Verdict) {
-    for l in &mut verdict.limits {
-        if let Some(grant) = l.grant.take() {
-            l.decision.remaining = l.decision.remaining.saturating_add(grant.cost).min(l.decision.limit);
-        }
+/// The status of hit `hit`: over limit when one of its own enforced limits denied, with the
+/// numbers of its most restrictive enforced limit (or a shadowed one when it has none).
+fn status(verdict: &Verdict, hit: usize) -> DescriptorStatus {
+    let code = if verdict.hit_allowed(hit) { Code::Ok } else { Code::OverLimit };
+    let mut status = DescriptorStatus { code: code as i32, ..DescriptorStatus::default() };
+    let shown = verdict
+        .most_restrictive_of_hit(hit)
+        .filter(|l| l.enforced)
+        .or_else(|| verdict.of_hit(hit).find(|l| !l.enforced));
+    if let Some(limit) = shown {
+        status.current_limit = current_limit(limit);
+        status.limit_remaining = u32::try_from(limit.decision.remaining).unwrap_or(u32::MAX);
+        status.duration_until_reset = Some(proto_duration(limit.decision.reset_after));
     }
-}
-
-fn status(checked: &Checked) -> DescriptorStatus {
-    match checked {
-        Checked::Skipped => DescriptorStatus { code: Code::Ok as i32, ..DescriptorStatus::default() },
-        Checked::Never => DescriptorStatus { code: Code::OverLimit as i32, ..DescriptorStatus::default() },
-        Checked::Verdict(_, verdict) => {
-            let code = if verdict.allowed { Code::Ok } else { Code::OverLimit };
-            let mut status = DescriptorStatus { code: code as i32, ..DescriptorStatus::default() };
-            let shown = verdict
-                .most_restrictive()
-                .filter(|l| l.enforced)
-                .or_else(|| verdict.limits.iter().find(|l| !l.enforced));
-            if let Some(limit) = shown {
-                status.current_limit = current_limit(limit);
-                status.limit_remaining = u32::try_from(limit.decision.remaining).unwrap_or(u32::MAX);
-                status.duration_until_reset = Some(proto_duration(limit.decision.reset_after));
-            }
-            status
-        }
-    }
+    status
 }
 
 /// The limit as Envoy's `RateLimit`, when its window is a whole second, minute, hour or day.

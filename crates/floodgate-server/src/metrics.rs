@@ -2,8 +2,9 @@
 //!
 //! Each [`App`](crate::App) owns one Prometheus recorder (from `metrics-exporter-prometheus`, built
 //! without its HTTP listener) and records into it through handles registered once — per rule and
-//! outcome when a configuration is applied, so a decision records with no lookup by string and no
-//! allocation. Several apps in one process (tests) never mix their series. The `floodgate` binary
+//! outcome when a configuration is applied, indexed by the rule's position in its policy, so a
+//! decision records with no lookup by string, no lock and no allocation. Decisions reach them
+//! through the decision path's metrics observer (`decide.rs`); this module only keeps the handles. Several apps in one process (tests) never mix their series. The `floodgate` binary
 //! also installs its app's recorder as the process's global `metrics` recorder
 //! ([`Metrics::install_global`]), so that series recorded through the `metrics` facade by library
 //! crates (stores) appear on the same page.
@@ -13,7 +14,7 @@
 //! | series | type | labels |
 //! |---|---|---|
 //! | `floodgate_decisions_total` | counter | `rule`, `result` = `allowed`, `denied`, `shadow_denied`, `tagged`, `error_allowed`, `error_denied` |
-//! | `floodgate_decision_duration_seconds` | histogram (10 µs … 1 s) | — |
+//! | `floodgate_decision_duration_seconds` | histogram (10 µs … 1 s): one request, all its descriptor sets | — |
 //! | `floodgate_store_errors_total` | counter | `store` |
 //! | `floodgate_fallback_active` | gauge (0/1) | `rule` |
 //! | `floodgate_keys` | gauge, read from the store on each scrape (memory store only: Redis is not scanned) | `store` |
@@ -23,14 +24,12 @@
 //!
 //! Rules of an Envoy domain are labelled `<domain>/<rule>`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use floodgate::{Outcome, Verdict};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
-use parking_lot::RwLock;
 
 /// `floodgate_decisions_total`.
 pub const DECISIONS_TOTAL: &str = "floodgate_decisions_total";
@@ -97,8 +96,54 @@ struct Inner {
     config_version: Gauge,
     reloads_applied: Counter,
     reloads_rejected: Counter,
-    requests: RwLock<HashMap<(&'static str, &'static str), Counter>>,
+    /// `floodgate_requests_total`, by [`Api`] and code, registered on first use (so only codes
+    /// actually answered have a series).
+    requests: [[OnceLock<Counter>; CODES.len()]; APIS.len()],
 }
+
+/// The front doors counted in `floodgate_requests_total{api}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/check`.
+    Check,
+    /// `POST /v1/peek`.
+    Peek,
+    /// `POST /v1/report`.
+    Report,
+    /// Envoy RLS `ShouldRateLimit`.
+    Grpc,
+}
+
+/// Every [`Api`], in declaration order (their `api` labels).
+const APIS: [&str; 4] = ["check", "peek", "report", "grpc"];
+
+impl Api {
+    /// The `api` label.
+    pub fn label(self) -> &'static str {
+        APIS[self as usize]
+    }
+}
+
+/// The `code` labels: the HTTP statuses the API answers with (`other` for any other), then the
+/// gRPC overall codes.
+const CODES: [&str; 16] = [
+    "200",
+    "400",
+    "401",
+    "403",
+    "404",
+    "405",
+    "409",
+    "413",
+    "415",
+    "422",
+    "429",
+    "500",
+    "503",
+    "other",
+    "OK",
+    "OVER_LIMIT",
+];
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -139,7 +184,7 @@ impl Metrics {
                 &Key::from_parts(CONFIG_RELOADS_TOTAL, vec![Label::new("result", "rejected")]),
                 &METADATA,
             ),
-            requests: RwLock::new(HashMap::new()),
+            requests: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
             store,
             handle,
             recorder: Arc::new(recorder),
@@ -180,7 +225,7 @@ impl Metrics {
         rules: impl Iterator<Item = &'a str>,
     ) -> RuleMetrics {
         let r = &*self.inner.recorder;
-        let mut counters = HashMap::new();
+        let mut counters = Vec::new();
         for rule in rules {
             let label: String = match domain {
                 Some(domain) => format!("{domain}/{rule}"),
@@ -197,7 +242,7 @@ impl Metrics {
             });
             let fallback = Key::from_parts(FALLBACK_ACTIVE, vec![Label::new("rule", label)]);
             r.register_gauge(&fallback, &METADATA).set(0.0);
-            counters.insert(Arc::<str>::from(rule), per_outcome);
+            counters.push(per_outcome);
         }
         RuleMetrics { counters, decision_duration: self.inner.decision_duration.clone() }
     }
@@ -217,75 +262,56 @@ impl Metrics {
         if applied { &self.inner.reloads_applied } else { &self.inner.reloads_rejected }.increment(1);
     }
 
-    /// Counts one API request: `api` (`check`, `peek`, `report`, `grpc`) answered with `code`
-    /// (an HTTP status from [`status_label`], or `OK` / `OVER_LIMIT`).
-    pub(crate) fn request(&self, api: &'static str, code: &'static str) {
-        if let Some(counter) = self.inner.requests.read().get(&(api, code)) {
-            counter.increment(1);
-            return;
-        }
-        let key = Key::from_parts(REQUESTS_TOTAL, vec![Label::new("api", api), Label::new("code", code)]);
-        let counter = self
-            .inner
-            .requests
-            .write()
-            .entry((api, code))
-            .or_insert_with(|| self.inner.recorder.register_counter(&key, &METADATA))
-            .clone();
-        counter.increment(1);
+    /// Counts one HTTP API request answered with `status`.
+    pub(crate) fn http_request(&self, api: Api, status: http::StatusCode) {
+        self.request(api, status_index(status));
+    }
+
+    /// Counts one `ShouldRateLimit` answered `OK` or `OVER_LIMIT`.
+    pub(crate) fn grpc_request(&self, over_limit: bool) {
+        self.request(Api::Grpc, if over_limit { CODES.len() - 1 } else { CODES.len() - 2 });
+    }
+
+    fn request(&self, api: Api, code: usize) {
+        let cell = &self.inner.requests[api as usize][code];
+        cell.get_or_init(|| {
+            let labels = vec![Label::new("api", api.label()), Label::new("code", CODES[code])];
+            self.inner.recorder.register_counter(&Key::from_parts(REQUESTS_TOTAL, labels), &METADATA)
+        })
+        .increment(1);
     }
 }
 
-/// The `code` label of an HTTP status the API answers with (`other` for any other).
-pub(crate) fn status_label(status: http::StatusCode) -> &'static str {
-    match status.as_u16() {
-        200 => "200",
-        400 => "400",
-        401 => "401",
-        403 => "403",
-        404 => "404",
-        405 => "405",
-        409 => "409",
-        413 => "413",
-        415 => "415",
-        422 => "422",
-        429 => "429",
-        500 => "500",
-        503 => "503",
-        _ => "other",
-    }
+/// The index in [`CODES`] of an HTTP status (`other` for one the API does not answer with).
+fn status_index(status: http::StatusCode) -> usize {
+    let label = status.as_str();
+    CODES[..14].iter().position(|c| *c == label).unwrap_or(13)
 }
 
 /// The decision counters of one policy's rules, made by the app's [`Metrics`] when the policy is
 /// applied.
 #[derive(Debug)]
 pub(crate) struct RuleMetrics {
-    counters: HashMap<Arc<str>, [Counter; 6]>,
+    /// Per rule, in policy order: one counter per outcome.
+    counters: Vec<[Counter; 6]>,
     decision_duration: Histogram,
 }
 
 impl RuleMetrics {
     /// Counts each limit of `verdict` under its rule and outcome, and the decision's duration.
-    pub(crate) fn record(&self, verdict: &Verdict, started: Instant) {
-        self.decision_duration.record(started.elapsed().as_secs_f64());
+    pub(crate) fn record(&self, verdict: &Verdict, took: Duration) {
+        self.decision_duration.record(took.as_secs_f64());
         for limit in &verdict.limits {
-            if let Some(counters) = self.counters.get(&limit.rule) {
+            if let Some(counters) = self.counters.get(limit.index) {
                 counters[outcome_index(limit.outcome)].increment(1);
             }
         }
     }
 
     /// Records a decision's duration alone (a request that could never pass).
-    pub(crate) fn record_duration(&self, started: Instant) {
-        self.decision_duration.record(started.elapsed().as_secs_f64());
+    pub(crate) fn record_duration(&self, took: Duration) {
+        self.decision_duration.record(took.as_secs_f64());
     }
-}
-
-/// When a decision starts, for the latency histogram. Server-side timing of a request, not a
-/// decision's time (which the store's clock gives), hence the monotonic clock read here.
-#[allow(clippy::disallowed_methods)]
-pub(crate) fn started() -> Instant {
-    Instant::now()
 }
 
 fn describe(r: &PrometheusRecorder) {

@@ -19,8 +19,8 @@ use notify::event::{AccessKind, AccessMode, EventKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::{mpsc, watch};
 
-use crate::app::{Shared, reload_logged};
-use crate::runtime::Trigger;
+use crate::audit::Trigger;
+use crate::state::{Shared, stopped};
 
 /// The default quiet time before a reload.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
@@ -105,13 +105,13 @@ async fn debounced(
     loop {
         tokio::select! {
             event = events.recv() => if event.is_none() { return },
-            () = crate::app::stopped(&mut stop) => return,
+            () = stopped(&mut stop) => return,
         }
         loop {
             tokio::select! {
                 event = events.recv() => if event.is_none() { return },
                 () = tokio::time::sleep(quiet) => break,
-                () = crate::app::stopped(&mut stop) => return,
+                () = stopped(&mut stop) => return,
             }
         }
         reload_logged(&shared, Trigger::Watch).await;
@@ -132,11 +132,20 @@ pub(crate) fn on_sighup(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) ->
                     tracing::info!("SIGHUP: reloading the configuration");
                     reload_logged(&shared, Trigger::Sighup).await;
                 }
-                () = crate::app::stopped(&mut stop) => return,
+                () = stopped(&mut stop) => return,
             }
         }
     });
     Ok(())
+}
+
+/// Reloads `shared`'s configuration file (for the watcher and `SIGHUP`), logging the result.
+async fn reload_logged(shared: &Shared, trigger: Trigger) {
+    match shared.control.reload(trigger).await {
+        Ok(applied) if applied.changed => {}
+        Ok(_) => tracing::debug!(source = ?trigger, "configuration unchanged"),
+        Err(error) => tracing::debug!(source = ?trigger, %error, "reload rejected"),
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@
 //!
 //! The building blocks are public too, for store-specific tests: [`TestKey`] encodes distinct keys
 //! the way the engine does, [`StoreUnderTest`] wraps a store and its clock with one-op helpers, and
-//! [`every_algorithm`] gives one limit of each of the seven algorithms.
+//! [`every_algorithm`] gives one limit of each of the seven algorithms. [`CountingStore`] wraps
+//! a real store and counts the calls made to it (round trips per request).
 //!
 //! [`Store`]: floodgate::Store
 //! [`Store::apply`]: floodgate::Store::apply
@@ -38,7 +39,9 @@
 //! [`ManualClock`]: floodgate_core::ManualClock
 
 pub mod conformance;
+mod counting;
 pub mod redis;
 mod subject;
 
+pub use counting::{Calls, CountingStore};
 pub use subject::{START, StoreUnderTest, TestKey, every_algorithm};

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use floodgate::headers::{HeaderStyle, PROBLEM_CONTENT_TYPE, Problem, rate_limit_headers, tag_header};
+use floodgate_http::{HeaderStyle, PROBLEM_CONTENT_TYPE, Problem, rate_limit_headers, tag_header};
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
@@ -126,7 +126,7 @@ fn denied_response<ResBody>(info: &RateLimitInfo, style: HeaderStyle) -> Respons
     let problem = Problem::from_verdict(verdict).unwrap_or_else(|| {
         Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
-            floodgate::headers::RATE_LIMITED_TYPE,
+            floodgate_http::problem::RATE_LIMITED_TYPE,
             "Too Many Requests",
             "Rate limit exceeded.",
         )

@@ -4,8 +4,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use floodgate::headers::HeaderStyle;
 use floodgate::{Descriptors, Engine, MemoryStore};
+use floodgate_http::HeaderStyle;
 use http::HeaderName;
 use http::request::Parts;
 use tower_layer::Layer;
@@ -22,7 +22,7 @@ type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
 /// ```
 /// use std::sync::Arc;
 /// use floodgate::{Engine, Policy};
-/// use floodgate::headers::HeaderStyle;
+/// use floodgate_http::HeaderStyle;
 /// use floodgate_tower::{ClientIp, RateLimitLayer};
 /// use http::HeaderName;
 ///

@@ -24,7 +24,7 @@ use crate::{RateLimitBody, RateLimitInfo};
 ///   no rule tagged); the response gets the rate-limit headers, and `floodgate-tag` when tagged;
 /// - **denied**: `T` is not called; the answer is `429 Too Many Requests` with the rate-limit
 ///   headers, `Retry-After` and an `application/problem+json` body
-///   ([`Problem::from_verdict`](floodgate::headers::Problem::from_verdict));
+///   ([`Problem::from_verdict`](floodgate_http::Problem::from_verdict));
 /// - **never allowed** (an [`EngineError`]: the cost is 0 or above what an enforced limit can ever
 ///   grant): `T` is not called; the answer is `400 Bad Request` with a problem body of type
 ///   `https://floodgate.dev/problems/never-allowed` — waiting would not help, so it is not a 429.

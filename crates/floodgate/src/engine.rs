@@ -54,6 +54,12 @@ impl Outcome {
 pub struct LimitOutcome {
     /// The rule's name.
     pub rule: Arc<str>,
+    /// The rule's position in its policy ([`Policy::rules`] order): a front door that keeps
+    /// something per rule (metric handles, say) indexes it by this, with no lookup by name.
+    pub index: usize,
+    /// Which hit of the request the limit applied to (its position in the hits given to
+    /// [`Policy::evaluate`]; always 0 for a request of one descriptor set).
+    pub hit: usize,
     /// What its limit decided.
     pub decision: Decision,
     /// What that means for the request.
@@ -78,10 +84,12 @@ pub struct Verdict {
     pub allowed: bool,
     /// The store's time of the decision.
     pub at: Timestamp,
-    /// One entry per rule that applied, in rule order.
+    /// One entry per rule that applied, in the order of the hits, then of the rules.
     pub limits: SmallVec<[LimitOutcome; 4]>,
-    /// Set when the store failed and the rules' failure policies decided instead.
-    pub store_error: Option<String>,
+    /// Set when the store failed and the rules' failure policies decided instead: the store's own
+    /// error, typed ([`StoreError::is_transient`], its `source()`), so that whoever decides what to
+    /// do about it (a fallback, a breaker, a log) can tell a timeout from a permanent fault.
+    pub store_error: Option<Arc<StoreError>>,
 }
 
 impl Verdict {
@@ -94,14 +102,7 @@ impl Verdict {
     /// The limit to advertise first in headers: when denied, the denying limit with the longest
     /// wait; otherwise the enforced limit with the least remaining (then the longest reset).
     pub fn most_restrictive(&self) -> Option<&LimitOutcome> {
-        if !self.allowed {
-            return self
-                .limits
-                .iter()
-                .filter(|l| l.outcome.denies())
-                .max_by_key(|l| (l.decision.retry_after.unwrap_or_default(), l.decision.reset_after));
-        }
-        self.enforced().min_by_key(|l| (l.decision.remaining, std::cmp::Reverse(l.decision.reset_after)))
+        most_restrictive(self.allowed, self.limits.iter())
     }
 
     /// The limits that were enforced (not shadowed or tagging), in rule order.
@@ -118,6 +119,66 @@ impl Verdict {
     pub fn holds_permits(&self) -> bool {
         self.limits.iter().any(|l| l.permit && l.grant.is_some())
     }
+
+    /// The limits that applied to hit `hit` (see [`LimitOutcome::hit`]).
+    pub fn of_hit(&self, hit: usize) -> impl Iterator<Item = &LimitOutcome> {
+        self.limits.iter().filter(move |l| l.hit == hit)
+    }
+
+    /// Whether hit `hit` was within its limits on its own: none of its enforced limits denied.
+    /// (The request as a whole may still be denied by another hit, and then nothing was taken.)
+    pub fn hit_allowed(&self, hit: usize) -> bool {
+        !self.of_hit(hit).any(|l| l.outcome.denies())
+    }
+
+    /// [`Verdict::most_restrictive`] among the limits of hit `hit`, as if it were alone.
+    pub fn most_restrictive_of_hit(&self, hit: usize) -> Option<&LimitOutcome> {
+        most_restrictive(self.hit_allowed(hit), self.of_hit(hit))
+    }
+}
+
+fn most_restrictive<'a>(
+    allowed: bool,
+    limits: impl Iterator<Item = &'a LimitOutcome>,
+) -> Option<&'a LimitOutcome> {
+    if !allowed {
+        return limits
+            .filter(|l| l.outcome.denies())
+            .max_by_key(|l| (l.decision.retry_after.unwrap_or_default(), l.decision.reset_after));
+    }
+    limits
+        .filter(|l| l.enforced)
+        .min_by_key(|l| (l.decision.remaining, std::cmp::Reverse(l.decision.reset_after)))
+}
+
+/// One descriptor set of a request and its cost: what one Envoy descriptor, or one `/v1/check`
+/// body, asks for. A request is one or more hits, decided together in one store call.
+#[derive(Debug, Clone, Copy)]
+pub struct Hit<'a> {
+    /// What the request is.
+    pub descriptors: &'a Descriptors,
+    /// What it costs (at least 1).
+    pub cost: u64,
+}
+
+impl<'a> Hit<'a> {
+    /// A hit of `cost` for `descriptors`.
+    pub fn new(descriptors: &'a Descriptors, cost: u64) -> Self {
+        Hit { descriptors, cost }
+    }
+}
+
+/// What [`Policy::evaluate`] does with a cost that an enforced limit can never grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Impossible {
+    /// Fail the request with [`EngineError::Cost`], asking the store nothing: the caller made a
+    /// mistake that waiting cannot fix (the HTTP API answers 422, the tower layer 400).
+    #[default]
+    Error,
+    /// Deny the request: the limit is reported denied with no `retry_after`, and the other limits
+    /// as a peek would (nothing is consumed). For protocols that can only say "over limit", such
+    /// as Envoy's.
+    Deny,
 }
 
 /// A request that can never pass.
@@ -155,6 +216,9 @@ pub enum EngineError {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
+///
+/// The policy can be replaced while requests run ([`Engine::set_policy`]): whoever holds the
+/// engine (a tower layer, say) decides on the new policy from the next request on.
 #[derive(Debug)]
 pub struct Engine<S = MemoryStore> {
     policy: ArcSwap<Policy>,
@@ -167,21 +231,43 @@ type KeyBuf = SmallVec<[u8; 256]>;
 /// One applied rule of a request being built.
 struct Planned<'p> {
     rule: &'p CompiledRule,
+    /// The rule's position in the policy.
+    index: usize,
+    /// The hit it applies to.
+    hit: usize,
     /// The rule's limit for this request (see [`crate::Rule::vary_by`]).
     limit: &'p Limit,
     key: std::ops::Range<usize>,
     /// The rule's action for this request.
     action: Action,
     enforce: bool,
-    /// The cost can never be granted; only allowed for non-enforced rules, which then record a
-    /// would-deny without asking the store.
-    impossible: Option<CostError>,
+    /// The cost can never be granted: the limit records a would-deny without asking the store.
+    impossible: bool,
+    /// The store op deciding it (several hits with the same key share one), when not impossible.
+    op: usize,
+    /// Whether this is the first limit of its op: only that one carries the op's grant, so that a
+    /// shared grant is given back once.
+    first_of_op: bool,
+}
+
+/// One store op being planned: a distinct key, and the summed cost of the hits that share it.
+struct Merged<'p> {
+    key: std::ops::Range<usize>,
+    scope_len: usize,
+    limit: &'p Limit,
+    cost: u64,
+    enforce: bool,
 }
 
 impl<S: Store> Engine<S> {
     /// An engine applying `policy` over `store`.
     pub fn new(policy: Policy, store: S) -> Self {
         Engine { policy: ArcSwap::from_pointee(policy), store }
+    }
+
+    /// An engine applying `policy` (shared with whoever else holds it) over `store`.
+    pub fn from_shared(policy: Arc<Policy>, store: S) -> Self {
+        Engine { policy: ArcSwap::new(policy), store }
     }
 
     /// The store.
@@ -200,148 +286,70 @@ impl<S: Store> Engine<S> {
         self.policy.store(Arc::new(policy));
     }
 
+    /// [`Engine::set_policy`] with a policy shared with others (a server keeps its own reference).
+    pub fn set_shared_policy(&self, policy: Arc<Policy>) {
+        self.policy.store(policy);
+    }
+
     /// Checks a request of `cost`: allowed only if every enforced limit allows, and then it consumes
     /// from them; **a denied request consumes nothing from any limit**.
     pub async fn check(&self, descriptors: &Descriptors, cost: u64) -> Result<Verdict, EngineError> {
-        self.run(descriptors, cost, Mode::Check).await
+        self.one(descriptors, cost, Mode::Check).await
     }
 
     /// What [`Engine::check`] would answer, consuming nothing.
     pub async fn peek(&self, descriptors: &Descriptors, cost: u64) -> Result<Verdict, EngineError> {
-        self.run(descriptors, cost, Mode::Peek).await
+        self.one(descriptors, cost, Mode::Peek).await
     }
 
     /// Consumes `cost` after the fact (e.g. tokens known once a response is done); never denies,
     /// and any cost is accepted, also beyond a limit's capacity.
     pub async fn report(&self, descriptors: &Descriptors, cost: u64) -> Result<Verdict, EngineError> {
-        self.run(descriptors, cost, Mode::Report).await
+        self.one(descriptors, cost, Mode::Report).await
+    }
+
+    /// Checks several hits at once, all-or-nothing, in **one** store call (see
+    /// [`Policy::evaluate`]): Envoy's descriptors of one request. A cost some enforced limit can
+    /// never grant denies the request ([`Impossible::Deny`]).
+    pub async fn check_hits(&self, hits: &[Hit<'_>]) -> Result<Verdict, EngineError> {
+        let policy = self.policy.load();
+        policy.evaluate(&self.store, Mode::Check, hits, Impossible::Deny).await
+    }
+
+    /// Evaluates `hits` against `policy` (rather than the engine's own) on the engine's store: for
+    /// front doors that read the policy from a snapshot of their own.
+    pub async fn evaluate(
+        &self,
+        policy: &Policy,
+        mode: Mode,
+        hits: &[Hit<'_>],
+        impossible: Impossible,
+    ) -> Result<Verdict, EngineError> {
+        policy.evaluate(&self.store, mode, hits, impossible).await
     }
 
     /// Gives back everything `verdict` consumed (a reservation that was not used).
     pub async fn refund(&self, descriptors: &Descriptors, verdict: &Verdict) -> Result<(), StoreError> {
-        self.give_back(descriptors, verdict, false).await
+        let policy = self.policy.load();
+        policy.give_back(&self.store, &[Hit::new(descriptors, 0)], verdict, false).await
     }
 
     /// Releases the concurrency permits `verdict` holds.
     pub async fn release(&self, descriptors: &Descriptors, verdict: &Verdict) -> Result<(), StoreError> {
-        self.give_back(descriptors, verdict, true).await
+        let policy = self.policy.load();
+        policy.give_back(&self.store, &[Hit::new(descriptors, 0)], verdict, true).await
     }
 
     /// Forgets the state of `rule` for the key made from `descriptors`. Returns whether the rule
     /// applies to them and had state.
     pub async fn reset(&self, rule: &str, descriptors: &Descriptors) -> Result<bool, StoreError> {
         let policy = self.policy.load();
-        let Some(compiled) = policy.rules.iter().find(|c| &*c.rule.name == rule) else { return Ok(false) };
-        let mut buf = KeyBuf::new();
-        if !build_key(compiled, descriptors, &mut buf) {
-            return Ok(false);
-        }
-        self.store.reset(&buf).await
+        policy.reset(&self.store, rule, descriptors).await
     }
 
-    async fn give_back(
-        &self,
-        descriptors: &Descriptors,
-        verdict: &Verdict,
-        permits_only: bool,
-    ) -> Result<(), StoreError> {
-        let policy = self.policy.load_full();
-        let mut buf = KeyBuf::new();
-        for l in &verdict.limits {
-            let Some(grant) = l.grant else { continue };
-            if permits_only && !l.permit {
-                continue;
-            }
-            let Some(compiled) = policy.rules.iter().find(|c| c.rule.name == l.rule) else { continue };
-            let Some((limit, _)) = compiled.rule.select(descriptors) else { continue };
-            buf.clear();
-            if build_key(compiled, descriptors, &mut buf) {
-                self.store.refund(&buf, limit, grant).await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn run(&self, descriptors: &Descriptors, cost: u64, mode: Mode) -> Result<Verdict, EngineError> {
-        if cost == 0 {
-            return Err(EngineError::Cost { rule: Arc::from(""), source: CostError::Zero });
-        }
-        let policy = self.policy.load_full();
-        let mut buf = KeyBuf::new();
-        let mut planned: SmallVec<[Planned<'_>; 4]> = SmallVec::new();
-        for compiled in &policy.rules {
-            if !matches(compiled, descriptors) {
-                continue;
-            }
-            let Some((limit, action)) = compiled.rule.select(descriptors) else { continue };
-            let start = buf.len();
-            if !build_key(compiled, descriptors, &mut buf) {
-                buf.truncate(start);
-                continue;
-            }
-            let key = start..buf.len();
-            let rule = &compiled.rule;
-            let enforce = action == Action::Deny && in_rollout(&buf[key.clone()], compiled.rollout_bp);
-            let impossible = match mode {
-                Mode::Report => None,
-                _ => floodgate_core::validate_cost(cost, limit.capacity()).err(),
-            };
-            if let (true, Some(source)) = (enforce, impossible) {
-                return Err(EngineError::Cost { rule: rule.name.clone(), source });
-            }
-            planned.push(Planned { rule: compiled, limit, action, key, enforce, impossible });
-        }
-
-        let ops: SmallVec<[Op<'_>; 4]> = planned
-            .iter()
-            .filter(|p| p.impossible.is_none())
-            .map(|p| Op {
-                key: &buf[p.key.clone()],
-                scope_len: p.rule.scope.len(),
-                limit: p.limit,
-                cost,
-                enforce: p.enforce,
-            })
-            .collect();
-        if planned.is_empty() {
-            return Ok(Verdict { allowed: true, ..Verdict::default() });
-        }
-
-        let mut applied = Applied::default();
-        if let Err(error) = self.store.apply(&ops, mode, &mut applied).await {
-            return Ok(failure_verdict(&planned, &error));
-        }
-
-        let mut results = applied.results.iter();
-        let mut limits: SmallVec<[LimitOutcome; 4]> = SmallVec::new();
-        for p in &planned {
-            let rule = &p.rule.rule;
-            let (decision, grant) = match p.impossible {
-                Some(_) => (never_allowed(p.limit), None),
-                None => {
-                    let r = results.next().expect("one result per op");
-                    (r.decision, r.grant)
-                }
-            };
-            let outcome = match (decision.allowed, p.enforce, p.action) {
-                (true, _, _) => Outcome::Allowed,
-                (false, true, _) => Outcome::Denied,
-                (false, false, Action::Tag) => Outcome::Tagged,
-                (false, false, _) => Outcome::ShadowDenied,
-            };
-            limits.push(LimitOutcome {
-                rule: rule.name.clone(),
-                decision,
-                outcome,
-                enforced: p.enforce,
-                window: p.limit.policy_window(applied.at),
-                quota: matches!(p.limit, Limit::Quota(_)),
-                grant,
-                permit: p.limit.holds_permits(),
-            });
-        }
-        let allowed = !limits.iter().any(|l| l.outcome.denies());
-        Ok(Verdict { allowed, at: applied.at, limits, store_error: None })
+    async fn one(&self, descriptors: &Descriptors, cost: u64, mode: Mode) -> Result<Verdict, EngineError> {
+        let policy = self.policy.load();
+        policy.evaluate(&self.store, mode, &[Hit::new(descriptors, cost)], Impossible::Error).await
     }
 }
 
@@ -352,6 +360,231 @@ impl Engine<MemoryStore> {
         store.start_sweeper();
         Engine::new(policy, store)
     }
+}
+
+// === impl Policy: deciding ===
+
+impl Policy {
+    /// Decides a request of one or more hits on `store`, in **one** store call, all-or-nothing:
+    /// with `mode` [`Mode::Check`], allowed only if every enforced limit of every hit allows, and
+    /// then it consumes from them; a denied request consumes nothing from any limit.
+    ///
+    /// Hits whose limits share a key (the same rule and the same values, as two Envoy descriptors
+    /// of one request may) are one op for the store, of their summed cost, decided once; each
+    /// hit's [`LimitOutcome`] reports it, and only the first carries its grant.
+    ///
+    /// A zero cost is an error. A cost some enforced limit can never grant is an error or a denial,
+    /// as `impossible` says; for limits that are not enforced it is recorded as a would-deny,
+    /// without asking the store.
+    pub async fn evaluate<S: Store>(
+        &self,
+        store: &S,
+        mode: Mode,
+        hits: &[Hit<'_>],
+        impossible: Impossible,
+    ) -> Result<Verdict, EngineError> {
+        let mut buf = KeyBuf::new();
+        let mut planned: SmallVec<[Planned<'_>; 4]> = SmallVec::new();
+        let mut merged: SmallVec<[Merged<'_>; 4]> = SmallVec::new();
+        let denied = self.plan(mode, hits, impossible, &mut buf, &mut planned, &mut merged)?;
+        if planned.is_empty() {
+            return Ok(Verdict { allowed: true, ..Verdict::default() });
+        }
+        // Keys were appended to `buf` while planning; the ops borrow it only now that it is complete.
+        let ops: SmallVec<[Op<'_>; 4]> = merged
+            .iter()
+            .map(|m| Op {
+                key: &buf[m.key.clone()],
+                scope_len: m.scope_len,
+                limit: m.limit,
+                cost: m.cost,
+                enforce: m.enforce,
+            })
+            .collect();
+        // A request already denied by a cost it can never be granted consumes nothing: the store
+        // only reports the other limits, as a peek.
+        let store_mode = if denied && mode == Mode::Check { Mode::Peek } else { mode };
+        let mut applied = Applied::default();
+        if let Err(error) = store.apply(&ops, store_mode, &mut applied).await {
+            return Ok(failure_verdict(&planned, error));
+        }
+        Ok(verdict(&planned, &applied))
+    }
+
+    /// Finds the rules that apply to each hit, appends their keys to `buf` and plans one store op
+    /// per distinct key. Returns whether an enforced limit can never grant its cost (with
+    /// [`Impossible::Deny`]).
+    fn plan<'p>(
+        &'p self,
+        mode: Mode,
+        hits: &[Hit<'_>],
+        impossible: Impossible,
+        buf: &mut KeyBuf,
+        planned: &mut SmallVec<[Planned<'p>; 4]>,
+        ops: &mut SmallVec<[Merged<'p>; 4]>,
+    ) -> Result<bool, EngineError> {
+        let mut denied = false;
+        for (hit_index, hit) in hits.iter().enumerate() {
+            if hit.cost == 0 {
+                return Err(EngineError::Cost { rule: Arc::from(""), source: CostError::Zero });
+            }
+            for (index, compiled) in self.rules.iter().enumerate() {
+                if !matches(compiled, hit.descriptors) {
+                    continue;
+                }
+                let Some((limit, action)) = compiled.rule.select(hit.descriptors) else { continue };
+                let start = buf.len();
+                if !build_key(compiled, hit.descriptors, buf) {
+                    buf.truncate(start);
+                    continue;
+                }
+                let key = start..buf.len();
+                let enforce = action == Action::Deny && in_rollout(&buf[key.clone()], compiled.rollout_bp);
+                // The same key for an earlier hit: one op of the summed cost.
+                let shared = planned
+                    .iter()
+                    .find(|p| !p.impossible && p.index == index && buf[p.key.clone()] == buf[key.clone()])
+                    .map(|p| p.op);
+                let cost = match shared {
+                    Some(op) => ops[op].cost.saturating_add(hit.cost),
+                    None => hit.cost,
+                };
+                let never = match mode {
+                    Mode::Report => None,
+                    _ => floodgate_core::validate_cost(cost, limit.capacity()).err(),
+                };
+                let mut p = Planned {
+                    rule: compiled,
+                    index,
+                    hit: hit_index,
+                    limit,
+                    key,
+                    action,
+                    enforce,
+                    impossible: never.is_some(),
+                    op: usize::MAX,
+                    first_of_op: false,
+                };
+                if let Some(source) = never {
+                    if enforce {
+                        match impossible {
+                            Impossible::Error => {
+                                return Err(EngineError::Cost { rule: compiled.rule.name.clone(), source });
+                            }
+                            Impossible::Deny => denied = true,
+                        }
+                    }
+                    planned.push(p);
+                    continue;
+                }
+                match shared {
+                    Some(op) => {
+                        ops[op].cost = cost;
+                        ops[op].enforce |= enforce;
+                        p.op = op;
+                    }
+                    None => {
+                        p.op = ops.len();
+                        p.first_of_op = true;
+                        ops.push(Merged {
+                            key: p.key.clone(),
+                            scope_len: compiled.scope.len(),
+                            limit,
+                            cost,
+                            enforce,
+                        });
+                    }
+                }
+                planned.push(p);
+            }
+        }
+        Ok(denied)
+    }
+
+    /// Gives back what `verdict`'s limits consumed (only concurrency permits when `permits_only`),
+    /// each under the key of the hit it applied to.
+    pub(crate) async fn give_back<S: Store>(
+        &self,
+        store: &S,
+        hits: &[Hit<'_>],
+        verdict: &Verdict,
+        permits_only: bool,
+    ) -> Result<(), StoreError> {
+        let mut buf = KeyBuf::new();
+        for l in &verdict.limits {
+            let Some(grant) = l.grant else { continue };
+            if permits_only && !l.permit {
+                continue;
+            }
+            let Some(hit) = hits.get(l.hit) else { continue };
+            let Some(compiled) = self.rule_of(l) else { continue };
+            let Some((limit, _)) = compiled.rule.select(hit.descriptors) else { continue };
+            buf.clear();
+            if build_key(compiled, hit.descriptors, &mut buf) {
+                store.refund(&buf, limit, grant).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the state of `rule` for the key made from `descriptors` on `store`. Returns whether
+    /// the rule applies to them and had state (see [`Engine::reset`]).
+    pub async fn reset<S: Store>(
+        &self,
+        store: &S,
+        rule: &str,
+        descriptors: &Descriptors,
+    ) -> Result<bool, StoreError> {
+        let Some(compiled) = self.rules.iter().find(|c| &*c.rule.name == rule) else { return Ok(false) };
+        let mut buf = KeyBuf::new();
+        if !build_key(compiled, descriptors, &mut buf) {
+            return Ok(false);
+        }
+        store.reset(&buf).await
+    }
+
+    /// The rule a limit outcome came from: by its position when this is the policy that decided
+    /// it, else by name (a reload came in between).
+    fn rule_of(&self, l: &LimitOutcome) -> Option<&CompiledRule> {
+        match self.rules.get(l.index) {
+            Some(c) if c.rule.name == l.rule => Some(c),
+            _ => self.rules.iter().find(|c| c.rule.name == l.rule),
+        }
+    }
+}
+
+/// The verdict of a request from the store's results.
+fn verdict(planned: &[Planned<'_>], applied: &Applied) -> Verdict {
+    let mut limits: SmallVec<[LimitOutcome; 4]> = SmallVec::new();
+    for p in planned {
+        let rule = &p.rule.rule;
+        let (decision, grant) = if p.impossible {
+            (never_allowed(p.limit), None)
+        } else {
+            let r = &applied.results[p.op];
+            (r.decision, if p.first_of_op { r.grant } else { None })
+        };
+        let outcome = match (decision.allowed, p.enforce, p.action) {
+            (true, _, _) => Outcome::Allowed,
+            (false, true, _) => Outcome::Denied,
+            (false, false, Action::Tag) => Outcome::Tagged,
+            (false, false, _) => Outcome::ShadowDenied,
+        };
+        limits.push(LimitOutcome {
+            rule: rule.name.clone(),
+            index: p.index,
+            hit: p.hit,
+            decision,
+            outcome,
+            enforced: p.enforce,
+            window: p.limit.policy_window(applied.at),
+            quota: matches!(p.limit, Limit::Quota(_)),
+            grant,
+            permit: p.limit.holds_permits(),
+        });
+    }
+    let allowed = !limits.iter().any(|l| l.outcome.denies());
+    Verdict { allowed, at: applied.at, limits, store_error: None }
 }
 
 fn matches(compiled: &CompiledRule, descriptors: &Descriptors) -> bool {
@@ -402,7 +635,7 @@ fn never_allowed(limit: &Limit) -> Decision {
 /// How long a client denied by a failing store is asked to wait.
 const STORE_ERROR_RETRY: Duration = Duration::from_secs(1);
 
-fn failure_verdict(planned: &[Planned<'_>], error: &StoreError) -> Verdict {
+fn failure_verdict(planned: &[Planned<'_>], error: StoreError) -> Verdict {
     let limits: SmallVec<[LimitOutcome; 4]> = planned
         .iter()
         .map(|p| {
@@ -417,6 +650,8 @@ fn failure_verdict(planned: &[Planned<'_>], error: &StoreError) -> Verdict {
             };
             LimitOutcome {
                 rule: rule.name.clone(),
+                index: p.index,
+                hit: p.hit,
                 decision,
                 outcome: if closed { Outcome::ErrorDenied } else { Outcome::ErrorAllowed },
                 enforced: p.enforce,
@@ -428,5 +663,5 @@ fn failure_verdict(planned: &[Planned<'_>], error: &StoreError) -> Verdict {
         })
         .collect();
     let allowed = !limits.iter().any(|l| l.outcome.denies());
-    Verdict { allowed, at: Timestamp::EPOCH, limits, store_error: Some(error.to_string()) }
+    Verdict { allowed, at: Timestamp::EPOCH, limits, store_error: Some(Arc::new(error)) }
 }

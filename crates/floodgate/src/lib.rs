@@ -1,8 +1,11 @@
-//! Floodgate's engine: rules, collision-free keys, all-or-nothing checks over a [`Store`], the
-//! embedded [`MemoryStore`], and the rate-limit headers and 429 bodies every front door sends.
+//! Floodgate's engine: rules, collision-free keys, all-or-nothing checks over a [`Store`], and the
+//! embedded [`MemoryStore`]. It knows no protocol: the rate-limit headers, problem bodies and JSON
+//! wire types every front door sends live in `floodgate-http`.
 //!
 //! Descriptors (dimension → value) and a cost go in; the [`Engine`] finds the rules that apply,
 //! builds their keys, asks the store to apply all their limits at once, and returns a [`Verdict`].
+//! A request may carry several descriptor sets ([`Hit`]s, as Envoy sends them): they too go to
+//! the store in one call, all-or-nothing ([`Policy::evaluate`]).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -33,15 +36,14 @@
 
 mod descriptors;
 mod engine;
-pub mod headers;
 pub mod key;
 mod limit;
 mod rule;
 pub mod store;
 
 pub use descriptors::Descriptors;
-pub use engine::{Engine, EngineError, LimitOutcome, Outcome, Verdict};
+pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Verdict};
 pub use floodgate_core as core;
-pub use limit::Limit;
+pub use limit::{Limit, LimitKind};
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Policy, Rule, RuleError};
-pub use store::{MemoryConfig, MemoryStore, OnFull, Store, StoreError};
+pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};

@@ -41,19 +41,88 @@ macro_rules! with_algorithm {
 }
 pub(crate) use with_algorithm;
 
-impl Limit {
-    /// The algorithm's name as written in configuration: `fixed_window`, `sliding_window`,
-    /// `sliding_log`, `token_bucket`, `gcra`, `concurrency` or `quota`.
-    pub fn algorithm_name(&self) -> &'static str {
+/// Which algorithm a [`Limit`] runs: the one list of algorithm names, as written in configuration.
+/// The configuration's algorithm registry, the bench and the docs all read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LimitKind {
+    /// [`FixedWindow`].
+    FixedWindow,
+    /// [`SlidingWindow`].
+    SlidingWindow,
+    /// [`SlidingLog`].
+    SlidingLog,
+    /// [`TokenBucket`].
+    TokenBucket,
+    /// [`Gcra`].
+    Gcra,
+    /// [`Concurrency`].
+    Concurrency,
+    /// [`Quota`].
+    Quota,
+}
+
+impl LimitKind {
+    /// Every algorithm, in the order the docs list them.
+    pub const ALL: [LimitKind; 7] = [
+        LimitKind::FixedWindow,
+        LimitKind::SlidingWindow,
+        LimitKind::SlidingLog,
+        LimitKind::TokenBucket,
+        LimitKind::Gcra,
+        LimitKind::Concurrency,
+        LimitKind::Quota,
+    ];
+
+    /// The name as written in configuration: `fixed_window`, `sliding_window`, `sliding_log`,
+    /// `token_bucket`, `gcra`, `concurrency` or `quota`.
+    ///
+    /// ```
+    /// use floodgate::LimitKind;
+    /// assert_eq!(LimitKind::TokenBucket.name(), "token_bucket");
+    /// assert_eq!(LimitKind::from_name("gcra"), Some(LimitKind::Gcra));
+    /// assert_eq!(LimitKind::from_name("leaky"), None);
+    /// ```
+    pub const fn name(self) -> &'static str {
         match self {
-            Limit::FixedWindow(_) => "fixed_window",
-            Limit::SlidingWindow(_) => "sliding_window",
-            Limit::SlidingLog(_) => "sliding_log",
-            Limit::TokenBucket(_) => "token_bucket",
-            Limit::Gcra(_) => "gcra",
-            Limit::Concurrency(_) => "concurrency",
-            Limit::Quota(_) => "quota",
+            LimitKind::FixedWindow => "fixed_window",
+            LimitKind::SlidingWindow => "sliding_window",
+            LimitKind::SlidingLog => "sliding_log",
+            LimitKind::TokenBucket => "token_bucket",
+            LimitKind::Gcra => "gcra",
+            LimitKind::Concurrency => "concurrency",
+            LimitKind::Quota => "quota",
         }
+    }
+
+    /// The kind named `name` (exactly as [`LimitKind::name`] writes it).
+    pub fn from_name(name: &str) -> Option<LimitKind> {
+        LimitKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl std::fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Limit {
+    /// Which algorithm the limit runs.
+    pub fn kind(&self) -> LimitKind {
+        match self {
+            Limit::FixedWindow(_) => LimitKind::FixedWindow,
+            Limit::SlidingWindow(_) => LimitKind::SlidingWindow,
+            Limit::SlidingLog(_) => LimitKind::SlidingLog,
+            Limit::TokenBucket(_) => LimitKind::TokenBucket,
+            Limit::Gcra(_) => LimitKind::Gcra,
+            Limit::Concurrency(_) => LimitKind::Concurrency,
+            Limit::Quota(_) => LimitKind::Quota,
+        }
+    }
+
+    /// The algorithm's name as written in configuration ([`LimitKind::name`]).
+    pub fn algorithm_name(&self) -> &'static str {
+        self.kind().name()
     }
 
     /// The most one request may cost; more can never be allowed.

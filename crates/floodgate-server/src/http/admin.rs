@@ -29,19 +29,17 @@ use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use floodgate::Descriptors;
-use floodgate::headers::Problem;
+use floodgate::{Descriptors, Hit, Impossible, Mode};
+use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE, UNAUTHORIZED_TYPE};
+use floodgate_http::{Problem, ceil_ms};
 use http::{HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::api::ceil_ms;
+use super::api::as_domain_sees_them;
 use super::{MAX_ADMIN_BODY, invalid, json, malformed, problem, read_body};
-use crate::app::Shared;
-use crate::config::{ENVOY_KEYS, envoy_descriptors};
-use crate::runtime::{ApplyError, Diff, Domain, ErrorReport, Running, Trigger};
-
-/// `type` of a request the admin API refuses for lack of credentials.
-pub const UNAUTHORIZED_TYPE: &str = "https://floodgate.dev/problems/unauthorized";
+use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Trigger};
+use crate::control::{ApplyError, Domain, Running};
+use crate::state::Shared;
 
 pub(super) fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
     Router::new()
@@ -181,12 +179,12 @@ async fn validate_config(State(shared): State<Arc<Shared>>, request: Request) ->
 struct ApplyView {
     applied: bool,
     #[serde(flatten)]
-    result: Option<crate::runtime::Applied>,
+    result: Option<Applied>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorReport>,
 }
 
-fn apply_response(result: Result<crate::runtime::Applied, ApplyError>) -> Response {
+fn apply_response(result: Result<Applied, ApplyError>) -> Response {
     match result {
         Ok(applied) => {
             json(StatusCode::OK, &ApplyView { applied: applied.changed, result: Some(applied), error: None })
@@ -239,7 +237,7 @@ async fn rollback(State(shared): State<Arc<Shared>>, request: Request) -> Respon
 async fn audit(State(shared): State<Arc<Shared>>) -> Response {
     #[derive(Serialize)]
     struct AuditView {
-        records: Vec<crate::runtime::AuditRecord>,
+        records: Vec<AuditRecord>,
     }
     json(StatusCode::OK, &AuditView { records: shared.control.audit() })
 }
@@ -294,16 +292,11 @@ impl KeyTarget {
         let (rule, domain, descriptors) = key_query(params)?;
         let running = shared.control.current();
         let policy = running.domain(domain.as_deref());
-        let Some(definition) = policy.engine.policy().rules().find(|r| r.name() == rule).cloned() else {
+        let Some(definition) = policy.policy.rules().find(|r| r.name() == rule).cloned() else {
             return Err(no_rule(&rule));
         };
         // As for `/v1/check`: an Envoy domain's descriptors are one Envoy descriptor, in query order.
-        let descriptors = match domain.as_deref() {
-            Some(d) if running.domains.contains_key(d) && descriptors.get(ENVOY_KEYS).is_none() => {
-                envoy_descriptors(descriptors.iter())
-            }
-            _ => descriptors,
-        };
+        let descriptors = as_domain_sees_them(&running, domain.as_deref(), descriptors);
         Ok(KeyTarget { running, domain, rule, definition, descriptors })
     }
 
@@ -322,7 +315,11 @@ async fn inspect_key(
         Err(response) => return response,
     };
     let (rule, definition, descriptors) = (&target.rule, &target.definition, &target.descriptors);
-    let verdict = match target.policy().engine.peek(descriptors, 1).await {
+    // Not a decision (nothing is counted): the key's state, as a peek of 1 sees it.
+    let hits = [Hit::new(descriptors, 1)];
+    let peeked =
+        target.policy().policy.evaluate(shared.control.store(), Mode::Peek, &hits, Impossible::Error);
+    let verdict = match peeked.await {
         Ok(v) => v,
         Err(e) => return invalid(format!("The key cannot be inspected: {e}.")),
     };
@@ -368,11 +365,11 @@ async fn reset_key(
         /// Whether the key had state.
         reset: bool,
     }
-    match target.policy().engine.reset(&rule, descriptors).await {
+    match target.policy().policy.reset(shared.control.store(), &rule, descriptors).await {
         Ok(existed) => json(StatusCode::OK, &Reset { rule, reset: existed }),
         Err(e) => problem(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "https://floodgate.dev/problems/store-unavailable",
+            STORE_UNAVAILABLE_TYPE,
             "Store Unavailable",
             format!("The key could not be reset: {e}."),
         )),
@@ -382,7 +379,7 @@ async fn reset_key(
 fn no_rule(rule: &str) -> Response {
     problem(Problem::new(
         StatusCode::NOT_FOUND,
-        super::NOT_FOUND_TYPE,
+        NOT_FOUND_TYPE,
         "No Such Rule",
         format!("No rule named {rule:?} in this policy (Envoy rules: add `domain=`)."),
     ))

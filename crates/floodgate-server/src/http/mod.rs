@@ -7,8 +7,7 @@
 mod admin;
 mod api;
 
-pub use admin::{UNAUTHORIZED_TYPE, admitted};
-pub use api::MAX_DESCRIPTORS;
+pub use admin::admitted;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,27 +18,19 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use floodgate::headers::{PROBLEM_CONTENT_TYPE, Problem};
+use floodgate_http::problem::NOT_FOUND_TYPE;
+use floodgate_http::{PROBLEM_CONTENT_TYPE, Problem};
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 
-use crate::app::Shared;
+use crate::state::Shared;
 
 /// The largest body `/v1/check`, `/v1/report` and `/v1/peek` accept: 64 KiB.
 pub const MAX_BODY: usize = 64 * 1024;
 /// The largest configuration body the admin API accepts: 4 MiB.
 pub const MAX_ADMIN_BODY: usize = 4 * 1024 * 1024;
-
-/// `type` of a body that is not JSON, or could not be read.
-pub const MALFORMED_TYPE: &str = "https://floodgate.dev/problems/malformed-request";
-/// `type` of well-formed JSON of the wrong shape.
-pub const INVALID_TYPE: &str = "https://floodgate.dev/problems/invalid-request";
-/// `type` of a body over the size limit.
-pub const TOO_LARGE_TYPE: &str = "https://floodgate.dev/problems/body-too-large";
-/// `type` of an unknown path or method.
-pub const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     let api = Router::new()
@@ -63,7 +54,7 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     if shared.draining.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
-    if !shared.control.store().ready().await {
+    if !shared.store_ready().await {
         return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
     }
     "ready\n".into_response()
@@ -98,23 +89,26 @@ pub(crate) fn problem(problem: Problem) -> Response {
 
 /// A 400 for a body that is not what it should be at all.
 pub(crate) fn malformed(detail: impl Into<String>) -> Response {
-    problem(Problem::new(StatusCode::BAD_REQUEST, MALFORMED_TYPE, "Malformed Request", detail))
+    problem(Problem::malformed(detail))
 }
 
 /// A 422 for JSON of the wrong shape.
 pub(crate) fn invalid(detail: impl Into<String>) -> Response {
-    problem(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, INVALID_TYPE, "Invalid Request", detail))
+    problem(Problem::invalid(detail))
+}
+
+/// A JSON response of bytes already serialized.
+pub(crate) fn json_bytes(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// A JSON response.
 pub(crate) fn json(status: StatusCode, value: &impl Serialize) -> Response {
     match serde_json::to_vec(value) {
-        Ok(body) => {
-            let mut response = Response::new(Body::from(body));
-            *response.status_mut() = status;
-            response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            response
-        }
+        Ok(body) => json_bytes(status, body),
         Err(e) => problem(Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "about:blank",
@@ -126,14 +120,7 @@ pub(crate) fn json(status: StatusCode, value: &impl Serialize) -> Response {
 
 /// Reads a whole body of at most `limit` bytes: 413 beyond, 400 when it cannot be read.
 pub(crate) async fn read_body(request: axum::extract::Request, limit: usize) -> Result<Bytes, Response> {
-    let too_large = || {
-        problem(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            TOO_LARGE_TYPE,
-            "Payload Too Large",
-            format!("The body exceeds the limit of {limit} bytes."),
-        ))
-    };
+    let too_large = || problem(Problem::too_large(limit));
     let declared = request
         .headers()
         .get(http::header::CONTENT_LENGTH)

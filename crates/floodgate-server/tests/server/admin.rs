@@ -162,7 +162,7 @@ async fn reload_without_a_file_is_a_409() {
 async fn reload_from_the_file_through_the_admin_api() {
     let dir = TempDir::new("admin-reload");
     let path = dir.write_atomic("floodgate.yaml", V1);
-    let config = floodgate_server::config::load(&path).unwrap();
+    let config = floodgate_config::load(&path).unwrap();
     let server = TestServer::with_options(config, ServeOptions::default().config_path(&path)).await;
     dir.write_atomic("floodgate.yaml", V2);
     let (status, body) = admin(&server, Method::POST, "/admin/reload", "").await;

@@ -1,8 +1,8 @@
 //! `/v1/check`, `/v1/peek`, `/v1/report`: verdicts, status codes, headers, all-or-nothing.
 
-use floodgate::headers::HeaderStyle;
 use floodgate::{Action, Rule};
-use floodgate_server::config;
+use floodgate_config as config;
+use floodgate_http::HeaderStyle;
 use serde_json::json;
 
 use crate::support::{TestServer, check_body, from_rules, per_minute, with_domains};
@@ -146,7 +146,7 @@ async fn a_cost_a_rule_can_never_grant_is_a_422_naming_the_rule() {
     assert_eq!(reply.status, 422);
     assert_eq!(reply.content_type(), "application/problem+json");
     let problem = reply.json();
-    assert_eq!(problem["type"], floodgate::headers::NEVER_ALLOWED_TYPE);
+    assert_eq!(problem["type"], floodgate_http::problem::NEVER_ALLOWED_TYPE);
     assert!(problem["detail"].as_str().unwrap().contains("per-user"), "{problem}");
     server.stop().await;
 }

@@ -186,7 +186,7 @@ descriptors:
 async fn an_envoyproxy_ratelimit_config_is_served_over_grpc() {
     let dir = TempDir::new("envoy-import");
     let path = dir.write_atomic("ratelimit.yaml", ENVOY_CONFIG);
-    let config = floodgate_server::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let config = floodgate_config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert!(config.domains.contains_key("edge_proxy"));
     let server = TestServer::start(config).await;
     let mut rls = client(&server).await;

@@ -23,7 +23,7 @@ rules:
 
 async fn watched(dir: &TempDir, text: &str) -> TestServer {
     let path = dir.write_atomic("floodgate.yaml", text);
-    let loaded = floodgate_server::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = floodgate_config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let mut options = ServeOptions::default().config_path(&path).watch(true);
     options.debounce = Duration::from_millis(50);
     let server = TestServer::with_options(loaded, options).await;
@@ -113,7 +113,7 @@ async fn a_kubernetes_style_symlink_swap_is_seen() {
     std::os::unix::fs::symlink("..v1", dir.path().join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/floodgate.yaml", dir.path().join("floodgate.yaml")).unwrap();
     let path = dir.path().join("floodgate.yaml");
-    let loaded = floodgate_server::config::load(&path).unwrap();
+    let loaded = floodgate_config::load(&path).unwrap();
     let mut options = ServeOptions::default().config_path(&path).watch(true);
     options.debounce = Duration::from_millis(50);
     let server = TestServer::with_options(loaded, options).await;
@@ -138,7 +138,7 @@ async fn a_directory_configuration_reloads_when_one_of_its_files_changes() {
         "edge.yaml",
         "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
     );
-    let loaded = floodgate_server::config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = floodgate_config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let mut options = ServeOptions::default().config_path(dir.path()).watch(true);
     options.debounce = Duration::from_millis(50);
     let server = TestServer::with_options(loaded, options).await;

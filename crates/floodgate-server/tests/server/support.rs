@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate::headers::HeaderStyle;
 use floodgate::{MemoryConfig, Policy, Rule};
-use floodgate_server::config::{self, Config, Source, StoreConfig};
+use floodgate_config::{self as config, Config, Source, StoreConfig};
+use floodgate_http::HeaderStyle;
 use floodgate_server::{App, ServeOptions, Server};
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};

@@ -6,9 +6,9 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::routing::post as post_route;
 use axum::{Extension, Router};
-use floodgate::headers::HeaderStyle;
 use floodgate::{Action, Rule};
 use floodgate_core::{FixedWindow, SlidingWindow};
+use floodgate_http::HeaderStyle;
 use floodgate_tower::{RateLimitInfo, RateLimitLayer};
 use http::{HeaderMap, HeaderName, StatusCode};
 

@@ -99,6 +99,22 @@ impl StoreError {
     }
 }
 
+/// Two store errors are equal when they are of the same kind and say the same (their sources
+/// are not compared): what tests and verdict comparisons need.
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (StoreError::Full { max_keys: a }, StoreError::Full { max_keys: b }) => a == b,
+            (StoreError::Timeout(a), StoreError::Timeout(b)) => a == b,
+            (
+                StoreError::Backend { message: a, transient: ta, .. },
+                StoreError::Backend { message: b, transient: tb, .. },
+            ) => a == b && ta == tb,
+            _ => false,
+        }
+    }
+}
+
 /// Where limit state lives.
 pub trait Store: Send + Sync + 'static {
     /// Applies `ops` atomically, all-or-nothing (see [`Mode`]), writing one result per op, in the

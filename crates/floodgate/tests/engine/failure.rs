@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use floodgate::{Action, MemoryConfig, OnFull, OnStoreError, Outcome, Rule};
+use floodgate::{Action, MemoryConfig, OnFull, OnStoreError, Outcome, Rule, StoreError};
 
 use super::{TestEngine, engine_with, per_minute, request};
 
@@ -20,7 +20,7 @@ async fn a_failing_store_lets_requests_through_by_default() {
         assert!(verdict.allowed, "fail open is the default");
         assert_eq!(verdict.limits[0].outcome, Outcome::ErrorAllowed);
         assert!(
-            verdict.store_error.as_deref().is_some_and(|e| e.contains("full")),
+            verdict.store_error.as_deref().is_some_and(|e| e.to_string().contains("full")),
             "{:?}",
             verdict.store_error
         );
@@ -61,4 +61,15 @@ async fn each_rule_applies_its_own_store_failure_policy() {
 
     let user_only = engine.check(&request(&[("user", "u1")]), 1).await.unwrap();
     assert!(user_only.allowed, "without the tenant rule, only fail-open and shadow rules apply");
+}
+
+/// The store's error reaches the verdict typed: a fallback or a breaker can tell a full store
+/// (permanent until keys expire) from a timeout (transient), and read its source.
+#[tokio::test]
+async fn the_store_error_in_a_verdict_keeps_its_type() {
+    let engine = failing_engine([Rule::new("per-user", per_minute(1)).key(["user"])]);
+    let verdict = engine.check(&request(&[("user", "u1")]), 1).await.unwrap();
+    let error = verdict.store_error.as_deref().expect("the store failed");
+    assert!(matches!(error, StoreError::Full { max_keys: 0 }), "{error:?}");
+    assert!(!error.is_transient(), "a full store does not heal by retrying");
 }

@@ -4,6 +4,7 @@
 mod actions;
 mod cost;
 mod failure;
+mod hits;
 mod matching;
 mod model;
 mod reload;

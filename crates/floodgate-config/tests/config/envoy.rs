@@ -1,11 +1,12 @@
 //! An envoyproxy/ratelimit file compiled into a namespaced policy, and Envoy descriptors checked
 //! against it the way the gRPC service does: one check per descriptor, built by
-//! `config::envoy_descriptors`.
+//! `floodgate_http::envoy::envoy_descriptors`.
 
 use std::time::Duration;
 
 use floodgate::{Descriptors, Outcome};
-use floodgate_server::config::{self, envoy_descriptors};
+use floodgate_config as config;
+use floodgate_http::envoy::envoy_descriptors;
 
 use super::{TestEngine, engine, fixture, hammer};
 

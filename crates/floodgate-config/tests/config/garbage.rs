@@ -1,7 +1,7 @@
 //! No input makes the loader panic: random text, random YAML-ish text, and valid configurations
 //! with bytes changed, removed or repeated all return `Ok` or `Err`.
 
-use floodgate_server::config;
+use floodgate_config as config;
 use proptest::prelude::*;
 
 /// A valid configuration of each format, for mutation.

@@ -1,6 +1,6 @@
 //! Every class of bad input: the error names the file, line, column and field, and quotes the value.
 
-use floodgate_server::config::{self, ConfigError};
+use floodgate_config::{self as config, ConfigError};
 
 use super::fixture;
 

@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use floodgate::{Engine, MemoryConfig, MemoryStore};
+use floodgate_config::{self as config, StoreConfig};
 use floodgate_core::ManualClock;
-use floodgate_server::config::{self, StoreConfig, envoy_descriptors};
+use floodgate_http::envoy::envoy_descriptors;
 
 use super::{START, fixture, hammer, request};
 

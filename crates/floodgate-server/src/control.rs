@@ -1,11 +1,17 @@
 //! The running configuration and how it changes: [`Running`] (what requests are decided on),
 //! [`Control`] (apply, reload, validate, roll back — one at a time) and the audit log.
 //!
-//! Every request loads the current [`Running`] once (an `ArcSwap`), so a swap is atomic: requests
-//! in flight finish on the policy they started with. All engines — the native policy's and each
-//! Envoy domain's — share the one store opened at start, whose state is keyed by namespace, rule
-//! name and key descriptors: counters of rules that keep their name and key survive a reload, under
-//! the new limit (a rule whose algorithm changes starts afresh).
+//! Every request loads the current [`Running`] once (one `ArcSwap` load, no reference count
+//! touched), and finds there everything it is decided and counted with — the policy of its domain,
+//! that policy's metric handles, the header style — so one snapshot is always consistent: a swap is
+//! atomic, and requests in flight finish on the version they started with. Every policy runs on the
+//! one store opened at start, whose state is keyed by namespace, rule name and key descriptors:
+//! counters of rules that keep their name and key survive a reload, under the new limit (a rule
+//! whose algorithm changes starts afresh).
+//!
+//! For whoever holds an engine of its own — a tower layer in front of an embedded app, the
+//! gateway — [`Control::engine`] is the native policy's [`Engine`], which lives as long as the
+//! server and follows every applied change (reloads and rollbacks).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -13,24 +19,27 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use floodgate::core::{Clock, SystemClock};
-use floodgate::headers::HeaderStyle;
 use floodgate::{Engine, Policy};
-use serde::Serialize;
+use floodgate_config::store::{AnyStore, OpenError};
+use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig};
+use floodgate_http::HeaderStyle;
 
-use crate::config::{self, Config, ConfigError, Source, StoreConfig};
+use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Outcome, Trigger};
 use crate::metrics::{Metrics, RuleMetrics};
-use crate::store::ServerStore;
 
 /// How many applied versions are kept for rollback.
 pub const KEPT_VERSIONS: usize = 32;
 /// How many audit records are kept.
 pub const KEPT_AUDIT_RECORDS: usize = 1000;
 
-/// One policy ready to decide: its engine over the shared store, and its metric handles.
+/// One policy ready to decide on the shared store, with its metric handles (indexed by rule
+/// position, as [`LimitOutcome::index`](floodgate::LimitOutcome::index) gives it).
 #[derive(Debug)]
 pub struct Domain {
-    /// The engine.
-    pub engine: Engine<ServerStore>,
+    /// The Envoy domain, or `None` for the native policy.
+    pub name: Option<String>,
+    /// The policy.
+    pub policy: Arc<Policy>,
     pub(crate) metrics: RuleMetrics,
 }
 
@@ -62,139 +71,9 @@ impl Running {
 
     /// How many rules are in force, over all policies.
     pub fn rule_count(&self) -> usize {
-        self.native.engine.policy().rules().count()
-            + self.domains.values().map(|d| d.engine.policy().rules().count()).sum::<usize>()
+        self.native.policy.rules().count()
+            + self.domains.values().map(|d| d.policy.rules().count()).sum::<usize>()
     }
-}
-
-/// What triggered a configuration change (the audit record's `source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Trigger {
-    /// The configuration loaded at start.
-    Startup,
-    /// The file watcher saw the file (or its directory) change.
-    Watch,
-    /// `SIGHUP`.
-    Sighup,
-    /// `POST /admin/reload`: reload from the file.
-    File,
-    /// `POST /admin/config`: a YAML body.
-    Admin,
-    /// `POST /admin/rollback`.
-    Rollback,
-}
-
-/// Whether a change was applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// It is in force.
-    Applied,
-    /// It was refused; the running configuration stayed.
-    Rejected,
-}
-
-/// A configuration error as JSON: the message, and where.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ErrorReport {
-    /// The full message (`file:line:col: field: what`).
-    pub message: String,
-    /// The file, when there is one.
-    pub file: Option<String>,
-    /// 1-based line.
-    pub line: Option<usize>,
-    /// 1-based column.
-    pub column: Option<usize>,
-    /// The field path, e.g. `rules[1].rate`.
-    pub field: Option<String>,
-}
-
-impl From<&ConfigError> for ErrorReport {
-    fn from(e: &ConfigError) -> Self {
-        ErrorReport {
-            message: e.message.clone(),
-            file: e.file.as_ref().map(|f| f.display().to_string()),
-            line: e.line,
-            column: e.column,
-            field: e.field.clone(),
-        }
-    }
-}
-
-impl ErrorReport {
-    fn plain(message: impl Into<String>) -> Self {
-        ErrorReport { message: message.into(), file: None, line: None, column: None, field: None }
-    }
-}
-
-/// One audit record: a configuration change, applied or rejected.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditRecord {
-    /// The version it became (`null` when rejected).
-    pub version: Option<u64>,
-    /// When, RFC 3339 (UTC).
-    pub time: String,
-    /// What triggered it.
-    pub source: Trigger,
-    /// The file or directory it was read from, if any.
-    pub path: Option<String>,
-    /// The content hash (FNV-1a 64, hex) of the applied text (`null` when rejected).
-    pub hash: Option<String>,
-    /// Rules added, removed and changed (by fingerprint; Envoy rules as `domain/rule`).
-    pub added: Vec<String>,
-    /// See `added`.
-    pub removed: Vec<String>,
-    /// See `added`.
-    pub changed: Vec<String>,
-    /// Applied or rejected.
-    pub result: Outcome,
-    /// Why it was rejected.
-    pub error: Option<ErrorReport>,
-    /// For a rollback: the version whose configuration it restored.
-    pub restored: Option<u64>,
-}
-
-/// The rules added, removed and changed between two fingerprint sets.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Diff {
-    /// New rules.
-    pub added: Vec<String>,
-    /// Rules gone.
-    pub removed: Vec<String>,
-    /// Rules whose definition changed.
-    pub changed: Vec<String>,
-}
-
-impl Diff {
-    /// `before` → `after`.
-    pub fn between(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> Diff {
-        let mut diff = Diff::default();
-        for (rule, fp) in after {
-            match before.get(rule) {
-                None => diff.added.push(rule.clone()),
-                Some(old) if old != fp => diff.changed.push(rule.clone()),
-                Some(_) => {}
-            }
-        }
-        diff.removed = before.keys().filter(|r| !after.contains_key(*r)).cloned().collect();
-        diff
-    }
-}
-
-/// What an applied change did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Applied {
-    /// The version now in force.
-    pub version: u64,
-    /// Its content hash.
-    pub hash: String,
-    /// Whether anything changed: `false` when the content equals the running configuration
-    /// (nothing applied, no new version).
-    pub changed: bool,
-    /// Rules added, removed and changed.
-    #[serde(flatten)]
-    pub diff: Diff,
 }
 
 /// Why a change was not applied.
@@ -234,7 +113,9 @@ impl ApplyError {
 #[derive(Debug)]
 pub struct Control {
     current: ArcSwap<Running>,
-    store: ServerStore,
+    store: AnyStore,
+    /// The native policy's engine on `store`, following every applied change.
+    engine: Arc<Engine<AnyStore>>,
     metrics: Metrics,
     /// Where reloads read from.
     path: Option<PathBuf>,
@@ -258,7 +139,7 @@ struct History {
 pub enum StartError {
     /// The store cannot be opened.
     #[error(transparent)]
-    Store(#[from] crate::store::OpenStoreError),
+    Store(#[from] OpenError),
     /// The HTTP listener is not on loopback and no admin token is set.
     #[error(
         "the HTTP listener {0} is not on loopback: the admin API needs a bearer token \
@@ -272,8 +153,9 @@ pub enum StartError {
 
 impl Control {
     /// Puts `config` in force as version 1 over `store` (opened from `config.store`).
-    pub fn start(config: Config, store: ServerStore, path: Option<PathBuf>, metrics: Metrics) -> Control {
-        let running = build(1, config, &store, &metrics);
+    pub fn start(config: Config, store: AnyStore, path: Option<PathBuf>, metrics: Metrics) -> Control {
+        let running = build(1, config, &metrics);
+        let engine = Arc::new(Engine::from_shared(Arc::clone(&running.native.policy), store.clone()));
         metrics.config_version(1);
         let clock = SystemClock::new();
         let record = AuditRecord {
@@ -295,6 +177,7 @@ impl Control {
         Control {
             current: ArcSwap::new(running),
             store,
+            engine,
             metrics,
             path,
             clock,
@@ -314,8 +197,15 @@ impl Control {
     }
 
     /// The store.
-    pub fn store(&self) -> &ServerStore {
+    pub fn store(&self) -> &AnyStore {
         &self.store
+    }
+
+    /// The native policy's engine on the store: it lives as long as the server and follows every
+    /// applied change, so a tower layer (or the gateway) built on it decides on the configuration
+    /// in force.
+    pub fn engine(&self) -> &Arc<Engine<AnyStore>> {
+        &self.engine
     }
 
     /// The file or directory reloads read from.
@@ -421,7 +311,7 @@ impl Control {
             });
         }
         let diff = Diff::between(&current.fingerprints, &config.fingerprints);
-        let running = build(current.version + 1, config, &self.store, &self.metrics);
+        let running = build(current.version + 1, config, &self.metrics);
         Ok(self.install(history, running, diff, trigger, None))
     }
 
@@ -435,6 +325,7 @@ impl Control {
     ) -> Applied {
         let running = Arc::new(running);
         self.current.store(Arc::clone(&running));
+        self.engine.set_shared_policy(Arc::clone(&running.native.policy));
         history.versions.push_back(Arc::clone(&running));
         while history.versions.len() > KEPT_VERSIONS {
             history.versions.pop_front();
@@ -510,38 +401,27 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
     if current.store != config.store {
         return Err(ApplyError::Refused(format!(
             "store: the store settings cannot change while running ({} → {}); restart floodgate to change them",
-            store_summary(&current.store),
-            store_summary(&config.store)
+            current.store.summary(),
+            config.store.summary()
         )));
     }
     Ok(())
 }
 
-fn store_summary(store: &StoreConfig) -> String {
-    match store {
-        StoreConfig::Memory(m) => format!("memory, max_keys {}", m.max_keys),
-        StoreConfig::Redis { url, .. } => format!("redis {url}"),
-        StoreConfig::RedisCluster { urls, .. } => format!("redis_cluster {}", urls.join(",")),
-    }
-}
-
-/// Builds the engines of `config` over `store`.
-fn build(version: u64, config: Config, store: &ServerStore, metrics: &Metrics) -> Running {
-    let Config { store: store_config, headers, policy, domains, fingerprints, source } = config;
-    let native = Arc::new(domain(None, policy, store, metrics));
+/// The policies of `config`, with their metric handles.
+fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
+    let Config { store, headers, policy, domains, fingerprints, source } = config;
+    let native = Arc::new(domain(None, policy, metrics));
     let domains = domains
         .into_iter()
-        .map(|(name, policy)| {
-            let d = Arc::new(domain(Some(&name), policy, store, metrics));
-            (name, d)
-        })
+        .map(|(name, policy)| (name.clone(), Arc::new(domain(Some(name), policy, metrics))))
         .collect();
-    Running { version, headers, native, domains, source, fingerprints, store: store_config }
+    Running { version, headers, native, domains, source, fingerprints, store }
 }
 
-fn domain(name: Option<&str>, policy: Policy, store: &ServerStore, metrics: &Metrics) -> Domain {
-    let rule_metrics = metrics.rules(name, policy.rules().map(|r| r.name()));
-    Domain { engine: Engine::new(policy, store.clone()), metrics: rule_metrics }
+fn domain(name: Option<String>, policy: Policy, metrics: &Metrics) -> Domain {
+    let rule_metrics = metrics.rules(name.as_deref(), policy.rules().map(|r| r.name()));
+    Domain { name, policy: Arc::new(policy), metrics: rule_metrics }
 }
 
 /// The clock's now as RFC 3339, UTC, to the millisecond.
@@ -555,20 +435,6 @@ fn rfc3339(clock: &SystemClock) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fp(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
-        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
-    }
-
-    #[test]
-    fn diff_names_added_removed_and_changed_rules() {
-        let before = fp(&[("a", 1), ("b", 2), ("c", 3)]);
-        let after = fp(&[("a", 1), ("b", 20), ("d", 4)]);
-        let diff = Diff::between(&before, &after);
-        assert_eq!(diff.added, ["d"]);
-        assert_eq!(diff.removed, ["c"]);
-        assert_eq!(diff.changed, ["b"]);
-    }
 
     #[test]
     fn audit_time_is_rfc3339_utc() {

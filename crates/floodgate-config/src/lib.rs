@@ -1,7 +1,13 @@
-//! Configuration: Floodgate's native YAML and envoyproxy/ratelimit files, validated on load.
+//! Floodgate's configuration: the native YAML and envoyproxy/ratelimit files, validated on load
+//! with errors that say where and what, and the store they describe, opened.
 //!
 //! - [`load`] reads a file or a directory, [`parse`] a text, [`builtin`] is the example policy
 //!   `floodgate serve` runs without `--config` (`example.yaml` beside this file).
+//! - One [algorithm registry](algorithm) (names and parameters), one [duration grammar](duration)
+//!   and one set of store defaults (the stores' own [`MemoryConfig`](floodgate::MemoryConfig) and
+//!   [`RedisConfig`](floodgate_redis::RedisConfig)): the server, `floodgate-bench` and the docs
+//!   read them from here.
+//! - [`store::AnyStore`] is the store a [`StoreConfig`] describes, opened, with its readiness.
 //! - The native format is DESIGN.md §3; `docs/configuration.md` is the full reference. A file
 //!   whose top level has `domain` is an envoyproxy/ratelimit file (see the `envoy` module docs and
 //!   `docs/configuration.md`, "Envoy configuration files").
@@ -16,53 +22,73 @@
 //! - **Envoy RLS** (`ShouldRateLimit`): the policy is `domains[request.domain]`, or
 //!   [`Config::policy`] when no envoyproxy/ratelimit file defines that domain (with only Envoy
 //!   files loaded the native policy is empty, so an unknown domain is not limited). **Each**
-//!   descriptor of the request is checked on its own, with the descriptors built by
-//!   [`envoy_descriptors`] from its entries, and gets its own status (`hits_addend` is the cost,
-//!   0 meaning 1). The imported rules are compiled so that at most one rule applies to one Envoy
-//!   descriptor, as in envoyproxy/ratelimit's tree walk. An `unlimited` entry (or
-//!   a value carved out of a less specific limit) matches no rule, so its descriptor is `OK` with
-//!   no `current_limit`.
+//!   descriptor of the request is a hit of its own, with the descriptors built by
+//!   [`envoy_descriptors`](floodgate_http::envoy::envoy_descriptors) from its entries; all the
+//!   hits of a request go to the store in one call, all-or-nothing, and each gets its own status
+//!   (`hits_addend` is the cost, 0 meaning 1). The imported rules are compiled so that at most one
+//!   rule applies to one Envoy descriptor, as in envoyproxy/ratelimit's tree walk. An `unlimited`
+//!   entry (or a value carved out of a less specific limit) matches no rule, so its descriptor is
+//!   `OK` with no `current_limit`.
 
-mod duration;
+pub mod algorithm;
+pub mod duration;
 mod envoy;
 mod error;
 mod fingerprint;
 mod native;
+pub mod store;
 mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use floodgate::headers::HeaderStyle;
-use floodgate::{Descriptors, Policy};
+use floodgate::{MemoryConfig, Policy};
+use floodgate_http::HeaderStyle;
+use floodgate_redis::{RedisConfig, Target};
 
 use self::error::{Invalid, file_error, name_path};
 use self::yaml::{Item, Value};
 
-/// Which store to use, and its settings.
+pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
+
+/// Which store holds the counters, with the store's own settings type: its defaults are the only
+/// defaults (documented on [`MemoryConfig`] and [`RedisConfig`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreConfig {
-    /// The embedded memory store.
-    Memory(floodgate::MemoryConfig),
-    /// A single Redis node (the Redis store comes with its own crate).
-    Redis {
-        /// `redis://…` URL.
-        url: String,
-        /// Key prefix.
-        prefix: String,
-        /// The most a decision may wait for the store.
-        deadline: Duration,
-    },
-    /// A Redis Cluster.
-    RedisCluster {
-        /// Seed node URLs.
-        urls: Vec<String>,
-        /// Key prefix.
-        prefix: String,
-        /// The most a decision may wait for the store.
-        deadline: Duration,
-    },
+    /// The embedded memory store (`kind: memory`, the default).
+    Memory(MemoryConfig),
+    /// A Redis node (`kind: redis`) or a Redis Cluster (`kind: redis_cluster`), by its
+    /// [`Target`].
+    Redis(RedisConfig),
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::Memory(MemoryConfig::default())
+    }
+}
+
+impl StoreConfig {
+    /// The kind as configuration names it, and as the `store` label of metrics: `memory`, `redis`
+    /// or `redis_cluster`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreConfig::Memory(_) => "memory",
+            StoreConfig::Redis(RedisConfig { target: Target::Node(_), .. }) => "redis",
+            StoreConfig::Redis(RedisConfig { target: Target::Cluster(_), .. }) => "redis_cluster",
+        }
+    }
+
+    /// A short description for messages: `memory, max_keys 1000000`, `redis redis://…`.
+    pub fn summary(&self) -> String {
+        match self {
+            StoreConfig::Memory(m) => format!("memory, max_keys {}", m.max_keys),
+            StoreConfig::Redis(RedisConfig { target: Target::Node(url), .. }) => format!("redis {url}"),
+            StoreConfig::Redis(RedisConfig { target: Target::Cluster(urls), .. }) => {
+                format!("redis_cluster {}", urls.join(","))
+            }
+        }
+    }
 }
 
 /// A loaded, validated configuration.
@@ -115,55 +141,8 @@ pub struct ConfigError {
 /// The built-in example configuration (see [`builtin`]).
 pub const EXAMPLE_YAML: &str = include_str!("example.yaml");
 
-/// The descriptor that [`envoy_descriptors`] sets to the ordered keys of an Envoy descriptor;
-/// imported rules require it to equal their path's keys (reserved: not allowed as an Envoy key).
-pub const ENVOY_KEYS: &str = "envoy.keys";
-
 /// The largest configuration file read, 16 MiB.
 const MAX_FILE_BYTES: u64 = 16 << 20;
-
-/// The [`floodgate::Descriptors`] of one Envoy rate-limit descriptor (its entries in order), for
-/// the policies of [`Config::domains`] (and, harmlessly, the native [`Config::policy`]).
-///
-/// Each entry's key becomes a descriptor name with its value; a key repeated within the descriptor
-/// is named `key#2`, `key#3`, ... from its second occurrence on. [`ENVOY_KEYS`] is set to the
-/// ordered keys, so that a rule for `[remote_address]` does not apply to a descriptor
-/// `[remote_address, path]`, exactly as envoyproxy/ratelimit matches depth and order.
-///
-/// ```
-/// use floodgate_server::config::{ENVOY_KEYS, envoy_descriptors};
-/// let d = envoy_descriptors([("database", "users"), ("user", "u1")]);
-/// assert_eq!(d.get("database"), Some("users"));
-/// assert_eq!(d.get("user"), Some("u1"));
-/// assert_eq!(d.get(ENVOY_KEYS), Some(r#"["database","user"]"#));
-/// ```
-pub fn envoy_descriptors<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Descriptors {
-    let mut descriptors = Descriptors::new();
-    let mut keys: Vec<&str> = Vec::new();
-    for (key, value) in entries {
-        keys.push(key);
-        let name = entry_names(&keys).pop().unwrap_or_default();
-        descriptors.insert(name, value);
-    }
-    descriptors.insert(ENVOY_KEYS, keys_descriptor(&keys));
-    descriptors
-}
-
-/// The descriptor names of entries with `keys`: the key, then `key#2`, `key#3`, ... for repeats.
-pub(crate) fn entry_names(keys: &[&str]) -> Vec<String> {
-    keys.iter()
-        .enumerate()
-        .map(|(i, key)| match keys[..i].iter().filter(|k| *k == key).count() {
-            0 => (*key).to_owned(),
-            n => format!("{key}#{}", n + 1),
-        })
-        .collect()
-}
-
-/// The value of [`ENVOY_KEYS`]: the keys as a JSON array (unambiguous whatever the keys hold).
-pub(crate) fn keys_descriptor(keys: &[&str]) -> String {
-    serde_json::to_string(keys).unwrap_or_default()
-}
 
 /// Loads `path`: a native YAML file, an envoyproxy/ratelimit YAML file (recognised by a top-level
 /// `domain`), or a directory of such files (each envoyproxy file its own domain; at most one native
@@ -352,11 +331,7 @@ fn assemble(
             })?;
             (n.store, n.headers, policy)
         }
-        None => (
-            StoreConfig::Memory(floodgate::MemoryConfig::default()),
-            HeaderStyle::default(),
-            Policy::default(),
-        ),
+        None => (StoreConfig::default(), HeaderStyle::default(), Policy::default()),
     };
     Ok(Config { store, headers, policy, domains, fingerprints, source })
 }
@@ -370,7 +345,7 @@ mod tests {
         let config = builtin();
         let names: Vec<&str> = config.policy.rules().map(|r| r.name()).collect();
         assert_eq!(names, ["chat-per-user", "tenant-hourly", "api-burst", "monthly-quota"]);
-        assert_eq!(config.store, StoreConfig::Memory(floodgate::MemoryConfig::default()));
+        assert_eq!(config.store, StoreConfig::default());
         assert_eq!(config.source.path, None);
         assert_eq!(config.source.text, EXAMPLE_YAML);
         assert_eq!(config.fingerprints.len(), 4);
@@ -395,14 +370,5 @@ mod tests {
         let err = parse("", "rules: [\n").unwrap_err();
         assert!(err.message.starts_with("line 1"), "{}", err.message);
         assert_eq!(err.file, None);
-    }
-
-    #[test]
-    fn envoy_descriptors_name_repeated_keys() {
-        let d = envoy_descriptors([("a", "1"), ("b", "2"), ("a", "3")]);
-        assert_eq!(d.get("a"), Some("1"));
-        assert_eq!(d.get("a#2"), Some("3"));
-        assert_eq!(d.get(ENVOY_KEYS), Some(r#"["a","b","a"]"#));
-        assert_eq!(envoy_descriptors([]).get(ENVOY_KEYS), Some("[]"));
     }
 }

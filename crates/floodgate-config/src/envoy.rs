@@ -31,7 +31,7 @@
 //! - name = `rate_limit.name` when given, else the path as envoyproxy/ratelimit names it in its
 //!   statistics: `key_value.key2` (entries joined by `.`, a value appended with `_`);
 //! - conditions: the request descriptor's keys are exactly the path's keys, in order (descriptor
-//!   [`super::ENVOY_KEYS`]); entries with a `value` must equal it;
+//!   [`ENVOY_KEYS`]); entries with a `value` must equal it;
 //! - key: the entries without a value (one counter per value), e.g. per `remote_address`;
 //! - `shadow_mode: true` → action `shadow`;
 //! - a path entry without a value loses to a sibling entry *with* a value at the same level (that
@@ -41,7 +41,7 @@
 //! - `unlimited: true` makes no rule of its own;
 //! - `replaces` is validated but not applied (see below).
 //!
-//! Requests are mapped with [`super::envoy_descriptors`].
+//! Requests are mapped with [`envoy_descriptors`](floodgate_http::envoy::envoy_descriptors).
 //!
 //! # Not supported
 //! - `requests_per_unit: 0` (refuse everything): Floodgate limits are at least 1 — refused with an
@@ -60,10 +60,10 @@ use std::time::Duration;
 use floodgate::{Action, Condition, Limit, Rule};
 use floodgate_core::FixedWindow;
 
-use super::error::Invalid;
-use super::fingerprint::Canonical;
-use super::yaml::{Item, did_you_mean};
-use super::{ENVOY_KEYS, entry_names, keys_descriptor};
+use crate::error::Invalid;
+use crate::fingerprint::Canonical;
+use crate::yaml::{Item, did_you_mean};
+use floodgate_http::envoy::{ENVOY_KEYS, entry_names, keys_descriptor};
 
 /// One domain's rules.
 #[derive(Debug)]
@@ -229,7 +229,7 @@ fn spec<'a>(item: &Item<'a>) -> Result<Spec<'a>, Invalid> {
     };
     let per_unit_item =
         fields.require("requests_per_unit", "how many requests per unit, e.g. requests_per_unit: 10")?;
-    if matches!(per_unit_item.node.value, super::yaml::Value::Int(0)) {
+    if matches!(per_unit_item.node.value, crate::yaml::Value::Int(0)) {
         return Err(per_unit_item.error(
             "requests_per_unit 0 (refuse every request) cannot be imported: a Floodgate limit allows at \
              least 1 per window; block such clients before the rate limiter",
@@ -344,7 +344,7 @@ fn derived_name(path: &[(&Entry<'_>, &[Entry<'_>])]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::yaml::parse_document;
+    use crate::yaml::parse_document;
 
     fn compile_text(text: &str) -> Result<Domain, Invalid> {
         let root = parse_document(text).expect("valid YAML");

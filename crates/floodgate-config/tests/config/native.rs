@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use floodgate::Outcome;
-use floodgate::headers::HeaderStyle;
-use floodgate_server::config;
+use floodgate_config as config;
+use floodgate_http::HeaderStyle;
 
 use super::{engine, fixture, hammer, request};
 

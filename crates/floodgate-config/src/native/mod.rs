@@ -1,0 +1,69 @@
+//! Floodgate's native YAML format (DESIGN.md §3; the reference is `docs/configuration.md`), one
+//! module per section: [`store`](self::store) (`store:`), [`descriptors`] (`descriptors:`, the
+//! vocabulary rules may use), [`rules`] (`rules:`) and [`limits`] (a rule's algorithm and its
+//! parameters, read through the [algorithm registry](crate::algorithm)).
+
+mod descriptors;
+mod limits;
+mod rules;
+mod store;
+
+#[cfg(test)]
+mod tests;
+
+use std::str::FromStr;
+
+use floodgate::Rule;
+use floodgate_http::HeaderStyle;
+
+use self::descriptors::Vocabulary;
+use crate::StoreConfig;
+use crate::error::Invalid;
+use crate::yaml::Item;
+
+pub use self::descriptors::KNOWN_DESCRIPTORS;
+pub use self::limits::DEFAULT_LEASE;
+
+/// A validated native configuration, before its rules are compiled into a policy.
+#[derive(Debug)]
+pub(crate) struct Native {
+    pub(crate) store: StoreConfig,
+    pub(crate) headers: HeaderStyle,
+    pub(crate) rules: Vec<Rule>,
+    /// `(rule name, fingerprint)` in rule order.
+    pub(crate) fingerprints: Vec<(String, u64)>,
+}
+
+const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules"];
+
+/// Validates a native configuration document (its root is a mapping without `domain`).
+pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
+    let fields = root.fields("a Floodgate configuration", Some(TOP_FIELDS))?;
+    let vocabulary = match fields.get("descriptors") {
+        Some(item) => Vocabulary::declared(item)?,
+        None => Vocabulary::default(),
+    };
+    let store = match fields.get("store") {
+        Some(item) => store::compile(item, &vocabulary)?,
+        None => StoreConfig::default(),
+    };
+    let headers = match fields.get("headers") {
+        Some(item) => {
+            let text = item.str("a header style")?;
+            HeaderStyle::from_str(text).map_err(|e| item.error(e.to_string()))?
+        }
+        None => HeaderStyle::default(),
+    };
+    let mut rules = Vec::new();
+    let mut fingerprints = Vec::new();
+    // (name, line) of every rule so far, to point a duplicate at the first.
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    if let Some(list) = fields.get("rules").filter(|i| !i.is_null()) {
+        for item in list.elements("a list of rules")? {
+            let (rule, fingerprint) = rules::compile(item, &vocabulary, &mut seen)?;
+            fingerprints.push((rule.name().to_owned(), fingerprint));
+            rules.push(rule);
+        }
+    }
+    Ok(Native { store, headers, rules, fingerprints })
+}

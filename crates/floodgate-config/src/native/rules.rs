@@ -1,0 +1,284 @@
+//! `rules:`: one rule's name, algorithm, `match`, `key`, action, rollout and store-failure policy.
+
+use std::sync::LazyLock;
+
+use floodgate::{Action, Condition, LimitKind, OnStoreError, Rule};
+
+use super::descriptors::Vocabulary;
+use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
+use crate::algorithm::{self, Algorithm};
+use crate::error::Invalid;
+use crate::fingerprint::Canonical;
+use crate::yaml::{Item, Value, did_you_mean};
+
+/// The fields of a rule: these, and every algorithm's parameters (from the registry).
+static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+    let mut fields = vec!["name", "match", "key", "algorithm"];
+    fields.extend(algorithm::all_parameters());
+    fields.extend(["overage", "action", "rollout", "on_store_error"]);
+    fields
+});
+
+/// Validates one rule; returns it with its fingerprint.
+pub(crate) fn compile(
+    item: Item<'_>,
+    vocabulary: &Vocabulary,
+    seen: &mut Vec<(String, usize)>,
+) -> Result<(Rule, u64), Invalid> {
+    let fields = item.fields("a rule", Some(&RULE_FIELDS))?;
+    let mut canonical = Canonical::default();
+
+    // name
+    let name_item = fields.require("name", "every rule needs a unique name, e.g. name: chat-per-user")?;
+    let name = name_item.text("a rule name")?;
+    if name.trim().is_empty() || name.chars().any(char::is_control) {
+        return Err(name_item
+            .error(format!("invalid rule name {}: must be non-empty text", name_item.node.describe())));
+    }
+    if let Some((_, line)) = seen.iter().find(|(n, _)| *n == name) {
+        return Err(name_item.error(format!("duplicate rule name {name:?} (first defined at line {line})")));
+    }
+    seen.push((name.to_string(), name_item.node.line));
+    canonical.field("name", &name);
+
+    // algorithm and its parameters
+    let names = || algorithm::names().collect::<Vec<_>>().join(", ");
+    let algorithm_item = fields.require("algorithm", &format!("expected one of {}", names()))?;
+    let algorithm_name = algorithm_item.str("an algorithm")?;
+    let Some(algorithm) = algorithm::by_name(algorithm_name) else {
+        return Err(algorithm_item.error(format!(
+            "unknown algorithm {algorithm_name:?}: expected one of {}{}",
+            names(),
+            did_you_mean(algorithm_name, algorithm::names())
+        )));
+    };
+    canonical.field("algorithm", algorithm.name());
+    check_parameters(item.clone(), &fields, algorithm)?;
+
+    let (limit, by) = match algorithm.kind {
+        LimitKind::TokenBucket | LimitKind::Gcra => {
+            if let Some(overage) = fields.get("overage") {
+                return Err(overage.error(OVERAGE_WITHOUT_BY));
+            }
+            (bucket(&fields, algorithm.kind, &mut canonical)?, None)
+        }
+        _ => {
+            let shape = shape(&fields, algorithm.kind, &mut canonical)?;
+            let limit_item = fields.require("limit", "a limit is required")?;
+            let count = count(limit_item.clone(), vocabulary)?;
+            counted(&fields, &shape, &count, &limit_item, &mut canonical)?
+        }
+    };
+    let mut rule = Rule::new(name.as_ref(), limit);
+    if let Some(by) = by {
+        rule = rule.vary_by(by);
+    }
+
+    // match
+    let mut conditions: Vec<(String, String)> = Vec::new();
+    if let Some(match_item) = fields.get("match").filter(|i| !i.is_null()) {
+        let entries = match_item.fields("conditions on descriptors", None)?;
+        for (descriptor, key, value) in entries.iter() {
+            vocabulary.check(descriptor, key)?;
+            let condition = condition(&value)?;
+            let described = match &condition {
+                Condition::Present => "present".to_owned(),
+                Condition::OneOf(values) => format!("one of {values:?}"),
+                Condition::NoneOf(values) => format!("none of {values:?}"),
+            };
+            conditions.push((descriptor.to_owned(), described));
+            rule = rule.when_condition(descriptor, condition);
+        }
+    }
+    conditions.sort();
+    canonical.field("match", &conditions);
+
+    // key
+    let key = match fields.get("key").filter(|i| !i.is_null()) {
+        Some(key_item) => key(key_item, vocabulary)?,
+        None => Vec::new(),
+    };
+    canonical.field("key", &key);
+    rule = rule.key(key);
+
+    // action, rollout, store failures
+    let action = match fields.get("action") {
+        Some(a) => {
+            let text = a.str("an action")?;
+            match text {
+                "deny" => Action::Deny,
+                "shadow" => Action::Shadow,
+                "tag" => Action::Tag,
+                "delay" => {
+                    return Err(a.error(
+                        "action \"delay\" is only available in-process (tower layer) and in the gateway; \
+                         the server answers at once: use deny, shadow or tag",
+                    ));
+                }
+                other => {
+                    return Err(a.error(format!(
+                        "unknown action {other:?}: expected deny, shadow or tag{}",
+                        did_you_mean(other, ["deny", "shadow", "tag"])
+                    )));
+                }
+            }
+        }
+        None => Action::Deny,
+    };
+    canonical.field("action", action_name(action));
+    rule = rule.action(action);
+
+    let rollout = match fields.get("rollout") {
+        Some(r) => rollout(r)?,
+        None => 100.0,
+    };
+    canonical.field("rollout", rollout);
+    rule = rule.rollout(rollout);
+
+    let on_store_error = match fields.get("on_store_error") {
+        Some(o) => {
+            let text = o.str("a store failure policy")?;
+            canonical.field("on_store_error", text);
+            match text {
+                "fail_open" => OnStoreError::FailOpen,
+                "fail_closed" => OnStoreError::FailClosed,
+                // The fallback store (an in-memory share of the limit) is not built yet: until it is,
+                // `local` behaves as `fail_open`. Accepted so configurations need not change later.
+                "local" => OnStoreError::FailOpen,
+                other => {
+                    let options = ["fail_open", "fail_closed", "local"];
+                    return Err(o.error(format!(
+                        "unknown on_store_error {other:?}: expected fail_open, fail_closed or local{}",
+                        did_you_mean(other, options)
+                    )));
+                }
+            }
+        }
+        None => OnStoreError::FailOpen,
+    };
+    rule = rule.on_store_error(on_store_error);
+
+    Ok((rule, canonical.hash()))
+}
+
+/// Refuses parameters of other algorithms, and requires the algorithm's own required ones.
+fn check_parameters(
+    item: Item<'_>,
+    fields: &crate::yaml::Fields<'_>,
+    algorithm: &Algorithm,
+) -> Result<(), Invalid> {
+    let parameters = algorithm::all_parameters();
+    for given in fields.names() {
+        if parameters.contains(&given)
+            && !algorithm.takes(given)
+            && let Some(key) = fields.key_item(given)
+        {
+            return Err(key.error(format!(
+                "{given:?} does not apply to algorithm {} (its parameters: {})",
+                algorithm.name(),
+                algorithm.parameter_names().collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    for p in algorithm.parameters.iter().filter(|p| p.required()) {
+        if fields.get(p.name).is_none() {
+            return Err(item.missing(
+                p.name,
+                format!("algorithm {} requires {:?} (e.g. {})", algorithm.name(), p.name, p.example),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A condition in `match`: a value, a list of values, or `{present: true}`.
+fn condition(item: &Item<'_>) -> Result<Condition, Invalid> {
+    match &item.node.value {
+        Value::Map(_) => {
+            let fields = item.fields("a condition", Some(&["present", "not"]))?;
+            match (fields.get("present"), fields.get("not")) {
+                (Some(present), None) if present.bool()? => Ok(Condition::Present),
+                (Some(present), None) => Err(present.error(
+                    "present: false is not supported (a rule cannot require a descriptor to be absent): \
+                     remove the condition",
+                )),
+                (None, Some(not)) => Ok(Condition::NoneOf(values(&not)?)),
+                (Some(present), Some(_)) => {
+                    Err(present.error("write either {present: true} or {not: [...]}"))
+                }
+                (None, None) => Err(item.error("expected {present: true} or {not: [values]}")),
+            }
+        }
+        Value::Seq(_) => Ok(Condition::OneOf(values(item)?)),
+        Value::Null => {
+            Err(item.error("expected a value, a list of values, {present: true} or {not: [values]}"))
+        }
+        _ => Ok(Condition::OneOf(vec![item.text("a descriptor value")?.into_owned()])),
+    }
+}
+
+/// A value or a non-empty list of values.
+fn values(item: &Item<'_>) -> Result<Vec<String>, Invalid> {
+    if !matches!(item.node.value, Value::Seq(_)) {
+        return Ok(vec![item.text("a descriptor value")?.into_owned()]);
+    }
+    let elements = item.elements("a list of values")?;
+    if elements.is_empty() {
+        return Err(item.error("an empty list matches nothing: list at least one value"));
+    }
+    elements.iter().map(|e| e.text("a descriptor value").map(|t| t.into_owned())).collect()
+}
+
+/// `key: [user]`, `key: user`, `key: []` or `key: [global]`.
+fn key(item: Item<'_>, vocabulary: &Vocabulary) -> Result<Vec<String>, Invalid> {
+    let elements = match item.node.value {
+        Value::Str(_) => vec![item],
+        _ => item.elements("a list of descriptor names")?,
+    };
+    let mut key: Vec<String> = Vec::new();
+    for element in &elements {
+        let name = element.str("a descriptor name")?;
+        if name == "global" {
+            if elements.len() > 1 {
+                return Err(element.error(
+                    "\"global\" means one key for all requests and cannot be combined with other descriptors",
+                ));
+            }
+            continue;
+        }
+        vocabulary.check(name, element.clone())?;
+        if key.iter().any(|k| k == name) {
+            return Err(element.error(format!("descriptor {name:?} appears twice in the key")));
+        }
+        key.push(name.to_owned());
+    }
+    Ok(key)
+}
+
+/// `rollout: 50%`, `rollout: 50` or `rollout: 12.5%`.
+fn rollout(item: Item<'_>) -> Result<f64, Invalid> {
+    let percent = match item.number() {
+        Some(n) => Some(n),
+        None => item.str("a percentage").ok().and_then(|s| {
+            let s = s.trim();
+            s.strip_suffix('%').unwrap_or(s).trim().parse::<f64>().ok()
+        }),
+    };
+    let described = item.node.describe();
+    match percent.filter(|p| p.is_finite()) {
+        Some(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        Some(p) if p > 100.0 => Err(item.error(format!("invalid rollout {described}: above 100%"))),
+        _ => Err(item.error(format!(
+            "invalid rollout {described}: expected a percentage from 0% to 100%, e.g. rollout: 50%"
+        ))),
+    }
+}
+
+/// An action's name in fingerprints.
+pub(crate) fn action_name(action: Action) -> &'static str {
+    match action {
+        Action::Deny => "deny",
+        Action::Shadow => "shadow",
+        Action::Tag => "tag",
+    }
+}

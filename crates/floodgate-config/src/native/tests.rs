@@ -1,0 +1,300 @@
+//! The native format, section by section: what is accepted, what each default is, what is refused.
+
+use std::time::Duration;
+
+use floodgate::{Action, Limit, MemoryConfig, OnFull};
+use floodgate_core::calendar::Period;
+use floodgate_http::HeaderStyle;
+use floodgate_redis::RedisConfig;
+use jiff::civil::Weekday;
+
+use super::{DEFAULT_LEASE, Native, compile};
+use crate::StoreConfig;
+use crate::error::Invalid;
+use crate::yaml::{Item, parse_document};
+
+fn compile_text(text: &str) -> Result<Native, Invalid> {
+    let root = parse_document(text).expect("valid YAML");
+    compile(Item::root(&root))
+}
+
+/// A one-rule configuration with `body` as the rule's fields (indented by the caller).
+fn one_rule(body: &str) -> Result<Native, Invalid> {
+    compile_text(&format!("rules:\n  - name: r\n{body}"))
+}
+
+fn error(text: &str) -> Invalid {
+    compile_text(text).expect_err("an invalid configuration")
+}
+
+#[test]
+fn defaults() {
+    let native = compile_text("rules: []\n").unwrap();
+    assert_eq!(native.store, StoreConfig::Memory(MemoryConfig::default()));
+    assert_eq!(native.headers, HeaderStyle::Both);
+    assert!(native.rules.is_empty());
+    assert!(compile_text("{}\n").unwrap().rules.is_empty());
+}
+
+#[test]
+fn store_kinds() {
+    let memory =
+        compile_text("store: {kind: memory, max_keys: 10, on_full: reject, sweep_interval: 1s}\n").unwrap();
+    assert_eq!(
+        memory.store,
+        StoreConfig::Memory(MemoryConfig {
+            max_keys: 10,
+            on_full: OnFull::Reject,
+            sweep_interval: Duration::from_secs(1)
+        })
+    );
+    let redis = compile_text("store: {kind: redis, url: 'redis://127.0.0.1:6379'}\n").unwrap();
+    // The Redis store's own defaults are the configuration's: one prefix, one deadline.
+    assert_eq!(redis.store, StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:6379")));
+    let StoreConfig::Redis(node) = &redis.store else { panic!("a Redis store") };
+    assert_eq!((node.prefix.as_str(), node.deadline), ("floodgate", Duration::from_millis(5)));
+    let cluster =
+        compile_text("store:\n  kind: redis_cluster\n  urls: ['redis://a:1', 'redis://b:2']\n  prefix: fg\n  deadline: 20ms\n")
+            .unwrap();
+    let mut expected = RedisConfig::cluster(["redis://a:1", "redis://b:2"]);
+    expected.prefix = "fg".into();
+    expected.deadline = Duration::from_millis(20);
+    assert_eq!(cluster.store, StoreConfig::Redis(expected));
+}
+
+#[test]
+fn redis_connection_settings_and_hash_tags_are_settable() {
+    let cluster = compile_text(
+        "store:\n  kind: redis_cluster\n  urls: ['redis://a:1']\n  connect_timeout: 250ms\n  max_in_flight: 64\n  hash_tag: tenant\n",
+    )
+    .unwrap();
+    let StoreConfig::Redis(c) = &cluster.store else { panic!("a Redis store") };
+    assert_eq!(c.connect_timeout, Duration::from_millis(250));
+    assert_eq!(c.max_in_flight, 64);
+    assert_eq!(c.hash_tag, floodgate_redis::HashTag::Descriptor("tenant".into()));
+    let whole = compile_text("store: {kind: redis_cluster, urls: ['redis://a:1'], hash_tag: key}\n").unwrap();
+    let StoreConfig::Redis(c) = &whole.store else { panic!("a Redis store") };
+    assert_eq!(c.hash_tag, floodgate_redis::HashTag::Key);
+
+    let e = error("store: {kind: redis_cluster, urls: ['redis://a:1'], hash_tag: tenat}\n");
+    assert_eq!(e.field.as_deref(), Some("store.hash_tag"));
+    assert!(e.message.contains("did you mean \"tenant\""), "{}", e.message);
+    let e = error("store: {kind: redis, url: 'redis://a:1', hash_tag: tenant}\n");
+    assert!(e.message.contains("does not apply to store kind redis"), "{}", e.message);
+    let e = error("store: {kind: redis, url: 'redis://a:1', max_in_flight: 0}\n");
+    assert!(e.message.contains("invalid max_in_flight 0"), "{}", e.message);
+    let e = error("store: {kind: redis, url: 'redis://a:1', connect_timeout: 0s}\n");
+    assert!(e.message.contains("must be longer than 0"), "{}", e.message);
+}
+
+#[test]
+fn store_settings_must_fit_the_kind() {
+    let e = error("store:\n  kind: memory\n  url: redis://x\n");
+    assert_eq!((e.line, e.field.as_deref()), (Some(3), Some("store.url")));
+    assert!(e.message.contains("does not apply to store kind memory"), "{}", e.message);
+    let e = error("store: {kind: redis}\n");
+    assert_eq!(e.field.as_deref(), Some("store.url"));
+    let e = error("store: {kind: redis, url: 'http://x'}\n");
+    assert!(e.message.contains("invalid Redis URL \"http://x\""), "{}", e.message);
+    let e = error("store: {kind: redis_cluster, urls: []}\n");
+    assert_eq!(e.field.as_deref(), Some("store.urls"));
+    let e = error("store: {kind: mem}\n");
+    assert!(e.message.contains("unknown store kind \"mem\""), "{}", e.message);
+    let e = error("store: {max_keys: 0}\n");
+    assert!(e.message.contains("invalid max_keys 0"), "{}", e.message);
+    let e = error("store: {on_full: evict}\n");
+    assert!(e.message.contains("unknown on_full \"evict\""), "{}", e.message);
+}
+
+#[test]
+fn header_styles() {
+    for (text, style) in [
+        ("ietf", HeaderStyle::Ietf),
+        ("legacy", HeaderStyle::Legacy),
+        ("both", HeaderStyle::Both),
+        ("none", HeaderStyle::None),
+    ] {
+        assert_eq!(compile_text(&format!("headers: {text}\n")).unwrap().headers, style);
+    }
+    let e = error("headers: x-ratelimit\n");
+    assert!(e.message.contains("\"x-ratelimit\""), "{}", e.message);
+}
+
+#[test]
+fn bucket_defaults() {
+    let native = one_rule("    algorithm: token_bucket\n    rate: 600/m\n").unwrap();
+    let Limit::TokenBucket(bucket) = native.rules[0].limit() else { panic!("a token bucket") };
+    assert_eq!(bucket.burst(), 600, "a token bucket's burst defaults to the rate's count");
+    let native = one_rule("    algorithm: gcra\n    rate: 5000/h\n").unwrap();
+    let Limit::Gcra(gcra) = native.rules[0].limit() else { panic!("a gcra") };
+    assert_eq!(gcra.burst(), 1, "a gcra's burst defaults to 1");
+    let e = one_rule("    algorithm: gcra\n    rate: 10\n").unwrap_err();
+    assert!(e.message.contains("\"10/s\""), "{}", e.message);
+    let e =
+        one_rule("    algorithm: token_bucket\n    rate: 1/d\n    burst: 1000000000000000\n").unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("rules[0].burst"));
+}
+
+#[test]
+fn concurrency_and_quota_defaults() {
+    let native = one_rule("    algorithm: concurrency\n    limit: 4\n").unwrap();
+    let Limit::Concurrency(c) = native.rules[0].limit() else { panic!("concurrency") };
+    assert_eq!(c.lease(), DEFAULT_LEASE);
+    let native = one_rule("    algorithm: quota\n    limit: 4\n    period: month\n").unwrap();
+    let Limit::Quota(q) = native.rules[0].limit() else { panic!("quota") };
+    assert_eq!(q.calendar().period(), Period::Month { anchor_day: 1 });
+    assert_eq!(q.calendar().time_zone_name(), "UTC");
+    let native = one_rule(
+        "    algorithm: quota\n    limit: 4\n    period: week\n    anchor: sun\n    time_zone: Europe/Berlin\n",
+    )
+    .unwrap();
+    let Limit::Quota(q) = native.rules[0].limit() else { panic!("quota") };
+    assert_eq!(q.calendar().period(), Period::Week { starts_on: Weekday::Sunday });
+    assert_eq!(q.calendar().time_zone_name(), "Europe/Berlin");
+}
+
+#[test]
+fn quota_anchors_fit_the_period() {
+    let e = one_rule("    algorithm: quota\n    limit: 4\n    period: day\n    anchor: 1\n").unwrap_err();
+    assert!(e.message.contains("anchor does not apply to period day"), "{}", e.message);
+    let e = one_rule("    algorithm: quota\n    limit: 4\n    period: month\n    anchor: 32\n").unwrap_err();
+    assert!(e.message.contains("invalid anchor 32"), "{}", e.message);
+    let e =
+        one_rule("    algorithm: quota\n    limit: 4\n    period: week\n    anchor: someday\n").unwrap_err();
+    assert!(e.message.contains("\"someday\""), "{}", e.message);
+    let e = one_rule("    algorithm: quota\n    limit: 4\n    period: year\n").unwrap_err();
+    assert!(e.message.contains("unknown period \"year\""), "{}", e.message);
+}
+
+#[test]
+fn descriptors_known_declared_and_headers() {
+    let rule = "    key: [tier]\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n";
+    let e = one_rule(rule).unwrap_err();
+    assert!(e.message.contains("unknown descriptor \"tier\""), "{}", e.message);
+    assert!(compile_text(&format!("descriptors: [tier]\nrules:\n  - name: r\n{rule}")).is_ok());
+    let header = "    key: [header.x-api-key]\n    algorithm: fixed_window\n    limit: 1\n    window: 1s\n";
+    assert!(one_rule(header).is_ok());
+    let e = one_rule(&header.replace("x-api-key", "X-Api-Key")).unwrap_err();
+    assert!(e.message.contains("\"header.x-api-key\""), "{}", e.message);
+    let e = one_rule(&header.replace("x-api-key", "")).unwrap_err();
+    assert!(e.message.contains("invalid header name"), "{}", e.message);
+    let e = error("descriptors: [tier, tier]\n");
+    assert_eq!(e.field.as_deref(), Some("descriptors[1]"));
+    let e = error("descriptors: [global]\n");
+    assert!(e.message.contains("reserved"), "{}", e.message);
+}
+
+#[test]
+fn key_forms() {
+    let base = "    algorithm: fixed_window\n    limit: 1\n    window: 1s\n";
+    for (key, expected) in [
+        ("[user, tenant]", vec!["user", "tenant"]),
+        ("user", vec!["user"]),
+        ("[]", vec![]),
+        ("[global]", vec![]),
+    ] {
+        let native = one_rule(&format!("    key: {key}\n{base}")).unwrap();
+        assert_eq!(native.rules[0].key_descriptors(), expected.as_slice(), "key: {key}");
+    }
+    assert!(one_rule(base).unwrap().rules[0].key_descriptors().is_empty());
+    let e = one_rule(&format!("    key: [user, user]\n{base}")).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("rules[0].key[1]"));
+    let e = one_rule(&format!("    key: [global, user]\n{base}")).unwrap_err();
+    assert!(e.message.contains("cannot be combined"), "{}", e.message);
+}
+
+#[test]
+fn match_forms() {
+    let base = "    algorithm: fixed_window\n    limit: 1\n    window: 1s\n";
+    for condition in
+        ["{route: 'POST /chat'}", "{method: [GET, POST]}", "{user: {present: true}}", "{plan: 1}", "{}"]
+    {
+        assert!(one_rule(&format!("    match: {condition}\n{base}")).is_ok(), "{condition}");
+    }
+    for (condition, field, says) in [
+        ("{user: {present: false}}", "rules[0].match.user.present", "not supported"),
+        ("{user: []}", "rules[0].match.user", "empty list"),
+        ("{user: ~}", "rules[0].match.user", "expected a value"),
+        ("{user: {exists: true}}", "rules[0].match.user.exists", "unknown field"),
+        ("[user]", "rules[0].match", "expected conditions"),
+    ] {
+        let e = one_rule(&format!("    match: {condition}\n{base}")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some(field), "{condition}");
+        assert!(e.message.contains(says), "{condition}: {}", e.message);
+    }
+}
+
+#[test]
+fn limits_by_descriptor() {
+    let base = "    key: [tenant]\n    algorithm: quota\n    period: month\n";
+    let ok = one_rule(&format!(
+        "{base}    limit: {{by: plan, values: {{free: 100, pro: 10000}}, default: 10}}\n    overage: {{free: degrade, pro: deny}}\n"
+    ));
+    assert!(ok.is_ok(), "{ok:?}");
+    for (extra, field, says) in [
+        ("    limit: {by: plan, values: {}}\n", "rules[0].limit.values", "empty"),
+        ("    limit: {by: plan, values: {free: 0}}\n", "rules[0].limit.values.free", "invalid limit 0"),
+        ("    limit: {by: plam, values: {free: 1}}\n", "rules[0].limit.by", "did you mean \"plan\""),
+        ("    limit: {values: {free: 1}}\n", "rules[0].limit.by", "missing field"),
+        (
+            "    limit: {by: plan, values: {free: 1}}\n    overage: {pro: deny}\n",
+            "rules[0].overage.pro",
+            "no limit",
+        ),
+        (
+            "    limit: {by: plan, values: {free: 1}}\n    overage: {free: explode}\n",
+            "rules[0].overage.free",
+            "unknown overage",
+        ),
+        ("    limit: 5\n    overage: {free: deny}\n", "rules[0].overage", "varies by a descriptor"),
+    ] {
+        let e = one_rule(&format!("{base}{extra}")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some(field), "{extra}");
+        assert!(e.message.contains(says), "{extra}: {}", e.message);
+    }
+}
+
+#[test]
+fn actions_rollouts_and_store_failures() {
+    let base = "    algorithm: fixed_window\n    limit: 1\n    window: 1s\n";
+    for (action, expected) in [("deny", Action::Deny), ("shadow", Action::Shadow), ("tag", Action::Tag)] {
+        let native = one_rule(&format!("{base}    action: {action}\n")).unwrap();
+        assert_eq!(native.rules[0].action_kind(), expected);
+    }
+    let e = one_rule(&format!("{base}    action: delay\n")).unwrap_err();
+    assert!(e.message.contains("only available in-process"), "{}", e.message);
+    for rollout in ["50%", "50", "12.5%", "0%", "100%", "100"] {
+        assert!(one_rule(&format!("{base}    rollout: {rollout}\n")).is_ok(), "{rollout}");
+    }
+    for rollout in ["150%", "-1%", "half", "101", "inf%"] {
+        let e = one_rule(&format!("{base}    rollout: {rollout}\n")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("rules[0].rollout"), "{rollout}");
+    }
+    for policy in ["fail_open", "fail_closed", "local"] {
+        assert!(one_rule(&format!("{base}    on_store_error: {policy}\n")).is_ok(), "{policy}");
+    }
+    let e = one_rule(&format!("{base}    on_store_error: retry\n")).unwrap_err();
+    assert!(e.message.contains("unknown on_store_error \"retry\""), "{}", e.message);
+}
+
+#[test]
+fn rule_names_must_be_text() {
+    let base = "    algorithm: fixed_window\n    limit: 1\n    window: 1s\n";
+    let e = compile_text(&format!("rules:\n  - name: ''\n{base}")).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("rules[0].name"));
+    let e = compile_text("rules:\n  - algorithm: fixed_window\n    limit: 1\n    window: 1s\n").unwrap_err();
+    assert!(e.message.contains("missing field \"name\""), "{}", e.message);
+    // A number is a fine name: it is read as written.
+    let native = compile_text(&format!("rules:\n  - name: 007\n{base}")).unwrap();
+    assert_eq!(native.rules[0].name(), "007");
+}
+
+#[test]
+fn fingerprints_change_with_the_definition_only() {
+    let a = "rules:\n  - name: r\n    match: {route: a, method: GET}\n    algorithm: fixed_window\n    limit: 1\n    window: 60s\n";
+    let reordered = "rules:\n  - name: r\n    window: 1m\n    limit: 1\n    algorithm: fixed_window\n    match: {method: GET, route: a}\n";
+    let changed = a.replace("limit: 1", "limit: 2");
+    let fp = |t: &str| compile_text(t).unwrap().fingerprints[0].1;
+    assert_eq!(fp(a), fp(reordered), "field order and spelling of equal durations do not matter");
+    assert_ne!(fp(a), fp(&changed));
+}

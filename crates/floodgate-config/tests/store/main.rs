@@ -1,0 +1,67 @@
+//! [`AnyStore`], the store the server and the bench run on, through the store conformance suite:
+//! on the memory store and on a real `redis-server` (started by the test, on a test clock).
+
+use std::time::Duration;
+
+use floodgate::MemoryConfig;
+use floodgate_config::StoreConfig;
+use floodgate_config::store::{AnyStore, OpenError};
+use floodgate_redis::{RedisConfig, RedisStore};
+use floodgate_testkit::redis::RedisServer;
+
+mod memory {
+    floodgate_testkit::conformance_tests!(|clock| floodgate_config::store::AnyStore::memory_on(
+        floodgate::MemoryConfig::default(),
+        clock
+    ));
+}
+
+mod redis {
+    floodgate_testkit::conformance_tests!({
+        let store = crate::redis_store().await;
+        move |clock| {
+            floodgate_config::store::AnyStore::<floodgate::core::SystemClock>::Redis(store.with_clock(clock))
+        }
+    });
+}
+
+async fn redis_store() -> RedisStore {
+    let server = RedisServer::shared();
+    let config = RedisConfig {
+        deadline: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(10),
+        ..RedisConfig::node(server.url())
+    };
+    RedisStore::connect(config).await.expect("connect to the shared node")
+}
+
+#[tokio::test]
+async fn opened_stores_say_what_they_are_and_whether_they_can_decide() {
+    let memory = AnyStore::open(&StoreConfig::Memory(MemoryConfig::default())).unwrap();
+    assert_eq!((memory.kind(), memory.counts_keys(), memory.keys()), ("memory", true, Some(0)));
+    assert!(memory.ready().await.is_ready());
+
+    let server = RedisServer::shared();
+    let redis = AnyStore::open(&StoreConfig::Redis(RedisConfig::node(server.url()))).unwrap();
+    assert_eq!((redis.kind(), redis.counts_keys(), redis.keys()), ("redis", false, None));
+    assert!(redis.ready().await.is_ready(), "the shared node answers PING");
+
+    // Nothing listens on port 1: not ready, and the answer says why.
+    let down = AnyStore::open(&StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:1"))).unwrap();
+    let readiness = down.ready().await;
+    assert!(!readiness.is_ready(), "{readiness:?}");
+    let cluster = AnyStore::open(&StoreConfig::Redis(RedisConfig::cluster(["redis://127.0.0.1:1"]))).unwrap();
+    assert_eq!(cluster.kind(), "redis_cluster");
+}
+
+#[test]
+fn a_redis_store_needs_a_runtime_and_a_valid_configuration() {
+    let node = StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:6379"));
+    assert_eq!(AnyStore::open(&node).unwrap_err(), OpenError::NoRuntime { kind: "redis" });
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let bad = RedisConfig { prefix: "fg{x}".into(), ..RedisConfig::node("redis://127.0.0.1:6379") };
+        let error = AnyStore::open(&StoreConfig::Redis(bad)).unwrap_err();
+        assert!(error.to_string().contains("prefix"), "{error}");
+    });
+}

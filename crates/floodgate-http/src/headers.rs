@@ -1,0 +1,258 @@
+//! Rate-limit headers, shared by every front door.
+//!
+//! - [`rate_limit_headers`] renders a [`Verdict`] as the IETF draft headers (`RateLimit-Policy`,
+//!   `RateLimit`), the legacy `X-RateLimit-*` headers, or both (see [`HeaderStyle`]), plus
+//!   `Retry-After` on every denial.
+//! - [`tag_header`] marks a request that a `tag` rule flagged ([`TAG_HEADER`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use floodgate_http::{HeaderStyle, Problem, rate_limit_headers};
+//! use floodgate::{LimitOutcome, Outcome, Verdict};
+//! use floodgate::core::{Decision, Timestamp};
+//!
+//! let denied = Verdict {
+//!     allowed: false,
+//!     at: Timestamp::from_secs(1_700_000_000),
+//!     limits: [LimitOutcome {
+//!         rule: "chat-per-user".into(),
+//!         index: 0,
+//!         hit: 0,
+//!         decision: Decision {
+//!             allowed: false,
+//!             limit: 10,
+//!             remaining: 0,
+//!             reset_after: Duration::from_millis(30_200),
+//!             retry_after: Some(Duration::from_millis(30_200)),
+//!         },
+//!         outcome: Outcome::Denied,
+//!         enforced: true,
+//!         window: Duration::from_secs(60),
+//!         quota: false,
+//!         grant: None,
+//!         permit: false,
+//!     }]
+//!     .into_iter()
+//!     .collect(),
+//!     store_error: None,
+//! };
+//!
+//! let mut headers = http::HeaderMap::new();
+//! rate_limit_headers(&denied, HeaderStyle::Both, &mut headers);
+//! assert_eq!(headers["ratelimit-policy"], r#""chat-per-user";q=10;w=60"#);
+//! assert_eq!(headers["ratelimit"], r#""chat-per-user";r=0;t=31"#);
+//! assert_eq!(headers["x-ratelimit-reset"], "1700000031");
+//! assert_eq!(headers["retry-after"], "31");
+//!
+//! let problem = Problem::from_verdict(&denied).expect("denied");
+//! assert_eq!(problem.status, 429);
+//! assert_eq!(problem.detail, "Rate limit exceeded; retry in 31 seconds.");
+//! ```
+
+use std::fmt::Write as _;
+use std::str::FromStr;
+use std::time::Duration;
+
+use floodgate::{LimitOutcome, Verdict};
+use floodgate_core::{Timestamp, ceil_secs_at_least_one};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+
+/// `RateLimit-Policy` (IETF draft): the enforced limits, most restrictive first.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` (IETF draft): what is left of the most restrictive limit.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit` (legacy): the capacity of the most restrictive limit.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining` (legacy): what is left of the most restrictive limit.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset` (legacy): when the most restrictive limit is fully replenished, in Unix
+/// seconds.
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `floodgate-tag`: the names of the `tag` rules that flagged the request, comma separated.
+pub const TAG_HEADER: HeaderName = HeaderName::from_static("floodgate-tag");
+
+// === impl HeaderStyle ===
+
+/// Which rate-limit headers to send. `Retry-After` is sent on every denial whatever the style.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers, structured fields).
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (Unix seconds).
+    Legacy,
+    /// Both sets (the default).
+    #[default]
+    Both,
+    /// No rate-limit headers (still `Retry-After` on a denial).
+    None,
+}
+
+impl HeaderStyle {
+    /// Whether the IETF draft headers are sent.
+    pub fn ietf(self) -> bool {
+        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
+    }
+
+    /// Whether the legacy `X-RateLimit-*` headers are sent.
+    pub fn legacy(self) -> bool {
+        matches!(self, HeaderStyle::Legacy | HeaderStyle::Both)
+    }
+
+    /// The name as written in configuration: `ietf`, `legacy`, `both` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeaderStyle::Ietf => "ietf",
+            HeaderStyle::Legacy => "legacy",
+            HeaderStyle::Both => "both",
+            HeaderStyle::None => "none",
+        }
+    }
+}
+
+/// A header style that is none of `ietf`, `legacy`, `both`, `none`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown header style {value:?}: expected ietf, legacy, both or none")]
+pub struct ParseHeaderStyleError {
+    /// The value given.
+    pub value: String,
+}
+
+impl FromStr for HeaderStyle {
+    type Err = ParseHeaderStyleError;
+
+    /// Parses `ietf`, `legacy`, `both` or `none` (ASCII case-insensitive).
+    ///
+    /// ```
+    /// use floodgate_http::HeaderStyle;
+    /// assert_eq!("ietf".parse(), Ok(HeaderStyle::Ietf));
+    /// assert!("x-ratelimit".parse::<HeaderStyle>().unwrap_err().to_string().contains("x-ratelimit"));
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::Both, HeaderStyle::None]
+            .into_iter()
+            .find(|style| style.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| ParseHeaderStyleError { value: s.to_owned() })
+    }
+}
+
+impl std::fmt::Display for HeaderStyle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// === rate-limit headers ===
+
+/// Writes the rate-limit headers of `verdict` into `out`, replacing any already there.
+///
+/// - IETF draft ([`HeaderStyle::ietf`]): `RateLimit-Policy: "<rule>";q=<limit>;w=<window s>`
+///   listing every enforced limit, the most restrictive ([`Verdict::most_restrictive`]) first and
+///   the others in rule order; `RateLimit: "<rule>";r=<remaining>;t=<s until reset>` for the most
+///   restrictive. `w` is rounded up and at least 1; `t` is rounded up.
+/// - Legacy ([`HeaderStyle::legacy`]): `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+///   `X-RateLimit-Reset` of the most restrictive limit, the reset in Unix seconds (`verdict.at` +
+///   `reset_after`, rounded up).
+/// - `Retry-After` on every denied verdict, whatever the style: [`Verdict::retry_after`] in
+///   seconds, rounded up, at least 1.
+///
+/// Only enforced limits ([`Verdict::enforced`]) are advertised: shadow and tag rules are
+/// invisible to clients, and a verdict made by the store-failure policy advertises nothing but
+/// `Retry-After`. Rule names are written as structured-field strings: `"` and `\` are escaped and
+/// any character outside printable ASCII becomes `?`.
+pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut HeaderMap) {
+    if !verdict.allowed {
+        let secs = ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default());
+        out.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    let Some(first) = verdict.most_restrictive().filter(|l| is_enforced(verdict, l)) else { return };
+    let decision = &first.decision;
+
+    if style.ietf() {
+        let mut policy = String::with_capacity(64);
+        push_policy_item(&mut policy, first);
+        for other in verdict.enforced().filter(|l| !std::ptr::eq(*l, first)) {
+            policy.push_str(", ");
+            push_policy_item(&mut policy, other);
+        }
+        let mut current = String::with_capacity(48);
+        push_sf_string(&mut current, &first.rule);
+        let _ = write!(current, ";r={};t={}", decision.remaining, ceil_secs(decision.reset_after));
+        insert_str(out, RATELIMIT_POLICY, &policy);
+        insert_str(out, RATELIMIT, &current);
+    }
+    if style.legacy() {
+        out.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit));
+        out.insert(X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining));
+        out.insert(X_RATELIMIT_RESET, HeaderValue::from(reset_unix_secs(verdict.at, decision.reset_after)));
+    }
+}
+
+/// Writes [`TAG_HEADER`] with the names of the rules that tagged `verdict`, comma separated
+/// (`floodgate-tag: scraper-suspect, burst-watch`), replacing any already there; removes it when
+/// no rule tagged the request, so a client cannot forge it on the way in. Characters outside
+/// printable ASCII, and commas, become `?`.
+pub fn tag_header(verdict: &Verdict, out: &mut HeaderMap) {
+    let mut value = String::new();
+    for tag in verdict.tags() {
+        if !value.is_empty() {
+            value.push_str(", ");
+        }
+        value.extend(tag.chars().map(|c| if is_printable_ascii(c) && c != ',' { c } else { '?' }));
+    }
+    if value.is_empty() {
+        out.remove(TAG_HEADER);
+    } else {
+        insert_str(out, TAG_HEADER, &value);
+    }
+}
+
+/// Whether `l` is one of `verdict`'s enforced limits (as [`Verdict::enforced`] defines them).
+pub(crate) fn is_enforced(verdict: &Verdict, l: &LimitOutcome) -> bool {
+    verdict.enforced().any(|e| std::ptr::eq(e, l))
+}
+
+/// `"<rule>";q=<limit>;w=<window>`.
+fn push_policy_item(out: &mut String, l: &LimitOutcome) {
+    push_sf_string(out, &l.rule);
+    let _ = write!(out, ";q={};w={}", l.decision.limit, ceil_secs_at_least_one(l.window));
+}
+
+/// Appends `s` as an RFC 8941 sf-string: quoted, `"` and `\` escaped, anything outside printable
+/// ASCII (which an sf-string cannot hold) replaced by `?`.
+fn push_sf_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if is_printable_ascii(c) => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out.push('"');
+}
+
+pub(crate) fn is_printable_ascii(c: char) -> bool {
+    (' '..='~').contains(&c)
+}
+
+/// Inserts a value built from printable ASCII only; skips it rather than panic if it is not.
+fn insert_str(out: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        out.insert(name, value);
+    }
+}
+
+/// `d` in whole seconds, rounded up.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// `at + after` in Unix seconds, rounded up.
+pub(crate) fn reset_unix_secs(at: Timestamp, after: Duration) -> u64 {
+    at.saturating_add(after).as_micros().div_ceil(1_000_000)
+}

@@ -1,0 +1,184 @@
+//! RFC 9457 problem details (`application/problem+json`): the body of every error a front door
+//! answers, and of a 429 rendered by the tower layer or the gateway.
+//!
+//! Every problem has a stable `type` URI under `https://floodgate.dev/problems/` (the constants
+//! below), so that clients can branch on it; `title` names the kind, `detail` says what happened
+//! this time. A 429 carries the numbers of the denying limit too, and never names rules, keys,
+//! stores or algorithms.
+
+use std::borrow::Cow;
+
+use floodgate::Verdict;
+use floodgate_core::ceil_secs_at_least_one;
+use http::StatusCode;
+use serde::Serialize;
+
+use crate::headers::{is_enforced, reset_unix_secs};
+
+/// The media type of a [`Problem`] body.
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+/// [`Problem::type_uri`] of a request denied by a rate limit.
+pub const RATE_LIMITED_TYPE: &str = "https://floodgate.dev/problems/rate-limited";
+/// [`Problem::type_uri`] of a request denied by a calendar quota.
+pub const QUOTA_EXCEEDED_TYPE: &str = "https://floodgate.dev/problems/quota-exceeded";
+/// [`Problem::type_uri`] of a request that no amount of waiting can make pass (its cost exceeds
+/// what a limit grants at once).
+pub const NEVER_ALLOWED_TYPE: &str = "https://floodgate.dev/problems/never-allowed";
+
+/// [`Problem::type_uri`] of a body that is not JSON, or could not be read (400).
+pub const MALFORMED_TYPE: &str = "https://floodgate.dev/problems/malformed-request";
+/// [`Problem::type_uri`] of well-formed JSON of the wrong shape (422).
+pub const INVALID_TYPE: &str = "https://floodgate.dev/problems/invalid-request";
+/// [`Problem::type_uri`] of a body over the size limit (413).
+pub const TOO_LARGE_TYPE: &str = "https://floodgate.dev/problems/body-too-large";
+/// [`Problem::type_uri`] of an unknown path or method (404, 405), or an unknown rule.
+pub const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
+/// [`Problem::type_uri`] of a request refused for lack of credentials (401, 403).
+pub const UNAUTHORIZED_TYPE: &str = "https://floodgate.dev/problems/unauthorized";
+/// [`Problem::type_uri`] of an operation the store could not carry out (503).
+pub const STORE_UNAVAILABLE_TYPE: &str = "https://floodgate.dev/problems/store-unavailable";
+
+/// An RFC 9457 problem details body (`application/problem+json`, see [`PROBLEM_CONTENT_TYPE`]).
+///
+/// For a 429, made by [`Problem::from_verdict`]: a stable `type` ([`RATE_LIMITED_TYPE`], or
+/// [`QUOTA_EXCEEDED_TYPE`] when a calendar quota denied), a `title`, a `detail` for humans and the
+/// numbers of the denying limit. It never names rules, keys, stores or algorithms.
+///
+/// ```
+/// use floodgate_http::Problem;
+/// use http::StatusCode;
+///
+/// let problem = Problem::new(
+///     StatusCode::BAD_REQUEST,
+///     "https://floodgate.dev/problems/malformed-request",
+///     "Bad Request",
+///     "The body is not valid JSON.",
+/// );
+/// assert_eq!(
+///     problem.to_json(),
+///     r#"{"type":"https://floodgate.dev/problems/malformed-request","title":"Bad Request","status":400,"detail":"The body is not valid JSON."}"#,
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// A URI naming the kind of problem; stable, so clients can branch on it.
+    #[serde(rename = "type")]
+    pub type_uri: Cow<'static, str>,
+    /// A short summary of the kind of problem (the same for every occurrence of a type).
+    pub title: Cow<'static, str>,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What happened this time, for humans.
+    pub detail: String,
+    /// Seconds until the same request may pass (the `Retry-After` value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<u64>,
+    /// The capacity of the denying limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// What is left of the denying limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<u64>,
+    /// When the denying limit is fully replenished, in Unix seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset: Option<u64>,
+}
+
+impl Problem {
+    /// A problem of `status` with no rate-limit fields, e.g. for a 400 or a 413.
+    pub fn new(
+        status: StatusCode,
+        type_uri: impl Into<Cow<'static, str>>,
+        title: impl Into<Cow<'static, str>>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Problem {
+            type_uri: type_uri.into(),
+            title: title.into(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            retry_after: None,
+            limit: None,
+            remaining: None,
+            reset: None,
+        }
+    }
+
+    /// The 429 body for a denied `verdict`; `None` when it is allowed.
+    ///
+    /// The numbers are those of the denying limit that makes the client wait longest
+    /// ([`Verdict::most_restrictive`]); `retry_after` is [`Verdict::retry_after`] in seconds,
+    /// rounded up, at least 1. A verdict denied because the store failed (the rule fails closed)
+    /// has no meaningful numbers: only `retry_after` is set then.
+    pub fn from_verdict(verdict: &Verdict) -> Option<Problem> {
+        if verdict.allowed {
+            return None;
+        }
+        let retry_after = ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default());
+        let denying = verdict.most_restrictive();
+        let quota = denying.is_some_and(|l| l.quota);
+        let (type_uri, title, what) = if quota {
+            (QUOTA_EXCEEDED_TYPE, "Quota Exceeded", "Quota exceeded")
+        } else {
+            (RATE_LIMITED_TYPE, "Too Many Requests", "Rate limit exceeded")
+        };
+        let unit = if retry_after == 1 { "second" } else { "seconds" };
+        let mut problem = Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            type_uri,
+            title,
+            format!("{what}; retry in {retry_after} {unit}."),
+        );
+        problem.retry_after = Some(retry_after);
+        if let Some(l) = denying.filter(|l| is_enforced(verdict, l)) {
+            problem.limit = Some(l.decision.limit);
+            problem.remaining = Some(l.decision.remaining);
+            problem.reset = Some(reset_unix_secs(verdict.at, l.decision.reset_after));
+        }
+        Some(problem)
+    }
+
+    /// A 400 for a body that is not what it should be at all (not JSON, unreadable).
+    pub fn malformed(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, MALFORMED_TYPE, "Malformed Request", detail)
+    }
+
+    /// A 422 for JSON of the wrong shape.
+    pub fn invalid(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, INVALID_TYPE, "Invalid Request", detail)
+    }
+
+    /// A 413 for a body over `limit` bytes.
+    pub fn too_large(limit: usize) -> Problem {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            TOO_LARGE_TYPE,
+            "Payload Too Large",
+            format!("The body exceeds the limit of {limit} bytes."),
+        )
+    }
+
+    /// The 400 body for a request that can never be allowed (an `EngineError`: its cost is zero or
+    /// above what a limit grants at once). Names no rule.
+    pub fn never_allowed() -> Problem {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            NEVER_ALLOWED_TYPE,
+            "Request Can Never Be Allowed",
+            "The request can never be allowed: its cost is zero or exceeds what a rate limit grants at once.",
+        )
+    }
+
+    /// The status as a [`StatusCode`] (500 if `status` is not a valid code).
+    pub fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The JSON body.
+    pub fn to_json(&self) -> String {
+        // Strings and integers always serialize; the fallback only keeps this panic-free.
+        serde_json::to_string(self).unwrap_or_else(|_| {
+            format!(r#"{{"type":"about:blank","title":"Error","status":{}}}"#, self.status)
+        })
+    }
+}

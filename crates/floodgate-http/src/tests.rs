@@ -1,0 +1,311 @@
+//! The headers and problem bodies of verdicts, exactly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate::{LimitOutcome, Outcome, StoreError, Verdict};
+use floodgate_core::{Decision, Timestamp};
+use http::{HeaderMap, HeaderValue, StatusCode};
+
+use crate::headers::{X_RATELIMIT_LIMIT, rate_limit_headers, tag_header};
+use crate::problem::{NEVER_ALLOWED_TYPE, QUOTA_EXCEEDED_TYPE};
+use crate::{HeaderStyle, Problem, TAG_HEADER};
+
+const AT: Timestamp = Timestamp::from_secs(1_700_000_000);
+
+fn limit(rule: &str, outcome: Outcome, limit: u64, remaining: u64, reset_ms: u64) -> LimitOutcome {
+    let allowed = !outcome.denies() && outcome != Outcome::ShadowDenied && outcome != Outcome::Tagged;
+    LimitOutcome {
+        rule: rule.into(),
+        index: 0,
+        hit: 0,
+        decision: Decision {
+            allowed,
+            limit,
+            remaining,
+            reset_after: Duration::from_millis(reset_ms),
+            retry_after: (!allowed).then_some(Duration::from_millis(reset_ms)),
+        },
+        outcome,
+        enforced: matches!(outcome, Outcome::Allowed | Outcome::Denied),
+        window: Duration::from_secs(60),
+        quota: false,
+        grant: None,
+        permit: false,
+    }
+}
+
+fn verdict(limits: impl IntoIterator<Item = LimitOutcome>) -> Verdict {
+    let limits: smallvec::SmallVec<[LimitOutcome; 4]> = limits.into_iter().collect();
+    let allowed = !limits.iter().any(|l| l.outcome.denies());
+    Verdict { allowed, at: AT, limits, store_error: None }
+}
+
+fn render(v: &Verdict, style: HeaderStyle) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    rate_limit_headers(v, style, &mut out);
+    out
+}
+
+#[test]
+fn header_style_parses_the_four_names_and_names_a_bad_value() {
+    assert_eq!("ietf".parse(), Ok(HeaderStyle::Ietf));
+    assert_eq!("legacy".parse(), Ok(HeaderStyle::Legacy));
+    assert_eq!("Both".parse(), Ok(HeaderStyle::Both));
+    assert_eq!("none".parse(), Ok(HeaderStyle::None));
+    assert_eq!(HeaderStyle::default(), HeaderStyle::Both);
+    let err = "draft".parse::<HeaderStyle>().unwrap_err();
+    assert_eq!(err.value, "draft");
+    assert_eq!(err.to_string(), r#"unknown header style "draft": expected ietf, legacy, both or none"#);
+    for style in [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::Both, HeaderStyle::None] {
+        assert_eq!(style.to_string().parse(), Ok(style));
+    }
+}
+
+#[test]
+fn header_style_deserializes_from_config_names() {
+    let style: HeaderStyle = serde_json::from_str(r#""legacy""#).unwrap();
+    assert_eq!(style, HeaderStyle::Legacy);
+}
+
+#[test]
+fn denied_verdict_renders_every_header_exactly() {
+    let v = verdict([limit("chat-per-user", Outcome::Denied, 10, 0, 30_200)]);
+    let h = render(&v, HeaderStyle::Both);
+    assert_eq!(h["ratelimit-policy"], r#""chat-per-user";q=10;w=60"#);
+    assert_eq!(h["ratelimit"], r#""chat-per-user";r=0;t=31"#);
+    assert_eq!(h["x-ratelimit-limit"], "10");
+    assert_eq!(h["x-ratelimit-remaining"], "0");
+    assert_eq!(h["x-ratelimit-reset"], "1700000031");
+    assert_eq!(h["retry-after"], "31");
+    assert_eq!(h.len(), 6);
+}
+
+#[test]
+fn allowed_verdict_lists_the_most_restrictive_first_then_rule_order_and_no_retry_after() {
+    let v = verdict([
+        limit("tenant-hourly", Outcome::Allowed, 1000, 990, 3_600_000),
+        limit("global", Outcome::Allowed, 5000, 4000, 1_000),
+        limit("chat-per-user", Outcome::Allowed, 10, 3, 42_000),
+    ]);
+    let h = render(&v, HeaderStyle::Ietf);
+    assert_eq!(
+        h["ratelimit-policy"],
+        r#""chat-per-user";q=10;w=60, "tenant-hourly";q=1000;w=60, "global";q=5000;w=60"#
+    );
+    assert_eq!(h["ratelimit"], r#""chat-per-user";r=3;t=42"#);
+    assert!(h.get("retry-after").is_none());
+    assert!(h.get("x-ratelimit-limit").is_none());
+}
+
+#[test]
+fn denied_verdict_advertises_the_denying_limit_with_the_longest_wait() {
+    let v = verdict([
+        limit("per-user", Outcome::Denied, 10, 0, 5_000),
+        limit("per-tenant", Outcome::Denied, 100, 0, 90_000),
+        limit("global", Outcome::Allowed, 5000, 0, 1_000),
+    ]);
+    let h = render(&v, HeaderStyle::Both);
+    assert_eq!(h["ratelimit"], r#""per-tenant";r=0;t=90"#);
+    assert!(h["ratelimit-policy"].to_str().unwrap().starts_with(r#""per-tenant";q=100;w=60, "per-user""#));
+    assert_eq!(h["retry-after"], "90");
+    assert_eq!(h["x-ratelimit-limit"], "100");
+}
+
+#[test]
+fn seconds_round_up_and_window_is_at_least_one() {
+    let mut l = limit("r", Outcome::Allowed, 5, 4, 1);
+    l.window = Duration::from_millis(1500);
+    let v = verdict([l.clone()]);
+    let h = render(&v, HeaderStyle::Both);
+    assert_eq!(h["ratelimit-policy"], r#""r";q=5;w=2"#);
+    assert_eq!(h["ratelimit"], r#""r";r=4;t=1"#);
+    assert_eq!(h["x-ratelimit-reset"], "1700000001");
+
+    l.window = Duration::from_micros(10);
+    l.decision.reset_after = Duration::ZERO;
+    let h = render(&verdict([l]), HeaderStyle::Both);
+    assert_eq!(h["ratelimit-policy"], r#""r";q=5;w=1"#);
+    assert_eq!(h["ratelimit"], r#""r";r=4;t=0"#);
+    assert_eq!(h["x-ratelimit-reset"], "1700000000");
+}
+
+#[test]
+fn legacy_reset_is_unix_seconds_rounded_up_from_a_fractional_now() {
+    let mut v = verdict([limit("r", Outcome::Allowed, 5, 4, 2_000)]);
+    v.at = Timestamp::from_micros(1_700_000_000_000_001);
+    assert_eq!(render(&v, HeaderStyle::Legacy)["x-ratelimit-reset"], "1700000003");
+}
+
+#[test]
+fn retry_after_rounds_up_and_is_at_least_one() {
+    let mut l = limit("r", Outcome::Denied, 5, 0, 0);
+    l.decision.retry_after = Some(Duration::from_micros(1));
+    assert_eq!(render(&verdict([l.clone()]), HeaderStyle::None)["retry-after"], "1");
+    l.decision.retry_after = Some(Duration::from_micros(2_000_001));
+    assert_eq!(render(&verdict([l]), HeaderStyle::None)["retry-after"], "3");
+}
+
+#[test]
+fn style_selects_the_header_sets() {
+    let v = verdict([limit("r", Outcome::Allowed, 5, 4, 1_000)]);
+    let names = |style| {
+        let mut n: Vec<String> = render(&v, style).keys().map(|k| k.to_string()).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(HeaderStyle::Ietf), ["ratelimit", "ratelimit-policy"]);
+    assert_eq!(
+        names(HeaderStyle::Legacy),
+        ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"]
+    );
+    assert_eq!(names(HeaderStyle::Both).len(), 5);
+    assert!(names(HeaderStyle::None).is_empty());
+}
+
+#[test]
+fn retry_after_is_sent_on_denial_even_with_style_none() {
+    let v = verdict([limit("r", Outcome::Denied, 5, 0, 12_000)]);
+    let h = render(&v, HeaderStyle::None);
+    assert_eq!(h.len(), 1);
+    assert_eq!(h["retry-after"], "12");
+}
+
+#[test]
+fn no_enforced_limit_means_no_headers() {
+    assert!(render(&Verdict { allowed: true, ..Verdict::default() }, HeaderStyle::Both).is_empty());
+    let v = verdict([
+        limit("shadow", Outcome::ShadowDenied, 5, 0, 1_000),
+        limit("tag", Outcome::Tagged, 5, 0, 1_000),
+    ]);
+    assert!(v.allowed);
+    assert!(render(&v, HeaderStyle::Both).is_empty());
+}
+
+#[test]
+fn shadow_and_tag_limits_are_not_advertised_next_to_enforced_ones() {
+    let v = verdict([
+        limit("shadow", Outcome::ShadowDenied, 1, 0, 1_000),
+        limit("enforced", Outcome::Allowed, 5, 4, 1_000),
+        limit("tag", Outcome::Tagged, 1, 0, 1_000),
+    ]);
+    let h = render(&v, HeaderStyle::Ietf);
+    assert_eq!(h["ratelimit-policy"], r#""enforced";q=5;w=60"#);
+}
+
+#[test]
+fn store_failure_denial_sends_only_retry_after() {
+    let mut l = limit("r", Outcome::ErrorDenied, 5, 0, 0);
+    l.decision.retry_after = Some(Duration::from_secs(1));
+    let v = Verdict {
+        allowed: false,
+        at: Timestamp::EPOCH,
+        limits: [l].into_iter().collect(),
+        store_error: Some(Arc::new(StoreError::Timeout(Duration::from_millis(5)))),
+    };
+    let h = render(&v, HeaderStyle::Both);
+    assert_eq!(h.len(), 1);
+    assert_eq!(h["retry-after"], "1");
+    let problem = Problem::from_verdict(&v).unwrap();
+    assert_eq!(problem.retry_after, Some(1));
+    assert_eq!((problem.limit, problem.remaining, problem.reset), (None, None, None));
+    assert!(!problem.to_json().contains("store"));
+}
+
+#[test]
+fn rule_names_are_escaped_as_sf_strings() {
+    let v = verdict([limit(r#"a"b\c"#, Outcome::Allowed, 5, 4, 1_000)]);
+    let h = render(&v, HeaderStyle::Ietf);
+    assert_eq!(h["ratelimit"], r#""a\"b\\c";r=4;t=1"#);
+}
+
+#[test]
+fn non_ascii_and_control_characters_in_rule_names_are_replaced_not_panicked_on() {
+    let v = verdict([limit("ünï\r\ncode\u{7f}\0", Outcome::Denied, 5, 0, 1_000)]);
+    let h = render(&v, HeaderStyle::Both);
+    assert_eq!(h["ratelimit"], r#""?n???code??";r=0;t=1"#);
+    assert_eq!(h["ratelimit-policy"], r#""?n???code??";q=5;w=60"#);
+}
+
+#[test]
+fn existing_headers_are_replaced() {
+    let v = verdict([limit("r", Outcome::Allowed, 5, 4, 1_000)]);
+    let mut h = HeaderMap::new();
+    h.insert(X_RATELIMIT_LIMIT, HeaderValue::from_static("999"));
+    rate_limit_headers(&v, HeaderStyle::Legacy, &mut h);
+    assert_eq!(h.get_all(X_RATELIMIT_LIMIT).iter().count(), 1);
+    assert_eq!(h[X_RATELIMIT_LIMIT], "5");
+}
+
+#[test]
+fn tag_header_lists_tagging_rules_and_removes_a_forged_one() {
+    let v = verdict([
+        limit("scraper-suspect", Outcome::Tagged, 5, 0, 1_000),
+        limit("enforced", Outcome::Allowed, 5, 4, 1_000),
+        limit("burst,watch\u{e9}", Outcome::Tagged, 5, 0, 1_000),
+    ]);
+    let mut h = HeaderMap::new();
+    tag_header(&v, &mut h);
+    assert_eq!(h[TAG_HEADER], "scraper-suspect, burst?watch?");
+
+    let untagged = verdict([limit("enforced", Outcome::Allowed, 5, 4, 1_000)]);
+    tag_header(&untagged, &mut h);
+    assert!(h.get(TAG_HEADER).is_none());
+}
+
+#[test]
+fn problem_is_none_for_an_allowed_verdict() {
+    assert!(Problem::from_verdict(&verdict([limit("r", Outcome::Allowed, 5, 4, 1_000)])).is_none());
+}
+
+#[test]
+fn rate_limited_problem_has_the_documented_json_shape() {
+    let v = verdict([limit("chat-per-user", Outcome::Denied, 10, 0, 30_200)]);
+    let problem = Problem::from_verdict(&v).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&problem.to_json()).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "type": "https://floodgate.dev/problems/rate-limited",
+            "title": "Too Many Requests",
+            "status": 429,
+            "detail": "Rate limit exceeded; retry in 31 seconds.",
+            "retry_after": 31,
+            "limit": 10,
+            "remaining": 0,
+            "reset": 1_700_000_031u64,
+        })
+    );
+    assert_eq!(problem.status_code(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[test]
+fn quota_denial_is_a_quota_exceeded_problem() {
+    let mut l = limit("monthly-quota", Outcome::Denied, 100, 0, 1_000);
+    l.quota = true;
+    let problem = Problem::from_verdict(&verdict([l])).unwrap();
+    assert_eq!(problem.type_uri, QUOTA_EXCEEDED_TYPE);
+    assert_eq!(problem.title, "Quota Exceeded");
+    assert_eq!(problem.detail, "Quota exceeded; retry in 1 second.");
+}
+
+#[test]
+fn problem_body_names_no_rule_key_store_or_algorithm() {
+    let v = verdict([limit("secret-rule-sliding_window-user:alice", Outcome::Denied, 10, 0, 5_000)]);
+    let body = Problem::from_verdict(&v).unwrap().to_json();
+    for leak in ["secret", "sliding", "alice", "user", "memory", "redis"] {
+        assert!(!body.contains(leak), "{leak} leaked into {body}");
+    }
+}
+
+#[test]
+fn generic_problem_skips_rate_limit_fields() {
+    let p = Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "about:blank", "Payload Too Large", "Too big.");
+    assert_eq!(
+        p.to_json(),
+        r#"{"type":"about:blank","title":"Payload Too Large","status":413,"detail":"Too big."}"#
+    );
+    let never = Problem::never_allowed();
+    assert_eq!(never.status, 400);
+    assert_eq!(never.type_uri, NEVER_ALLOWED_TYPE);
+}
