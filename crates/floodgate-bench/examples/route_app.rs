@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::routing::post;
-use clap::ValueEnum as _;
 use floodgate::{Engine, Policy, Rule};
 use floodgate_bench::cli::Algorithm;
 use floodgate_tower::RateLimitLayer;
@@ -35,7 +34,7 @@ fn env(name: &str, default: &str) -> String {
 fn policy() -> Result<Policy, String> {
     let limit: u64 = env("LIMIT", "10").parse().map_err(|_| "LIMIT: not a number".to_owned())?;
     let window: u64 = env("WINDOW_MS", "60000").parse().map_err(|_| "WINDOW_MS: not a number".to_owned())?;
-    let algorithm = Algorithm::from_str(&env("ALGORITHM", "fixed_window"), true)?;
+    let algorithm = Algorithm::parse(&env("ALGORITHM", "fixed_window"))?;
     let limit = algorithm.limit(limit, Duration::from_millis(window)).map_err(|e| e.to_string())?;
     let rule = Rule::new("chat-per-user", limit).when("route", "POST /chat").key(["user"]);
     Policy::new([rule]).map_err(|e| e.to_string())

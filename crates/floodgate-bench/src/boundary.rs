@@ -26,7 +26,9 @@ use floodgate_core::{ManualClock, Timestamp};
 use serde::Serialize;
 
 use crate::Usage;
-use crate::cli::{Algorithm, BoundaryArgs, MAX_DURATION, Pattern};
+use floodgate::LimitKind;
+
+use crate::cli::{BoundaryArgs, MAX_DURATION, Pattern};
 use crate::math::{max_admitted_in_any_window, over_admission_ratio};
 use crate::progress::Progress;
 use crate::report::{Outcome, Report, Tally};
@@ -103,8 +105,8 @@ pub async fn run(args: &BoundaryArgs) -> anyhow::Result<Report> {
         cost: plan.cost,
         max_admitted_in_any_window: max,
         over_admission_ratio: over_admission_ratio(max, args.limit),
-        promised_at_most: match args.algorithm {
-            Algorithm::SlidingLog => Some(1.0),
+        promised_at_most: match args.algorithm.kind() {
+            LimitKind::SlidingLog => Some(1.0),
             // Fixed window, the buckets (burst + one window of refill), and the weighted sliding
             // window (its documented bound: limit + ⌊limit · d / window⌋ in any span d ≤ window).
             _ => Some(2.0),

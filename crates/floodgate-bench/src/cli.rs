@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use floodgate::LimitKind;
 
 /// Exit code for a bad command line or configuration (`EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
@@ -182,32 +183,46 @@ impl Pattern {
     }
 }
 
-/// Algorithms with a limit and a window (as in the configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum Algorithm {
-    /// `fixed_window`.
-    FixedWindow,
-    /// `sliding_window` (weighted two-window counter).
-    SlidingWindow,
-    /// `sliding_log` (exact).
-    SlidingLog,
-    /// `token_bucket`: burst = limit, rate = limit per window.
-    TokenBucket,
-    /// `gcra`: burst = limit, rate = limit per window.
-    Gcra,
-}
+/// An algorithm with a limit and a window: the [registry](floodgate_config::algorithm)'s
+/// windowed ones (`fixed_window`, `sliding_window`, `sliding_log`, `token_bucket`, `gcra`), by their
+/// configuration names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Algorithm(LimitKind);
 
 impl Algorithm {
+    /// `fixed_window`.
+    pub const FIXED_WINDOW: Algorithm = Algorithm(LimitKind::FixedWindow);
+    /// `sliding_log`.
+    pub const SLIDING_LOG: Algorithm = Algorithm(LimitKind::SlidingLog);
+
+    /// The windowed algorithm named `name` (as in configuration files), or why not.
+    pub fn parse(name: &str) -> Result<Algorithm, String> {
+        let windowed = || {
+            floodgate_config::algorithm::ALGORITHMS
+                .iter()
+                .filter(|a| a.windowed)
+                .map(|a| a.name())
+                .collect::<Vec<_>>()
+        };
+        match floodgate_config::algorithm::by_name(name) {
+            Some(a) if a.windowed => Ok(Algorithm(a.kind)),
+            Some(a) => Err(format!(
+                "{}: not a limit per window; expected one of {}",
+                a.name(),
+                windowed().join(", ")
+            )),
+            None => Err(format!("unknown algorithm {name:?}: expected one of {}", windowed().join(", "))),
+        }
+    }
+
+    /// Which algorithm.
+    pub fn kind(self) -> LimitKind {
+        self.0
+    }
+
     /// The name in configuration files.
     pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::Gcra => "gcra",
-        }
+        self.0.name()
     }
 
     /// A native YAML rule `name` keyed by `key` with `limit` per `window`. Token bucket and GCRA
@@ -217,8 +232,8 @@ impl Algorithm {
     pub fn rule_yaml(self, name: &str, key: &str, limit: u64, window: Duration) -> Result<String, String> {
         let ms = window.as_millis();
         let algorithm = self.name();
-        Ok(match self {
-            Algorithm::TokenBucket | Algorithm::Gcra => {
+        Ok(match self.0 {
+            LimitKind::TokenBucket | LimitKind::Gcra => {
                 let unit = match ms {
                     1 => "ms",
                     1_000 => "s",
@@ -242,12 +257,13 @@ impl Algorithm {
         use floodgate_core::{FixedWindow, Gcra, Rate, SlidingLog, SlidingWindow, TokenBucket};
         let n = std::num::NonZeroU64::new(limit)
             .ok_or_else(|| anyhow::anyhow!("the limit must be at least 1"))?;
-        Ok(match self {
-            Algorithm::FixedWindow => FixedWindow::try_new(n, window)?.into(),
-            Algorithm::SlidingWindow => SlidingWindow::try_new(n, window)?.into(),
-            Algorithm::SlidingLog => SlidingLog::try_new(n, window)?.into(),
-            Algorithm::TokenBucket => TokenBucket::try_new(Rate::try_new(n, window)?, n)?.into(),
-            Algorithm::Gcra => Gcra::try_new(Rate::try_new(n, window)?, n)?.into(),
+        Ok(match self.0 {
+            LimitKind::FixedWindow => FixedWindow::try_new(n, window)?.into(),
+            LimitKind::SlidingWindow => SlidingWindow::try_new(n, window)?.into(),
+            LimitKind::SlidingLog => SlidingLog::try_new(n, window)?.into(),
+            LimitKind::TokenBucket => TokenBucket::try_new(Rate::try_new(n, window)?, n)?.into(),
+            LimitKind::Gcra => Gcra::try_new(Rate::try_new(n, window)?, n)?.into(),
+            other => anyhow::bail!("{other} is not a limit per window"),
         })
     }
 }
@@ -264,7 +280,7 @@ pub struct BoundaryArgs {
     #[command(flatten)]
     pub request: RequestArgs,
     /// The algorithm.
-    #[arg(long, value_enum, default_value_t = Algorithm::FixedWindow)]
+    #[arg(long, value_parser = Algorithm::parse, default_value = "fixed_window")]
     pub algorithm: Algorithm,
     /// The limit per window.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -357,7 +373,7 @@ pub struct InstancesArgs {
     #[arg(long)]
     pub allow_remote: bool,
     /// The algorithm.
-    #[arg(long, value_enum, default_value_t = Algorithm::SlidingLog)]
+    #[arg(long, value_parser = Algorithm::parse, default_value = "sliding_log")]
     pub algorithm: Algorithm,
     /// The limit per window.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -448,7 +464,7 @@ pub struct OutageArgs {
     #[arg(long, short = 'm', default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub instances: u64,
     /// The algorithm.
-    #[arg(long, value_enum, default_value_t = Algorithm::FixedWindow)]
+    #[arg(long, value_parser = Algorithm::parse, default_value = "fixed_window")]
     pub algorithm: Algorithm,
     /// The limit per window, per key.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -547,7 +563,7 @@ mod tests {
         );
         assert_eq!(
             (o.duration, o.instances, o.algorithm),
-            (Duration::from_secs(8), 1, Algorithm::FixedWindow)
+            (Duration::from_secs(8), 1, Algorithm::FIXED_WINDOW)
         );
         assert_eq!(o.redis_server, PathBuf::from("redis-server"));
         assert!(Cli::try_parse_from(["floodgate-bench", "outage", "--fault", "crash"]).is_err());

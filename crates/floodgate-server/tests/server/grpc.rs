@@ -9,7 +9,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use floodgate::Rule;
 use tonic::transport::Channel;
 
-use crate::support::{TempDir, TestServer, from_rules, per_minute, with_domains};
+use floodgate_testkit::redis::RedisServer;
+
+use crate::support::{TempDir, TestServer, from_rules, parse, per_minute, with_domains};
 
 async fn client(server: &TestServer) -> RateLimitServiceClient<Channel> {
     RateLimitServiceClient::connect(format!("http://{}", server.grpc)).await.expect("gRPC connect")
@@ -229,5 +231,59 @@ async fn an_envoyproxy_ratelimit_config_is_served_over_grpc() {
     for _ in 0..3 {
         assert_eq!(ask(&mut rls, request("edge_proxy", &[home], 0)).await.overall_code, Code::Ok as i32);
     }
+    server.stop().await;
+}
+
+/// How many times Redis ran `command` since its statistics were last reset (`INFO commandstats`).
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// One round trip per request, and none to give anything back: a request whose second descriptor
+/// is over its limit takes nothing from the first, and Redis sees exactly one script call for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_limit_on_its_second_descriptor_is_one_store_call_with_no_refund() {
+    let redis = tokio::task::block_in_place(RedisServer::start);
+    let config = parse(&format!(
+        "store: {{ kind: redis, url: \"{}\", deadline: 2s }}
+descriptors: [path]
+rules:
+  - name: per-user
+    key: [user]
+    algorithm: fixed_window
+    limit: 5
+    window: 60s
+  - name: per-path
+    key: [path]
+    algorithm: fixed_window
+    limit: 1
+    window: 60s
+",
+        redis.url()
+    ));
+    let server = TestServer::start(config).await;
+    let mut rls = client(&server).await;
+    let user: &[(&str, &str)] = &[("user", "u1")];
+    let path: &[(&str, &str)] = &[("path", "/expensive")];
+    assert_eq!(ask(&mut rls, request("api", &[user, path], 0)).await.overall_code, Code::Ok as i32);
+
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..3 {
+        let denied = ask(&mut rls, request("api", &[user, path], 0)).await;
+        assert_eq!(denied.overall_code, Code::OverLimit as i32);
+        assert_eq!(code(&denied.statuses[0]), Code::Ok);
+        assert_eq!(denied.statuses[0].limit_remaining, 4, "nothing taken from the user's limit");
+        assert_eq!(code(&denied.statuses[1]), Code::OverLimit);
+    }
+    assert_eq!(calls(&redis, "evalsha"), 3, "one script call per request, none to refund");
+    assert_eq!(calls(&redis, "eval"), 0);
+
+    // The user's limit was charged once, for the admitted request: a peek of 1 leaves 5 - 1 - 1.
+    let peek = server.post("/v1/peek", r#"{"descriptors": {"user": "u1"}}"#).await;
+    assert_eq!(peek.json()["limits"][0]["remaining"], 3, "{}", peek.body);
     server.stop().await;
 }

@@ -154,3 +154,39 @@ async fn a_directory_configuration_reloads_when_one_of_its_files_changes() {
     assert_eq!(audit(&server).await[1]["changed"], serde_json::json!(["edge/ip"]));
     server.stop().await;
 }
+
+/// The native policy's engine lives as long as the server and follows every applied change: a
+/// tower layer built on it before a reload (an app embedding the server, the gateway) decides on
+/// the configuration in force after it, with the counters kept, and after a rollback too.
+#[tokio::test]
+async fn a_tower_layer_on_the_servers_engine_follows_reloads_and_rollbacks() {
+    use floodgate_tower::RateLimitLayer;
+    use http::{HeaderName, Request, StatusCode};
+    use tower::{Layer, ServiceExt};
+
+    let app = floodgate_server::App::new(crate::support::parse(&config(2)), ServeOptions::default()).unwrap();
+    let layer = RateLimitLayer::new(std::sync::Arc::clone(app.control().engine()))
+        .header(HeaderName::from_static("x-user-id"), "user");
+    let service = layer.layer(tower::service_fn(|_: Request<String>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hi")))
+    }));
+    let call = || async {
+        let request = Request::get("/").header("x-user-id", "u1").body(String::new()).unwrap();
+        service.clone().oneshot(request).await.unwrap().status()
+    };
+    assert_eq!(
+        [call().await, call().await, call().await],
+        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
+    );
+
+    let applied = app.control().apply_text(&config(5)).await.unwrap();
+    assert!(applied.changed);
+    assert_eq!(call().await, StatusCode::OK, "the new limit, the old counter: 3 of 5");
+    assert_eq!(
+        [call().await, call().await, call().await],
+        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
+    );
+
+    app.control().rollback(None).await.unwrap();
+    assert_eq!(call().await, StatusCode::TOO_MANY_REQUESTS, "back to 2 a minute, 5 already used");
+}

@@ -7,6 +7,7 @@ mod failure;
 mod hits;
 mod matching;
 mod model;
+mod protocol_free;
 mod reload;
 mod requests;
 mod variants;
