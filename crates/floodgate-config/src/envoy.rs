@@ -26,38 +26,44 @@
 //! # The mapping
 //!
 //! Every tree path ending in a `rate_limit` becomes one rule in the domain's namespace:
-//! - algorithm `fixed_window`, window = the unit (1 s, 1 min, 1 h, 1 d, aligned to the Unix epoch,
-//!   as envoyproxy/ratelimit counts), limit = `requests_per_unit`;
+//! - algorithm `fixed_window`, window = the unit (1 s, 1 min, 1 h, 1 d, and — as envoyproxy/ratelimit
+//!   counts them — a week of 7 days, a month of 30 days, a year of 365 days, all aligned to the
+//!   Unix epoch), limit = `requests_per_unit`;
 //! - name = `rate_limit.name` when given, else the path as envoyproxy/ratelimit names it in its
-//!   statistics: `key_value.key2` (entries joined by `.`, a value appended with `_`);
+//!   statistics: `key_value.key2` (entries joined by `.`, a value — or a wildcard pattern — appended
+//!   with `_`);
 //! - conditions: the request descriptor's keys are exactly the path's keys, in order (descriptor
-//!   [`ENVOY_KEYS`]); entries with a `value` must equal it;
-//! - key: the entries without a value (one counter per value), e.g. per `remote_address`;
+//!   [`ENVOY_KEYS`]); entries with a `value` must equal it, entries with a wildcard value (`*`
+//!   anywhere, any number of times: `files/*`, `/api/*/action`) must match it;
+//! - key: the entries without a value (one counter per value), and wildcard entries (one counter
+//!   per matching value) unless `share_threshold: true` (every matching value shares one);
 //! - `shadow_mode: true` → action `shadow`;
-//! - a path entry without a value loses to a sibling entry *with* a value at the same level (that
-//!   is how the tree walk goes): those sibling values are excluded from the rule with a
-//!   [`Condition::NoneOf`] on that entry, at every level where it happens. This is how
-//!   `unlimited: true` on a specific value stops the less specific limit;
+//! - at each level the tree walk prefers an entry whose value equals the request's, then the first
+//!   wildcard entry that matches, then the entry without a value: a path entry loses to such
+//!   siblings, so their values and patterns are excluded from the rule ([`Condition::NoneOf`],
+//!   [`Condition::NotLike`]) at every level where it happens. This is how `unlimited: true` on a
+//!   specific value stops the less specific limit;
 //! - `unlimited: true` makes no rule of its own;
-//! - `replaces` is validated but not applied (see below).
+//! - `replaces: [{name: n}]` → [`Rule::replaces`]: when a request's descriptors match both, the
+//!   replaced limit is not applied (neither checked nor charged), as in envoyproxy/ratelimit;
+//! - `detailed_metric: true` on the limited entry, or `value_to_metric: true` on any entry of its
+//!   path: the rule's decisions are also counted per value of its key (bounded: see the server's
+//!   metrics), as envoyproxy/ratelimit puts the values into its statistics' names.
 //!
 //! Requests are mapped with [`envoy_descriptors`](floodgate_http::envoy::envoy_descriptors).
 //!
 //! # Not supported
 //! - `requests_per_unit: 0` (refuse everything): Floodgate limits are at least 1 — refused with an
 //!   error rather than silently allowing one request per unit.
-//! - Wildcard values (`value: "/api/*"`): refused with an error (prefix matches are not expressible
-//!   as Floodgate conditions).
-//! - `replaces`: accepted and validated, but both limits apply (stricter than envoyproxy/ratelimit,
-//!   which drops the replaced limit when both match one request). Floodgate checks each Envoy
-//!   descriptor on its own, so a limit cannot see the other descriptors of the request.
-//! - `detailed_metric`: accepted and ignored (metrics are per rule).
-//! - Limits sent by Envoy in the request descriptor (`limit` override): the server's concern.
+//! - `replaces` naming no limit of the domain (a no-op in envoyproxy/ratelimit, most likely a
+//!   typo): refused with an error; `replaces` on an `unlimited` rate_limit: refused.
+//! - `quota_mode`, `metadata`: refused as unknown fields.
+//! - Limits sent by Envoy in the request descriptor (`limit` override): ignored.
 
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use floodgate::{Action, Condition, Limit, Rule};
+use floodgate::{Action, Condition, Limit, Pattern, Rule};
 use floodgate_core::FixedWindow;
 
 use crate::error::Invalid;
@@ -75,29 +81,76 @@ pub(crate) struct Domain {
     pub(crate) rules: Vec<Rule>,
     /// `(rule name, fingerprint)` in rule order.
     pub(crate) fingerprints: Vec<(String, u64)>,
+    /// The rules counted per value of their key too (`detailed_metric`, `value_to_metric`).
+    pub(crate) detailed: Vec<String>,
 }
 
 const TOP_FIELDS: &[&str] = &["domain", "descriptors"];
-const DESCRIPTOR_FIELDS: &[&str] =
-    &["key", "value", "rate_limit", "shadow_mode", "detailed_metric", "descriptors"];
+const DESCRIPTOR_FIELDS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "shadow_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "descriptors",
+];
 const RATE_LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
-const UNITS: [(&str, u64); 4] = [("second", 1), ("minute", 60), ("hour", 3600), ("day", 86_400)];
+/// The units and their length in seconds, as envoyproxy/ratelimit counts them.
+const UNITS: [(&str, u64); 7] = [
+    ("second", 1),
+    ("minute", 60),
+    ("hour", 3600),
+    ("day", 86_400),
+    ("week", 7 * 86_400),
+    ("month", 30 * 86_400),
+    ("year", 365 * 86_400),
+];
 
 /// A descriptor entry of the tree.
 #[derive(Debug)]
 struct Entry<'a> {
     item: Item<'a>,
     key: String,
-    value: Option<String>,
+    value: Option<EntryValue>,
     limit: Option<Spec<'a>>,
     shadow: bool,
+    /// `detailed_metric: true`.
+    detailed: bool,
+    /// `value_to_metric: true`.
+    value_to_metric: bool,
+    /// `share_threshold: true` (wildcard values only).
+    share: bool,
     children: Vec<Entry<'a>>,
+}
+
+/// An entry's `value`: one value, or a pattern with `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum EntryValue {
+    Exact(String),
+    Wildcard(Pattern),
+}
+
+impl EntryValue {
+    fn text(&self) -> &str {
+        match self {
+            EntryValue::Exact(v) => v,
+            EntryValue::Wildcard(p) => p.as_str(),
+        }
+    }
 }
 
 /// A `rate_limit`.
 #[derive(Debug)]
 enum Spec<'a> {
-    Limited { at: Item<'a>, window: Duration, per_unit: NonZeroU64, name: Option<(String, Item<'a>)> },
+    Limited {
+        at: Item<'a>,
+        window: Duration,
+        per_unit: NonZeroU64,
+        name: Option<(String, Item<'a>)>,
+        replaces: Vec<(String, Item<'a>)>,
+    },
     Unlimited,
 }
 
@@ -113,17 +166,17 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Domain, Invalid> {
         Some(list) => entries(&list)?,
         None => Vec::new(),
     };
-    let mut rules = Vec::new();
-    let mut fingerprints = Vec::new();
-    let mut seen: Vec<(String, usize)> = Vec::new();
+    let mut compiled = Compiled::default();
     let mut path: Vec<(&Entry<'_>, &[Entry<'_>])> = Vec::new();
-    walk(&tree, &mut path, &domain, &mut rules, &mut fingerprints, &mut seen)?;
+    walk(&tree, &mut path, &domain, &mut compiled)?;
+    let rules = resolve_replaces(compiled.rules, &compiled.explicit, &compiled.replaces)?;
     Ok(Domain {
         name: domain,
         line: domain_item.node.line,
         column: domain_item.node.column,
         rules,
-        fingerprints,
+        fingerprints: compiled.fingerprints,
+        detailed: compiled.detailed,
     })
 }
 
@@ -141,22 +194,21 @@ fn entries<'a>(list: &Item<'a>) -> Result<Vec<Entry<'a>>, Invalid> {
             return Err(key_item.error(format!("{ENVOY_KEYS:?} is reserved by Floodgate")));
         }
         let value = match fields.get("value").filter(|v| !v.is_null()) {
+            // An empty value is the same as none, as in envoyproxy/ratelimit.
             Some(v) => {
-                let text = v.text("a descriptor value")?.into_owned();
-                if text.ends_with('*') {
-                    return Err(v.error(format!(
-                        "wildcard value {text:?} is not supported: list the values, or leave value out to \
-                         limit every value separately"
-                    )));
-                }
-                // An empty value is the same as none, as in envoyproxy/ratelimit.
-                Some(text).filter(|t| !t.is_empty())
+                Some(v.text("a descriptor value")?.into_owned()).filter(|t| !t.is_empty()).map(|text| {
+                    if text.contains('*') {
+                        EntryValue::Wildcard(Pattern::new(text))
+                    } else {
+                        EntryValue::Exact(text)
+                    }
+                })
             }
             None => None,
         };
         if let Some(first) = out.iter().find(|e| e.key == key && e.value == value) {
             let what = match &value {
-                Some(v) => format!("key {key:?} with value {v:?}"),
+                Some(v) => format!("key {key:?} with value {:?}", v.text()),
                 None => format!("key {key:?} without a value"),
             };
             return Err(
@@ -171,14 +223,19 @@ fn entries<'a>(list: &Item<'a>) -> Result<Vec<Entry<'a>>, Invalid> {
             Some(s) => s.bool()?,
             None => false,
         };
-        if let Some(d) = fields.get("detailed_metric") {
-            d.bool()?;
+        let flag = |name: &str| fields.get(name).map_or(Ok(false), |f| f.bool());
+        let detailed = flag("detailed_metric")?;
+        let value_to_metric = flag("value_to_metric")?;
+        let share = flag("share_threshold")?;
+        if share && !matches!(value, Some(EntryValue::Wildcard(_))) {
+            let at = fields.get("share_threshold").unwrap_or(item.clone());
+            return Err(at.error("share_threshold applies only to a wildcard value (one with `*`)"));
         }
         let children = match fields.get("descriptors").filter(|d| !d.is_null()) {
             Some(list) => entries(&list)?,
             None => Vec::new(),
         };
-        out.push(Entry { item, key, value, limit, shadow, children });
+        out.push(Entry { item, key, value, limit, shadow, detailed, value_to_metric, share, children });
     }
     Ok(out)
 }
@@ -196,8 +253,9 @@ fn spec<'a>(item: &Item<'a>) -> Result<Spec<'a>, Invalid> {
         }
         None => None,
     };
-    if let Some(replaces) = fields.get("replaces").filter(|r| !r.is_null()) {
-        for entry in replaces.elements("a list of {name: ...}")? {
+    let mut replaces = Vec::new();
+    if let Some(list) = fields.get("replaces").filter(|r| !r.is_null()) {
+        for entry in list.elements("a list of {name: ...}")? {
             let replaced = entry.fields("a replaced limit", Some(&["name"]))?;
             let replaced_name = replaced.require("name", "the name of the replaced limit")?;
             let text = replaced_name.text("a limit name")?;
@@ -207,6 +265,7 @@ fn spec<'a>(item: &Item<'a>) -> Result<Spec<'a>, Invalid> {
             if name.as_ref().is_some_and(|(n, _)| *n == text) {
                 return Err(replaced_name.error(format!("a limit cannot replace itself ({text:?})")));
             }
+            replaces.push((text.into_owned(), replaced_name));
         }
     }
     let unlimited = match fields.get("unlimited") {
@@ -217,13 +276,20 @@ fn spec<'a>(item: &Item<'a>) -> Result<Spec<'a>, Invalid> {
         if let Some(unit) = fields.key_item("unit") {
             return Err(unit.error("unit does not apply to an unlimited rate_limit"));
         }
+        if let Some((_, at)) = replaces.first() {
+            return Err(at.error(
+                "replaces on an unlimited rate_limit is not supported: give the replacing limit a unit and \
+                 requests_per_unit",
+            ));
+        }
         return Ok(Spec::Unlimited);
     }
-    let unit_item = fields.require("unit", "second, minute, hour or day (or unlimited: true)")?;
+    let unit_item =
+        fields.require("unit", "second, minute, hour, day, week, month or year (or unlimited: true)")?;
     let unit = unit_item.str("a unit")?;
     let Some((_, secs)) = UNITS.iter().find(|(u, _)| u.eq_ignore_ascii_case(unit)) else {
         return Err(unit_item.error(format!(
-            "unknown unit {unit:?}: expected second, minute, hour or day{}",
+            "unknown unit {unit:?}: expected second, minute, hour, day, week, month or year{}",
             did_you_mean(unit, UNITS.iter().map(|(u, _)| *u))
         )));
     };
@@ -241,7 +307,22 @@ fn spec<'a>(item: &Item<'a>) -> Result<Spec<'a>, Invalid> {
         window: Duration::from_secs(*secs),
         per_unit: NonZeroU64::new(per_unit).unwrap_or(NonZeroU64::MIN),
         name,
+        replaces,
     })
+}
+
+/// What the walk of a domain's tree compiles.
+#[derive(Debug, Default)]
+struct Compiled<'a> {
+    rules: Vec<Rule>,
+    fingerprints: Vec<(String, u64)>,
+    /// `(name, line)` of every rule so far, to point a duplicate at the first.
+    seen: Vec<(String, usize)>,
+    /// The names given with `rate_limit.name`: only those can be replaced.
+    explicit: Vec<String>,
+    /// Per rule (by position): the names it replaces, and where.
+    replaces: Vec<Vec<(String, Item<'a>)>>,
+    detailed: Vec<String>,
 }
 
 /// Compiles every limited path under `level` (whose entries are siblings), depth first.
@@ -249,24 +330,59 @@ fn walk<'t, 'a>(
     level: &'t [Entry<'a>],
     path: &mut Vec<(&'t Entry<'a>, &'t [Entry<'a>])>,
     domain: &str,
-    rules: &mut Vec<Rule>,
-    fingerprints: &mut Vec<(String, u64)>,
-    seen: &mut Vec<(String, usize)>,
+    out: &mut Compiled<'a>,
 ) -> Result<(), Invalid> {
     for entry in level {
         path.push((entry, level));
-        if let Some(Spec::Limited { at, window, per_unit, name }) = &entry.limit {
-            let (rule, fingerprint) = rule(path, domain, at, *window, *per_unit, name.as_ref(), seen)?;
-            fingerprints.push((rule.name().to_owned(), fingerprint));
-            rules.push(rule);
+        if let Some(Spec::Limited { at, window, per_unit, name, replaces }) = &entry.limit {
+            let (rule, fingerprint) =
+                rule(path, domain, at, *window, *per_unit, name.as_ref(), replaces, &mut out.seen)?;
+            if let Some((explicit, _)) = name {
+                out.explicit.push(explicit.clone());
+            }
+            if entry.detailed || path.iter().any(|(e, _)| e.value_to_metric) {
+                out.detailed.push(rule.name().to_owned());
+            }
+            out.fingerprints.push((rule.name().to_owned(), fingerprint));
+            out.replaces.push(replaces.clone());
+            out.rules.push(rule);
         }
-        walk(&entry.children, path, domain, rules, fingerprints, seen)?;
+        walk(&entry.children, path, domain, out)?;
         path.pop();
     }
     Ok(())
 }
 
+/// Applies each rule's `replaces`, which may name limits further down the file: every replaced
+/// name must be a `rate_limit.name` of the domain.
+fn resolve_replaces(
+    rules: Vec<Rule>,
+    explicit: &[String],
+    replaces: &[Vec<(String, Item<'_>)>],
+) -> Result<Vec<Rule>, Invalid> {
+    rules
+        .into_iter()
+        .zip(replaces)
+        .map(|(rule, replaced)| {
+            for (name, at) in replaced {
+                if !explicit.contains(name) {
+                    return Err(at.error(format!(
+                        "replaces {name:?}, but no rate_limit of this domain is named so (replaces refers to \
+                         rate_limit.name)"
+                    )));
+                }
+            }
+            Ok(if replaced.is_empty() {
+                rule
+            } else {
+                rule.replaces(replaced.iter().map(|(n, _)| n.as_str()))
+            })
+        })
+        .collect()
+}
+
 /// The rule of the path ending in a limited entry.
+#[allow(clippy::too_many_arguments)] // one call site, the walk's; each argument is a part of the path's limit
 fn rule(
     path: &[(&Entry<'_>, &[Entry<'_>])],
     domain: &str,
@@ -274,6 +390,7 @@ fn rule(
     window: Duration,
     per_unit: NonZeroU64,
     name: Option<&(String, Item<'_>)>,
+    replaces: &[(String, Item<'_>)],
     seen: &mut Vec<(String, usize)>,
 ) -> Result<(Rule, u64), Invalid> {
     let keys: Vec<&str> = path.iter().map(|(e, _)| e.key.as_str()).collect();
@@ -292,37 +409,71 @@ fn rule(
     let mut key = Vec::new();
     let mut canonical = Canonical::default();
     canonical.field("domain", domain).field("name", &name);
-    // (level, excluded values) of each key-only entry that a more specific sibling overrides.
-    let mut exclusions: Vec<(usize, Vec<&str>)> = Vec::new();
     for (level, ((entry, siblings), descriptor)) in path.iter().zip(&names).enumerate() {
-        canonical.field("entry", (&entry.key, &entry.value));
-        match &entry.value {
-            Some(value) => rule = rule.when(descriptor.as_str(), value.as_str()),
+        let value = entry.value.as_ref().map(EntryValue::text);
+        canonical.field("entry", (&entry.key, value));
+        // The siblings that the tree walk prefers to this entry: an equal value first, then the
+        // first matching wildcard, then no value.
+        let same_key = || siblings.iter().filter(|s| s.key == entry.key);
+        let exact: Vec<&str> = same_key()
+            .filter_map(|s| match &s.value {
+                Some(EntryValue::Exact(v)) => Some(v.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut wildcards = same_key().filter_map(|s| match &s.value {
+            Some(EntryValue::Wildcard(p)) => Some(p),
+            _ => None,
+        });
+        let preferred: (Vec<&str>, Vec<&Pattern>) = match &entry.value {
+            Some(EntryValue::Exact(v)) => {
+                rule = rule.when(descriptor.as_str(), v.as_str());
+                (Vec::new(), Vec::new())
+            }
+            Some(EntryValue::Wildcard(pattern)) => {
+                rule = rule.when_condition(descriptor.as_str(), Condition::Like(pattern.clone()));
+                if entry.share {
+                    canonical.field("shared", level);
+                } else {
+                    key.push(descriptor.clone());
+                }
+                (exact, wildcards.by_ref().take_while(|p| *p != pattern).collect())
+            }
             None => {
                 key.push(descriptor.clone());
-                let overridden: Vec<&str> = siblings
-                    .iter()
-                    .filter(|s| s.key == entry.key)
-                    .filter_map(|s| s.value.as_deref())
-                    .collect();
-                if !overridden.is_empty() {
-                    exclusions.push((level, overridden));
-                }
+                (exact, wildcards.collect())
             }
+        };
+        let (mut values, mut patterns) = preferred;
+        if !values.is_empty() {
+            values.sort_unstable();
+            canonical.field("excluded", (level, &values));
+            let values = values.iter().map(|v| v.to_string()).collect();
+            rule = rule.when_condition(descriptor.as_str(), Condition::NoneOf(values));
+        }
+        if !patterns.is_empty() {
+            patterns.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+            let texts: Vec<&str> = patterns.iter().map(|p| p.as_str()).collect();
+            canonical.field("excluded_patterns", (level, &texts));
+            rule = rule.when_condition(
+                descriptor.as_str(),
+                Condition::NotLike(patterns.into_iter().cloned().collect()),
+            );
         }
     }
-    for (level, values) in &exclusions {
-        let mut sorted = values.clone();
-        sorted.sort_unstable();
-        canonical.field("excluded", (level, &sorted));
-        let values = sorted.iter().map(|v| v.to_string()).collect();
-        rule = rule.when_condition(names[*level].as_str(), Condition::NoneOf(values));
-    }
-    let shadow = path.last().is_some_and(|(e, _)| e.shadow);
+    let last = path.last().map(|(e, _)| *e);
+    let shadow = last.is_some_and(|e| e.shadow);
     canonical
         .field("window", window.as_secs())
         .field("requests_per_unit", per_unit.get())
         .field("shadow", shadow);
+    if !replaces.is_empty() {
+        let names: Vec<&str> = replaces.iter().map(|(n, _)| n.as_str()).collect();
+        canonical.field("replaces", names);
+    }
+    if last.is_some_and(|e| e.detailed) || path.iter().any(|(e, _)| e.value_to_metric) {
+        canonical.field("detailed", true);
+    }
     if shadow {
         rule = rule.action(Action::Shadow);
     }
@@ -334,7 +485,7 @@ fn derived_name(path: &[(&Entry<'_>, &[Entry<'_>])]) -> String {
     let parts: Vec<String> = path
         .iter()
         .map(|(e, _)| match &e.value {
-            Some(v) => format!("{}_{v}", e.key),
+            Some(v) => format!("{}_{}", e.key, v.text()),
             None => e.key.clone(),
         })
         .collect();
@@ -413,9 +564,24 @@ descriptors:
     fn refuses_what_cannot_be_imported() {
         for (text, field, says) in [
             (
-                "domain: d\ndescriptors:\n  - key: k\n    value: '/api/*'\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-                "descriptors[0].value",
-                "wildcard",
+                "domain: d\ndescriptors:\n  - key: k\n    value: exact\n    share_threshold: true\n",
+                "descriptors[0].share_threshold",
+                "only to a wildcard",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: nobody}]}\n",
+                "descriptors[0].rate_limit.replaces[0].name",
+                "no rate_limit of this domain is named so",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, replaces: [{name: x}]}\n",
+                "descriptors[0].rate_limit.replaces[0].name",
+                "not supported",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+                "descriptors[0].rate_limit.unit",
+                "week, month or year",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
@@ -477,5 +643,76 @@ descriptors:
         assert_eq!(fp(text), fp(text));
         assert_ne!(fp(text), fp(&text.replace("second", "minute")));
         assert_ne!(fp(text), fp(&text.replace("domain: d", "domain: e")));
+    }
+
+    #[test]
+    fn wildcard_values_match_after_exact_ones_and_before_no_value_in_file_order() {
+        let domain = compile_text(
+            "domain: d
+descriptors:
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: path
+    value: /api/*
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: path
+    value: /api/health
+    rate_limit: {unlimited: true}
+",
+        )
+        .unwrap();
+        assert_eq!(names(&domain), ["path", "path_/api/*/action", "path_/api/*"]);
+        let r = |i: usize| &domain.rules[i];
+        // Each matching value of a wildcard has a counter of its own, unless it shares one.
+        assert_eq!(r(1).key_descriptors(), ["path"]);
+        assert!(r(2).key_descriptors().is_empty(), "share_threshold: one counter for every match");
+        let holds = |rule: &Rule, value: &str| {
+            rule.conditions().iter().filter(|(n, _)| n == "path").all(|(_, c)| c.holds(Some(value)))
+        };
+        for (value, expected) in [
+            ("/api/health", [false, false, false]),
+            ("/api/v1/action", [false, true, false]),
+            ("/api/v1/list", [false, false, true]),
+            ("/home", [true, false, false]),
+        ] {
+            let got = [holds(r(0), value), holds(r(1), value), holds(r(2), value)];
+            assert_eq!(got, expected, "{value}: exactly one rule, as the tree walk picks it");
+        }
+    }
+
+    #[test]
+    fn replaces_names_a_limit_of_the_domain_and_units_go_up_to_a_year() {
+        let domain = compile_text(
+            "domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        rate_limit: {name: specific_limit, requests_per_unit: 5, unit: week}
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {replaces: [{name: specific_limit}], requests_per_unit: 10, unit: year}
+",
+        )
+        .unwrap();
+        assert_eq!(domain.rules[1].replaced(), [std::sync::Arc::<str>::from("specific_limit")]);
+        assert!(domain.rules[0].replaced().is_empty());
+        let window = |i: usize| match domain.rules[i].limit() {
+            Limit::FixedWindow(w) => w.window(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (window(0), window(1)),
+            (Duration::from_secs(7 * 86_400), Duration::from_secs(365 * 86_400))
+        );
+        assert_eq!(domain.detailed, ["key_2_value_2.user"]);
     }
 }

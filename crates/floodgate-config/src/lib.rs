@@ -39,7 +39,7 @@ mod native;
 pub mod store;
 mod yaml;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use floodgate::{MemoryConfig, Policy};
@@ -105,6 +105,9 @@ pub struct Config {
     pub domains: BTreeMap<String, Policy>,
     /// A fingerprint per rule (`domain/rule` or `rule` → hash of its definition), for audit diffs.
     pub fingerprints: BTreeMap<String, u64>,
+    /// The Envoy rules (`domain/rule`) whose decisions are also counted per value of their key
+    /// (`detailed_metric`, `value_to_metric`).
+    pub detailed: BTreeSet<String>,
     /// Where it came from.
     pub source: Source,
 }
@@ -278,6 +281,7 @@ fn assemble(
     // domain → the file defining it.
     let mut domain_files: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut fingerprints = BTreeMap::new();
+    let mut detailed = BTreeSet::new();
     for (file, document) in documents {
         let file_ref = Some(file.as_path()).filter(|f| !f.as_os_str().is_empty());
         match document {
@@ -311,6 +315,7 @@ fn assemble(
                 for (rule, fingerprint) in &domain.fingerprints {
                     fingerprints.insert(format!("{}/{rule}", domain.name), *fingerprint);
                 }
+                detailed.extend(domain.detailed.iter().map(|rule| format!("{}/{rule}", domain.name)));
                 let policy = Policy::in_namespace(domain.name.clone(), domain.rules).map_err(|e| {
                     Invalid { field: Some("descriptors".into()), ..Invalid::unlocated(e.to_string()) }
                         .in_file(file_ref)
@@ -333,7 +338,7 @@ fn assemble(
         }
         None => (StoreConfig::default(), HeaderStyle::default(), Policy::default()),
     };
-    Ok(Config { store, headers, policy, domains, fingerprints, source })
+    Ok(Config { store, headers, policy, domains, fingerprints, detailed, source })
 }
 
 #[cfg(test)]

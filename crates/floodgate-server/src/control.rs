@@ -13,7 +13,7 @@
 //! gateway — [`Control::engine`] is the native policy's [`Engine`], which lives as long as the
 //! server and follows every applied change (reloads and rollbacks).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -410,17 +410,17 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
 
 /// The policies of `config`, with their metric handles.
 fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
-    let Config { store, headers, policy, domains, fingerprints, source } = config;
-    let native = Arc::new(domain(None, policy, metrics));
+    let Config { store, headers, policy, domains, fingerprints, detailed, source } = config;
+    let native = Arc::new(domain(None, policy, metrics, &detailed));
     let domains = domains
         .into_iter()
-        .map(|(name, policy)| (name.clone(), Arc::new(domain(Some(name), policy, metrics))))
+        .map(|(name, policy)| (name.clone(), Arc::new(domain(Some(name), policy, metrics, &detailed))))
         .collect();
     Running { version, headers, native, domains, source, fingerprints, store }
 }
 
-fn domain(name: Option<String>, policy: Policy, metrics: &Metrics) -> Domain {
-    let rule_metrics = metrics.rules(name.as_deref(), policy.rules().map(|r| r.name()));
+fn domain(name: Option<String>, policy: Policy, metrics: &Metrics, detailed: &BTreeSet<String>) -> Domain {
+    let rule_metrics = metrics.rules(name.as_deref(), policy.rules(), detailed);
     Domain { name, policy: Arc::new(policy), metrics: rule_metrics }
 }
 

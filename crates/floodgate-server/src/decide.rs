@@ -27,6 +27,8 @@ pub(crate) struct Observed<'a> {
     pub(crate) api: Api,
     /// The policy that decided (with its per-rule handles).
     pub(crate) domain: &'a Domain,
+    /// What was asked.
+    pub(crate) hits: &'a [Hit<'a>],
     /// What was answered.
     pub(crate) result: &'a Result<Verdict, EngineError>,
     /// How long the engine and the store took.
@@ -76,7 +78,7 @@ impl DecisionPath {
         let (mode, impossible) = mode(api);
         let started = now();
         let result = domain.policy.evaluate(&self.store, mode, hits, impossible).await;
-        let observed = Observed { api, domain, result: &result, took: started.elapsed() };
+        let observed = Observed { api, domain, hits, result: &result, took: started.elapsed() };
         for observer in &self.observers {
             observer.observe(&observed);
         }
@@ -103,7 +105,7 @@ impl Observer for MetricsObserver {
             Err(_) => rules.record_duration(decision.took),
             Ok(verdict) => {
                 if decision.api != Api::Peek {
-                    rules.record(verdict, decision.took);
+                    rules.record(verdict, decision.hits, decision.took);
                 }
                 if verdict.store_error.is_some() {
                     self.0.store_error();

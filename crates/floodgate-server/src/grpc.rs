@@ -16,8 +16,8 @@
 //!   their summed cost once.
 //! - The response: `overall_code`; one status per descriptor with `code` (`OVER_LIMIT` for a
 //!   descriptor over its own limit), `current_limit` (the most restrictive enforced limit, else a
-//!   shadowed one; set when its window is 1 s, 1 min, 1 h or 1 d, left unset otherwise and for
-//!   `unlimited` entries), `limit_remaining` and `duration_until_reset`; and
+//!   shadowed one; set when its window is one of Envoy's units — 1 s, 1 min, 1 h, 1 d, a week of 7 d,
+//!   a month of 30 d, a year of 365 d — left unset otherwise and for `unlimited` entries), `limit_remaining` and `duration_until_reset`; and
 //!   `response_headers_to_add` with the rate-limit headers of the whole request (the header style
 //!   of the configuration, `Retry-After` when over limit).
 //! - A cost that a limit can never grant makes that descriptor, and so the request, `OVER_LIMIT`;
@@ -138,14 +138,19 @@ fn status(verdict: &Verdict, hit: usize) -> DescriptorStatus {
     status
 }
 
-/// The limit as Envoy's `RateLimit`, when its window is a whole second, minute, hour or day.
+/// The limit as Envoy's `RateLimit`, when its window is one of Envoy's units: a second, minute,
+/// hour, day, week (7 days), month (30 days) or year (365 days), as envoyproxy/ratelimit counts them.
 fn current_limit(limit: &LimitOutcome) -> Option<RateLimit> {
+    const DAY: u64 = 86_400;
     let unit = match limit.window.as_secs() {
         _ if limit.window.subsec_nanos() != 0 => return None,
         1 => Unit::Second,
         60 => Unit::Minute,
         3600 => Unit::Hour,
-        86_400 => Unit::Day,
+        DAY => Unit::Day,
+        w if w == 7 * DAY => Unit::Week,
+        w if w == 30 * DAY => Unit::Month,
+        w if w == 365 * DAY => Unit::Year,
         _ => return None,
     };
     Some(RateLimit {

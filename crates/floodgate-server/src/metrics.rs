@@ -21,13 +21,16 @@
 //! | `floodgate_config_version` | gauge | — |
 //! | `floodgate_config_reloads_total` | counter | `result` = `applied`, `rejected` |
 //! | `floodgate_requests_total` | counter | `api` = `check`, `peek`, `report`, `grpc`; `code` = HTTP status or `OK`/`OVER_LIMIT` |
+//! | `floodgate_decisions_detailed_total` | counter, Envoy rules with `detailed_metric` or `value_to_metric` only | `rule`, `value` (at most 100 per rule, then `_other`), `result` |
 //!
 //! Rules of an Envoy domain are labelled `<domain>/<rule>`.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use floodgate::{Outcome, Verdict};
+use std::collections::BTreeSet;
+
+use floodgate::{Descriptors, Hit, Outcome, Rule, Verdict};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
@@ -47,6 +50,8 @@ pub const CONFIG_VERSION: &str = "floodgate_config_version";
 pub const CONFIG_RELOADS_TOTAL: &str = "floodgate_config_reloads_total";
 /// `floodgate_requests_total`.
 pub const REQUESTS_TOTAL: &str = "floodgate_requests_total";
+/// `floodgate_decisions_detailed_total`.
+pub const DECISIONS_DETAILED_TOTAL: &str = "floodgate_decisions_detailed_total";
 
 /// The upper bounds of the decision latency histogram, in seconds: 10 µs to 1 s.
 pub const DURATION_BUCKETS: [f64; 16] = [
@@ -218,19 +223,26 @@ impl Metrics {
     }
 
     /// Handles for the rules of one policy; rule names are prefixed `<domain>/` when `domain` is
-    /// given. Their series are created at zero, and `floodgate_fallback_active` set to 0.
+    /// given. Their series are created at zero, and `floodgate_fallback_active` set to 0. Rules
+    /// whose label is in `detailed` are also counted per value of their key
+    /// (`floodgate_decisions_detailed_total`, at most [`DETAILED_VALUES`] values each).
     pub(crate) fn rules<'a>(
         &self,
         domain: Option<&str>,
-        rules: impl Iterator<Item = &'a str>,
+        rules: impl Iterator<Item = &'a Rule>,
+        detailed: &BTreeSet<String>,
     ) -> RuleMetrics {
         let r = &*self.inner.recorder;
         let mut counters = Vec::new();
+        let mut details = Vec::new();
         for rule in rules {
             let label: String = match domain {
-                Some(domain) => format!("{domain}/{rule}"),
-                None => rule.to_owned(),
+                Some(domain) => format!("{domain}/{}", rule.name()),
+                None => rule.name().to_owned(),
             };
+            details.push(
+                detailed.contains(&label).then(|| Detail::new(label.clone(), rule, &self.inner.recorder)),
+            );
             let per_outcome = OUTCOMES.map(|outcome| {
                 let key = Key::from_parts(
                     DECISIONS_TOTAL,
@@ -244,7 +256,7 @@ impl Metrics {
             r.register_gauge(&fallback, &METADATA).set(0.0);
             counters.push(per_outcome);
         }
-        RuleMetrics { counters, decision_duration: self.inner.decision_duration.clone() }
+        RuleMetrics { counters, details, decision_duration: self.inner.decision_duration.clone() }
     }
 
     /// Counts one store failure.
@@ -294,16 +306,23 @@ fn status_index(status: http::StatusCode) -> usize {
 pub(crate) struct RuleMetrics {
     /// Per rule, in policy order: one counter per outcome.
     counters: Vec<[Counter; 6]>,
+    /// Per rule, in policy order: its per-value counters, for detailed rules.
+    details: Vec<Option<Detail>>,
     decision_duration: Histogram,
 }
 
 impl RuleMetrics {
-    /// Counts each limit of `verdict` under its rule and outcome, and the decision's duration.
-    pub(crate) fn record(&self, verdict: &Verdict, took: Duration) {
+    /// Counts each limit of `verdict` (decided for `hits`) under its rule and outcome — and, for a
+    /// detailed rule, its key's value — and the decision's duration.
+    pub(crate) fn record(&self, verdict: &Verdict, hits: &[Hit<'_>], took: Duration) {
         self.decision_duration.record(took.as_secs_f64());
         for limit in &verdict.limits {
+            let outcome = outcome_index(limit.outcome);
             if let Some(counters) = self.counters.get(limit.index) {
-                counters[outcome_index(limit.outcome)].increment(1);
+                counters[outcome].increment(1);
+            }
+            if let (Some(Some(detail)), Some(hit)) = (self.details.get(limit.index), hits.get(limit.hit)) {
+                detail.record(hit.descriptors, outcome);
             }
         }
     }
@@ -311,6 +330,74 @@ impl RuleMetrics {
     /// Records a decision's duration alone (a request that could never pass).
     pub(crate) fn record_duration(&self, took: Duration) {
         self.decision_duration.record(took.as_secs_f64());
+    }
+}
+
+/// The most values of one detailed rule counted apart; the others are counted under
+/// `value="_other"`, so that a detailed rule adds at most this many series per outcome.
+pub const DETAILED_VALUES: usize = 100;
+
+/// The per-value counters of one detailed rule (envoyproxy/ratelimit's `detailed_metric`), bounded:
+/// the first [`DETAILED_VALUES`] values seen get series of their own.
+struct Detail {
+    label: String,
+    /// The rule's key descriptors, whose values name the series.
+    key: Vec<String>,
+    recorder: Arc<PrometheusRecorder>,
+    values: papaya::HashMap<Box<str>, [Counter; 6]>,
+    other: [Counter; 6],
+}
+
+impl std::fmt::Debug for Detail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detail").field("label", &self.label).field("values", &self.values.len()).finish()
+    }
+}
+
+impl Detail {
+    fn new(label: String, rule: &Rule, recorder: &Arc<PrometheusRecorder>) -> Self {
+        let other = Self::register(recorder, &label, "_other");
+        Detail {
+            key: rule.key_descriptors().to_vec(),
+            recorder: Arc::clone(recorder),
+            values: papaya::HashMap::new(),
+            other,
+            label,
+        }
+    }
+
+    fn register(recorder: &PrometheusRecorder, rule: &str, value: &str) -> [Counter; 6] {
+        OUTCOMES.map(|outcome| {
+            let labels = vec![
+                Label::new("rule", rule.to_owned()),
+                Label::new("value", value.to_owned()),
+                Label::new("result", outcome.as_str()),
+            ];
+            recorder.register_counter(&Key::from_parts(DECISIONS_DETAILED_TOTAL, labels), &METADATA)
+        })
+    }
+
+    /// The value as envoyproxy/ratelimit names it in its statistics: `key_value` for each key
+    /// descriptor, joined by `.`.
+    fn value(&self, descriptors: &Descriptors) -> String {
+        let parts: Vec<String> =
+            self.key.iter().map(|k| format!("{k}_{}", descriptors.get(k).unwrap_or_default())).collect();
+        parts.join(".")
+    }
+
+    fn record(&self, descriptors: &Descriptors, outcome: usize) {
+        let value = self.value(descriptors);
+        let values = self.values.pin();
+        if let Some(counters) = values.get(value.as_str()) {
+            counters[outcome].increment(1);
+        } else if values.len() < DETAILED_VALUES {
+            let counters = values.get_or_insert_with(value.clone().into_boxed_str(), || {
+                Self::register(&self.recorder, &self.label, &value)
+            });
+            counters[outcome].increment(1);
+        } else {
+            self.other[outcome].increment(1);
+        }
     }
 }
 
@@ -324,6 +411,11 @@ fn describe(r: &PrometheusRecorder) {
         "Decisions per rule and result (allowed, denied, shadow_denied, tagged, error_allowed, error_denied).",
     );
     d(STORE_ERRORS_TOTAL, None, "Decisions during which the store failed.");
+    d(
+        DECISIONS_DETAILED_TOTAL,
+        None,
+        "Decisions of Envoy rules with detailed_metric, per value of their key (the first 100 values; then _other).",
+    );
     d(CONFIG_RELOADS_TOTAL, None, "Configuration reloads, applied or rejected.");
     d(REQUESTS_TOTAL, None, "API requests by API and response code.");
     r.describe_histogram(
@@ -366,5 +458,61 @@ impl Recorder for SharedRecorder {
 
     fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
         self.0.register_histogram(key, metadata)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU64;
+
+    use floodgate::{LimitOutcome, Policy};
+    use floodgate_core::{Decision, FixedWindow};
+
+    use super::*;
+
+    #[test]
+    fn a_detailed_rule_counts_its_first_values_apart_and_the_rest_together() {
+        let window = FixedWindow::try_new(NonZeroU64::MIN, Duration::from_secs(60)).unwrap();
+        let policy = Policy::new([Rule::new("per-path", window).key(["path"])]).unwrap();
+        let metrics = Metrics::new("memory");
+        let detailed = BTreeSet::from(["edge/per-path".to_owned()]);
+        let rules = metrics.rules(Some("edge"), policy.rules(), &detailed);
+        let limit = LimitOutcome {
+            rule: "per-path".into(),
+            index: 0,
+            hit: 0,
+            decision: Decision {
+                allowed: true,
+                limit: 1,
+                remaining: 0,
+                reset_after: Duration::ZERO,
+                retry_after: None,
+            },
+            outcome: Outcome::Allowed,
+            enforced: true,
+            window: Duration::from_secs(60),
+            quota: false,
+            grant: None,
+            permit: false,
+        };
+        let verdict = Verdict { allowed: true, limits: [limit].into_iter().collect(), ..Verdict::default() };
+        for i in 0..DETAILED_VALUES + 5 {
+            let descriptors = Descriptors::new().with("path", format!("/p{i}"));
+            rules.record(&verdict, &[Hit::new(&descriptors, 1)], Duration::ZERO);
+        }
+        let text = metrics.render(None);
+        let allowed: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(DECISIONS_DETAILED_TOTAL) && l.contains("result=\"allowed\""))
+            .collect();
+        assert_eq!(allowed.len(), DETAILED_VALUES + 1, "100 values and _other");
+        assert!(allowed.iter().any(|l| l.contains("value=\"path_/p0\"") && l.ends_with(" 1")));
+        let other = allowed.iter().find(|l| l.contains("value=\"_other\"")).unwrap();
+        assert!(other.ends_with(" 5"), "{other}");
+        // The rule's own series counts every decision.
+        assert!(text.contains(&format!(
+            "floodgate_decisions_total{{rule=\"edge/per-path\",result=\"allowed\"}} {}",
+            DETAILED_VALUES + 5
+        )));
     }
 }

@@ -424,12 +424,13 @@ impl Policy {
         ops: &mut SmallVec<[Merged<'p>; 4]>,
     ) -> Result<bool, EngineError> {
         let mut denied = false;
+        let replaced = self.replaced(hits);
         for (hit_index, hit) in hits.iter().enumerate() {
             if hit.cost == 0 {
                 return Err(EngineError::Cost { rule: Arc::from(""), source: CostError::Zero });
             }
             for (index, compiled) in self.rules.iter().enumerate() {
-                if !matches(compiled, hit.descriptors) {
+                if replaced.contains(&index) || !matches(compiled, hit.descriptors) {
                     continue;
                 }
                 let Some((limit, action)) = compiled.rule.select(hit.descriptors) else { continue };
@@ -499,6 +500,30 @@ impl Policy {
             }
         }
         Ok(denied)
+    }
+
+    /// The positions of the rules that another rule applying to `hits` replaces (see
+    /// [`Rule::replaces`](crate::Rule::replaces)); none when no rule of the policy replaces any.
+    fn replaced(&self, hits: &[Hit<'_>]) -> SmallVec<[usize; 2]> {
+        let mut replaced = SmallVec::new();
+        if !self.replacing {
+            return replaced;
+        }
+        for c in self.rules.iter().filter(|c| !c.rule.replaces.is_empty()) {
+            let applies =
+                hits.iter().any(|h| matches(c, h.descriptors) && c.rule.select(h.descriptors).is_some());
+            if !applies {
+                continue;
+            }
+            for name in &c.rule.replaces {
+                if let Some(i) = self.rules.iter().position(|o| o.rule.name == *name)
+                    && !replaced.contains(&i)
+                {
+                    replaced.push(i);
+                }
+            }
+        }
+        replaced
     }
 
     /// Gives back what `verdict`'s limits consumed (only concurrency permits when `permits_only`),
@@ -588,12 +613,7 @@ fn verdict(planned: &[Planned<'_>], applied: &Applied) -> Verdict {
 }
 
 fn matches(compiled: &CompiledRule, descriptors: &Descriptors) -> bool {
-    compiled.rule.conditions.iter().all(|(name, condition)| match (condition, descriptors.get(name)) {
-        (_, None) => false,
-        (crate::Condition::Present, Some(_)) => true,
-        (crate::Condition::OneOf(values), Some(v)) => values.iter().any(|x| x == v),
-        (crate::Condition::NoneOf(values), Some(v)) => !values.iter().any(|x| x == v),
-    })
+    compiled.rule.conditions.iter().all(|(name, condition)| condition.holds(descriptors.get(name)))
 }
 
 /// Appends the rule's key for `descriptors`; false when a key descriptor is missing.

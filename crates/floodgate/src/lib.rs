@@ -45,5 +45,5 @@ pub use descriptors::Descriptors;
 pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Verdict};
 pub use floodgate_core as core;
 pub use limit::{Limit, LimitKind};
-pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Policy, Rule, RuleError};
+pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Policy, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};

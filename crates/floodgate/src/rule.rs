@@ -37,6 +37,76 @@ pub enum Condition {
     /// The descriptor is present and equals none of these values (a catch-all that more specific
     /// rules carve values out of).
     NoneOf(Vec<String>),
+    /// The descriptor matches this pattern.
+    Like(Pattern),
+    /// The descriptor is present and matches none of these patterns.
+    NotLike(Vec<Pattern>),
+}
+
+impl Condition {
+    /// Whether `value` (the descriptor's, or `None` when the request lacks it) satisfies the
+    /// condition. Every condition needs the descriptor present.
+    pub fn holds(&self, value: Option<&str>) -> bool {
+        let Some(v) = value else { return false };
+        match self {
+            Condition::Present => true,
+            Condition::OneOf(values) => values.iter().any(|x| x == v),
+            Condition::NoneOf(values) => !values.iter().any(|x| x == v),
+            Condition::Like(pattern) => pattern.matches(v),
+            Condition::NotLike(patterns) => !patterns.iter().any(|p| p.matches(v)),
+        }
+    }
+}
+
+/// A value pattern: `*` matches any run of characters (none included), anywhere and any number
+/// of times; every other character matches itself. `/api/*/action` matches `/api/123/action`
+/// but not `/api/123/other`; `files/*` matches `files/` and `files/a.pdf`.
+///
+/// ```
+/// use floodgate::Pattern;
+/// let p = Pattern::new("/api/*/resource/*/action");
+/// assert!(p.matches("/api/v1/resource/42/action"));
+/// assert!(!p.matches("/api/v1/resource/42"));
+/// assert!(Pattern::new("value*").matches("value"));
+/// assert!(Pattern::new("exact").matches("exact") && !Pattern::new("exact").matches("exactly"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    text: String,
+}
+
+impl Pattern {
+    /// The pattern `text`.
+    pub fn new(text: impl Into<String>) -> Self {
+        Pattern { text: text.into() }
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the pattern has a `*` at all.
+    pub fn is_wildcard(&self) -> bool {
+        self.text.contains('*')
+    }
+
+    /// Whether `value` matches.
+    pub fn matches(&self, value: &str) -> bool {
+        let mut parts = self.text.split('*');
+        let first = parts.next().unwrap_or_default();
+        let Some(mut rest) = value.strip_prefix(first) else { return false };
+        let Some(last) = parts.next_back() else { return rest.is_empty() };
+        // Each middle part at its leftmost place after the one before: for `*`-only patterns the
+        // leftmost place never rules out a match that a later place would allow.
+        for part in parts {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+        rest.ends_with(last)
+    }
 }
 
 /// A rule failed validation.
@@ -63,6 +133,14 @@ pub enum RuleError {
         rule: String,
         /// The repeated descriptor.
         descriptor: String,
+    },
+    /// A rule replaces a rule the policy does not have, or itself.
+    #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
+    UnknownReplaced {
+        /// The rule.
+        rule: String,
+        /// The name it replaces.
+        replaced: String,
     },
 }
 
@@ -94,6 +172,8 @@ pub struct Rule {
     /// Enforced share of keys, in percent.
     pub(crate) rollout: f64,
     pub(crate) on_store_error: OnStoreError,
+    /// Rules this one replaces when both apply to one request (envoyproxy/ratelimit's `replaces`).
+    pub(crate) replaces: Vec<Arc<str>>,
 }
 
 impl Rule {
@@ -109,7 +189,21 @@ impl Rule {
             by: None,
             rollout: 100.0,
             on_store_error: OnStoreError::FailOpen,
+            replaces: Vec::new(),
         }
+    }
+
+    /// When this rule and one of the rules named `rules` both apply to a request (to any of its
+    /// hits), the other is not applied at all: not checked, not charged, not reported — what
+    /// envoyproxy/ratelimit's `replaces` does, e.g. for a higher limit on one endpoint of a
+    /// category. Two rules may replace each other; then neither applies.
+    pub fn replaces<I, S>(mut self, rules: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Arc<str>>,
+    {
+        self.replaces = rules.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Applies only when `descriptor` equals `value` (repeat to require several).
@@ -194,6 +288,16 @@ impl Rule {
     pub fn action_kind(&self) -> Action {
         self.action
     }
+
+    /// The rules it replaces (see [`Rule::replaces`]).
+    pub fn replaced(&self) -> &[Arc<str>] {
+        &self.replaces
+    }
+
+    /// The rule's conditions, in the order given.
+    pub fn conditions(&self) -> &[(String, Condition)] {
+        &self.conditions
+    }
 }
 
 /// Limits that vary with one descriptor's value; see [`Rule::vary_by`].
@@ -250,6 +354,8 @@ pub(crate) struct CompiledRule {
 pub struct Policy {
     pub(crate) rules: Vec<CompiledRule>,
     namespace: Option<String>,
+    /// Whether any rule replaces another (then planning a request looks at all its hits first).
+    pub(crate) replacing: bool,
 }
 
 impl Policy {
@@ -306,11 +412,75 @@ impl Policy {
             }
             compiled.push(CompiledRule { rule, scope: scope.into_boxed_slice(), rollout_bp });
         }
-        Ok(Policy { rules: compiled, namespace })
+        for c in &compiled {
+            if let Some(replaced) = c
+                .rule
+                .replaces
+                .iter()
+                .find(|r| **r == c.rule.name || !compiled.iter().any(|o| o.rule.name == **r))
+            {
+                return Err(RuleError::UnknownReplaced {
+                    rule: c.rule.name.to_string(),
+                    replaced: replaced.to_string(),
+                });
+            }
+        }
+        let replacing = compiled.iter().any(|c| !c.rule.replaces.is_empty());
+        Ok(Policy { rules: compiled, namespace, replacing })
     }
 
     /// The rules, in order.
     pub fn rules(&self) -> impl Iterator<Item = &Rule> {
         self.rules.iter().map(|c| &c.rule)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The reference: `*` tried at every length, by backtracking.
+    fn glob(pattern: &[u8], value: &[u8]) -> bool {
+        match pattern.split_first() {
+            None => value.is_empty(),
+            Some((b'*', rest)) => (0..=value.len()).any(|i| glob(rest, &value[i..])),
+            Some((c, rest)) => value.first() == Some(c) && glob(rest, &value[1..]),
+        }
+    }
+
+    #[test]
+    fn patterns_read_like_envoys_examples() {
+        assert!(Pattern::new("value*").matches("valueXYZ"));
+        assert!(Pattern::new("/api/*/action").matches("/api/user-id/action"));
+        assert!(!Pattern::new("/api/*/action").matches("/api/123/other"));
+        assert!(Pattern::new("*").matches(""));
+        assert!(Pattern::new("a*a").matches("aa") && !Pattern::new("a*a").matches("a"));
+        assert!(!Pattern::new("plain").is_wildcard());
+    }
+
+    proptest! {
+        #[test]
+        fn patterns_match_exactly_what_the_reference_matches(pattern in "[ab*]{0,6}", value in "[ab]{0,8}") {
+            prop_assert_eq!(Pattern::new(pattern.clone()).matches(&value), glob(pattern.as_bytes(), value.as_bytes()));
+        }
+    }
+
+    #[test]
+    fn a_rule_may_only_replace_another_rule_of_its_policy() {
+        let limit = || {
+            crate::Limit::from(
+                floodgate_core::FixedWindow::try_new(
+                    std::num::NonZeroU64::MIN,
+                    std::time::Duration::from_secs(1),
+                )
+                .unwrap(),
+            )
+        };
+        let ok = Policy::new([Rule::new("a", limit()), Rule::new("b", limit()).replaces(["a"])]);
+        assert!(ok.is_ok_and(|p| p.replacing));
+        let unknown = Policy::new([Rule::new("b", limit()).replaces(["a"])]).unwrap_err();
+        assert_eq!(unknown, RuleError::UnknownReplaced { rule: "b".into(), replaced: "a".into() });
+        assert!(Policy::new([Rule::new("a", limit()).replaces(["a"])]).is_err(), "not itself");
     }
 }

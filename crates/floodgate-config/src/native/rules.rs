@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use floodgate::{Action, Condition, LimitKind, OnStoreError, Rule};
+use floodgate::{Action, Condition, LimitKind, OnStoreError, Pattern, Rule};
 
 use super::descriptors::Vocabulary;
 use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
@@ -85,6 +85,10 @@ pub(crate) fn compile(
                 Condition::Present => "present".to_owned(),
                 Condition::OneOf(values) => format!("one of {values:?}"),
                 Condition::NoneOf(values) => format!("none of {values:?}"),
+                Condition::Like(pattern) => format!("like {:?}", pattern.as_str()),
+                Condition::NotLike(patterns) => {
+                    format!("like none of {:?}", patterns.iter().map(Pattern::as_str).collect::<Vec<_>>())
+                }
             };
             conditions.push((descriptor.to_owned(), described));
             rule = rule.when_condition(descriptor, condition);
@@ -195,24 +199,42 @@ fn check_parameters(
 fn condition(item: &Item<'_>) -> Result<Condition, Invalid> {
     match &item.node.value {
         Value::Map(_) => {
-            let fields = item.fields("a condition", Some(&["present", "not"]))?;
-            match (fields.get("present"), fields.get("not")) {
-                (Some(present), None) if present.bool()? => Ok(Condition::Present),
-                (Some(present), None) => Err(present.error(
-                    "present: false is not supported (a rule cannot require a descriptor to be absent): \
-                     remove the condition",
-                )),
-                (None, Some(not)) => Ok(Condition::NoneOf(values(&not)?)),
-                (Some(present), Some(_)) => {
-                    Err(present.error("write either {present: true} or {not: [...]}"))
-                }
-                (None, None) => Err(item.error("expected {present: true} or {not: [values]}")),
+            const FORMS: &str = "{present: true}, {not: [values]}, {like: pattern} or {not_like: [patterns]}";
+            let fields = item.fields("a condition", Some(&["present", "not", "like", "not_like"]))?;
+            if fields.len() != 1 {
+                return Err(item.error(format!("write either {FORMS}: one of them")));
+            }
+            let patterns = |at: &Item<'_>| -> Result<Vec<Pattern>, Invalid> {
+                Ok(values(at)?.into_iter().map(Pattern::new).collect())
+            };
+            if let Some(present) = fields.get("present") {
+                return if present.bool()? {
+                    Ok(Condition::Present)
+                } else {
+                    Err(present.error(
+                        "present: false is not supported (a rule cannot require a descriptor to be absent): \
+                         remove the condition",
+                    ))
+                };
+            }
+            if let Some(not) = fields.get("not") {
+                return Ok(Condition::NoneOf(values(&not)?));
+            }
+            if let Some(like) = fields.get("like") {
+                return Ok(Condition::Like(Pattern::new(
+                    like.text("a pattern such as \"GET /api/*\"")?.into_owned(),
+                )));
+            }
+            match fields.get("not_like") {
+                Some(not_like) => Ok(Condition::NotLike(patterns(&not_like)?)),
+                None => Err(item.error(format!("expected {FORMS}"))),
             }
         }
         Value::Seq(_) => Ok(Condition::OneOf(values(item)?)),
-        Value::Null => {
-            Err(item.error("expected a value, a list of values, {present: true} or {not: [values]}"))
-        }
+        Value::Null => Err(item.error(
+            "expected a value, a list of values, {present: true}, {not: [values]}, {like: pattern} or \
+             {not_like: [patterns]}",
+        )),
         _ => Ok(Condition::OneOf(vec![item.text("a descriptor value")?.into_owned()])),
     }
 }

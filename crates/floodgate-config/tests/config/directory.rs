@@ -116,8 +116,11 @@ fn an_error_in_one_file_names_that_file() {
     let dir = std::env::temp_dir().join(format!("floodgate-config-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("a.yaml"), "domain: a\n").unwrap();
-    std::fs::write(dir.join("b.yaml"), "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: week}\n")
-        .unwrap();
+    std::fs::write(
+        dir.join("b.yaml"),
+        "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n",
+    )
+    .unwrap();
     let err = config::load(&dir).unwrap_err();
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(err.file.as_deref(), Some(Path::new(&dir.join("b.yaml"))));

@@ -149,7 +149,7 @@ fn envoy_unknown_unit() {
         5,
         13,
         "descriptors[0].rate_limit.unit",
-        &["unknown unit \"fortnight\": expected second, minute, hour or day"],
+        &["unknown unit \"fortnight\": expected second, minute, hour, day, week, month or year"],
     );
 }
 

@@ -287,3 +287,65 @@ rules:
     assert_eq!(peek.json()["limits"][0]["remaining"], 3, "{}", peek.body);
     server.stop().await;
 }
+
+/// envoyproxy/ratelimit features served as Envoy sees them: wildcard values (a counter per
+/// matching value, or one shared), `replaces`, week units, and `detailed_metric` counted per value.
+#[tokio::test]
+async fn wildcards_replaces_and_detailed_metrics_of_an_envoy_file_are_served() {
+    let dir = TempDir::new("envoy-features");
+    let path = dir.write_atomic(
+        "ratelimit.yaml",
+        "domain: api
+descriptors:
+  - key: path
+    value: /files/*
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /shared/*
+    share_threshold: true
+    rate_limit: {unit: week, requests_per_unit: 1}
+  - key: category
+    value: read
+    rate_limit: {name: read_limit, unit: minute, requests_per_unit: 1}
+  - key: endpoint
+    value: /reports
+    rate_limit: {replaces: [{name: read_limit}], unit: minute, requests_per_unit: 3}
+",
+    );
+    let server = TestServer::start(floodgate_config::load(&path).unwrap_or_else(|e| panic!("{e}"))).await;
+    let mut rls = client(&server).await;
+    let ok = |r: &RateLimitResponse| r.overall_code == Code::Ok as i32;
+
+    // Each file has a counter of its own; every /shared/ path shares one, counted by the week.
+    let (a, b) = (&[("path", "/files/a.pdf")][..], &[("path", "/files/b.csv")][..]);
+    assert!(ok(&ask(&mut rls, request("api", &[a], 0)).await));
+    assert!(ok(&ask(&mut rls, request("api", &[b], 0)).await), "another value, another counter");
+    assert!(!ok(&ask(&mut rls, request("api", &[a], 0)).await));
+    let first = ask(&mut rls, request("api", &[&[("path", "/shared/x")]], 0)).await;
+    assert_eq!(first.statuses[0].current_limit.as_ref().map(|l| l.unit), Some(Unit::Week as i32));
+    assert!(!ok(&ask(&mut rls, request("api", &[&[("path", "/shared/y")]], 0)).await), "one shared counter");
+
+    // With the /reports endpoint in the same request, the read limit is replaced: 3 a minute.
+    let read: &[(&str, &str)] = &[("category", "read")];
+    let reports: &[(&str, &str)] = &[("endpoint", "/reports")];
+    for _ in 0..3 {
+        let r = ask(&mut rls, request("api", &[read, reports], 0)).await;
+        assert!(ok(&r), "{r:?}");
+        assert!(r.statuses[0].current_limit.is_none(), "the replaced limit is not applied");
+    }
+    assert!(!ok(&ask(&mut rls, request("api", &[read, reports], 0)).await));
+    assert!(ok(&ask(&mut rls, request("api", &[read], 0)).await), "alone, the read limit was never charged");
+
+    let metrics = server.get("/metrics").await.body;
+    let detailed = |value: &str, result: &str| {
+        let series = format!(
+            "floodgate_decisions_detailed_total{{rule=\"api/path_/files/*\",value=\"{value}\",result=\"{result}\"}} "
+        );
+        metrics.lines().find_map(|l| l.strip_prefix(&series)).map(|v| v.trim().to_owned())
+    };
+    assert_eq!(detailed("path_/files/a.pdf", "allowed").as_deref(), Some("1"), "{metrics}");
+    assert_eq!(detailed("path_/files/a.pdf", "denied").as_deref(), Some("1"));
+    assert_eq!(detailed("path_/files/b.csv", "allowed").as_deref(), Some("1"));
+    server.stop().await;
+}

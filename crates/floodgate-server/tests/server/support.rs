@@ -174,6 +174,7 @@ pub(crate) fn with_domains(
         policy: Policy::new(rules).unwrap(),
         domains,
         fingerprints,
+        detailed: Default::default(),
         source: Source { path: None, text: "# built in the test\n".into(), hash: "0000000000000001".into() },
     }
 }

@@ -96,3 +96,25 @@ async fn limit_outcomes_name_their_rule_position_and_hit() {
     assert_eq!(seen, [("per-user", 1, 0), ("per-tenant", 0, 1), ("per-user", 1, 1)]);
     assert_eq!(verdict.most_restrictive_of_hit(0).map(|l| &*l.rule), Some("per-user"));
 }
+
+/// envoyproxy/ratelimit's example 7: two descriptors of one request match a named limit and one
+/// that replaces it; only the replacing one applies, and the replaced limit is not charged.
+#[tokio::test]
+async fn a_rule_replaced_by_another_rule_of_the_request_is_neither_checked_nor_charged() {
+    let (engine, store) = counted([
+        Rule::new("specific_limit", per_minute(5)).when("key_1", "value_1").key(["user"]),
+        Rule::new("other", per_minute(10))
+            .when("key_2", "value_2")
+            .key(["user"])
+            .replaces(["specific_limit"]),
+    ]);
+    let a = request(&[("key_1", "value_1"), ("user", "bkthomps")]);
+    let b = request(&[("key_2", "value_2"), ("user", "bkthomps")]);
+    let both = engine.check_hits(&[Hit::new(&a, 1), Hit::new(&b, 1)]).await.unwrap();
+    let applied: Vec<&str> = both.limits.iter().map(|l| &*l.rule).collect();
+    assert_eq!(applied, ["other"], "the replaced limit is not applied");
+    assert_eq!(store.calls().ops, 1);
+    // Alone, the named limit applies, untouched by the request that replaced it: 5 left before it.
+    let alone = engine.check(&a, 1).await.unwrap();
+    assert_eq!((&*alone.limits[0].rule, alone.limits[0].decision.remaining), ("specific_limit", 4));
+}
