@@ -116,6 +116,13 @@ impl<C: Clock> Store for AnyStore<C> {
         }
     }
 
+    fn try_apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Option<Result<(), StoreError>> {
+        match self {
+            AnyStore::Memory(store) => store.try_apply_now(ops, mode, out),
+            AnyStore::Redis(store) => store.try_apply_now(ops, mode, out),
+        }
+    }
+
     async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
         match self {
             AnyStore::Memory(store) => store.refund(key, limit, grant).await,

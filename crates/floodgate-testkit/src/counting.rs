@@ -86,6 +86,13 @@ impl<S: Store> Store for CountingStore<S> {
         self.inner.apply(ops, mode, out).await
     }
 
+    fn try_apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Option<Result<(), StoreError>> {
+        let answered = self.inner.try_apply_now(ops, mode, out)?;
+        self.counts.applies.fetch_add(1, Ordering::SeqCst);
+        self.counts.ops.fetch_add(ops.len(), Ordering::SeqCst);
+        Some(answered)
+    }
+
     async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
         self.counts.refunds.fetch_add(1, Ordering::SeqCst);
         self.inner.refund(key, limit, grant).await

@@ -61,7 +61,7 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Checking { check, pending } => {
-                    let checked = ready!(check.as_mut().poll(cx));
+                    let checked = ready!(Pin::new(check).poll(cx));
                     let Some((mut inner, mut request)) = pending.take() else {
                         this.state.set(State::Done);
                         continue;

@@ -91,7 +91,13 @@ where
         let (parts, body) = request.into_parts();
         let descriptors = self.config.descriptors(&parts);
         let cost = self.config.cost(&parts);
-        let check = Box::pin(check(Arc::clone(&self.config.engine), descriptors, cost));
+        let engine = &self.config.engine;
+        // A store that answers at once (the memory store) decides here, with no future to
+        // allocate; one that has to wait (Redis) is awaited in a boxed future.
+        let check = match engine.check_now(&descriptors, cost) {
+            Some(result) => CheckFuture::Ready(Some(checked(engine, result, descriptors, cost))),
+            None => CheckFuture::Waiting(Box::pin(check(Arc::clone(engine), descriptors, cost))),
+        };
         ResponseFuture::new(check, inner, Request::from_parts(parts, body), self.config.style)
     }
 }
@@ -102,14 +108,43 @@ pub(crate) enum Checked {
     NeverAllowed(EngineError),
 }
 
-pub(crate) type CheckFuture = Pin<Box<dyn Future<Output = Checked> + Send>>;
+/// The engine's answer to come: already there, or awaited from the store.
+pub(crate) enum CheckFuture {
+    /// Decided in `call` (taken when polled).
+    Ready(Option<Checked>),
+    /// Waiting for the store.
+    Waiting(Pin<Box<dyn Future<Output = Checked> + Send>>),
+}
+
+impl Future for CheckFuture {
+    type Output = Checked;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Checked> {
+        match self.get_mut() {
+            CheckFuture::Ready(checked) => {
+                Poll::Ready(checked.take().expect("`CheckFuture` polled after completion"))
+            }
+            CheckFuture::Waiting(future) => future.as_mut().poll(cx),
+        }
+    }
+}
 
 async fn check<S: Store>(engine: Arc<Engine<S>>, descriptors: Descriptors, cost: u64) -> Checked {
-    match engine.check(&descriptors, cost).await {
+    let result = engine.check(&descriptors, cost).await;
+    checked(&engine, result, descriptors, cost)
+}
+
+fn checked<S: Store>(
+    engine: &Arc<Engine<S>>,
+    result: Result<floodgate::Verdict, EngineError>,
+    descriptors: Descriptors,
+    cost: u64,
+) -> Checked {
+    match result {
         Ok(verdict) => {
             let holds_permits = verdict.holds_permits();
             let info = RateLimitInfo::new(verdict, descriptors, cost);
-            let permit = holds_permits.then(|| Permit::new(engine, info.clone()));
+            let permit = holds_permits.then(|| Permit::new(Arc::clone(engine), info.clone()));
             Checked::Verdict { info, permit }
         }
         Err(error) => Checked::NeverAllowed(error),

@@ -259,6 +259,38 @@ struct Merged<'p> {
     enforce: bool,
 }
 
+/// A request being decided: its keys, the limits that apply and the store ops they make.
+#[derive(Default)]
+struct Request<'p> {
+    buf: KeyBuf,
+    planned: SmallVec<[Planned<'p>; 4]>,
+    merged: SmallVec<[Merged<'p>; 4]>,
+}
+
+impl<'p> Request<'p> {
+    /// The store ops, borrowing the keys (complete once planning is done).
+    fn ops(&self) -> SmallVec<[Op<'_>; 4]> {
+        self.merged
+            .iter()
+            .map(|m| Op {
+                key: &self.buf[m.key.clone()],
+                scope_len: m.scope_len,
+                limit: m.limit,
+                cost: m.cost,
+                enforce: m.enforce,
+            })
+            .collect()
+    }
+
+    /// The verdict from what the store answered.
+    fn verdict(&self, result: Result<(), StoreError>, applied: &Applied) -> Verdict {
+        match result {
+            Ok(()) => verdict(&self.planned, applied),
+            Err(error) => failure_verdict(&self.planned, error),
+        }
+    }
+}
+
 impl<S: Store> Engine<S> {
     /// An engine applying `policy` over `store`.
     pub fn new(policy: Policy, store: S) -> Self {
@@ -347,6 +379,13 @@ impl<S: Store> Engine<S> {
         policy.reset(&self.store, rule, descriptors).await
     }
 
+    /// [`Engine::check`] without waiting, when the store can answer at once (the memory store
+    /// always can); `None` otherwise (see [`Policy::evaluate_now`]).
+    pub fn check_now(&self, descriptors: &Descriptors, cost: u64) -> Option<Result<Verdict, EngineError>> {
+        let policy = self.policy.load();
+        policy.evaluate_now(&self.store, Mode::Check, &[Hit::new(descriptors, cost)], Impossible::Error)
+    }
+
     async fn one(&self, descriptors: &Descriptors, cost: u64, mode: Mode) -> Result<Verdict, EngineError> {
         let policy = self.policy.load();
         policy.evaluate(&self.store, mode, &[Hit::new(descriptors, cost)], Impossible::Error).await
@@ -383,32 +422,56 @@ impl Policy {
         hits: &[Hit<'_>],
         impossible: Impossible,
     ) -> Result<Verdict, EngineError> {
-        let mut buf = KeyBuf::new();
-        let mut planned: SmallVec<[Planned<'_>; 4]> = SmallVec::new();
-        let mut merged: SmallVec<[Merged<'_>; 4]> = SmallVec::new();
-        let denied = self.plan(mode, hits, impossible, &mut buf, &mut planned, &mut merged)?;
-        if planned.is_empty() {
-            return Ok(Verdict { allowed: true, ..Verdict::default() });
+        let mut request = Request::default();
+        let store_mode = match self.prepare(mode, hits, impossible, &mut request)? {
+            Some(store_mode) => store_mode,
+            None => return Ok(Verdict { allowed: true, ..Verdict::default() }),
+        };
+        let ops = request.ops();
+        let mut applied = Applied::default();
+        let result = store.apply(&ops, store_mode, &mut applied).await;
+        Ok(request.verdict(result, &applied))
+    }
+
+    /// [`Policy::evaluate`] without waiting, when the store can answer at once
+    /// ([`Store::try_apply_now`]: the memory store always can); `None` when it cannot, and the
+    /// caller must await [`Policy::evaluate`] instead. For front doors that decide inside a
+    /// synchronous call, such as a tower service's `call`, so that no future is allocated.
+    pub fn evaluate_now<S: Store>(
+        &self,
+        store: &S,
+        mode: Mode,
+        hits: &[Hit<'_>],
+        impossible: Impossible,
+    ) -> Option<Result<Verdict, EngineError>> {
+        let mut request = Request::default();
+        let store_mode = match self.prepare(mode, hits, impossible, &mut request) {
+            Ok(Some(store_mode)) => store_mode,
+            Ok(None) => return Some(Ok(Verdict { allowed: true, ..Verdict::default() })),
+            Err(e) => return Some(Err(e)),
+        };
+        let ops = request.ops();
+        let mut applied = Applied::default();
+        let result = store.try_apply_now(&ops, store_mode, &mut applied)?;
+        Some(Ok(request.verdict(result, &applied)))
+    }
+
+    /// Plans `request`; returns the mode to ask the store in, or `None` when no rule applies.
+    fn prepare<'p>(
+        &'p self,
+        mode: Mode,
+        hits: &[Hit<'_>],
+        impossible: Impossible,
+        request: &mut Request<'p>,
+    ) -> Result<Option<Mode>, EngineError> {
+        let denied =
+            self.plan(mode, hits, impossible, &mut request.buf, &mut request.planned, &mut request.merged)?;
+        if request.planned.is_empty() {
+            return Ok(None);
         }
-        // Keys were appended to `buf` while planning; the ops borrow it only now that it is complete.
-        let ops: SmallVec<[Op<'_>; 4]> = merged
-            .iter()
-            .map(|m| Op {
-                key: &buf[m.key.clone()],
-                scope_len: m.scope_len,
-                limit: m.limit,
-                cost: m.cost,
-                enforce: m.enforce,
-            })
-            .collect();
         // A request already denied by a cost it can never be granted consumes nothing: the store
         // only reports the other limits, as a peek.
-        let store_mode = if denied && mode == Mode::Check { Mode::Peek } else { mode };
-        let mut applied = Applied::default();
-        if let Err(error) = store.apply(&ops, store_mode, &mut applied).await {
-            return Ok(failure_verdict(&planned, error));
-        }
-        Ok(verdict(&planned, &applied))
+        Ok(Some(if denied && mode == Mode::Check { Mode::Peek } else { mode }))
     }
 
     /// Finds the rules that apply to each hit, appends their keys to `buf` and plans one store op

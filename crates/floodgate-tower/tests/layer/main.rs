@@ -4,6 +4,7 @@ mod client_ip;
 mod concurrency;
 mod limits;
 mod route;
+mod waiting;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -542,6 +542,10 @@ impl<C: Clock> Store for MemoryStore<C> {
         self.apply_now(ops, mode, out)
     }
 
+    fn try_apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Option<Result<(), StoreError>> {
+        Some(self.apply_now(ops, mode, out))
+    }
+
     async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
         self.refund_now(key, limit, grant);
         Ok(())

@@ -127,6 +127,16 @@ pub trait Store: Send + Sync + 'static {
         out: &mut Applied,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// [`Store::apply`] when the store can answer without waiting — the memory store always can —
+    /// or `None` when the caller must await [`Store::apply`]. Not a second way to decide: the same
+    /// atomic operation, offered synchronously by the stores that have it, so that a caller inside
+    /// a synchronous call (a tower service's `call`) needs no future. The default is `None`;
+    /// wrappers pass it through.
+    fn try_apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Option<Result<(), StoreError>> {
+        let _ = (ops, mode, out);
+        None
+    }
+
     /// Gives back what `grant` consumed from `key` (a refunded reservation, a released permit).
     fn refund(
         &self,
