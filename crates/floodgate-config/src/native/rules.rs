@@ -115,8 +115,8 @@ pub(crate) fn compile(
                 "tag" => Action::Tag,
                 "delay" => {
                     return Err(a.error(
-                        "action \"delay\" is only available in-process (tower layer) and in the gateway; \
-                         the server answers at once: use deny, shadow or tag",
+                        "action \"delay\" (waiting for capacity before answering) is not available: every \
+                         front door answers at once; use deny, shadow or tag",
                     ));
                 }
                 other => {

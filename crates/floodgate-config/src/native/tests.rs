@@ -262,7 +262,7 @@ fn actions_rollouts_and_store_failures() {
         assert_eq!(native.rules[0].action_kind(), expected);
     }
     let e = one_rule(&format!("{base}    action: delay\n")).unwrap_err();
-    assert!(e.message.contains("only available in-process"), "{}", e.message);
+    assert!(e.message.contains("\"delay\"") && e.message.contains("not available"), "{}", e.message);
     for rollout in ["50%", "50", "12.5%", "0%", "100%", "100"] {
         assert!(one_rule(&format!("{base}    rollout: {rollout}\n")).is_ok(), "{rollout}");
     }
