@@ -49,10 +49,10 @@
 //! assert_eq!(problem.detail, "Rate limit exceeded; retry in 31 seconds.");
 //! ```
 
-use std::fmt::Write as _;
 use std::str::FromStr;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use floodgate::{LimitOutcome, Verdict};
 use floodgate_core::{Timestamp, ceil_secs_at_least_one};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -162,31 +162,58 @@ impl std::fmt::Display for HeaderStyle {
 /// `Retry-After`. Rule names are written as structured-field strings: `"` and `\` are escaped and
 /// any character outside printable ASCII becomes `?`.
 pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut HeaderMap) {
+    // Every value is written into one buffer, then each header takes its slice of it: one
+    // allocation for all the headers of a response, rather than one per header.
+    let mut buf = BytesMut::with_capacity(32 + 64 * verdict.limits.len());
+    let mut values: [(Option<HeaderName>, usize, usize); 6] = Default::default();
+    let mut n = 0;
+    let mut push = |buf: &mut BytesMut, name: HeaderName, write: &dyn Fn(&mut BytesMut)| {
+        let start = buf.len();
+        write(buf);
+        values[n] = (Some(name), start, buf.len());
+        n += 1;
+    };
     if !verdict.allowed {
         let secs = ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default());
-        out.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        push(&mut buf, http::header::RETRY_AFTER, &|b| push_u64(b, secs));
     }
-    let Some(first) = verdict.most_restrictive().filter(|l| is_enforced(verdict, l)) else { return };
-    let decision = &first.decision;
-
-    if style.ietf() {
-        let mut policy = String::with_capacity(64);
-        push_policy_item(&mut policy, first);
-        for other in verdict.enforced().filter(|l| !std::ptr::eq(*l, first)) {
-            policy.push_str(", ");
-            push_policy_item(&mut policy, other);
+    if let Some(first) = verdict.most_restrictive().filter(|l| is_enforced(verdict, l)) {
+        let decision = &first.decision;
+        if style.ietf() {
+            push(&mut buf, RATELIMIT_POLICY, &|b| {
+                push_policy_item(b, first);
+                for other in verdict.enforced().filter(|l| !std::ptr::eq(*l, first)) {
+                    b.extend_from_slice(b", ");
+                    push_policy_item(b, other);
+                }
+            });
+            push(&mut buf, RATELIMIT, &|b| {
+                push_sf_string(b, &first.rule);
+                b.extend_from_slice(b";r=");
+                push_u64(b, decision.remaining);
+                b.extend_from_slice(b";t=");
+                push_u64(b, ceil_secs(decision.reset_after));
+            });
         }
-        let mut current = String::with_capacity(48);
-        push_sf_string(&mut current, &first.rule);
-        let _ = write!(current, ";r={};t={}", decision.remaining, ceil_secs(decision.reset_after));
-        insert_str(out, RATELIMIT_POLICY, &policy);
-        insert_str(out, RATELIMIT, &current);
+        if style.legacy() {
+            push(&mut buf, X_RATELIMIT_LIMIT, &|b| push_u64(b, decision.limit));
+            push(&mut buf, X_RATELIMIT_REMAINING, &|b| push_u64(b, decision.remaining));
+            push(&mut buf, X_RATELIMIT_RESET, &|b| {
+                push_u64(b, reset_unix_secs(verdict.at, decision.reset_after))
+            });
+        }
     }
-    if style.legacy() {
-        out.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit));
-        out.insert(X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining));
-        out.insert(X_RATELIMIT_RESET, HeaderValue::from(reset_unix_secs(verdict.at, decision.reset_after)));
+    let buf = buf.freeze();
+    for (name, start, end) in values.into_iter().take(n) {
+        // Built from printable ASCII only; a value that is not is skipped rather than panicked on.
+        if let (Some(name), Ok(value)) = (name, HeaderValue::from_maybe_shared(buf.slice(start..end))) {
+            out.insert(name, value);
+        }
     }
+}
+
+fn push_u64(out: &mut BytesMut, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Writes [`TAG_HEADER`] with the names of the rules that tagged `verdict`, comma separated
@@ -214,26 +241,26 @@ pub(crate) fn is_enforced(verdict: &Verdict, l: &LimitOutcome) -> bool {
 }
 
 /// `"<rule>";q=<limit>;w=<window>`.
-fn push_policy_item(out: &mut String, l: &LimitOutcome) {
+fn push_policy_item(out: &mut BytesMut, l: &LimitOutcome) {
     push_sf_string(out, &l.rule);
-    let _ = write!(out, ";q={};w={}", l.decision.limit, ceil_secs_at_least_one(l.window));
+    out.extend_from_slice(b";q=");
+    push_u64(out, l.decision.limit);
+    out.extend_from_slice(b";w=");
+    push_u64(out, ceil_secs_at_least_one(l.window));
 }
 
 /// Appends `s` as an RFC 8941 sf-string: quoted, `"` and `\` escaped, anything outside printable
 /// ASCII (which an sf-string cannot hold) replaced by `?`.
-fn push_sf_string(out: &mut String, s: &str) {
-    out.push('"');
+fn push_sf_string(out: &mut BytesMut, s: &str) {
+    out.extend_from_slice(b"\"");
     for c in s.chars() {
         match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if is_printable_ascii(c) => out.push(c),
-            _ => out.push('?'),
+            '"' | '\\' => out.extend_from_slice(&[b'\\', c as u8]),
+            c if is_printable_ascii(c) => out.extend_from_slice(&[c as u8]),
+            _ => out.extend_from_slice(b"?"),
         }
     }
-    out.push('"');
+    out.extend_from_slice(b"\"");
 }
 
 pub(crate) fn is_printable_ascii(c: char) -> bool {

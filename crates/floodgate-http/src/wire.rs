@@ -22,6 +22,7 @@
 //! # Ok::<(), floodgate_http::Problem>(())
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -110,8 +111,10 @@ impl<'de> Deserialize<'de> for DescriptorMap {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DescriptorMap, A::Error> {
-                let mut descriptors = Descriptors::new();
-                while let Some((name, value)) = map.next_entry::<String, String>()? {
+                let mut descriptors =
+                    Descriptors::with_capacity(map.size_hint().unwrap_or(4).min(MAX_DESCRIPTORS));
+                while let Some(Name(name)) = map.next_key::<Name>()? {
+                    let value: String = map.next_value()?;
                     if descriptors.get(&name).is_some() {
                         return Err(de::Error::custom(format!("descriptor {name:?} appears twice")));
                     }
@@ -124,6 +127,40 @@ impl<'de> Deserialize<'de> for DescriptorMap {
             }
         }
         deserializer.deserialize_map(V)
+    }
+}
+
+/// A descriptor name: the names every front door knows are not copied.
+struct Name(Cow<'static, str>);
+
+/// The names that are not copied ([`Name`]).
+const KNOWN_NAMES: [&str; 8] = ["user", "tenant", "ip", "route", "method", "api_key", "plan", "session"];
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Name;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a descriptor name")
+            }
+
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<Name, E> {
+                Ok(Name(match KNOWN_NAMES.iter().find(|k| **k == name) {
+                    Some(known) => Cow::Borrowed(known),
+                    None => Cow::Owned(name.to_owned()),
+                }))
+            }
+
+            fn visit_string<E: de::Error>(self, name: String) -> Result<Name, E> {
+                Ok(Name(match KNOWN_NAMES.iter().find(|k| **k == name) {
+                    Some(known) => Cow::Borrowed(known),
+                    None => Cow::Owned(name),
+                }))
+            }
+        }
+        deserializer.deserialize_str(V)
     }
 }
 
@@ -193,51 +230,132 @@ fn kind(value: &Value) -> String {
 /// The JSON verdict: `{"allowed", "retry_after_ms", "limits": [{"name", "limit", "remaining",
 /// "reset_after_ms", "retry_after_ms", "allowed", "outcome"}]}`, one entry per rule that applied,
 /// milliseconds rounded up ([`ceil_ms`]).
-#[derive(Debug, Serialize)]
-pub struct VerdictBody<'a> {
-    allowed: bool,
-    retry_after_ms: Option<u64>,
-    limits: Vec<LimitBody<'a>>,
-}
-
-#[derive(Debug, Serialize)]
-struct LimitBody<'a> {
-    name: &'a str,
-    limit: u64,
-    remaining: u64,
-    reset_after_ms: u64,
-    retry_after_ms: Option<u64>,
-    allowed: bool,
-    outcome: &'static str,
-}
+///
+/// [`VerdictBody::to_json`] writes it straight into one buffer, with no intermediate values; the
+/// `Serialize` implementation writes the same JSON for callers that embed it elsewhere (a test
+/// keeps the two byte for byte equal).
+#[derive(Debug, Clone, Copy)]
+pub struct VerdictBody<'a>(&'a Verdict);
 
 impl<'a> From<&'a Verdict> for VerdictBody<'a> {
     fn from(v: &'a Verdict) -> Self {
-        VerdictBody {
-            allowed: v.allowed,
-            retry_after_ms: if v.allowed { None } else { v.retry_after().map(ceil_ms) },
-            limits: v
-                .limits
-                .iter()
-                .map(|l| LimitBody {
-                    name: &l.rule,
-                    limit: l.decision.limit,
-                    remaining: l.decision.remaining,
-                    reset_after_ms: ceil_ms(l.decision.reset_after),
-                    retry_after_ms: l.decision.retry_after.map(ceil_ms),
-                    allowed: l.decision.allowed,
-                    outcome: l.outcome.as_str(),
-                })
-                .collect(),
-        }
+        VerdictBody(v)
     }
 }
 
 impl VerdictBody<'_> {
+    fn retry_after_ms(&self) -> Option<u64> {
+        if self.0.allowed { None } else { self.0.retry_after().map(ceil_ms) }
+    }
+
     /// The JSON bytes.
     pub fn to_json(&self) -> Vec<u8> {
-        // Strings, integers and booleans always serialize.
-        serde_json::to_vec(self).unwrap_or_default()
+        let mut out = Vec::with_capacity(48 + 176 * self.0.limits.len());
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Appends the JSON to `out`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let mut n = itoa::Buffer::new();
+        let mut opt = |out: &mut Vec<u8>, v: Option<u64>| match v {
+            Some(v) => out.extend_from_slice(n.format(v).as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        };
+        out.extend_from_slice(if self.0.allowed { b"{\"allowed\":true" } else { b"{\"allowed\":false" });
+        out.extend_from_slice(b",\"retry_after_ms\":");
+        opt(out, self.retry_after_ms());
+        out.extend_from_slice(b",\"limits\":[");
+        for (i, l) in self.0.limits.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"name\":");
+            push_json_string(out, &l.rule);
+            out.extend_from_slice(b",\"limit\":");
+            opt(out, Some(l.decision.limit));
+            out.extend_from_slice(b",\"remaining\":");
+            opt(out, Some(l.decision.remaining));
+            out.extend_from_slice(b",\"reset_after_ms\":");
+            opt(out, Some(ceil_ms(l.decision.reset_after)));
+            out.extend_from_slice(b",\"retry_after_ms\":");
+            opt(out, l.decision.retry_after.map(ceil_ms));
+            out.extend_from_slice(if l.decision.allowed {
+                b",\"allowed\":true"
+            } else {
+                b",\"allowed\":false"
+            });
+            out.extend_from_slice(b",\"outcome\":\"");
+            out.extend_from_slice(l.outcome.as_str().as_bytes());
+            out.extend_from_slice(b"\"}");
+        }
+        out.extend_from_slice(b"]}");
+    }
+}
+
+/// Appends `s` as a JSON string, escaped exactly as `serde_json` escapes it.
+fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => &[b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escape);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+impl Serialize for VerdictBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeSeq, SerializeStruct};
+
+        struct Limits<'a>(&'a Verdict);
+        struct LimitBody<'a>(&'a floodgate::LimitOutcome);
+
+        impl Serialize for Limits<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut seq = serializer.serialize_seq(Some(self.0.limits.len()))?;
+                for l in &self.0.limits {
+                    seq.serialize_element(&LimitBody(l))?;
+                }
+                seq.end()
+            }
+        }
+
+        impl Serialize for LimitBody<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let l = self.0;
+                let mut s = serializer.serialize_struct("LimitBody", 7)?;
+                s.serialize_field("name", &*l.rule)?;
+                s.serialize_field("limit", &l.decision.limit)?;
+                s.serialize_field("remaining", &l.decision.remaining)?;
+                s.serialize_field("reset_after_ms", &ceil_ms(l.decision.reset_after))?;
+                s.serialize_field("retry_after_ms", &l.decision.retry_after.map(ceil_ms))?;
+                s.serialize_field("allowed", &l.decision.allowed)?;
+                s.serialize_field("outcome", l.outcome.as_str())?;
+                s.end()
+            }
+        }
+
+        let mut s = serializer.serialize_struct("VerdictBody", 3)?;
+        s.serialize_field("allowed", &self.0.allowed)?;
+        s.serialize_field("retry_after_ms", &self.retry_after_ms())?;
+        s.serialize_field("limits", &Limits(self.0))?;
+        s.end()
     }
 }
 
@@ -288,6 +406,42 @@ mod tests {
         assert_eq!(ceil_ms(Duration::from_millis(30_200)), 30_200);
         assert_eq!(ceil_ms(Duration::from_micros(30_200_001)), 30_201);
         assert_eq!(ceil_ms(Duration::ZERO), 0);
+    }
+
+    proptest::proptest! {
+        /// The hand-written JSON is the JSON serde writes, byte for byte, whatever the rule names
+        /// and numbers.
+        #[test]
+        fn the_verdict_json_is_what_serde_writes(
+            limits in proptest::collection::vec(
+                ("\\PC{0,12}|[\\x00-\\x20\"\\\\]{0,4}", proptest::prelude::any::<(bool, u64, u64, u64, Option<u64>)>()),
+                0..4,
+            ),
+            allowed in proptest::prelude::any::<bool>(),
+        ) {
+            use floodgate::{LimitOutcome, Outcome};
+            let limits = limits.into_iter().map(|(name, (ok, limit, remaining, reset, retry))| LimitOutcome {
+                rule: name.into(),
+                index: 0,
+                hit: 0,
+                decision: floodgate_core::Decision {
+                    allowed: ok,
+                    limit,
+                    remaining,
+                    reset_after: Duration::from_micros(reset),
+                    retry_after: retry.map(Duration::from_micros),
+                },
+                outcome: if ok { Outcome::Allowed } else { Outcome::Denied },
+                enforced: true,
+                window: Duration::from_secs(1),
+                quota: false,
+                grant: None,
+                permit: false,
+            });
+            let verdict = Verdict { allowed, limits: limits.collect(), ..Verdict::default() };
+            let body = VerdictBody::from(&verdict);
+            proptest::prop_assert_eq!(body.to_json(), serde_json::to_vec(&body).unwrap());
+        }
     }
 
     #[test]

@@ -132,15 +132,8 @@ impl Server {
         let upkeep = tokio::spawn(upkeep(shared.metrics.clone(), stop_rx.clone()));
 
         let stopped = |mut rx: watch::Receiver<bool>| async move { stopped(&mut rx).await };
-        let http_task = {
-            let router = app.router();
-            let listener = axum::serve::ListenerExt::tap_io(http, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let serve = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-                .with_graceful_shutdown(stopped(stop_rx.clone()));
-            tokio::spawn(async move { serve.await })
-        };
+        let http_task =
+            tokio::spawn(crate::http::serve(http, Arc::clone(&shared), app.router(), stop_rx.clone()));
         let grpc_task = grpc.map(|listener| {
             let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let svc = app.grpc_service();

@@ -77,7 +77,13 @@ impl DecisionPath {
     ) -> Result<Verdict, EngineError> {
         let (mode, impossible) = mode(api);
         let started = now();
-        let result = domain.policy.evaluate(&self.store, mode, hits, impossible).await;
+        let result = match domain.policy.evaluate_now(&self.store, mode, hits, impossible) {
+            // The memory store decides at once: the decision's working state stays on the stack.
+            Some(result) => result,
+            // A store that must be awaited (Redis): its future on the heap, so that this one, which
+            // every front door holds for each request in flight, stays small.
+            None => Box::pin(domain.policy.evaluate(&self.store, mode, hits, impossible)).await,
+        };
         let observed = Observed { api, domain, hits, result: &result, took: started.elapsed() };
         for observer in &self.observers {
             observer.observe(&observed);

@@ -5,6 +5,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use floodgate_server::cli::{self, Cli, Command};
 
+/// mimalloc rather than the system allocator: a decision allocates little, but the HTTP and gRPC
+/// stacks around it allocate per request, and glibc's malloc took ~13% of the server's CPU on
+/// `/v1/check` (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     cli::init_logging();

@@ -22,6 +22,11 @@ impl Descriptors {
         Descriptors::default()
     }
 
+    /// No descriptors, with room for `n` without growing.
+    pub fn with_capacity(n: usize) -> Self {
+        Descriptors { entries: Vec::with_capacity(n) }
+    }
+
     /// Adds or replaces `name`.
     pub fn with(mut self, name: impl Into<Cow<'static, str>>, value: impl Into<String>) -> Self {
         self.insert(name, value);

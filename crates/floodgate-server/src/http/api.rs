@@ -39,13 +39,22 @@ pub(super) async fn report(State(shared): State<Arc<Shared>>, request: Request) 
     handle(&shared, request, Api::Report).await
 }
 
-async fn handle(shared: &Shared, request: Request, api: Api) -> Response {
+/// One check, peek or report: from the HTTP listener directly, or through the router.
+pub(super) async fn handle<B>(shared: &Shared, request: http::Request<B>, api: Api) -> Response
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let response = decide(shared, request, api).await;
     shared.metrics.http_request(api, response.status());
     response
 }
 
-async fn decide(shared: &Shared, request: Request, api: Api) -> Response {
+async fn decide<B>(shared: &Shared, request: http::Request<B>, api: Api) -> Response
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let body = match read_body(request, MAX_BODY).await {
         Ok(body) => body,
         Err(response) => return response,

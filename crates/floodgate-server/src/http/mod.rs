@@ -6,6 +6,9 @@
 
 mod admin;
 mod api;
+mod serve;
+
+pub(crate) use serve::serve;
 
 pub use admin::admitted;
 
@@ -101,6 +104,8 @@ pub(crate) fn invalid(detail: impl Into<String>) -> Response {
 pub(crate) fn json_bytes(status: StatusCode, body: Vec<u8>) -> Response {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
+    // Room for the content type and the rate-limit headers, without growing.
+    *response.headers_mut() = http::HeaderMap::with_capacity(8);
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
@@ -119,7 +124,11 @@ pub(crate) fn json(status: StatusCode, value: &impl Serialize) -> Response {
 }
 
 /// Reads a whole body of at most `limit` bytes: 413 beyond, 400 when it cannot be read.
-pub(crate) async fn read_body(request: axum::extract::Request, limit: usize) -> Result<Bytes, Response> {
+pub(crate) async fn read_body<B>(request: http::Request<B>, limit: usize) -> Result<Bytes, Response>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let too_large = || problem(Problem::too_large(limit));
     let declared = request
         .headers()

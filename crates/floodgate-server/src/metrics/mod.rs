@@ -28,11 +28,19 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use self::sharded::Sharded;
+
+mod sharded;
+
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::sync::Weak;
 
 use floodgate::{Descriptors, Hit, Outcome, Rule, Verdict};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 /// `floodgate_decisions_total`.
 pub const DECISIONS_TOTAL: &str = "floodgate_decisions_total";
@@ -52,6 +60,10 @@ pub const CONFIG_RELOADS_TOTAL: &str = "floodgate_config_reloads_total";
 pub const REQUESTS_TOTAL: &str = "floodgate_requests_total";
 /// `floodgate_decisions_detailed_total`.
 pub const DECISIONS_DETAILED_TOTAL: &str = "floodgate_decisions_detailed_total";
+
+/// The help text of `floodgate_decision_duration_seconds`.
+const DURATION_HELP: &str =
+    "Time to decide one request (all its descriptor sets, one store call), in seconds.";
 
 /// The upper bounds of the decision latency histogram, in seconds: 10 µs to 1 s.
 pub const DURATION_BUCKETS: [f64; 16] = [
@@ -93,7 +105,10 @@ struct Inner {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
     store: &'static str,
-    decision_duration: Histogram,
+    /// `floodgate_decision_duration_seconds`: counts per bucket (the last one `+Inf`), then the
+    /// sum in nanoseconds. Rendered here rather than by the exporter, whose histograms take every
+    /// sample through one shared atomic.
+    decision_duration: Arc<Sharded>,
     store_errors: Counter,
     /// `None` when the store does not count its keys cheaply (Redis): no series at all, rather
     /// than a misleading 0.
@@ -101,9 +116,12 @@ struct Inner {
     config_version: Gauge,
     reloads_applied: Counter,
     reloads_rejected: Counter,
-    /// `floodgate_requests_total`, by [`Api`] and code, registered on first use (so only codes
-    /// actually answered have a series).
-    requests: [[OnceLock<Counter>; CODES.len()]; APIS.len()],
+    /// `floodgate_requests_total`, by [`Api`] and code: counted sharded, and the series registered
+    /// on first use (so only codes actually answered have a series).
+    requests: Sharded,
+    request_series: [[OnceLock<Counter>; CODES.len()]; APIS.len()],
+    /// The decision counters of every policy still alive, flushed into their series on scrape.
+    rule_metrics: Mutex<Vec<Weak<RuleCounts>>>,
 }
 
 /// The front doors counted in `floodgate_requests_total{api}`.
@@ -166,18 +184,13 @@ impl Metrics {
     /// A fresh recorder for a server on the store labelled `store`; `floodgate_keys` is exported
     /// only when `counts_keys` (the store counts its keys cheaply: the memory store, not Redis).
     pub fn for_store(store: &'static str, counts_keys: bool) -> Metrics {
-        // Bucket bounds are static and non-empty: building cannot fail.
-        let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Full(DECISION_DURATION_SECONDS.into()), &DURATION_BUCKETS)
-            .map(PrometheusBuilder::build_recorder)
-            .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+        let recorder = PrometheusBuilder::new().build_recorder();
         describe(&recorder);
         let handle = recorder.handle();
         let r = &recorder;
         let store_label = || vec![Label::new("store", store)];
         let inner = Inner {
-            decision_duration: r
-                .register_histogram(&Key::from_static_name(DECISION_DURATION_SECONDS), &METADATA),
+            decision_duration: Arc::new(Sharded::new(DURATION_BUCKETS.len() + 2)),
             store_errors: r.register_counter(&Key::from_parts(STORE_ERRORS_TOTAL, store_label()), &METADATA),
             keys: counts_keys.then(|| r.register_gauge(&Key::from_parts(KEYS, store_label()), &METADATA)),
             config_version: r.register_gauge(&Key::from_static_name(CONFIG_VERSION), &METADATA),
@@ -189,7 +202,9 @@ impl Metrics {
                 &Key::from_parts(CONFIG_RELOADS_TOTAL, vec![Label::new("result", "rejected")]),
                 &METADATA,
             ),
-            requests: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
+            requests: Sharded::new(APIS.len() * CODES.len()),
+            request_series: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
+            rule_metrics: Mutex::new(Vec::new()),
             store,
             handle,
             recorder: Arc::new(recorder),
@@ -213,7 +228,54 @@ impl Metrics {
         if let (Some(gauge), Some(keys)) = (&self.inner.keys, keys) {
             gauge.set(keys as f64);
         }
-        self.inner.handle.render()
+        self.flush();
+        let mut text = self.inner.handle.render();
+        self.render_duration(&mut text);
+        text
+    }
+
+    /// Moves what the sharded counters counted into their series.
+    fn flush(&self) {
+        let inner = &*self.inner;
+        for (a, api) in APIS.iter().enumerate() {
+            for (c, code) in CODES.iter().enumerate() {
+                let n = inner.requests.take(a * CODES.len() + c);
+                if n == 0 {
+                    continue;
+                }
+                inner.request_series[a][c]
+                    .get_or_init(|| {
+                        let labels = vec![Label::new("api", *api), Label::new("code", *code)];
+                        inner.recorder.register_counter(&Key::from_parts(REQUESTS_TOTAL, labels), &METADATA)
+                    })
+                    .increment(n);
+            }
+        }
+        inner.rule_metrics.lock().retain(|weak| match weak.upgrade() {
+            Some(counts) => {
+                counts.flush();
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// `floodgate_decision_duration_seconds`, in the exposition format.
+    fn render_duration(&self, out: &mut String) {
+        let h = &self.inner.decision_duration;
+        let name = DECISION_DURATION_SECONDS;
+        let _ = writeln!(out, "# HELP {name} {DURATION_HELP}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, bound) in DURATION_BUCKETS.iter().enumerate() {
+            cumulative += h.get(i);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += h.get(DURATION_BUCKETS.len());
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let sum = h.get(DURATION_BUCKETS.len() + 1) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {cumulative}");
     }
 
     /// Drains buffered histogram samples; call periodically (the server does every 5 s) so that
@@ -233,7 +295,7 @@ impl Metrics {
         detailed: &BTreeSet<String>,
     ) -> RuleMetrics {
         let r = &*self.inner.recorder;
-        let mut counters = Vec::new();
+        let mut series = Vec::new();
         let mut details = Vec::new();
         for rule in rules {
             let label: String = match domain {
@@ -254,9 +316,11 @@ impl Metrics {
             });
             let fallback = Key::from_parts(FALLBACK_ACTIVE, vec![Label::new("rule", label)]);
             r.register_gauge(&fallback, &METADATA).set(0.0);
-            counters.push(per_outcome);
+            series.push(per_outcome);
         }
-        RuleMetrics { counters, details, decision_duration: self.inner.decision_duration.clone() }
+        let counts = Arc::new(RuleCounts { counts: Sharded::new(series.len() * OUTCOMES.len()), series });
+        self.inner.rule_metrics.lock().push(Arc::downgrade(&counts));
+        RuleMetrics { counts, details, decision_duration: Arc::clone(&self.inner.decision_duration) }
     }
 
     /// Counts one store failure.
@@ -285,12 +349,7 @@ impl Metrics {
     }
 
     fn request(&self, api: Api, code: usize) {
-        let cell = &self.inner.requests[api as usize][code];
-        cell.get_or_init(|| {
-            let labels = vec![Label::new("api", api.label()), Label::new("code", CODES[code])];
-            self.inner.recorder.register_counter(&Key::from_parts(REQUESTS_TOTAL, labels), &METADATA)
-        })
-        .increment(1);
+        self.inner.requests.add(api as usize * CODES.len() + code, 1);
     }
 }
 
@@ -304,22 +363,49 @@ fn status_index(status: http::StatusCode) -> usize {
 /// applied.
 #[derive(Debug)]
 pub(crate) struct RuleMetrics {
-    /// Per rule, in policy order: one counter per outcome.
-    counters: Vec<[Counter; 6]>,
+    /// Per rule (in policy order) and outcome, counted sharded.
+    counts: Arc<RuleCounts>,
     /// Per rule, in policy order: its per-value counters, for detailed rules.
     details: Vec<Option<Detail>>,
-    decision_duration: Histogram,
+    decision_duration: Arc<Sharded>,
+}
+
+/// The decision counts of one policy's rules, and the series they are flushed into: on every
+/// scrape, and when the policy is dropped (so that nothing counted is lost across reloads).
+#[derive(Debug)]
+pub(crate) struct RuleCounts {
+    counts: Sharded,
+    series: Vec<[Counter; 6]>,
+}
+
+impl RuleCounts {
+    fn flush(&self) {
+        for (rule, per_outcome) in self.series.iter().enumerate() {
+            for (outcome, series) in per_outcome.iter().enumerate() {
+                let n = self.counts.take(rule * OUTCOMES.len() + outcome);
+                if n > 0 {
+                    series.increment(n);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RuleCounts {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 impl RuleMetrics {
     /// Counts each limit of `verdict` (decided for `hits`) under its rule and outcome — and, for a
     /// detailed rule, its key's value — and the decision's duration.
     pub(crate) fn record(&self, verdict: &Verdict, hits: &[Hit<'_>], took: Duration) {
-        self.decision_duration.record(took.as_secs_f64());
+        self.record_duration(took);
         for limit in &verdict.limits {
             let outcome = outcome_index(limit.outcome);
-            if let Some(counters) = self.counters.get(limit.index) {
-                counters[outcome].increment(1);
+            if limit.index < self.counts.series.len() {
+                self.counts.counts.add(limit.index * OUTCOMES.len() + outcome, 1);
             }
             if let (Some(Some(detail)), Some(hit)) = (self.details.get(limit.index), hits.get(limit.hit)) {
                 detail.record(hit.descriptors, outcome);
@@ -329,7 +415,11 @@ impl RuleMetrics {
 
     /// Records a decision's duration alone (a request that could never pass).
     pub(crate) fn record_duration(&self, took: Duration) {
-        self.decision_duration.record(took.as_secs_f64());
+        let seconds = took.as_secs_f64();
+        let bucket = DURATION_BUCKETS.iter().position(|b| seconds <= *b).unwrap_or(DURATION_BUCKETS.len());
+        self.decision_duration.add(bucket, 1);
+        self.decision_duration
+            .add(DURATION_BUCKETS.len() + 1, u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
     }
 }
 
@@ -418,11 +508,6 @@ fn describe(r: &PrometheusRecorder) {
     );
     d(CONFIG_RELOADS_TOTAL, None, "Configuration reloads, applied or rejected.");
     d(REQUESTS_TOTAL, None, "API requests by API and response code.");
-    r.describe_histogram(
-        KeyName::from_const_str(DECISION_DURATION_SECONDS),
-        Some(Unit::Seconds),
-        SharedString::const_str("Time to decide one request (one descriptor set), in seconds."),
-    );
     let g = |name: &'static str, help: &'static str| {
         r.describe_gauge(KeyName::from_const_str(name), None, SharedString::const_str(help));
     };
