@@ -23,11 +23,16 @@ pub const ENVOY_KEYS: &str = "envoy.keys";
 /// assert_eq!(d.get(ENVOY_KEYS), Some(r#"["database","user"]"#));
 /// ```
 pub fn envoy_descriptors<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Descriptors {
-    let mut descriptors = Descriptors::new();
-    let mut keys: Vec<&str> = Vec::new();
+    let entries = entries.into_iter();
+    let mut descriptors = Descriptors::with_capacity(entries.size_hint().0 + 1);
+    let mut keys: smallvec::SmallVec<[&str; 8]> = smallvec::SmallVec::new();
     for (key, value) in entries {
+        let repeats = keys.iter().filter(|k| **k == key).count();
         keys.push(key);
-        let name = entry_names(&keys).pop().unwrap_or_default();
+        let name = match repeats {
+            0 => key.to_owned(),
+            n => format!("{key}#{}", n + 1),
+        };
         descriptors.insert(name, value);
     }
     descriptors.insert(ENVOY_KEYS, keys_descriptor(&keys));
@@ -51,7 +56,17 @@ pub fn entry_names(keys: &[&str]) -> Vec<String> {
 
 /// The value of [`ENVOY_KEYS`]: the keys as a JSON array (unambiguous whatever the keys hold).
 pub fn keys_descriptor(keys: &[&str]) -> String {
-    serde_json::to_string(keys).unwrap_or_default()
+    let mut out = Vec::with_capacity(2 + keys.iter().map(|k| k.len() + 3).sum::<usize>());
+    out.push(b'[');
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        crate::wire::push_json_string(&mut out, key);
+    }
+    out.push(b']');
+    // Written from `&str`s, escaped by JSON's rules: valid UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -65,5 +80,15 @@ mod tests {
         assert_eq!(d.get("a#2"), Some("3"));
         assert_eq!(d.get(ENVOY_KEYS), Some(r#"["a","b","a"]"#));
         assert_eq!(envoy_descriptors([]).get(ENVOY_KEYS), Some("[]"));
+    }
+
+    #[test]
+    fn the_keys_are_a_json_array_whatever_they_hold() {
+        let keys = ["a\"b", "c\\d", "e\nf", "ü"];
+        assert_eq!(keys_descriptor(&keys), serde_json::to_string(&keys).unwrap());
+        let names = entry_names(&["a", "a", "b", "a"]);
+        let d = envoy_descriptors([("a", "1"), ("a", "2"), ("b", "3"), ("a", "4")]);
+        assert_eq!(names, ["a", "a#2", "b", "a#3"]);
+        assert_eq!([d.get("a"), d.get("a#2"), d.get("a#3")], [Some("1"), Some("2"), Some("4")]);
     }
 }

@@ -294,7 +294,7 @@ impl VerdictBody<'_> {
 }
 
 /// Appends `s` as a JSON string, escaped exactly as `serde_json` escapes it.
-fn push_json_string(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn push_json_string(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = s.as_bytes();
