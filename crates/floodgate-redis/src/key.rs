@@ -7,23 +7,36 @@
 //!   reload starts afresh instead of misreading another algorithm's state, as in the memory store.
 //! - `<engine key>` is the engine's collision-free encoding, unchanged.
 
-use floodgate::Limit;
+use floodgate::{Limit, LimitKind};
 
 use crate::HashTag;
 
 /// The letters of every algorithm, for [`Store::reset`](floodgate::Store::reset), which does not
 /// know the key's algorithm.
-pub(crate) const ALGORITHM_TAGS: [u8; 7] = *b"fsltgcq";
+pub(crate) const ALGORITHM_TAGS: [u8; 7] = {
+    let mut tags = [0; 7];
+    let mut i = 0;
+    while i < LimitKind::ALL.len() {
+        tags[i] = kind_tag(LimitKind::ALL[i]);
+        i += 1;
+    }
+    tags
+};
 
 pub(crate) fn algorithm_tag(limit: &Limit) -> u8 {
-    match limit {
-        Limit::FixedWindow(_) => b'f',
-        Limit::SlidingWindow(_) => b's',
-        Limit::SlidingLog(_) => b'l',
-        Limit::TokenBucket(_) => b't',
-        Limit::Gcra(_) => b'g',
-        Limit::Concurrency(_) => b'c',
-        Limit::Quota(_) => b'q',
+    kind_tag(limit.kind())
+}
+
+/// The letter of an algorithm in its keys (part of the key layout: it never changes).
+const fn kind_tag(kind: LimitKind) -> u8 {
+    match kind {
+        LimitKind::FixedWindow => b'f',
+        LimitKind::SlidingWindow => b's',
+        LimitKind::SlidingLog => b'l',
+        LimitKind::TokenBucket => b't',
+        LimitKind::Gcra => b'g',
+        LimitKind::Concurrency => b'c',
+        LimitKind::Quota => b'q',
     }
 }
 
@@ -89,6 +102,11 @@ pub(crate) fn slot(tag: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_algorithm_has_its_letter_and_the_layout_stays() {
+        assert_eq!(&ALGORITHM_TAGS, b"fsltgcq", "keys written by earlier versions must stay readable");
+    }
 
     #[test]
     fn slots_match_the_redis_cluster_spec() {
