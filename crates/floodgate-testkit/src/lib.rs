@@ -40,8 +40,10 @@
 
 pub mod conformance;
 mod counting;
+mod flaky;
 pub mod redis;
 mod subject;
 
 pub use counting::{Calls, CountingStore};
+pub use flaky::{Behaviour, FlakyStore};
 pub use subject::{START, StoreUnderTest, TestKey, every_algorithm};

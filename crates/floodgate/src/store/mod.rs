@@ -5,6 +5,7 @@
 //! the process clock for [`MemoryStore`], Redis's own clock for the Redis store) and runs the
 //! algorithms of `floodgate-core` under its own atomic read-modify-write.
 
+mod breaker;
 mod memory;
 
 use std::future::Future;
@@ -12,6 +13,7 @@ use std::future::Future;
 use floodgate_core::{Decision, Grant, Timestamp};
 use smallvec::SmallVec;
 
+pub use breaker::{Breaker, BreakerConfig, BreakerState, OnChange};
 pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull};
 
 use crate::Limit;
@@ -74,6 +76,10 @@ pub enum StoreError {
     /// The backend did not answer within the deadline.
     #[error("the store did not answer within {0:?}")]
     Timeout(std::time::Duration),
+    /// The store's circuit breaker is open: the store kept failing, and is not called until the
+    /// breaker's probe finds it answering again (see [`Breaker`]).
+    #[error("the store's circuit breaker is open (the store kept failing)")]
+    BreakerOpen,
     /// The backend is unreachable or failed.
     #[error("store backend error: {message}")]
     Backend {
@@ -93,7 +99,7 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             StoreError::Full { .. } => false,
-            StoreError::Timeout(_) => true,
+            StoreError::Timeout(_) | StoreError::BreakerOpen => true,
             StoreError::Backend { transient, .. } => *transient,
         }
     }
@@ -106,6 +112,7 @@ impl PartialEq for StoreError {
         match (self, other) {
             (StoreError::Full { max_keys: a }, StoreError::Full { max_keys: b }) => a == b,
             (StoreError::Timeout(a), StoreError::Timeout(b)) => a == b,
+            (StoreError::BreakerOpen, StoreError::BreakerOpen) => true,
             (
                 StoreError::Backend { message: a, transient: ta, .. },
                 StoreError::Backend { message: b, transient: tb, .. },
