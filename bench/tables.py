@@ -7,7 +7,9 @@
 Throughput runs are repeated (`NAME.rK.json`, K = 1..RUNS, rounds interleaved across targets by
 run-all); a table row is the run with the median decisions/s, shown with the spread of all runs.
 Exactness runs (`instances`, real-time `boundary`) are repeated the same way and report the worst
-run (the most admitted), since a limit is only as good as its worst case.
+run (the most admitted), since a limit is only as good as its worst case. The service section
+(`bench/service/run`, `svc-*.rK.json`) also shows, for each pair it compares, the ratio of the two
+runs of the same round: the median over rounds, the spread, and the target it is held to.
 """
 import glob
 import json
@@ -121,8 +123,7 @@ def throughput_table(first, rows):
 
 def tables():
     t = []
-    t.append("#### Service and engine (Floodgate alone)")
-    t += throughput_table(
+    alone = throughput_table(
         "target",
         [
             ("HTTP `/v1/check`", "http-c64"),
@@ -134,6 +135,8 @@ def tables():
             ("engine in-process (memory)", "inproc-zipf"),
         ],
     )
+    if alone:
+        t += ["#### Service and engine (Floodgate alone)", *alone]
 
     rows = []
     for a in ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra"]:
@@ -274,6 +277,156 @@ def tables():
             ("limitador `AsyncRedisStorage`", "redis-limitador"),
         ]],
     )
+    t += service_tables()
+    return t
+
+
+# Service section (bench/service/run): every run is NAME.rK.json with its `round`.
+SERVICE_WORKLOADS = [
+    ("memory", "one", "memory, 1 limit"),
+    ("memory", "two", "memory, 2 limits"),
+    ("redis", "one", "Redis, 1 limit"),
+    ("redis", "two", "Redis, 2 limits"),
+]
+SERVICE_WHO = [
+    ("fg", "Floodgate (`headers: both`, default)"),
+    ("fgnone", "Floodgate (`headers: none`)"),
+    ("lim", "limitador-server (default)"),
+]
+SERVICE_API = {
+    ("fg", "http"): "HTTP `POST /v1/check`",
+    ("fgnone", "http"): "HTTP `POST /v1/check`",
+    ("lim", "http"): "HTTP `POST /check_and_report`",
+    ("fg", "grpc"): "gRPC `ShouldRateLimit`",
+    ("fgnone", "grpc"): "gRPC `ShouldRateLimit`",
+    ("lim", "grpc"): "gRPC `ShouldRateLimit`",
+}
+# (label, numerator, denominator, field, target, "ge" | "le"); {v} is fg or fgnone.
+SERVICE_TARGETS = [
+    ("HTTP ÷ nginx ceiling", "svc-{v}-http-{w}", "svc-nginx-http", "decisions_per_sec", 0.9, "ge"),
+    ("HTTP ÷ limitador HTTP", "svc-{v}-http-{w}", "svc-lim-http-{w}", "decisions_per_sec", 1.5, "ge"),
+    ("HTTP p99 ÷ limitador p99", "svc-{v}-http-{w}", "svc-lim-http-{w}", "p99_us", 0.5, "le"),
+    ("gRPC ÷ limitador gRPC", "svc-{v}-grpc-{w}", "svc-lim-grpc-{w}", "decisions_per_sec", 1.5, "ge"),
+    ("gRPC ÷ own HTTP", "svc-{v}-grpc-{w}", "svc-{v}-http-{w}", "decisions_per_sec", 0.8, "ge"),
+]
+
+
+def by_round(name):
+    return {d["round"]: d for d in runs(name) if "round" in d}
+
+
+def service_errors(d):
+    text = errors(d)
+    m = d.get("server_metrics") or {}
+    passed = (m.get("decisions_by_result") or {}).get("error_allowed", 0)
+    if m.get("store_errors") or passed:
+        text += f"; store errors {m.get('store_errors', 0):,}, {passed:,} rule decisions passed by fail-open"
+    return text
+
+
+def service_row(workload, who, api, d):
+    cpu = d.get("cpu") or {}
+    per = cpu.get("server_us_per_decision")
+    other = other_share(d) * 100 if cpu.get("wall_s") else None
+    return (
+        f"| {workload} | {who} | {api} | {rate(d)} | {d['allowed']:,} | {d['denied']:,} | {service_errors(d)} | "
+        f"{us(d['p50_us'])} | {us(d['p90_us'])} | {us(d['p99_us'])} | {us(d['p999_us'])} | {us(d['max_us'])} | "
+        f"{'—' if per is None else f'{per:.1f} µs'} | {'—' if other is None else f'{other:.0f} %'} |"
+    )
+
+
+QUIET = 0.05  # a run is quiet when the rest of the machine used under 5 % of its CPU meanwhile
+
+
+def other_share(d):
+    cpu = d.get("cpu") or {}
+    return cpu["other_s"] / (cpu["wall_s"] * cpu["cores"]) if cpu.get("wall_s") else 0.0
+
+
+def mid(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def verdict(pairs, target, how):
+    """`0.93 (0.88–0.97), met` or `…, missed by 0.12`, with the rounds that met it, then the median
+    of the quiet rounds (both runs under QUIET) when some rounds were not."""
+    values = sorted(v for v, _ in pairs)
+    quiet = [v for v, q in pairs if q]
+    n = len(values)
+    m = mid(values)
+    ok = (lambda v: v >= target) if how == "ge" else (lambda v: v <= target)
+    spread = f" ({values[0]:.2f}–{values[-1]:.2f})" if n > 1 else ""
+    text = f"{m:.2f}{spread}, " + ("met" if ok(m) else f"missed by {abs(m - target):.2f}")
+    if n > 1:
+        text += f" ({sum(map(ok, values))}/{n} rounds)"
+    if quiet and len(quiet) < n:
+        text += f"; quiet rounds {mid(quiet):.2f} ({len(quiet)})"
+    return text
+
+
+def service_tables():
+    t = []
+    rows = []
+    d = median("svc-nginx-http")
+    if d:
+        rows.append(service_row("HTTP/1.1 ceiling", "nginx `return 200` (50-byte body)", "HTTP `POST /v1/check`", d))
+    for store, limits, workload in SERVICE_WORKLOADS:
+        for proto in ["http", "grpc"]:
+            for v, who in SERVICE_WHO:
+                d = median(f"svc-{v}-{proto}-{store}-{limits}")
+                if d:
+                    rows.append(service_row(workload, who, SERVICE_API[(v, proto)], d))
+    if not rows:
+        return t
+    t += ["", "#### Service: Floodgate and limitador-server side by side, HTTP/1.1 and gRPC (`bench/service/run`)", ""]
+    meta = os.path.join(out, "service-meta.txt")
+    if os.path.exists(meta):
+        t += [line.rstrip("\n") for line in open(meta) if line.strip()]
+    loads = []
+    for path in glob.glob(os.path.join(out, "svc-*.r*.json")):
+        try:
+            loads.append(float(json.load(open(path))["loadavg_before"].split()[0]))
+        except (OSError, ValueError, KeyError, IndexError):
+            pass
+    if loads:
+        loads.sort()
+        t.append(f"Load average (1 min) at the start of the measured runs: {loads[0]:.2f}–{loads[-1]:.2f}, "
+                 f"median {loads[len(loads) // 2]:.2f}; *other CPU* is the share of both cores used during a "
+                 "run by anything but the server, its client and Redis (another build, kernel threads).")
+    t += [
+        "",
+        "| workload | who | API | decisions/s: median (spread) | allowed | denied | errors | p50 | p90 | p99 | p99.9 | max | server CPU per decision | other CPU |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
+
+    rows = []
+    for store, limits, workload in SERVICE_WORKLOADS:
+        w = f"{store}-{limits}"
+        for v, who in SERVICE_WHO[:2]:
+            cells = []
+            for _, num, den, field, target, how in SERVICE_TARGETS:
+                a, b = by_round(num.format(v=v, w=w)), by_round(den.format(v=v, w=w))
+                pairs = [(a[r][field] / b[r][field], max(other_share(a[r]), other_share(b[r])) < QUIET)
+                         for r in a if r in b and b[r][field]]
+                cells.append(verdict(pairs, target, how) if pairs else "—")
+            if any(c != "—" for c in cells):
+                rows.append(f"| {workload} | {who} | " + " | ".join(cells) + " |")
+    if rows:
+        heads = " | ".join(f"{label} (target {'≥' if how == 'ge' else '≤'} {target:g})"
+                           for label, _, _, _, target, how in SERVICE_TARGETS)
+        t += [
+            "",
+            "Ratios of each round's runs: the median over rounds, the spread, how many rounds met the target; then, "
+            f"when some rounds were not quiet, the median of the quiet ones (both runs with other CPU under {QUIET:.0%}) "
+            "and how many there were.",
+            "",
+            f"| workload | Floodgate | {heads} |",
+            "|---|---|" + "---:|" * len(SERVICE_TARGETS),
+            *rows,
+        ]
     return t
 
 
