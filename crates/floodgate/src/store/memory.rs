@@ -16,6 +16,10 @@ use crate::Limit;
 use crate::key::OVERFLOW_FIELD;
 use crate::limit::with_algorithm;
 
+mod key;
+
+use key::{Lookup, StoredKey, spilled};
+
 /// What the memory store does with a *new* key once it holds `max_keys` keys.
 ///
 /// Live counters are never evicted to make room: evicting them would silently stop enforcing
@@ -99,15 +103,6 @@ struct SlotState {
 }
 
 type Slot = Mutex<SlotState>;
-
-/// A key as stored: up to 40 bytes inline in the table entry (most keys: a rule name and an id),
-/// saving the pointer chase to a separate allocation on every lookup; longer keys spill to the heap.
-type StoredKey = SmallVec<[u8; 40]>;
-
-/// Heap bytes a stored key of `len` bytes uses beside its table entry.
-fn spilled(len: usize) -> usize {
-    if len > 40 { len } else { 0 }
-}
 
 /// Gives an algorithm its state inside [`State`], resetting a key that held another algorithm's
 /// state (a rule whose algorithm changed on reload starts afresh).
@@ -282,9 +277,9 @@ impl<C: Clock> MemoryStore<C> {
             // Marked dead under its lock, then unlinked: a request that still holds the slot sees
             // `Dead` and looks the key up again, so no update can land in a removed slot.
             s.state = State::Dead;
-            if let Ok(Some(_)) = inner.map.remove_if(&**key, |_, v| std::ptr::eq(v, slot), &guard) {
+            if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
                 inner.len.fetch_sub(1, Ordering::Relaxed);
-                inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
+                inner.key_bytes.fetch_sub(spilled(key.as_bytes().len()), Ordering::Relaxed);
                 removed += 1;
             }
         }
@@ -323,7 +318,7 @@ impl<C: Clock> MemoryStore<C> {
         guard: &'g impl papaya::Guard,
     ) -> Result<Option<&'g Slot>, StoreError> {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(key, guard) {
+        if let Some(slot) = inner.map.get(&Lookup(key), guard) {
             return Ok(Some(slot));
         }
         let full = || inner.len.load(Ordering::Relaxed) >= inner.config.max_keys;
@@ -331,13 +326,13 @@ impl<C: Clock> MemoryStore<C> {
             return match (full(), inner.config.on_full) {
                 (false, _) => Ok(None),
                 (true, OnFull::Reject) => Err(StoreError::Full { max_keys: inner.config.max_keys }),
-                (true, OnFull::Aggregate) => Ok(inner.map.get(&*overflow_key(key, scope_len), guard)),
+                (true, OnFull::Aggregate) => Ok(inner.map.get(&Lookup(&overflow_key(key, scope_len)), guard)),
             };
         }
         // Insert first, then count: a request racing to create the same key finds it and waits
         // for the verdict on it, so a key that fits is never refused because of its own twin.
         let reserved = SlotState { state: State::Reserved, expires_secs: 0 };
-        let slot = match inner.map.try_insert(StoredKey::from_slice(key), Mutex::new(reserved), guard) {
+        let slot = match inner.map.try_insert(StoredKey::new(key), Mutex::new(reserved), guard) {
             Ok(slot) => slot,
             Err(occupied) => return Ok(Some(occupied.current)),
         };
@@ -351,7 +346,7 @@ impl<C: Clock> MemoryStore<C> {
         // Over the cap: take the key back before anyone used it.
         inner.len.fetch_sub(1, Ordering::Relaxed);
         s.state = State::Dead;
-        let _ = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), guard);
+        let _ = inner.map.remove_if(&Lookup(key), |_, v| std::ptr::eq(v, slot), guard);
         drop(s);
         inner.overflows.fetch_add(1, Ordering::Relaxed);
         match inner.config.on_full {
@@ -363,10 +358,10 @@ impl<C: Clock> MemoryStore<C> {
     /// Gets or inserts `key`, ignoring the cap (for the one overflow key per rule).
     fn insert<'g>(&self, key: &[u8], guard: &'g impl papaya::Guard) -> &'g Slot {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(key, guard) {
+        if let Some(slot) = inner.map.get(&Lookup(key), guard) {
             return slot;
         }
-        match inner.map.try_insert(StoredKey::from_slice(key), Slot::default(), guard) {
+        match inner.map.try_insert(StoredKey::new(key), Slot::default(), guard) {
             Ok(slot) => {
                 inner.len.fetch_add(1, Ordering::Relaxed);
                 inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
@@ -512,7 +507,7 @@ impl<C: Clock> MemoryStore<C> {
     fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
-        if let Some(slot) = self.inner.map.get(key, &guard) {
+        if let Some(slot) = self.inner.map.get(&Lookup(key), &guard) {
             let mut s = slot.lock();
             if !s.state.is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
@@ -523,13 +518,13 @@ impl<C: Clock> MemoryStore<C> {
     fn reset_now(&self, key: &[u8]) -> bool {
         let inner = &*self.inner;
         let guard = inner.map.guard();
-        let Some(slot) = inner.map.get(key, &guard) else { return false };
+        let Some(slot) = inner.map.get(&Lookup(key), &guard) else { return false };
         let mut s = slot.lock();
         if s.state.is_gone() {
             return false;
         }
         s.state = State::Dead;
-        if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
+        if let Ok(Some(_)) = inner.map.remove_if(&Lookup(key), |_, v| std::ptr::eq(v, slot), &guard) {
             inner.len.fetch_sub(1, Ordering::Relaxed);
             inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
         }

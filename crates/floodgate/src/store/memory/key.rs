@@ -1,0 +1,151 @@
+//! Keys as the memory store holds them, and the borrowed form a lookup compares them with.
+
+use std::hash::{Hash, Hasher};
+
+/// The longest key stored inline in the table entry.
+pub(super) const INLINE: usize = 38;
+
+/// A key as stored: up to [`INLINE`] bytes inline in the table entry (most keys: a rule name and
+/// an id), saving the pointer chase to a separate allocation on every lookup; longer keys spill to
+/// the heap. 40 bytes either way.
+#[derive(Clone)]
+pub(super) enum StoredKey {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl StoredKey {
+    pub(super) fn new(key: &[u8]) -> Self {
+        if key.len() <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..key.len()].copy_from_slice(key);
+            StoredKey::Inline { len: key.len() as u8, bytes }
+        } else {
+            StoredKey::Heap(key.into())
+        }
+    }
+
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        match self {
+            StoredKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            StoredKey::Heap(bytes) => bytes,
+        }
+    }
+}
+
+/// Heap bytes a stored key of `len` bytes uses beside its table entry.
+pub(super) fn spilled(len: usize) -> usize {
+    if len > INLINE { len } else { 0 }
+}
+
+impl std::fmt::Debug for StoredKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_bytes().escape_ascii().to_string())
+    }
+}
+
+/// Hashed as its bytes, exactly as [`Lookup`] is.
+impl Hash for StoredKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl PartialEq for StoredKey {
+    fn eq(&self, other: &Self) -> bool {
+        same(self.as_bytes(), other.as_bytes())
+    }
+}
+
+impl Eq for StoredKey {}
+
+/// A key being looked up, borrowed from the request: compared with stored keys word by word,
+/// inline, rather than through a call to `memcmp`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lookup<'a>(pub(super) &'a [u8]);
+
+impl Hash for Lookup<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl papaya::Equivalent<StoredKey> for Lookup<'_> {
+    #[inline]
+    fn equivalent(&self, key: &StoredKey) -> bool {
+        same(self.0, key.as_bytes())
+    }
+}
+
+/// Eight bytes of `b` from `i` (in bounds by the callers' length checks).
+#[inline(always)]
+fn word(b: &[u8], i: usize) -> u64 {
+    let mut w = [0; 8];
+    w.copy_from_slice(&b[i..i + 8]);
+    u64::from_ne_bytes(w)
+}
+
+/// `a == b`, with the short lengths of most keys compared in a few overlapping 8-byte words.
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let diff = |i: usize| word(a, i) ^ word(b, i);
+    match n {
+        0..8 => a == b,
+        8..=16 => diff(0) | diff(n - 8) == 0,
+        17..=32 => diff(0) | diff(8) | diff(n - 16) | diff(n - 8) == 0,
+        33..=48 => diff(0) | diff(8) | diff(16) | diff(24) | diff(n - 16) | diff(n - 8) == 0,
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn keys_are_compact_and_inline_up_to_the_limit() {
+        assert_eq!(std::mem::size_of::<StoredKey>(), 40);
+        assert!(matches!(StoredKey::new(&[7; INLINE]), StoredKey::Inline { .. }));
+        assert!(matches!(StoredKey::new(&[7; INLINE + 1]), StoredKey::Heap(_)));
+        assert_eq!(spilled(INLINE), 0);
+        assert_eq!(spilled(INLINE + 1), INLINE + 1);
+    }
+
+    proptest! {
+        #[test]
+        fn comparison_is_byte_equality(
+            a in prop::collection::vec(any::<u8>(), 0..64),
+            flip in any::<prop::sample::Index>(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let stored = StoredKey::new(&a);
+            prop_assert_eq!(stored.as_bytes(), &a[..]);
+            prop_assert!(papaya::Equivalent::equivalent(&Lookup(&a), &stored));
+            if !a.is_empty() {
+                // One byte different, anywhere.
+                let mut b = a.clone();
+                b[flip.index(a.len())] ^= 1 << (flip.index(8)) as u8;
+                prop_assert!(!papaya::Equivalent::equivalent(&Lookup(&b), &stored));
+                prop_assert!(stored != StoredKey::new(&b));
+                // A prefix.
+                let short = &a[..cut.index(a.len())];
+                prop_assert!(!papaya::Equivalent::equivalent(&Lookup(short), &stored));
+            }
+        }
+    }
+
+    #[test]
+    fn a_lookup_hashes_as_its_stored_key() {
+        use std::hash::BuildHasher;
+        let s = foldhash::fast::RandomState::default();
+        for len in [0, 1, 8, 29, INLINE, INLINE + 1, 100] {
+            let k: Vec<u8> = (0..len as u8).collect();
+            assert_eq!(s.hash_one(Lookup(&k)), s.hash_one(StoredKey::new(&k)));
+        }
+    }
+}
