@@ -4,11 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use floodgate_core::{
-    Algorithm, Clock, Concurrency, Decision, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota,
-    SlidingLog, SlidingState, SlidingWindow, SystemClock, Timestamp, TokenBucket, WindowState,
-};
-use parking_lot::{Mutex, MutexGuard};
+use floodgate_core::{Clock, Grant, SystemClock, Timestamp};
 use smallvec::SmallVec;
 
 use super::{Applied, Mode, Op, OpResult, Store, StoreError};
@@ -17,8 +13,10 @@ use crate::key::OVERFLOW_FIELD;
 use crate::limit::with_algorithm;
 
 mod key;
+mod slot;
 
 use key::{Lookup, StoredKey, spilled};
+use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, consume, decide, refund, report, status};
 
 /// What the memory store does with a *new* key once it holds `max_keys` keys.
 ///
@@ -67,101 +65,6 @@ pub struct MemoryStats {
     pub overflows: usize,
 }
 
-/// Per-key state: which algorithm's state the key holds.
-#[derive(Debug, Default)]
-enum State {
-    #[default]
-    Empty,
-    /// A token bucket's theoretical arrival time.
-    Tat(u64),
-    /// A GCRA's theoretical arrival time (the same arithmetic, kept apart so that changing a rule
-    /// from one to the other starts it afresh).
-    Gcra(u64),
-    Window(WindowState),
-    Quota(WindowState),
-    Sliding(SlidingState),
-    Log(Box<LogState>),
-    Lease(Box<LeaseState>),
-    /// Removed by the sweeper: whoever finds it looks the key up again.
-    Dead,
-    /// Just inserted, not yet counted against `max_keys`: whoever finds it waits and looks again.
-    Reserved,
-}
-
-impl State {
-    /// Whether a request finding this state must look its key up again.
-    fn is_gone(&self) -> bool {
-        matches!(self, State::Dead | State::Reserved)
-    }
-}
-
-#[derive(Debug, Default)]
-struct SlotState {
-    state: State,
-    /// When the state expires, in whole seconds since the epoch, rounded up.
-    expires_secs: u32,
-}
-
-type Slot = Mutex<SlotState>;
-
-/// Gives an algorithm its state inside [`State`], resetting a key that held another algorithm's
-/// state (a rule whose algorithm changed on reload starts afresh).
-trait Stateful: Algorithm {
-    fn state(s: &mut State) -> &mut Self::State;
-}
-
-macro_rules! stateful {
-    ($algo:ty, $variant:ident, $fresh:expr) => {
-        impl Stateful for $algo {
-            fn state(s: &mut State) -> &mut Self::State {
-                if !matches!(s, State::$variant(_)) {
-                    *s = State::$variant($fresh);
-                }
-                match s {
-                    State::$variant(inner) => inner,
-                    _ => unreachable!("just set"),
-                }
-            }
-        }
-    };
-}
-
-stateful!(FixedWindow, Window, WindowState::default());
-stateful!(Quota, Quota, WindowState::default());
-stateful!(SlidingWindow, Sliding, SlidingState::default());
-stateful!(SlidingLog, Log, Box::default());
-stateful!(TokenBucket, Tat, 0);
-stateful!(Gcra, Gcra, 0);
-stateful!(Concurrency, Lease, Box::default());
-
-fn decide<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> Decision {
-    a.decide(A::state(&mut s.state), now, cost)
-}
-
-fn consume<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> Grant {
-    let state = A::state(&mut s.state);
-    let grant = a.consume(state, now, cost);
-    s.expires_secs = secs_up(a.expires_at(state));
-    grant
-}
-
-fn report<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> (Decision, Grant) {
-    let state = A::state(&mut s.state);
-    let out = a.report(state, now, cost);
-    s.expires_secs = secs_up(a.expires_at(state));
-    out
-}
-
-fn status<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp) -> (u64, u64) {
-    a.status(A::state(&mut s.state), now)
-}
-
-fn refund<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, grant: &Grant) {
-    let state = A::state(&mut s.state);
-    a.refund(state, now, grant);
-    s.expires_secs = secs_up(a.expires_at(state));
-}
-
 /// The key that new keys of the rule owning `key` share when the store is full and aggregating.
 fn overflow_key(key: &[u8], scope_len: usize) -> SmallVec<[u8; 128]> {
     let mut overflow = SmallVec::new();
@@ -170,16 +73,15 @@ fn overflow_key(key: &[u8], scope_len: usize) -> SmallVec<[u8; 128]> {
     overflow
 }
 
-fn secs_up(t: Timestamp) -> u32 {
-    u32::try_from(t.as_micros().div_ceil(1_000_000)).unwrap_or(u32::MAX)
-}
-
 /// The embedded store: per-key state in a lock-free concurrent map, each key behind its own small
-/// lock, so requests for different keys never wait on each other.
+/// lock, so requests for different keys never wait on each other. A token bucket's or GCRA's state
+/// (one number) waits between requests in a word beside the lock, where a single-limit request
+/// updates it with one compare-and-swap, without the lock (see the `slot` module).
 ///
 /// - **Linearizable per key** and **all-or-nothing across keys**: the keys of one request are locked
-///   in one global order (by key bytes), so two requests can never deadlock, and a denied request
-///   consumes nothing.
+///   in one global order (by slot address), so two requests can never deadlock, and a denied
+///   request consumes nothing. A request that locks a key takes its state out of the word first,
+///   so no lock-free update lands while it holds the key.
 /// - **No allocation per decision** once a key exists: lookups borrow the key; only a new key is
 ///   copied into the table.
 /// - **Bounded**: every state knows when it expires; a sweeper drops expired keys (never one timer
@@ -267,16 +169,16 @@ impl<C: Clock> MemoryStore<C> {
         let guard = inner.map.guard();
         let mut removed = 0;
         for (key, slot) in inner.map.iter(&guard) {
-            if u64::from(slot.lock().expires_secs) > now_secs {
+            if slot.expires_secs().is_some_and(|e| u64::from(e) > now_secs) {
                 continue;
             }
             let mut s = slot.lock();
-            if u64::from(s.expires_secs) > now_secs || s.state.is_gone() {
+            if u64::from(s.expires_secs()) > now_secs || s.state().is_gone() {
                 continue;
             }
             // Marked dead under its lock, then unlinked: a request that still holds the slot sees
             // `Dead` and looks the key up again, so no update can land in a removed slot.
-            s.state = State::Dead;
+            s.kill();
             if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
                 inner.len.fetch_sub(1, Ordering::Relaxed);
                 inner.key_bytes.fetch_sub(spilled(key.as_bytes().len()), Ordering::Relaxed);
@@ -331,21 +233,20 @@ impl<C: Clock> MemoryStore<C> {
         }
         // Insert first, then count: a request racing to create the same key finds it and waits
         // for the verdict on it, so a key that fits is never refused because of its own twin.
-        let reserved = SlotState { state: State::Reserved, expires_secs: 0 };
-        let slot = match inner.map.try_insert(StoredKey::new(key), Mutex::new(reserved), guard) {
+        let slot = match inner.map.try_insert(StoredKey::new(key), Slot::reserved(), guard) {
             Ok(slot) => slot,
             Err(occupied) => return Ok(Some(occupied.current)),
         };
         let mut s = slot.lock();
         if inner.len.fetch_add(1, Ordering::Relaxed) < inner.config.max_keys {
             inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
-            s.state = State::Empty;
+            s.open();
             drop(s);
             return Ok(Some(slot));
         }
         // Over the cap: take the key back before anyone used it.
         inner.len.fetch_sub(1, Ordering::Relaxed);
-        s.state = State::Dead;
+        s.kill();
         let _ = inner.map.remove_if(&Lookup(key), |_, v| std::ptr::eq(v, slot), guard);
         drop(s);
         inner.overflows.fetch_add(1, Ordering::Relaxed);
@@ -393,7 +294,7 @@ impl<C: Clock> MemoryStore<C> {
             }
             let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
             order.sort_unstable_by_key(|i| slots[*i].map_or(0, |s| s as *const Slot as usize));
-            let mut locks: SmallVec<[Option<MutexGuard<'_, SlotState>>; 4]> = SmallVec::new();
+            let mut locks: SmallVec<[Option<Held<'_>>; 4]> = SmallVec::new();
             let mut lock_of: SmallVec<[usize; 4]> = SmallVec::from_elem(0, ops.len());
             for (pos, &i) in order.iter().enumerate() {
                 let shared = pos > 0 && {
@@ -408,7 +309,7 @@ impl<C: Clock> MemoryStore<C> {
                 match slots[i] {
                     Some(slot) => {
                         let locked = slot.lock();
-                        if locked.state.is_gone() {
+                        if locked.state().is_gone() {
                             drop(locked);
                             std::thread::yield_now();
                             continue 'retry;
@@ -429,12 +330,12 @@ impl<C: Clock> MemoryStore<C> {
                 }
                 return Ok(());
             }
-            let mut fresh: SlotState;
+            let mut fresh: Fresh;
             for (i, op) in ops.iter().enumerate() {
                 let state = match &mut locks[lock_of[i]] {
-                    Some(s) => &mut **s,
+                    Some(s) => s as &mut dyn Cell,
                     None => {
-                        fresh = SlotState::default();
+                        fresh = Fresh::default();
                         &mut fresh
                     }
                 };
@@ -448,9 +349,9 @@ impl<C: Clock> MemoryStore<C> {
                     continue;
                 }
                 let s = match &mut locks[lock_of[i]] {
-                    Some(s) => &mut **s,
+                    Some(s) => s as &mut dyn Cell,
                     None => {
-                        fresh = SlotState::default();
+                        fresh = Fresh::default();
                         &mut fresh
                     }
                 };
@@ -468,7 +369,8 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// [`MemoryStore::apply_now`] for the common single-limit request: one lock, no ordering.
+    /// [`MemoryStore::apply_now`] for the common single-limit request: no ordering, and for a token
+    /// bucket or GCRA whose state is in its word, no lock.
     fn apply_one(
         &self,
         op: &Op<'_>,
@@ -479,16 +381,26 @@ impl<C: Clock> MemoryStore<C> {
     ) -> Result<OpResult, StoreError> {
         loop {
             let Some(slot) = self.slot(op.key, op.scope_len, create, guard)? else {
-                let mut fresh = SlotState::default();
+                let mut fresh = Fresh::default();
                 let decision = with_algorithm!(op.limit, a => decide(a, &mut fresh, now, op.cost));
                 return Ok(OpResult { decision, grant: None });
             };
+            let fast = match op.limit {
+                Limit::TokenBucket(a) => slot.apply_in_word(a, BUCKET, mode, now, op.cost),
+                Limit::Gcra(a) => slot.apply_in_word(a, GCRA, mode, now, op.cost),
+                _ => None,
+            };
+            if let Some(result) = fast {
+                return Ok(result);
+            }
             let mut s = slot.lock();
-            if s.state.is_gone() {
+            if s.state().is_gone() {
                 drop(s);
                 std::thread::yield_now();
                 continue;
             }
+            // A bucket's state goes into the word, for the next single-limit requests.
+            s.put_in_word();
             return Ok(match mode {
                 Mode::Report => {
                     let (decision, grant) = with_algorithm!(op.limit, a => report(a, &mut s, now, op.cost));
@@ -509,7 +421,7 @@ impl<C: Clock> MemoryStore<C> {
         let guard = self.inner.map.guard();
         if let Some(slot) = self.inner.map.get(&Lookup(key), &guard) {
             let mut s = slot.lock();
-            if !s.state.is_gone() {
+            if !s.state().is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
             }
         }
@@ -520,10 +432,10 @@ impl<C: Clock> MemoryStore<C> {
         let guard = inner.map.guard();
         let Some(slot) = inner.map.get(&Lookup(key), &guard) else { return false };
         let mut s = slot.lock();
-        if s.state.is_gone() {
+        if s.state().is_gone() {
             return false;
         }
-        s.state = State::Dead;
+        s.kill();
         if let Ok(Some(_)) = inner.map.remove_if(&Lookup(key), |_, v| std::ptr::eq(v, slot), &guard) {
             inner.len.fetch_sub(1, Ordering::Relaxed);
             inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
@@ -552,12 +464,4 @@ impl<C: Clock> Store for MemoryStore<C> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slot_sizes_stay_compact() {
-        assert_eq!(std::mem::size_of::<State>(), 32);
-        assert!(std::mem::size_of::<Slot>() <= 48, "{}", std::mem::size_of::<Slot>());
-    }
-}
+mod tests;
