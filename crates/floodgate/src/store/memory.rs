@@ -15,7 +15,7 @@ use crate::limit::with_algorithm;
 mod key;
 mod slot;
 
-use key::{Lookup, StoredKey, spilled};
+use key::{KeyHashing, Lookup, StoredKey, spilled};
 use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, consume, decide, refund, report, status};
 
 /// What the memory store does with a *new* key once it holds `max_keys` keys.
@@ -101,7 +101,7 @@ impl<C: Clock> Clone for MemoryStore<C> {
 
 #[derive(Debug)]
 struct Inner<C> {
-    map: papaya::HashMap<StoredKey, Slot, foldhash::fast::RandomState>,
+    map: papaya::HashMap<StoredKey, Slot, KeyHashing>,
     clock: C,
     config: MemoryConfig,
     len: AtomicUsize,
@@ -131,7 +131,7 @@ impl Default for MemoryStore<SystemClock> {
 impl<C: Clock> MemoryStore<C> {
     /// A store with `config`, reading time from `clock`.
     pub fn with_config(config: MemoryConfig, clock: C) -> Self {
-        let map = papaya::HashMap::builder().hasher(foldhash::fast::RandomState::default()).build();
+        let map = papaya::HashMap::builder().hasher(KeyHashing::default()).build();
         MemoryStore {
             inner: Arc::new(Inner {
                 map,

@@ -1,6 +1,6 @@
 //! Keys as the memory store holds them, and the borrowed form a lookup compares them with.
 
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 /// The longest key stored inline in the table entry.
 pub(super) const INLINE: usize = 38;
@@ -25,6 +25,7 @@ impl StoredKey {
         }
     }
 
+    #[inline]
     pub(super) fn as_bytes(&self) -> &[u8] {
         match self {
             StoredKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
@@ -44,10 +45,11 @@ impl std::fmt::Debug for StoredKey {
     }
 }
 
-/// Hashed as its bytes, exactly as [`Lookup`] is.
+/// Hashed as its bytes, in one write, exactly as [`Lookup`] is.
 impl Hash for StoredKey {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state);
+        state.write(self.as_bytes());
     }
 }
 
@@ -65,8 +67,9 @@ impl Eq for StoredKey {}
 pub(super) struct Lookup<'a>(pub(super) &'a [u8]);
 
 impl Hash for Lookup<'_> {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
+        state.write(self.0);
     }
 }
 
@@ -74,6 +77,80 @@ impl papaya::Equivalent<StoredKey> for Lookup<'_> {
     #[inline]
     fn equivalent(&self, key: &StoredKey) -> bool {
         same(self.0, key.as_bytes())
+    }
+}
+
+/// The table's hasher: foldhash, seeded at random per store, with keys of 17 to 32 bytes (most
+/// keys: a rule name and an id) hashed inline in foldhash's way rather than through its
+/// out-of-line path for long inputs.
+#[derive(Debug, Clone)]
+pub(super) struct KeyHashing {
+    fold: foldhash::fast::RandomState,
+    seeds: [u64; 6],
+}
+
+impl Default for KeyHashing {
+    fn default() -> Self {
+        let fold = foldhash::fast::RandomState::default();
+        let seeds = std::array::from_fn(|i| fold.hash_one(i as u64) | 1);
+        KeyHashing { fold, seeds }
+    }
+}
+
+impl BuildHasher for KeyHashing {
+    type Hasher = KeyHasher;
+
+    #[inline]
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher { fold: self.fold.build_hasher(), seeds: self.seeds, inline: None }
+    }
+}
+
+/// See [`KeyHashing`].
+#[derive(Clone)]
+pub(super) struct KeyHasher {
+    fold: foldhash::fast::FoldHasher<'static>,
+    seeds: [u64; 6],
+    /// The hash of a key hashed inline.
+    inline: Option<u64>,
+}
+
+impl std::fmt::Debug for KeyHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyHasher").finish_non_exhaustive()
+    }
+}
+
+/// The high and low halves of the full product, folded together.
+#[inline(always)]
+fn folded_multiply(x: u64, y: u64) -> u64 {
+    let full = u128::from(x) * u128::from(y);
+    (full as u64) ^ ((full >> 64) as u64)
+}
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        if (17..=32).contains(&n) && self.inline.is_none() {
+            let k = &self.seeds;
+            let a = folded_multiply(word(bytes, 0) ^ k[0], word(bytes, n - 16) ^ k[1]);
+            let b = folded_multiply(word(bytes, 8) ^ k[2], word(bytes, n - 8) ^ k[3]);
+            self.inline = Some(folded_multiply(a ^ k[4] ^ n as u64, b ^ k[5]));
+        } else {
+            if let Some(h) = self.inline.take() {
+                self.fold.write_u64(h);
+            }
+            self.fold.write(bytes);
+        }
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        match self.inline {
+            Some(h) => h,
+            None => self.fold.finish(),
+        }
     }
 }
 
@@ -141,11 +218,42 @@ mod tests {
 
     #[test]
     fn a_lookup_hashes_as_its_stored_key() {
-        use std::hash::BuildHasher;
-        let s = foldhash::fast::RandomState::default();
-        for len in [0, 1, 8, 29, INLINE, INLINE + 1, 100] {
+        let s = KeyHashing::default();
+        for len in [0, 1, 8, 16, 17, 29, 32, 33, INLINE, INLINE + 1, 100] {
             let k: Vec<u8> = (0..len as u8).collect();
             assert_eq!(s.hash_one(Lookup(&k)), s.hash_one(StoredKey::new(&k)));
         }
+    }
+
+    #[test]
+    fn hashes_spread_in_the_low_and_high_bits() {
+        // papaya indexes by the low bits and filters by the top 7: keys differing in one byte
+        // anywhere must spread over both.
+        let s = KeyHashing::default();
+        for len in [12, 17, 29, 32, 40] {
+            let mut low = std::collections::HashSet::new();
+            let mut high = std::collections::HashSet::new();
+            for i in 0..len {
+                for v in 0..=255u8 {
+                    let mut k = vec![b'k'; len];
+                    k[i] = v;
+                    let h = s.hash_one(Lookup(&k));
+                    low.insert(h & 0xff);
+                    high.insert(h >> 57);
+                }
+            }
+            assert!(
+                low.len() > 250 && high.len() == 128,
+                "{len} bytes: {} low, {} high",
+                low.len(),
+                high.len()
+            );
+        }
+    }
+
+    #[test]
+    fn stores_hash_differently() {
+        let k = b"8:per-user4:user10:user-12345";
+        assert_ne!(KeyHashing::default().hash_one(Lookup(k)), KeyHashing::default().hash_one(Lookup(k)));
     }
 }
