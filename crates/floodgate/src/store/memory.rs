@@ -282,8 +282,7 @@ impl<C: Clock> MemoryStore<C> {
         out.at = now;
         out.results.clear();
         if let [op] = ops {
-            out.results.push(self.apply_one(op, mode, now, create, &guard)?);
-            return Ok(());
+            return self.apply_one(op, mode, now, create, &guard, &mut out.results);
         }
         'retry: loop {
             // Resolve every slot first, then lock them in one global order — by address, which
@@ -378,20 +377,22 @@ impl<C: Clock> MemoryStore<C> {
         now: Timestamp,
         create: bool,
         guard: &impl papaya::Guard,
-    ) -> Result<OpResult, StoreError> {
+        results: &mut SmallVec<[OpResult; 4]>,
+    ) -> Result<(), StoreError> {
         loop {
             let Some(slot) = self.slot(op.key, op.scope_len, create, guard)? else {
                 let mut fresh = Fresh::default();
                 let decision = with_algorithm!(op.limit, a => decide(a, &mut fresh, now, op.cost));
-                return Ok(OpResult { decision, grant: None });
+                results.push(OpResult { decision, grant: None });
+                return Ok(());
             };
-            let fast = match op.limit {
-                Limit::TokenBucket(a) => slot.apply_in_word(a, BUCKET, mode, now, op.cost),
-                Limit::Gcra(a) => slot.apply_in_word(a, GCRA, mode, now, op.cost),
-                _ => None,
+            let done = match op.limit {
+                Limit::TokenBucket(a) => slot.apply_in_word(a, BUCKET, mode, now, op.cost, results),
+                Limit::Gcra(a) => slot.apply_in_word(a, GCRA, mode, now, op.cost, results),
+                _ => false,
             };
-            if let Some(result) = fast {
-                return Ok(result);
+            if done {
+                return Ok(());
             }
             let mut s = slot.lock();
             if s.state().is_gone() {
@@ -401,7 +402,7 @@ impl<C: Clock> MemoryStore<C> {
             }
             // A bucket's state goes into the word, for the next single-limit requests.
             s.put_in_word();
-            return Ok(match mode {
+            results.push(match mode {
                 Mode::Report => {
                     let (decision, grant) = with_algorithm!(op.limit, a => report(a, &mut s, now, op.cost));
                     OpResult { decision, grant: Some(grant) }
@@ -413,6 +414,7 @@ impl<C: Clock> MemoryStore<C> {
                     OpResult { decision, grant }
                 }
             });
+            return Ok(());
         }
     }
 

@@ -28,6 +28,7 @@ use floodgate_core::{
     SlidingState, SlidingWindow, Timestamp, TokenBucket, WindowState,
 };
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 
 use crate::store::{Mode, OpResult};
 
@@ -121,8 +122,8 @@ impl Slot {
     }
 
     /// A single-limit request for the token bucket or GCRA `a` (`tag` says which), decided and
-    /// applied on the TAT in the word without the lock; `None` when the word does not hold a TAT
-    /// of that algorithm: then take the lock.
+    /// applied on the TAT in the word without the lock, its result pushed onto `results`; `false`
+    /// when the word does not hold a TAT of that algorithm: then take the lock.
     #[inline]
     pub(super) fn apply_in_word<A: Algorithm<State = u64>>(
         &self,
@@ -131,11 +132,12 @@ impl Slot {
         mode: Mode,
         now: Timestamp,
         cost: u64,
-    ) -> Option<OpResult> {
+        results: &mut SmallVec<[OpResult; 4]>,
+    ) -> bool {
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             if word & TAG != tag {
-                return None;
+                return false;
             }
             let mut tat = word & VALUE;
             let (decision, grant) = match mode {
@@ -147,16 +149,20 @@ impl Slot {
                     let decision = a.decide(&tat, now, cost);
                     if mode == Mode::Peek || !decision.allowed {
                         // Nothing to write: the decision is on the value just read.
-                        return Some(OpResult { decision, grant: None });
+                        results.push(OpResult { decision, grant: None });
+                        return true;
                     }
                     (decision, Some(a.consume(&mut tat, now, cost)))
                 }
             };
             if tat > VALUE {
-                return None;
+                return false;
             }
             match self.word.compare_exchange_weak(word, tag | tat, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(OpResult { decision, grant }),
+                Ok(_) => {
+                    results.push(OpResult { decision, grant });
+                    return true;
+                }
                 Err(current) => word = current,
             }
         }
