@@ -87,6 +87,7 @@ impl Slot {
     }
 
     /// Locks the key, taking its state out of the word if it is there.
+    #[inline]
     pub(super) fn lock(&self) -> Held<'_> {
         let mut state = self.state.lock();
         let mut word = self.word.load(Ordering::Acquire);
@@ -207,6 +208,7 @@ impl Held<'_> {
 }
 
 impl Drop for Held<'_> {
+    #[inline]
     fn drop(&mut self) {
         let word = match *self.state {
             State::Tat(tat) if self.to_word && tat <= VALUE => BUCKET | tat,
@@ -229,6 +231,7 @@ pub(super) trait Cell {
 }
 
 impl Cell for Held<'_> {
+    #[inline]
     fn parts(&mut self) -> (&mut State, &mut u32) {
         (&mut self.state, &mut self.expires_secs)
     }
@@ -242,6 +245,7 @@ pub(super) struct Fresh {
 }
 
 impl Cell for Fresh {
+    #[inline]
     fn parts(&mut self) -> (&mut State, &mut u32) {
         (&mut self.state, &mut self.expires_secs)
     }
@@ -256,6 +260,7 @@ pub(super) trait Stateful: Algorithm {
 macro_rules! stateful {
     ($algo:ty, $variant:ident, $fresh:expr) => {
         impl Stateful for $algo {
+            #[inline]
             fn state(s: &mut State) -> &mut Self::State {
                 if !matches!(s, State::$variant(_)) {
                     *s = State::$variant($fresh);
@@ -277,6 +282,7 @@ stateful!(TokenBucket, Tat, 0);
 stateful!(Gcra, Gcra, 0);
 stateful!(Concurrency, Lease, Box::default());
 
+#[inline]
 pub(super) fn decide<A: Stateful>(
     a: &A,
     s: &mut (impl Cell + ?Sized),
@@ -286,6 +292,7 @@ pub(super) fn decide<A: Stateful>(
     a.decide(A::state(s.parts().0), now, cost)
 }
 
+#[inline]
 pub(super) fn consume<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Timestamp, cost: u64) -> Grant {
     let (state, expires_secs) = s.parts();
     let state = A::state(state);
@@ -294,6 +301,7 @@ pub(super) fn consume<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Tim
     grant
 }
 
+#[inline]
 pub(super) fn report<A: Stateful>(
     a: &A,
     s: &mut (impl Cell + ?Sized),
@@ -307,10 +315,12 @@ pub(super) fn report<A: Stateful>(
     out
 }
 
+#[inline]
 pub(super) fn status<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Timestamp) -> (u64, u64) {
     a.status(A::state(s.parts().0), now)
 }
 
+#[inline]
 pub(super) fn refund<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Timestamp, grant: &Grant) {
     let (state, expires_secs) = s.parts();
     let state = A::state(state);
@@ -318,6 +328,7 @@ pub(super) fn refund<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Time
     *expires_secs = secs_up(a.expires_at(state));
 }
 
+#[inline]
 fn secs_up(t: Timestamp) -> u32 {
     u32::try_from(t.as_micros().div_ceil(1_000_000)).unwrap_or(u32::MAX)
 }
