@@ -15,7 +15,7 @@ use crate::limit::with_algorithm;
 mod key;
 mod slot;
 
-use key::{KeyHashing, Lookup, StoredKey, spilled};
+use key::{KeyHashing, StoredKey, spilled};
 use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, consume, decide, refund, report, status};
 
 /// What the memory store does with a *new* key once it holds `max_keys` keys.
@@ -102,6 +102,8 @@ impl<C: Clock> Clone for MemoryStore<C> {
 #[derive(Debug)]
 struct Inner<C> {
     map: papaya::HashMap<StoredKey, Slot, KeyHashing>,
+    /// The map's hasher, for hashing the keys looked up.
+    hashing: KeyHashing,
     clock: C,
     config: MemoryConfig,
     len: AtomicUsize,
@@ -131,10 +133,12 @@ impl Default for MemoryStore<SystemClock> {
 impl<C: Clock> MemoryStore<C> {
     /// A store with `config`, reading time from `clock`.
     pub fn with_config(config: MemoryConfig, clock: C) -> Self {
-        let map = papaya::HashMap::builder().hasher(KeyHashing::default()).build();
+        let hashing = KeyHashing::default();
+        let map = papaya::HashMap::builder().hasher(hashing.clone()).build();
         MemoryStore {
             inner: Arc::new(Inner {
                 map,
+                hashing,
                 clock,
                 config,
                 len: AtomicUsize::new(0),
@@ -220,7 +224,7 @@ impl<C: Clock> MemoryStore<C> {
         guard: &'g impl papaya::Guard,
     ) -> Result<Option<&'g Slot>, StoreError> {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(&Lookup(key), guard) {
+        if let Some(slot) = inner.map.get(&inner.hashing.lookup(key), guard) {
             return Ok(Some(slot));
         }
         let full = || inner.len.load(Ordering::Relaxed) >= inner.config.max_keys;
@@ -228,7 +232,9 @@ impl<C: Clock> MemoryStore<C> {
             return match (full(), inner.config.on_full) {
                 (false, _) => Ok(None),
                 (true, OnFull::Reject) => Err(StoreError::Full { max_keys: inner.config.max_keys }),
-                (true, OnFull::Aggregate) => Ok(inner.map.get(&Lookup(&overflow_key(key, scope_len)), guard)),
+                (true, OnFull::Aggregate) => {
+                    Ok(inner.map.get(&inner.hashing.lookup(&overflow_key(key, scope_len)), guard))
+                }
             };
         }
         // Insert first, then count: a request racing to create the same key finds it and waits
@@ -247,7 +253,7 @@ impl<C: Clock> MemoryStore<C> {
         // Over the cap: take the key back before anyone used it.
         inner.len.fetch_sub(1, Ordering::Relaxed);
         s.kill();
-        let _ = inner.map.remove_if(&Lookup(key), |_, v| std::ptr::eq(v, slot), guard);
+        let _ = inner.map.remove_if(&inner.hashing.lookup(key), |_, v| std::ptr::eq(v, slot), guard);
         drop(s);
         inner.overflows.fetch_add(1, Ordering::Relaxed);
         match inner.config.on_full {
@@ -259,7 +265,7 @@ impl<C: Clock> MemoryStore<C> {
     /// Gets or inserts `key`, ignoring the cap (for the one overflow key per rule).
     fn insert<'g>(&self, key: &[u8], guard: &'g impl papaya::Guard) -> &'g Slot {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(&Lookup(key), guard) {
+        if let Some(slot) = inner.map.get(&inner.hashing.lookup(key), guard) {
             return slot;
         }
         match inner.map.try_insert(StoredKey::new(key), Slot::default(), guard) {
@@ -421,7 +427,7 @@ impl<C: Clock> MemoryStore<C> {
     fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
-        if let Some(slot) = self.inner.map.get(&Lookup(key), &guard) {
+        if let Some(slot) = self.inner.map.get(&self.inner.hashing.lookup(key), &guard) {
             let mut s = slot.lock();
             if !s.state().is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
@@ -432,13 +438,15 @@ impl<C: Clock> MemoryStore<C> {
     fn reset_now(&self, key: &[u8]) -> bool {
         let inner = &*self.inner;
         let guard = inner.map.guard();
-        let Some(slot) = inner.map.get(&Lookup(key), &guard) else { return false };
+        let Some(slot) = inner.map.get(&inner.hashing.lookup(key), &guard) else { return false };
         let mut s = slot.lock();
         if s.state().is_gone() {
             return false;
         }
         s.kill();
-        if let Ok(Some(_)) = inner.map.remove_if(&Lookup(key), |_, v| std::ptr::eq(v, slot), &guard) {
+        if let Ok(Some(_)) =
+            inner.map.remove_if(&inner.hashing.lookup(key), |_, v| std::ptr::eq(v, slot), &guard)
+        {
             inner.len.fetch_sub(1, Ordering::Relaxed);
             inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
         }

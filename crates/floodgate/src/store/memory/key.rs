@@ -45,7 +45,7 @@ impl std::fmt::Debug for StoredKey {
     }
 }
 
-/// Hashed as its bytes, in one write, exactly as [`Lookup`] is.
+/// Hashed as its bytes, in one write (see [`KeyHasher`]).
 impl Hash for StoredKey {
     #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
@@ -61,22 +61,28 @@ impl PartialEq for StoredKey {
 
 impl Eq for StoredKey {}
 
-/// A key being looked up, borrowed from the request: compared with stored keys word by word,
-/// inline, rather than through a call to `memcmp`.
+/// A key being looked up, borrowed from the request, with its hash computed once by the store (the
+/// table's hasher passes it on): compared with stored keys word by word, inline, rather than through
+/// a call to `memcmp`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Lookup<'a>(pub(super) &'a [u8]);
+pub(super) struct Lookup<'a> {
+    bytes: &'a [u8],
+    hash: u64,
+}
 
+/// Hashed as its hash, which [`KeyHashing::lookup`] computed as the table's hasher hashes the
+/// stored key.
 impl Hash for Lookup<'_> {
     #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write(self.0);
+        state.write_u64(self.hash);
     }
 }
 
 impl papaya::Equivalent<StoredKey> for Lookup<'_> {
     #[inline]
     fn equivalent(&self, key: &StoredKey) -> bool {
-        same(self.0, key.as_bytes())
+        same(self.bytes, key.as_bytes())
     }
 }
 
@@ -97,28 +103,42 @@ impl Default for KeyHashing {
     }
 }
 
+impl KeyHashing {
+    /// `key`, hashed, to look up.
+    #[inline]
+    pub(super) fn lookup<'a>(&self, key: &'a [u8]) -> Lookup<'a> {
+        Lookup { bytes: key, hash: self.hash_bytes(key) }
+    }
+
+    #[inline]
+    fn hash_bytes(&self, bytes: &[u8]) -> u64 {
+        let n = bytes.len();
+        if (17..=32).contains(&n) {
+            let k = &self.seeds;
+            let a = folded_multiply(word(bytes, 0) ^ k[0], word(bytes, n - 16) ^ k[1]);
+            let b = folded_multiply(word(bytes, 8) ^ k[2], word(bytes, n - 8) ^ k[3]);
+            folded_multiply(a ^ k[4] ^ n as u64, b ^ k[5])
+        } else {
+            self.fold.hash_one(bytes)
+        }
+    }
+}
+
 impl BuildHasher for KeyHashing {
     type Hasher = KeyHasher;
 
     #[inline]
     fn build_hasher(&self) -> KeyHasher {
-        KeyHasher { fold: self.fold.build_hasher(), seeds: self.seeds, inline: None }
+        KeyHasher { hashing: self.clone(), hash: 0 }
     }
 }
 
-/// See [`KeyHashing`].
-#[derive(Clone)]
+/// See [`KeyHashing`]: hashes a stored key's bytes (its one write), and passes on the hash of a
+/// [`Lookup`] (its one `u64`).
+#[derive(Debug, Clone)]
 pub(super) struct KeyHasher {
-    fold: foldhash::fast::FoldHasher<'static>,
-    seeds: [u64; 6],
-    /// The hash of a key hashed inline.
-    inline: Option<u64>,
-}
-
-impl std::fmt::Debug for KeyHasher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyHasher").finish_non_exhaustive()
-    }
+    hashing: KeyHashing,
+    hash: u64,
 }
 
 /// The high and low halves of the full product, folded together.
@@ -131,26 +151,17 @@ fn folded_multiply(x: u64, y: u64) -> u64 {
 impl Hasher for KeyHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        let n = bytes.len();
-        if (17..=32).contains(&n) && self.inline.is_none() {
-            let k = &self.seeds;
-            let a = folded_multiply(word(bytes, 0) ^ k[0], word(bytes, n - 16) ^ k[1]);
-            let b = folded_multiply(word(bytes, 8) ^ k[2], word(bytes, n - 8) ^ k[3]);
-            self.inline = Some(folded_multiply(a ^ k[4] ^ n as u64, b ^ k[5]));
-        } else {
-            if let Some(h) = self.inline.take() {
-                self.fold.write_u64(h);
-            }
-            self.fold.write(bytes);
-        }
+        self.hash = self.hashing.hash_bytes(bytes);
+    }
+
+    #[inline]
+    fn write_u64(&mut self, hash: u64) {
+        self.hash = hash;
     }
 
     #[inline]
     fn finish(&self) -> u64 {
-        match self.inline {
-            Some(h) => h,
-            None => self.fold.finish(),
-        }
+        self.hash
     }
 }
 
@@ -200,18 +211,19 @@ mod tests {
             flip in any::<prop::sample::Index>(),
             cut in any::<prop::sample::Index>(),
         ) {
+            let h = KeyHashing::default();
             let stored = StoredKey::new(&a);
             prop_assert_eq!(stored.as_bytes(), &a[..]);
-            prop_assert!(papaya::Equivalent::equivalent(&Lookup(&a), &stored));
+            prop_assert!(papaya::Equivalent::equivalent(&h.lookup(&a), &stored));
             if !a.is_empty() {
                 // One byte different, anywhere.
                 let mut b = a.clone();
                 b[flip.index(a.len())] ^= 1 << (flip.index(8)) as u8;
-                prop_assert!(!papaya::Equivalent::equivalent(&Lookup(&b), &stored));
+                prop_assert!(!papaya::Equivalent::equivalent(&h.lookup(&b), &stored));
                 prop_assert!(stored != StoredKey::new(&b));
                 // A prefix.
                 let short = &a[..cut.index(a.len())];
-                prop_assert!(!papaya::Equivalent::equivalent(&Lookup(short), &stored));
+                prop_assert!(!papaya::Equivalent::equivalent(&h.lookup(short), &stored));
             }
         }
     }
@@ -221,7 +233,7 @@ mod tests {
         let s = KeyHashing::default();
         for len in [0, 1, 8, 16, 17, 29, 32, 33, INLINE, INLINE + 1, 100] {
             let k: Vec<u8> = (0..len as u8).collect();
-            assert_eq!(s.hash_one(Lookup(&k)), s.hash_one(StoredKey::new(&k)));
+            assert_eq!(s.hash_one(s.lookup(&k)), s.hash_one(StoredKey::new(&k)));
         }
     }
 
@@ -237,7 +249,7 @@ mod tests {
                 for v in 0..=255u8 {
                     let mut k = vec![b'k'; len];
                     k[i] = v;
-                    let h = s.hash_one(Lookup(&k));
+                    let h = s.hash_one(s.lookup(&k));
                     low.insert(h & 0xff);
                     high.insert(h >> 57);
                 }
@@ -254,6 +266,7 @@ mod tests {
     #[test]
     fn stores_hash_differently() {
         let k = b"8:per-user4:user10:user-12345";
-        assert_ne!(KeyHashing::default().hash_one(Lookup(k)), KeyHashing::default().hash_one(Lookup(k)));
+        let (a, b) = (KeyHashing::default(), KeyHashing::default());
+        assert_ne!(a.hash_one(a.lookup(k)), b.hash_one(b.lookup(k)));
     }
 }

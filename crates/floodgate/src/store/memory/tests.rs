@@ -35,7 +35,7 @@ fn apply<C: Clock>(store: &MemoryStore<C>, ops: &[Op<'_>], mode: Mode) -> Applie
 
 fn in_word<C: Clock>(store: &MemoryStore<C>, key: &[u8]) -> bool {
     let guard = store.inner.map.guard();
-    store.inner.map.get(&Lookup(key), &guard).is_some_and(Slot::in_word)
+    store.inner.map.get(&store.inner.hashing.lookup(key), &guard).is_some_and(Slot::in_word)
 }
 
 /// A roomy limit that never denies, for the other key of a multi-limit request.
