@@ -337,14 +337,14 @@ impl<C: Clock> MemoryStore<C> {
             }
             let mut fresh: Fresh;
             for (i, op) in ops.iter().enumerate() {
-                let state = match &mut locks[lock_of[i]] {
-                    Some(s) => s as &mut dyn Cell,
+                let mut state = match &mut locks[lock_of[i]] {
+                    Some(s) => s.parts(),
                     None => {
                         fresh = Fresh::default();
-                        &mut fresh
+                        fresh.parts()
                     }
                 };
-                let decision = with_algorithm!(op.limit, a => decide(a, state, now, op.cost));
+                let decision = with_algorithm!(op.limit, a => decide(a, &mut state, now, op.cost));
                 results.push(OpResult { decision, grant: None });
             }
             let admitted = ops.iter().zip(results.iter()).all(|(op, r)| !op.enforce || r.decision.allowed);
@@ -353,11 +353,11 @@ impl<C: Clock> MemoryStore<C> {
                 if !r.decision.allowed || (admitted && mode == Mode::Peek) {
                     continue;
                 }
-                let s = match &mut locks[lock_of[i]] {
-                    Some(s) => s as &mut dyn Cell,
+                let s = &mut match &mut locks[lock_of[i]] {
+                    Some(s) => s.parts(),
                     None => {
                         fresh = Fresh::default();
-                        &mut fresh
+                        fresh.parts()
                     }
                 };
                 if admitted {

@@ -237,6 +237,14 @@ impl Cell for Held<'_> {
     }
 }
 
+/// A state and expiry borrowed from a [`Held`] or a [`Fresh`].
+impl Cell for (&mut State, &mut u32) {
+    #[inline]
+    fn parts(&mut self) -> (&mut State, &mut u32) {
+        (&mut *self.0, &mut *self.1)
+    }
+}
+
 /// The state of a key never seen.
 #[derive(Debug, Default)]
 pub(super) struct Fresh {
@@ -283,17 +291,12 @@ stateful!(Gcra, Gcra, 0);
 stateful!(Concurrency, Lease, Box::default());
 
 #[inline]
-pub(super) fn decide<A: Stateful>(
-    a: &A,
-    s: &mut (impl Cell + ?Sized),
-    now: Timestamp,
-    cost: u64,
-) -> Decision {
+pub(super) fn decide<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, cost: u64) -> Decision {
     a.decide(A::state(s.parts().0), now, cost)
 }
 
 #[inline]
-pub(super) fn consume<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Timestamp, cost: u64) -> Grant {
+pub(super) fn consume<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, cost: u64) -> Grant {
     let (state, expires_secs) = s.parts();
     let state = A::state(state);
     let grant = a.consume(state, now, cost);
@@ -302,12 +305,7 @@ pub(super) fn consume<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Tim
 }
 
 #[inline]
-pub(super) fn report<A: Stateful>(
-    a: &A,
-    s: &mut (impl Cell + ?Sized),
-    now: Timestamp,
-    cost: u64,
-) -> (Decision, Grant) {
+pub(super) fn report<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, cost: u64) -> (Decision, Grant) {
     let (state, expires_secs) = s.parts();
     let state = A::state(state);
     let out = a.report(state, now, cost);
@@ -316,12 +314,12 @@ pub(super) fn report<A: Stateful>(
 }
 
 #[inline]
-pub(super) fn status<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Timestamp) -> (u64, u64) {
+pub(super) fn status<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp) -> (u64, u64) {
     a.status(A::state(s.parts().0), now)
 }
 
 #[inline]
-pub(super) fn refund<A: Stateful>(a: &A, s: &mut (impl Cell + ?Sized), now: Timestamp, grant: &Grant) {
+pub(super) fn refund<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, grant: &Grant) {
     let (state, expires_secs) = s.parts();
     let state = A::state(state);
     a.refund(state, now, grant);
