@@ -216,6 +216,7 @@ impl<C: Clock> MemoryStore<C> {
     ///
     /// When the store is full, a new key resolves as [`OnFull`] says — also for a peek, so that a
     /// peek answers what a check would.
+    #[inline]
     fn slot<'g>(
         &self,
         key: &[u8],
@@ -224,9 +225,22 @@ impl<C: Clock> MemoryStore<C> {
         guard: &'g impl papaya::Guard,
     ) -> Result<Option<&'g Slot>, StoreError> {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(&inner.hashing.lookup(key), guard) {
-            return Ok(Some(slot));
+        match inner.map.get(&inner.hashing.lookup(key), guard) {
+            Some(slot) => Ok(Some(slot)),
+            None => self.new_slot(key, scope_len, create, guard),
         }
+    }
+
+    /// [`MemoryStore::slot`] for a key not in the table.
+    #[inline(never)]
+    fn new_slot<'g>(
+        &self,
+        key: &[u8],
+        scope_len: usize,
+        create: bool,
+        guard: &'g impl papaya::Guard,
+    ) -> Result<Option<&'g Slot>, StoreError> {
+        let inner = &*self.inner;
         let full = || inner.len.load(Ordering::Relaxed) >= inner.config.max_keys;
         if !create {
             return match (full(), inner.config.on_full) {
