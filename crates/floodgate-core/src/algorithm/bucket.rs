@@ -43,10 +43,12 @@ impl Bucket {
         Ok(Bucket { interval, burst: burst.get(), span })
     }
 
+    #[inline]
     fn cost_span(&self, cost: u64) -> u64 {
         self.interval.saturating_mul(cost)
     }
 
+    #[inline]
     fn decide(&self, tat: u64, now: Timestamp, cost: u64) -> Decision {
         let now = now.as_micros();
         let start = tat.max(now);
@@ -60,6 +62,7 @@ impl Bucket {
         }
     }
 
+    #[inline]
     fn consume(&self, tat: &mut u64, now: Timestamp, cost: u64) -> Grant {
         *tat = (*tat).max(now.as_micros()).saturating_add(self.cost_span(cost));
         Grant { at: now, cost, lease: 0 }
@@ -70,6 +73,7 @@ impl Bucket {
         *tat = if back <= now.as_micros() { 0 } else { back };
     }
 
+    #[inline]
     fn status(&self, tat: u64, now: Timestamp) -> (u64, u64) {
         let ahead = tat.saturating_sub(now.as_micros());
         (self.span.saturating_sub(ahead) / self.interval, ahead)
@@ -98,14 +102,17 @@ macro_rules! bucket_algorithm {
         impl Algorithm for $name {
             type State = u64;
 
+            #[inline]
             fn capacity(&self) -> u64 {
                 self.bucket.burst
             }
 
+            #[inline]
             fn decide(&self, tat: &u64, now: Timestamp, cost: u64) -> Decision {
                 self.bucket.decide(*tat, now, cost)
             }
 
+            #[inline]
             fn consume(&self, tat: &mut u64, now: Timestamp, cost: u64) -> Grant {
                 self.bucket.consume(tat, now, cost)
             }
@@ -114,6 +121,7 @@ macro_rules! bucket_algorithm {
                 self.bucket.refund(tat, now, grant)
             }
 
+            #[inline]
             fn status(&self, tat: &u64, now: Timestamp) -> (u64, u64) {
                 self.bucket.status(*tat, now)
             }

@@ -4,17 +4,19 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use floodgate_core::{
-    Algorithm, Clock, Concurrency, Decision, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota,
-    SlidingLog, SlidingState, SlidingWindow, SystemClock, Timestamp, TokenBucket, WindowState,
-};
-use parking_lot::{Mutex, MutexGuard};
+use floodgate_core::{Clock, Grant, SystemClock, Timestamp};
 use smallvec::SmallVec;
 
 use super::{Applied, Mode, Op, OpResult, Store, StoreError};
 use crate::Limit;
 use crate::key::OVERFLOW_FIELD;
 use crate::limit::with_algorithm;
+
+mod key;
+mod slot;
+
+use key::{KeyHashing, StoredKey, spilled};
+use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, consume, decide, refund, report, status};
 
 /// What the memory store does with a *new* key once it holds `max_keys` keys.
 ///
@@ -63,110 +65,6 @@ pub struct MemoryStats {
     pub overflows: usize,
 }
 
-/// Per-key state: which algorithm's state the key holds.
-#[derive(Debug, Default)]
-enum State {
-    #[default]
-    Empty,
-    /// A token bucket's theoretical arrival time.
-    Tat(u64),
-    /// A GCRA's theoretical arrival time (the same arithmetic, kept apart so that changing a rule
-    /// from one to the other starts it afresh).
-    Gcra(u64),
-    Window(WindowState),
-    Quota(WindowState),
-    Sliding(SlidingState),
-    Log(Box<LogState>),
-    Lease(Box<LeaseState>),
-    /// Removed by the sweeper: whoever finds it looks the key up again.
-    Dead,
-    /// Just inserted, not yet counted against `max_keys`: whoever finds it waits and looks again.
-    Reserved,
-}
-
-impl State {
-    /// Whether a request finding this state must look its key up again.
-    fn is_gone(&self) -> bool {
-        matches!(self, State::Dead | State::Reserved)
-    }
-}
-
-#[derive(Debug, Default)]
-struct SlotState {
-    state: State,
-    /// When the state expires, in whole seconds since the epoch, rounded up.
-    expires_secs: u32,
-}
-
-type Slot = Mutex<SlotState>;
-
-/// A key as stored: up to 40 bytes inline in the table entry (most keys: a rule name and an id),
-/// saving the pointer chase to a separate allocation on every lookup; longer keys spill to the heap.
-type StoredKey = SmallVec<[u8; 40]>;
-
-/// Heap bytes a stored key of `len` bytes uses beside its table entry.
-fn spilled(len: usize) -> usize {
-    if len > 40 { len } else { 0 }
-}
-
-/// Gives an algorithm its state inside [`State`], resetting a key that held another algorithm's
-/// state (a rule whose algorithm changed on reload starts afresh).
-trait Stateful: Algorithm {
-    fn state(s: &mut State) -> &mut Self::State;
-}
-
-macro_rules! stateful {
-    ($algo:ty, $variant:ident, $fresh:expr) => {
-        impl Stateful for $algo {
-            fn state(s: &mut State) -> &mut Self::State {
-                if !matches!(s, State::$variant(_)) {
-                    *s = State::$variant($fresh);
-                }
-                match s {
-                    State::$variant(inner) => inner,
-                    _ => unreachable!("just set"),
-                }
-            }
-        }
-    };
-}
-
-stateful!(FixedWindow, Window, WindowState::default());
-stateful!(Quota, Quota, WindowState::default());
-stateful!(SlidingWindow, Sliding, SlidingState::default());
-stateful!(SlidingLog, Log, Box::default());
-stateful!(TokenBucket, Tat, 0);
-stateful!(Gcra, Gcra, 0);
-stateful!(Concurrency, Lease, Box::default());
-
-fn decide<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> Decision {
-    a.decide(A::state(&mut s.state), now, cost)
-}
-
-fn consume<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> Grant {
-    let state = A::state(&mut s.state);
-    let grant = a.consume(state, now, cost);
-    s.expires_secs = secs_up(a.expires_at(state));
-    grant
-}
-
-fn report<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, cost: u64) -> (Decision, Grant) {
-    let state = A::state(&mut s.state);
-    let out = a.report(state, now, cost);
-    s.expires_secs = secs_up(a.expires_at(state));
-    out
-}
-
-fn status<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp) -> (u64, u64) {
-    a.status(A::state(&mut s.state), now)
-}
-
-fn refund<A: Stateful>(a: &A, s: &mut SlotState, now: Timestamp, grant: &Grant) {
-    let state = A::state(&mut s.state);
-    a.refund(state, now, grant);
-    s.expires_secs = secs_up(a.expires_at(state));
-}
-
 /// The key that new keys of the rule owning `key` share when the store is full and aggregating.
 fn overflow_key(key: &[u8], scope_len: usize) -> SmallVec<[u8; 128]> {
     let mut overflow = SmallVec::new();
@@ -175,16 +73,15 @@ fn overflow_key(key: &[u8], scope_len: usize) -> SmallVec<[u8; 128]> {
     overflow
 }
 
-fn secs_up(t: Timestamp) -> u32 {
-    u32::try_from(t.as_micros().div_ceil(1_000_000)).unwrap_or(u32::MAX)
-}
-
 /// The embedded store: per-key state in a lock-free concurrent map, each key behind its own small
-/// lock, so requests for different keys never wait on each other.
+/// lock, so requests for different keys never wait on each other. A token bucket's or GCRA's state
+/// (one number) waits between requests in a word beside the lock, where a single-limit request
+/// updates it with one compare-and-swap, without the lock (see the `slot` module).
 ///
 /// - **Linearizable per key** and **all-or-nothing across keys**: the keys of one request are locked
-///   in one global order (by key bytes), so two requests can never deadlock, and a denied request
-///   consumes nothing.
+///   in one global order (by slot address), so two requests can never deadlock, and a denied
+///   request consumes nothing. A request that locks a key takes its state out of the word first,
+///   so no lock-free update lands while it holds the key.
 /// - **No allocation per decision** once a key exists: lookups borrow the key; only a new key is
 ///   copied into the table.
 /// - **Bounded**: every state knows when it expires; a sweeper drops expired keys (never one timer
@@ -204,7 +101,9 @@ impl<C: Clock> Clone for MemoryStore<C> {
 
 #[derive(Debug)]
 struct Inner<C> {
-    map: papaya::HashMap<StoredKey, Slot, foldhash::fast::RandomState>,
+    map: papaya::HashMap<StoredKey, Slot, KeyHashing>,
+    /// The map's hasher, for hashing the keys looked up.
+    hashing: KeyHashing,
     clock: C,
     config: MemoryConfig,
     len: AtomicUsize,
@@ -234,10 +133,12 @@ impl Default for MemoryStore<SystemClock> {
 impl<C: Clock> MemoryStore<C> {
     /// A store with `config`, reading time from `clock`.
     pub fn with_config(config: MemoryConfig, clock: C) -> Self {
-        let map = papaya::HashMap::builder().hasher(foldhash::fast::RandomState::default()).build();
+        let hashing = KeyHashing::default();
+        let map = papaya::HashMap::builder().hasher(hashing.clone()).build();
         MemoryStore {
             inner: Arc::new(Inner {
                 map,
+                hashing,
                 clock,
                 config,
                 len: AtomicUsize::new(0),
@@ -272,19 +173,19 @@ impl<C: Clock> MemoryStore<C> {
         let guard = inner.map.guard();
         let mut removed = 0;
         for (key, slot) in inner.map.iter(&guard) {
-            if u64::from(slot.lock().expires_secs) > now_secs {
+            if slot.expires_secs().is_some_and(|e| u64::from(e) > now_secs) {
                 continue;
             }
             let mut s = slot.lock();
-            if u64::from(s.expires_secs) > now_secs || s.state.is_gone() {
+            if u64::from(s.expires_secs()) > now_secs || s.state().is_gone() {
                 continue;
             }
             // Marked dead under its lock, then unlinked: a request that still holds the slot sees
             // `Dead` and looks the key up again, so no update can land in a removed slot.
-            s.state = State::Dead;
-            if let Ok(Some(_)) = inner.map.remove_if(&**key, |_, v| std::ptr::eq(v, slot), &guard) {
+            s.kill();
+            if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
                 inner.len.fetch_sub(1, Ordering::Relaxed);
-                inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
+                inner.key_bytes.fetch_sub(spilled(key.as_bytes().len()), Ordering::Relaxed);
                 removed += 1;
             }
         }
@@ -315,6 +216,7 @@ impl<C: Clock> MemoryStore<C> {
     ///
     /// When the store is full, a new key resolves as [`OnFull`] says — also for a peek, so that a
     /// peek answers what a check would.
+    #[inline]
     fn slot<'g>(
         &self,
         key: &[u8],
@@ -323,35 +225,49 @@ impl<C: Clock> MemoryStore<C> {
         guard: &'g impl papaya::Guard,
     ) -> Result<Option<&'g Slot>, StoreError> {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(key, guard) {
-            return Ok(Some(slot));
+        match inner.map.get(&inner.hashing.lookup(key), guard) {
+            Some(slot) => Ok(Some(slot)),
+            None => self.new_slot(key, scope_len, create, guard),
         }
+    }
+
+    /// [`MemoryStore::slot`] for a key not in the table.
+    #[inline(never)]
+    fn new_slot<'g>(
+        &self,
+        key: &[u8],
+        scope_len: usize,
+        create: bool,
+        guard: &'g impl papaya::Guard,
+    ) -> Result<Option<&'g Slot>, StoreError> {
+        let inner = &*self.inner;
         let full = || inner.len.load(Ordering::Relaxed) >= inner.config.max_keys;
         if !create {
             return match (full(), inner.config.on_full) {
                 (false, _) => Ok(None),
                 (true, OnFull::Reject) => Err(StoreError::Full { max_keys: inner.config.max_keys }),
-                (true, OnFull::Aggregate) => Ok(inner.map.get(&*overflow_key(key, scope_len), guard)),
+                (true, OnFull::Aggregate) => {
+                    Ok(inner.map.get(&inner.hashing.lookup(&overflow_key(key, scope_len)), guard))
+                }
             };
         }
         // Insert first, then count: a request racing to create the same key finds it and waits
         // for the verdict on it, so a key that fits is never refused because of its own twin.
-        let reserved = SlotState { state: State::Reserved, expires_secs: 0 };
-        let slot = match inner.map.try_insert(StoredKey::from_slice(key), Mutex::new(reserved), guard) {
+        let slot = match inner.map.try_insert(StoredKey::new(key), Slot::reserved(), guard) {
             Ok(slot) => slot,
             Err(occupied) => return Ok(Some(occupied.current)),
         };
         let mut s = slot.lock();
         if inner.len.fetch_add(1, Ordering::Relaxed) < inner.config.max_keys {
             inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
-            s.state = State::Empty;
+            s.open();
             drop(s);
             return Ok(Some(slot));
         }
         // Over the cap: take the key back before anyone used it.
         inner.len.fetch_sub(1, Ordering::Relaxed);
-        s.state = State::Dead;
-        let _ = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), guard);
+        s.kill();
+        let _ = inner.map.remove_if(&inner.hashing.lookup(key), |_, v| std::ptr::eq(v, slot), guard);
         drop(s);
         inner.overflows.fetch_add(1, Ordering::Relaxed);
         match inner.config.on_full {
@@ -363,10 +279,10 @@ impl<C: Clock> MemoryStore<C> {
     /// Gets or inserts `key`, ignoring the cap (for the one overflow key per rule).
     fn insert<'g>(&self, key: &[u8], guard: &'g impl papaya::Guard) -> &'g Slot {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(key, guard) {
+        if let Some(slot) = inner.map.get(&inner.hashing.lookup(key), guard) {
             return slot;
         }
-        match inner.map.try_insert(StoredKey::from_slice(key), Slot::default(), guard) {
+        match inner.map.try_insert(StoredKey::new(key), Slot::default(), guard) {
             Ok(slot) => {
                 inner.len.fetch_add(1, Ordering::Relaxed);
                 inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
@@ -386,8 +302,7 @@ impl<C: Clock> MemoryStore<C> {
         out.at = now;
         out.results.clear();
         if let [op] = ops {
-            out.results.push(self.apply_one(op, mode, now, create, &guard)?);
-            return Ok(());
+            return self.apply_one(op, mode, now, create, &guard, &mut out.results);
         }
         'retry: loop {
             // Resolve every slot first, then lock them in one global order — by address, which
@@ -398,7 +313,7 @@ impl<C: Clock> MemoryStore<C> {
             }
             let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
             order.sort_unstable_by_key(|i| slots[*i].map_or(0, |s| s as *const Slot as usize));
-            let mut locks: SmallVec<[Option<MutexGuard<'_, SlotState>>; 4]> = SmallVec::new();
+            let mut locks: SmallVec<[Option<Held<'_>>; 4]> = SmallVec::new();
             let mut lock_of: SmallVec<[usize; 4]> = SmallVec::from_elem(0, ops.len());
             for (pos, &i) in order.iter().enumerate() {
                 let shared = pos > 0 && {
@@ -413,7 +328,7 @@ impl<C: Clock> MemoryStore<C> {
                 match slots[i] {
                     Some(slot) => {
                         let locked = slot.lock();
-                        if locked.state.is_gone() {
+                        if locked.state().is_gone() {
                             drop(locked);
                             std::thread::yield_now();
                             continue 'retry;
@@ -434,16 +349,16 @@ impl<C: Clock> MemoryStore<C> {
                 }
                 return Ok(());
             }
-            let mut fresh: SlotState;
+            let mut fresh: Fresh;
             for (i, op) in ops.iter().enumerate() {
-                let state = match &mut locks[lock_of[i]] {
-                    Some(s) => &mut **s,
+                let mut state = match &mut locks[lock_of[i]] {
+                    Some(s) => s.parts(),
                     None => {
-                        fresh = SlotState::default();
-                        &mut fresh
+                        fresh = Fresh::default();
+                        fresh.parts()
                     }
                 };
-                let decision = with_algorithm!(op.limit, a => decide(a, state, now, op.cost));
+                let decision = with_algorithm!(op.limit, a => decide(a, &mut state, now, op.cost));
                 results.push(OpResult { decision, grant: None });
             }
             let admitted = ops.iter().zip(results.iter()).all(|(op, r)| !op.enforce || r.decision.allowed);
@@ -452,11 +367,11 @@ impl<C: Clock> MemoryStore<C> {
                 if !r.decision.allowed || (admitted && mode == Mode::Peek) {
                     continue;
                 }
-                let s = match &mut locks[lock_of[i]] {
-                    Some(s) => &mut **s,
+                let s = &mut match &mut locks[lock_of[i]] {
+                    Some(s) => s.parts(),
                     None => {
-                        fresh = SlotState::default();
-                        &mut fresh
+                        fresh = Fresh::default();
+                        fresh.parts()
                     }
                 };
                 if admitted {
@@ -473,7 +388,8 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// [`MemoryStore::apply_now`] for the common single-limit request: one lock, no ordering.
+    /// [`MemoryStore::apply_now`] for the common single-limit request: no ordering, and for a token
+    /// bucket or GCRA whose state is in its word, no lock.
     fn apply_one(
         &self,
         op: &Op<'_>,
@@ -481,20 +397,32 @@ impl<C: Clock> MemoryStore<C> {
         now: Timestamp,
         create: bool,
         guard: &impl papaya::Guard,
-    ) -> Result<OpResult, StoreError> {
+        results: &mut SmallVec<[OpResult; 4]>,
+    ) -> Result<(), StoreError> {
         loop {
             let Some(slot) = self.slot(op.key, op.scope_len, create, guard)? else {
-                let mut fresh = SlotState::default();
+                let mut fresh = Fresh::default();
                 let decision = with_algorithm!(op.limit, a => decide(a, &mut fresh, now, op.cost));
-                return Ok(OpResult { decision, grant: None });
+                results.push(OpResult { decision, grant: None });
+                return Ok(());
             };
+            let done = match op.limit {
+                Limit::TokenBucket(a) => slot.apply_in_word(a, BUCKET, mode, now, op.cost, results),
+                Limit::Gcra(a) => slot.apply_in_word(a, GCRA, mode, now, op.cost, results),
+                _ => false,
+            };
+            if done {
+                return Ok(());
+            }
             let mut s = slot.lock();
-            if s.state.is_gone() {
+            if s.state().is_gone() {
                 drop(s);
                 std::thread::yield_now();
                 continue;
             }
-            return Ok(match mode {
+            // A bucket's state goes into the word, for the next single-limit requests.
+            s.put_in_word();
+            results.push(match mode {
                 Mode::Report => {
                     let (decision, grant) = with_algorithm!(op.limit, a => report(a, &mut s, now, op.cost));
                     OpResult { decision, grant: Some(grant) }
@@ -506,15 +434,16 @@ impl<C: Clock> MemoryStore<C> {
                     OpResult { decision, grant }
                 }
             });
+            return Ok(());
         }
     }
 
     fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
-        if let Some(slot) = self.inner.map.get(key, &guard) {
+        if let Some(slot) = self.inner.map.get(&self.inner.hashing.lookup(key), &guard) {
             let mut s = slot.lock();
-            if !s.state.is_gone() {
+            if !s.state().is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
             }
         }
@@ -523,13 +452,15 @@ impl<C: Clock> MemoryStore<C> {
     fn reset_now(&self, key: &[u8]) -> bool {
         let inner = &*self.inner;
         let guard = inner.map.guard();
-        let Some(slot) = inner.map.get(key, &guard) else { return false };
+        let Some(slot) = inner.map.get(&inner.hashing.lookup(key), &guard) else { return false };
         let mut s = slot.lock();
-        if s.state.is_gone() {
+        if s.state().is_gone() {
             return false;
         }
-        s.state = State::Dead;
-        if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
+        s.kill();
+        if let Ok(Some(_)) =
+            inner.map.remove_if(&inner.hashing.lookup(key), |_, v| std::ptr::eq(v, slot), &guard)
+        {
             inner.len.fetch_sub(1, Ordering::Relaxed);
             inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
         }
@@ -557,12 +488,4 @@ impl<C: Clock> Store for MemoryStore<C> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slot_sizes_stay_compact() {
-        assert_eq!(std::mem::size_of::<State>(), 32);
-        assert!(std::mem::size_of::<Slot>() <= 48, "{}", std::mem::size_of::<Slot>());
-    }
-}
+mod tests;
