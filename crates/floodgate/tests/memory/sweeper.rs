@@ -156,10 +156,12 @@ fn a_late_release_after_the_key_was_swept_frees_no_other_permit() {
 
 /// Threads hammer keys while another thread sweeps without pause, and the clock jumps between
 /// rounds so that every key expires just as a round begins: no update may land in a removed slot,
-/// so every round admits exactly the limit.
+/// so every round admits exactly the limit. Rounds go on (up to a bound) until the sweeper has
+/// removed keys, so that a sweeper the scheduler kept waiting cannot make the test vacuous.
 #[test]
 fn sweeping_while_checking_never_loses_an_update() {
     const ROUNDS: usize = 300;
+    const MAX_ROUNDS: usize = 20 * ROUNDS;
     const CHECKERS: usize = 4;
     const ATTEMPTS: usize = 6;
     const LIMIT: u64 = 10;
@@ -171,23 +173,24 @@ fn sweeping_while_checking_never_loses_an_update() {
     let requests: [Vec<Op<'_>>; 3] =
         [vec![w.op(&window, 1)], vec![b.op(&bucket, 1)], vec![w2.op(&window, 1), b2.op(&bucket, 1)]];
     let admissions: [AtomicUsize; 3] = Default::default();
-    let stop = AtomicBool::new(false);
+    let swept = AtomicUsize::new(0);
+    let (stop, finished) = (AtomicBool::new(false), AtomicBool::new(false));
     let (start, end) = (Barrier::new(CHECKERS + 1), Barrier::new(CHECKERS + 1));
-    let mut swept = 0;
     let mut rounds = Vec::with_capacity(ROUNDS);
 
     thread::scope(|s| {
-        let sweeper = s.spawn(|| {
-            let mut swept = 0;
+        s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
-                swept += t.store().sweep();
+                swept.fetch_add(t.store().sweep(), Ordering::Relaxed);
             }
-            swept
         });
         for _ in 0..CHECKERS {
             s.spawn(|| {
-                for _ in 0..ROUNDS {
+                loop {
                     start.wait();
+                    if finished.load(Ordering::Acquire) {
+                        break;
+                    }
                     for _ in 0..ATTEMPTS {
                         for (request, n) in requests.iter().zip(&admissions) {
                             if admitted(t.store(), request) {
@@ -199,19 +202,22 @@ fn sweeping_while_checking_never_loses_an_update() {
                 }
             });
         }
-        for round in 0..ROUNDS {
+        let mut round = 0;
+        while round < ROUNDS || (swept.load(Ordering::Relaxed) == 0 && round < MAX_ROUNDS) {
             // Whole seconds: the last round's window ends and its bucket is full again right now.
             t.set(at(Duration::from_secs(round as u64 + 1)));
             start.wait();
             end.wait();
             rounds.push(admissions.each_ref().map(|n| n.swap(0, Ordering::Relaxed)));
+            round += 1;
         }
+        finished.store(true, Ordering::Release);
+        start.wait();
         stop.store(true, Ordering::Relaxed);
-        swept = sweeper.join().expect("the sweeper ran");
     });
     // Asserted once the threads are done, so that a failure cannot leave them waiting.
     for (round, counts) in rounds.iter().enumerate() {
         assert_eq!(*counts, [LIMIT as usize; 3], "round {round}: admissions of window, bucket, both");
     }
-    assert!(swept > 0, "the sweeper removed expired keys while the checkers ran");
+    assert!(swept.into_inner() > 0, "the sweeper removed expired keys while the checkers ran");
 }
