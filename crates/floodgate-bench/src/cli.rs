@@ -481,6 +481,10 @@ pub struct OutageArgs {
     /// The store deadline (`store.deadline`; whole milliseconds).
     #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = parse_duration)]
     pub deadline: Duration,
+    /// How long the store's circuit breaker stays open before its probe (`store.breaker.open_for`;
+    /// whole milliseconds).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub open_for: Duration,
     /// The `redis-server` to run (default: the one on PATH).
     #[arg(long, value_name = "PATH", default_value = "redis-server")]
     pub redis_server: PathBuf,

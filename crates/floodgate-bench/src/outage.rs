@@ -58,8 +58,9 @@ pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
     let rule = args.algorithm.rule_yaml("outage", "user", args.limit, args.window).map_err(Usage)?;
     let mut node = RedisNode::start(&args.redis_server).await?;
     let yaml = format!(
-        "{}rules:\n{rule}    on_store_error: {}\n",
+        "{}  breaker: {{open_for: {}ms}}\nrules:\n{rule}    on_store_error: {}\n",
         redis_store_yaml(&node.url(), Some(args.deadline)),
+        args.open_for.as_millis().max(1),
         args.on_store_error.name()
     );
     let mut servers = Vec::new();

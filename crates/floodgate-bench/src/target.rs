@@ -182,7 +182,8 @@ impl Target {
                 }
             },
         }
-        let store = AnyStore::open(&config.store).map_err(|e| TargetError::Store(e.to_string()))?;
+        let store =
+            AnyStore::open(&config.store, &config.survival).map_err(|e| TargetError::Store(e.to_string()))?;
         let ready = async {
             while !store.ready().await.is_ready() {
                 tokio::time::sleep(Duration::from_millis(50)).await;

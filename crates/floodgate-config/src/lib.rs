@@ -42,6 +42,7 @@ mod yaml;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use floodgate::store::BreakerConfig;
 use floodgate::{MemoryConfig, Policy};
 use floodgate_http::HeaderStyle;
 use floodgate_redis::{RedisConfig, Target};
@@ -96,6 +97,8 @@ impl StoreConfig {
 pub struct Config {
     /// The store.
     pub store: StoreConfig,
+    /// How a Redis store is survived when it fails.
+    pub survival: Survival,
     /// Which rate-limit headers to send.
     pub headers: HeaderStyle,
     /// The native rules (namespace-less), used for HTTP checks and for gRPC domains that no
@@ -110,6 +113,36 @@ pub struct Config {
     pub detailed: BTreeSet<String>,
     /// Where it came from.
     pub source: Source,
+}
+
+/// How a Redis store is survived when it fails (DESIGN §7; the `breaker`, `instances` and
+/// `local_factor` settings of the store section): a circuit breaker around it, and the share of each
+/// limit this instance decides alone for the rules that say `on_store_error: local`. The memory
+/// store, in-process, needs neither.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Survival {
+    /// The circuit breaker (its `probe_timeout` is the store's deadline).
+    pub breaker: BreakerConfig,
+    /// How much more than its even share each instance may admit while the store fails (default 2).
+    pub local_factor: f64,
+    /// How many instances share the limits (default [`Instances::Discover`]).
+    pub instances: Instances,
+}
+
+impl Default for Survival {
+    fn default() -> Self {
+        Survival { breaker: BreakerConfig::default(), local_factor: 2.0, instances: Instances::Discover }
+    }
+}
+
+/// How many instances share the limits of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instances {
+    /// This many.
+    Fixed(u32),
+    /// As many as announce themselves in the store (heartbeats with a TTL, on Redis's clock): the
+    /// share follows the fleet as it scales. One until the first heartbeat is answered.
+    Discover,
 }
 
 /// Where a configuration came from.
@@ -325,7 +358,7 @@ fn assemble(
             }
         }
     }
-    let (store, headers, policy) = match native {
+    let (store, survival, headers, policy) = match native {
         Some((file, n)) => {
             for (rule, fingerprint) in &n.fingerprints {
                 fingerprints.insert(rule.clone(), *fingerprint);
@@ -334,11 +367,11 @@ fn assemble(
             let policy = Policy::new(n.rules).map_err(|e| {
                 Invalid { field: Some("rules".into()), ..Invalid::unlocated(e.to_string()) }.in_file(file_ref)
             })?;
-            (n.store, n.headers, policy)
+            (n.store, n.survival, n.headers, policy)
         }
-        None => (StoreConfig::default(), HeaderStyle::default(), Policy::default()),
+        None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),
     };
-    Ok(Config { store, headers, policy, domains, fingerprints, detailed, source })
+    Ok(Config { store, survival, headers, policy, domains, fingerprints, detailed, source })
 }
 
 #[cfg(test)]

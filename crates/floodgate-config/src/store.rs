@@ -6,21 +6,49 @@
 //! so a process can start while Redis is down ([`AnyStore::ready`] tells when it answers). Only an
 //! invalid configuration (a URL the `redis` crate refuses, a prefix with `{` or `}`) fails
 //! [`AnyStore::open`].
+//!
+//! A Redis store is opened as the [`Survival`] settings say: inside a circuit
+//! [`Breaker`], inside a [`Fallback`] that decides the `local` rules on an in-process memory store
+//! while Redis fails. [`AnyStore::fallback`] gives the fallback (to set its instances, replay what
+//! it admitted, read its stats), [`AnyStore::breaker`] the breaker.
 
 use floodgate::core::{Clock, Grant, SystemClock};
-use floodgate::store::{Applied, Mode, Op};
+use floodgate::store::{
+    Applied, Breaker, BreakerState, Fallback, FallbackConfig, Mode, OnChange, OnFallback, Op,
+};
 use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
 
-use crate::StoreConfig;
+use crate::{Instances, StoreConfig, Survival};
+
+/// A Redis store as it is run: its breaker inside, the local fallback outside.
+pub type Guarded<C = SystemClock> = Fallback<Breaker<RedisStore, C>, C>;
 
 /// The configured store. Cheap to clone (clones share the store).
 #[derive(Debug, Clone)]
 pub enum AnyStore<C: Clock = SystemClock> {
     /// The embedded memory store.
     Memory(MemoryStore<C>),
-    /// A Redis node or a Redis Cluster.
-    Redis(RedisStore),
+    /// A Redis node or a Redis Cluster, inside its breaker and fallback.
+    Redis(Guarded<C>),
+}
+
+/// Who to tell when a Redis store's breaker or fallback changes state (logs, metrics).
+#[derive(Default, Clone)]
+pub struct Hooks {
+    /// Every change of the breaker's state.
+    pub breaker: Option<OnChange>,
+    /// The store starting (`true`) and stopping (`false`) to fail.
+    pub fallback: Option<OnFallback>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("breaker", &self.breaker.is_some())
+            .field("fallback", &self.fallback.is_some())
+            .finish()
+    }
 }
 
 /// A store that cannot be opened.
@@ -43,10 +71,16 @@ pub enum OpenError {
 }
 
 impl AnyStore<SystemClock> {
-    /// Opens the store `config` describes, on the process clock; a memory store's sweeper is
-    /// started. A Redis store is not connected yet (see the module docs). Must be called within a
-    /// Tokio runtime for the Redis kinds.
-    pub fn open(config: &StoreConfig) -> Result<AnyStore, OpenError> {
+    /// Opens the store `config` describes, on the process clock, a Redis store inside the breaker
+    /// and fallback `survival` describes; memory stores' sweepers are started. A Redis store is
+    /// not connected yet (see the module docs). Must be called within a Tokio runtime for the Redis
+    /// kinds.
+    pub fn open(config: &StoreConfig, survival: &Survival) -> Result<AnyStore, OpenError> {
+        AnyStore::open_with(config, survival, Hooks::default())
+    }
+
+    /// [`AnyStore::open`], telling `hooks` of the breaker's and the fallback's changes.
+    pub fn open_with(config: &StoreConfig, survival: &Survival, hooks: Hooks) -> Result<AnyStore, OpenError> {
         match config {
             StoreConfig::Memory(memory) => {
                 let store = MemoryStore::with_config(memory.clone(), SystemClock::new());
@@ -60,9 +94,35 @@ impl AnyStore<SystemClock> {
                 }
                 let store = RedisStore::connect_lazy(redis.clone())
                     .map_err(|e| OpenError::Invalid { kind, message: e.to_string() })?;
-                Ok(AnyStore::Redis(store))
+                let local = MemoryStore::with_config(MemoryConfig::default(), SystemClock::new());
+                local.start_sweeper();
+                Ok(AnyStore::Redis(guard(store, survival, local, SystemClock::new(), hooks)))
             }
         }
+    }
+}
+
+/// `store` inside the breaker and the fallback `survival` describes.
+pub fn guard<C: Clock + Clone>(
+    store: RedisStore,
+    survival: &Survival,
+    local: MemoryStore<C>,
+    clock: C,
+    hooks: Hooks,
+) -> Guarded<C> {
+    let breaker = match hooks.breaker {
+        Some(on_change) => Breaker::on_change(store, survival.breaker.clone(), clock, on_change),
+        None => Breaker::with_clock(store, survival.breaker.clone(), clock),
+    };
+    let instances = match survival.instances {
+        Instances::Fixed(n) => n,
+        Instances::Discover => 1,
+    };
+    let config =
+        FallbackConfig { local_factor: survival.local_factor, instances, ..FallbackConfig::default() };
+    match hooks.fallback {
+        Some(on_change) => Fallback::on_change(breaker, local, config, on_change),
+        None => Fallback::new(breaker, local, config),
     }
 }
 
@@ -77,8 +137,32 @@ impl<C: Clock> AnyStore<C> {
     pub fn kind(&self) -> &'static str {
         match self {
             AnyStore::Memory(_) => "memory",
-            AnyStore::Redis(store) if store.is_cluster() => "redis_cluster",
+            AnyStore::Redis(store) if store.inner().inner().is_cluster() => "redis_cluster",
             AnyStore::Redis(_) => "redis",
+        }
+    }
+
+    /// The Redis store itself (no breaker, no fallback), for a Redis kind.
+    pub fn redis(&self) -> Option<&RedisStore> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(store) => Some(store.inner().inner()),
+        }
+    }
+
+    /// A Redis store's fallback.
+    pub fn fallback(&self) -> Option<&Guarded<C>> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(store) => Some(store),
+        }
+    }
+
+    /// A Redis store's breaker state.
+    pub fn breaker(&self) -> Option<BreakerState> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(store) => Some(store.inner().state()),
         }
     }
 
@@ -102,7 +186,7 @@ impl<C: Clock> AnyStore<C> {
     pub async fn ready(&self) -> Readiness {
         match self {
             AnyStore::Memory(_) => Readiness::Ready,
-            AnyStore::Redis(store) => store.ready().await,
+            AnyStore::Redis(store) => store.inner().inner().ready().await,
         }
     }
 }

@@ -120,6 +120,7 @@
 
 mod config;
 mod error;
+mod fleet;
 mod key;
 mod probe;
 mod script;

@@ -90,6 +90,27 @@ impl Probe {
         answer
     }
 
+    /// Runs `invocation` on the probe's connection, within the probe's timeout (`None` past it):
+    /// for the store's own housekeeping (fleet heartbeats), which must not take the decisions'
+    /// in-flight slots.
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Option<redis::RedisResult<T>> {
+        let call = async {
+            match self.conn.clone() {
+                ProbeConn::Node(mut c) => invocation.invoke_async(&mut c).await,
+                ProbeConn::Cluster(mut c) => invocation.invoke_async(&mut c).await,
+            }
+        };
+        tokio::time::timeout(self.timeout, call).await.ok()
+    }
+
+    /// The probe's timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn ping(&self) -> redis::RedisResult<()> {
         let ping = redis::cmd("PING");
         match self.conn.clone() {

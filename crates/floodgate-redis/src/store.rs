@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use floodgate::Limit;
 use floodgate::store::{Applied, Mode, Op, OpResult, Store, StoreError};
+use floodgate::{Limit, OnStoreError};
 use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -219,6 +219,16 @@ impl RedisStore {
     /// use this to give instances skewed clocks.
     pub fn with_local_clock(&self, clock: impl Clock) -> RedisStore {
         RedisStore { local: Arc::new(clock), offset_us: Arc::new(AtomicI64::new(UNSYNCED)), ..self.clone() }
+    }
+
+    /// The key prefix.
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.shared.prefix
+    }
+
+    /// The readiness probe (its connection also carries the fleet's heartbeats).
+    pub(crate) fn probe(&self) -> &Probe {
+        &self.shared.probe
     }
 
     /// Whether Redis answers: a `PING` on a connection of the probe's own (every master of a
@@ -523,7 +533,14 @@ impl RedisStore {
     async fn refund_within(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
         let _permit =
             self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
-        let op = Op { key, scope_len: 0, limit, cost: grant.cost, enforce: true };
+        let op = Op {
+            key,
+            scope_len: 0,
+            limit,
+            cost: grant.cost,
+            enforce: true,
+            on_error: OnStoreError::FailOpen,
+        };
         let ops = [op];
         let prepared = self.prepare(&ops);
         // Not guarded: a refund or release gives back what a check really took (the engine only

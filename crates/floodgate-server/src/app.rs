@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use floodgate_config::Config;
-use floodgate_config::store::AnyStore;
+use floodgate_config::store::{AnyStore, Hooks};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -44,7 +44,9 @@ impl App {
     /// connected yet (it connects on first use; `/readyz` tells when it answers), so this fails
     /// only on an invalid store configuration. Call it within a Tokio runtime.
     pub fn new(config: Config, options: ServeOptions) -> Result<App, StartError> {
-        let store = AnyStore::open(&config.store)?;
+        let hooks =
+            Hooks { breaker: Some(crate::survival::breaker_log(config.store.kind())), fallback: None };
+        let store = AnyStore::open_with(&config.store, &config.survival, hooks)?;
         let metrics = Metrics::for_store(store.kind(), store.counts_keys());
         let control = Control::start(config, store, options.config_path.clone(), metrics.clone());
         Ok(App { shared: Arc::new(Shared::new(control, metrics, options)) })
@@ -109,7 +111,8 @@ impl Server {
 
     /// Serves until `shutdown` completes, then shuts down gracefully: stops accepting, lets
     /// requests in flight finish, and returns. Starts the file watcher and the `SIGHUP` handler
-    /// when the app's options ask for them.
+    /// when the app's options ask for them, and on a Redis store the survival task (fleet
+    /// heartbeats, charging the store with what local shares admitted: see [`crate::survival`]).
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let Server { app, http, grpc, .. } = self;
         let shared = Arc::clone(&app.shared);
@@ -130,6 +133,7 @@ impl Server {
             crate::reload::on_sighup(Arc::clone(&shared), stop_rx.clone())?;
         }
         let upkeep = tokio::spawn(upkeep(shared.metrics.clone(), stop_rx.clone()));
+        let survival = tokio::spawn(crate::survival::run(Arc::clone(&shared), stop_rx.clone()));
 
         let stopped = |mut rx: watch::Receiver<bool>| async move { stopped(&mut rx).await };
         let http_task =
@@ -159,6 +163,7 @@ impl Server {
         };
         drop(watcher);
         let _ = upkeep.await;
+        let _ = survival.await;
         http_result?;
         grpc_result
     }

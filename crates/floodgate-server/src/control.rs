@@ -21,7 +21,7 @@ use arc_swap::ArcSwap;
 use floodgate::core::{Clock, SystemClock};
 use floodgate::{Engine, Policy};
 use floodgate_config::store::{AnyStore, OpenError};
-use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig};
+use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig, Survival};
 use floodgate_http::HeaderStyle;
 
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Outcome, Trigger};
@@ -60,6 +60,8 @@ pub struct Running {
     pub fingerprints: BTreeMap<String, u64>,
     /// The store section (it cannot change without a restart).
     pub store: StoreConfig,
+    /// The store's breaker and fallback settings (likewise).
+    pub survival: Survival,
 }
 
 impl Running {
@@ -67,6 +69,19 @@ impl Running {
     /// no domain is given or no Envoy file defines it.
     pub fn domain(&self, domain: Option<&str>) -> &Domain {
         domain.and_then(|d| self.domains.get(d)).unwrap_or(&self.native)
+    }
+
+    /// Whether every rule in force, over all policies, decides on a local share when the store
+    /// fails (and there is at least one rule).
+    pub fn all_local(&self) -> bool {
+        let mut rules =
+            self.native.policy.rules().chain(self.domains.values().flat_map(|d| d.policy.rules()));
+        let mut any = false;
+        let all = rules.all(|r| {
+            any = true;
+            r.store_error_policy() == floodgate::OnStoreError::Local
+        });
+        all && any
     }
 
     /// How many rules are in force, over all policies.
@@ -277,6 +292,7 @@ impl Control {
             source: target.source.clone(),
             fingerprints: target.fingerprints.clone(),
             store: target.store.clone(),
+            survival: target.survival.clone(),
         };
         let diff = Diff::between(&current.fingerprints, &running.fingerprints);
         Ok(self.install(&mut history, running, diff, Trigger::Rollback, Some(target.version)))
@@ -398,7 +414,7 @@ impl Control {
 
 /// Refuses a configuration that changes the store: the store is opened once, at start.
 fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyError> {
-    if current.store != config.store {
+    if current.store != config.store || current.survival != config.survival {
         return Err(ApplyError::Refused(format!(
             "store: the store settings cannot change while running ({} → {}); restart floodgate to change them",
             current.store.summary(),
@@ -410,13 +426,13 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
 
 /// The policies of `config`, with their metric handles.
 fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
-    let Config { store, headers, policy, domains, fingerprints, detailed, source } = config;
+    let Config { store, survival, headers, policy, domains, fingerprints, detailed, source } = config;
     let native = Arc::new(domain(None, policy, metrics, &detailed));
     let domains = domains
         .into_iter()
         .map(|(name, policy)| (name.clone(), Arc::new(domain(Some(name), policy, metrics, &detailed))))
         .collect();
-    Running { version, headers, native, domains, source, fingerprints, store }
+    Running { version, headers, native, domains, source, fingerprints, store, survival }
 }
 
 fn domain(name: Option<String>, policy: Policy, metrics: &Metrics, detailed: &BTreeSet<String>) -> Domain {

@@ -41,6 +41,7 @@ pub mod http;
 pub mod metrics;
 pub mod reload;
 mod state;
+pub mod survival;
 
 pub use app::{App, Server};
 pub use control::{Control, StartError};

@@ -66,7 +66,7 @@ pub(crate) struct Shared {
     pub(crate) options: ServeOptions,
     /// Set once shutdown begins: `/readyz` answers 503 from then on.
     pub(crate) draining: AtomicBool,
-    /// The last readiness seen (0 unknown, 1 ready, 2 not ready), to log each change once.
+    /// The last readiness seen (0 unknown, else a [`Ready`]), to log each change once.
     readiness: AtomicU8,
 }
 
@@ -84,31 +84,53 @@ impl Shared {
         }
     }
 
-    /// Whether the store can decide now (`/readyz`), logging each change of the answer.
-    pub(crate) async fn store_ready(&self) -> bool {
+    /// Whether the server can decide now (`/readyz`), logging each change of the answer: the store
+    /// answers, or it does not but every rule in force decides on a local share meanwhile
+    /// (`on_store_error: local` over a Redis store).
+    pub(crate) async fn ready(&self) -> Ready {
         let store = self.control.store();
         let readiness = store.ready().await;
-        let ready = readiness.is_ready();
-        let now = if ready { 1 } else { 2 };
-        if self.readiness.swap(now, Ordering::Relaxed) != now {
+        let answer = if readiness.is_ready() {
+            Ready::Store
+        } else if store.fallback().is_some() && self.control.current().all_local() {
+            Ready::Local
+        } else {
+            Ready::No
+        };
+        if self.readiness.swap(answer as u8, Ordering::Relaxed) != answer as u8 {
             let kind = store.kind();
-            match &readiness {
-                Readiness::Ready => tracing::info!(store = kind, "store reachable: ready"),
-                Readiness::Failed(why) => tracing::warn!(
+            let why = match &readiness {
+                Readiness::Failed(why) => why.as_str(),
+                _ => "no answer when last asked",
+            };
+            match answer {
+                Ready::Store => tracing::info!(store = kind, "store reachable: ready"),
+                Ready::Local => tracing::warn!(
+                    store = kind,
+                    error = %why,
+                    "store unreachable: ready on local shares (every rule has on_store_error local)"
+                ),
+                Ready::No => tracing::warn!(
                     store = kind,
                     error = %why,
                     "store unreachable: not ready (rules follow on_store_error)"
                 ),
-                Readiness::Cached => {
-                    tracing::warn!(
-                        store = kind,
-                        "store unreachable: not ready (rules follow on_store_error)"
-                    );
-                }
             }
         }
-        ready
+        answer
     }
+}
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Ready {
+    /// The store answers.
+    Store = 1,
+    /// It does not, and every rule decides on its local share.
+    Local = 2,
+    /// It does not, and some rule fails open or closed.
+    No = 3,
 }
 
 /// Completes once `stop` turns true (or its sender is gone).

@@ -95,7 +95,7 @@ fn front_doors_sit_on_the_shared_state_and_nothing_below_knows_them() {
         assert!(graph[door].contains("state"), "{door} reads the shared state: {:?}", graph[door]);
     }
     for below in ["state", "control", "decide", "metrics", "audit"] {
-        for door in ["http", "grpc", "app", "reload", "cli"] {
+        for door in ["http", "grpc", "app", "reload", "survival", "cli"] {
             assert!(!graph[below].contains(door), "{below} imports the front door or binary module {door}");
         }
     }

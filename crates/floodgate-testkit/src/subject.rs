@@ -5,8 +5,8 @@ use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use floodgate::Limit;
 use floodgate::store::{Applied, Mode, Op, OpResult, Store, StoreError};
+use floodgate::{Limit, OnStoreError};
 use floodgate_core::calendar::Period;
 use floodgate_core::{
     Calendar, Concurrency, FixedWindow, Gcra, Grant, ManualClock, Quota, Rate, SlidingLog, SlidingWindow,
@@ -55,7 +55,14 @@ impl TestKey {
 
     /// An enforced op of `cost` against `limit` on this key.
     pub fn op<'a>(&'a self, limit: &'a Limit, cost: u64) -> Op<'a> {
-        Op { key: &self.bytes, scope_len: self.scope_len, limit, cost, enforce: true }
+        Op {
+            key: &self.bytes,
+            scope_len: self.scope_len,
+            limit,
+            cost,
+            enforce: true,
+            on_error: OnStoreError::FailOpen,
+        }
     }
 
     /// A shadow op (`enforce: false`): evaluated, never denies the request.

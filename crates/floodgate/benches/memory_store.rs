@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use floodgate::store::{Applied, Mode, Op};
-use floodgate::{Limit, MemoryConfig, MemoryStore};
+use floodgate::{Limit, MemoryConfig, MemoryStore, OnStoreError};
 use floodgate_core::{Gcra, Rate, SlidingWindow, SystemClock, TokenBucket};
 use governor::{Quota, RateLimiter};
 
@@ -92,7 +92,14 @@ fn bytes_per_key() {
         let store = MemoryStore::with_config(MemoryConfig::default(), SystemClock::new());
         let mut out = Applied::default();
         for k in &keys {
-            let op = Op { key: k, scope_len, limit: &limit, cost: 1, enforce: true };
+            let op = Op {
+                key: k,
+                scope_len,
+                limit: &limit,
+                cost: 1,
+                enforce: true,
+                on_error: OnStoreError::FailOpen,
+            };
             store.apply_now(&[op], Mode::Check, &mut out).unwrap();
         }
         let used = (rss() - before) / N;
@@ -126,14 +133,28 @@ fn bench(c: &mut Criterion, sizes: &[usize]) {
                 let store = MemoryStore::with_config(MemoryConfig::default(), SystemClock::new());
                 let mut out = Applied::default();
                 for k in &keys {
-                    let op = Op { key: k, scope_len, limit: &limit, cost: 1, enforce: true };
+                    let op = Op {
+                        key: k,
+                        scope_len,
+                        limit: &limit,
+                        cost: 1,
+                        enforce: true,
+                        on_error: OnStoreError::FailOpen,
+                    };
                     store.apply_now(&[op], Mode::Check, &mut out).unwrap();
                 }
                 let mut i = 0;
                 b.iter(|| {
                     let k = &keys[order[i] as usize];
                     i = (i + 1) % order.len();
-                    let op = Op { key: k, scope_len, limit: &limit, cost: 1, enforce: true };
+                    let op = Op {
+                        key: k,
+                        scope_len,
+                        limit: &limit,
+                        cost: 1,
+                        enforce: true,
+                        on_error: OnStoreError::FailOpen,
+                    };
                     store.apply_now(&[op], Mode::Check, &mut out).unwrap();
                     black_box(&out);
                 })

@@ -27,11 +27,16 @@ pub enum Outcome {
     ErrorAllowed,
     /// The store failed and the rule fails closed.
     ErrorDenied,
+    /// The store failed and this instance's local share of the limit allowed
+    /// ([`OnStoreError::Local`]).
+    LocalAllowed,
+    /// The store failed and this instance's local share of the limit denied.
+    LocalDenied,
 }
 
 impl Outcome {
-    /// The metric label: `allowed`, `denied`, `shadow_denied`, `tagged`, `error_allowed` or
-    /// `error_denied`.
+    /// The metric label: `allowed`, `denied`, `shadow_denied`, `tagged`, `error_allowed`,
+    /// `error_denied`, `local_allowed` or `local_denied`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -40,12 +45,14 @@ impl Outcome {
             Outcome::Tagged => "tagged",
             Outcome::ErrorAllowed => "error_allowed",
             Outcome::ErrorDenied => "error_denied",
+            Outcome::LocalAllowed => "local_allowed",
+            Outcome::LocalDenied => "local_denied",
         }
     }
 
     /// Whether this outcome denies the request.
     pub fn denies(self) -> bool {
-        matches!(self, Outcome::Denied | Outcome::ErrorDenied)
+        matches!(self, Outcome::Denied | Outcome::ErrorDenied | Outcome::LocalDenied)
     }
 }
 
@@ -257,6 +264,7 @@ struct Merged<'p> {
     limit: &'p Limit,
     cost: u64,
     enforce: bool,
+    on_error: OnStoreError,
 }
 
 /// A request being decided: its keys, the limits that apply and the store ops they make.
@@ -278,6 +286,7 @@ impl<'p> Request<'p> {
                 limit: m.limit,
                 cost: m.cost,
                 enforce: m.enforce,
+                on_error: m.on_error,
             })
             .collect()
     }
@@ -285,7 +294,10 @@ impl<'p> Request<'p> {
     /// The verdict from what the store answered.
     fn verdict(&self, result: Result<(), StoreError>, applied: &Applied) -> Verdict {
         match result {
-            Ok(()) => verdict(&self.planned, applied),
+            Ok(()) => match &applied.degraded {
+                None => verdict(&self.planned, applied),
+                Some(error) => fallback_verdict(&self.planned, &self.merged, applied, Arc::clone(error)),
+            },
             Err(error) => failure_verdict(&self.planned, error),
         }
     }
@@ -556,6 +568,7 @@ impl Policy {
                             limit,
                             cost,
                             enforce,
+                            on_error: compiled.rule.on_store_error,
                         });
                     }
                 }
@@ -643,36 +656,49 @@ impl Policy {
 
 /// The verdict of a request from the store's results.
 fn verdict(planned: &[Planned<'_>], applied: &Applied) -> Verdict {
-    let mut limits: SmallVec<[LimitOutcome; 4]> = SmallVec::new();
-    for p in planned {
-        let rule = &p.rule.rule;
-        let (decision, grant) = if p.impossible {
-            (never_allowed(p.limit), None)
-        } else {
+    let limits: SmallVec<[LimitOutcome; 4]> = planned
+        .iter()
+        .map(|p| {
+            if p.impossible {
+                return decided(p, never_allowed(p.limit), None, applied.at, false);
+            }
             let r = &applied.results[p.op];
-            (r.decision, if p.first_of_op { r.grant } else { None })
-        };
-        let outcome = match (decision.allowed, p.enforce, p.action) {
-            (true, _, _) => Outcome::Allowed,
-            (false, true, _) => Outcome::Denied,
-            (false, false, Action::Tag) => Outcome::Tagged,
-            (false, false, _) => Outcome::ShadowDenied,
-        };
-        limits.push(LimitOutcome {
-            rule: rule.name.clone(),
-            index: p.index,
-            hit: p.hit,
-            decision,
-            outcome,
-            enforced: p.enforce,
-            window: p.limit.policy_window(applied.at),
-            quota: matches!(p.limit, Limit::Quota(_)),
-            grant,
-            permit: p.limit.holds_permits(),
-        });
-    }
+            decided(p, r.decision, if p.first_of_op { r.grant } else { None }, applied.at, false)
+        })
+        .collect();
     let allowed = !limits.iter().any(|l| l.outcome.denies());
     Verdict { allowed, at: applied.at, limits, store_error: None }
+}
+
+/// A limit's outcome from its decision (by the store, or by a fallback's local share when
+/// `local`).
+fn decided(
+    p: &Planned<'_>,
+    decision: Decision,
+    grant: Option<Grant>,
+    at: Timestamp,
+    local: bool,
+) -> LimitOutcome {
+    let outcome = match (decision.allowed, p.enforce, p.action) {
+        (true, _, _) if local => Outcome::LocalAllowed,
+        (true, _, _) => Outcome::Allowed,
+        (false, true, _) if local => Outcome::LocalDenied,
+        (false, true, _) => Outcome::Denied,
+        (false, false, Action::Tag) => Outcome::Tagged,
+        (false, false, _) => Outcome::ShadowDenied,
+    };
+    LimitOutcome {
+        rule: p.rule.rule.name.clone(),
+        index: p.index,
+        hit: p.hit,
+        decision,
+        outcome,
+        enforced: p.enforce,
+        window: p.limit.policy_window(at),
+        quota: matches!(p.limit, Limit::Quota(_)),
+        grant,
+        permit: p.limit.holds_permits(),
+    }
 }
 
 fn matches(compiled: &CompiledRule, descriptors: &Descriptors) -> bool {
@@ -719,32 +745,60 @@ fn never_allowed(limit: &Limit) -> Decision {
 const STORE_ERROR_RETRY: Duration = Duration::from_secs(1);
 
 fn failure_verdict(planned: &[Planned<'_>], error: StoreError) -> Verdict {
+    let limits: SmallVec<[LimitOutcome; 4]> = planned.iter().map(failed).collect();
+    let allowed = !limits.iter().any(|l| l.outcome.denies());
+    Verdict { allowed, at: Timestamp::EPOCH, limits, store_error: Some(Arc::new(error)) }
+}
+
+/// A limit the failing store could not decide: its rule's policy does (a rule that would fall back
+/// locally fails open when no fallback decided it).
+fn failed(p: &Planned<'_>) -> LimitOutcome {
+    let rule = &p.rule.rule;
+    let closed = p.enforce && rule.on_store_error == OnStoreError::FailClosed;
+    let decision = Decision {
+        allowed: !closed,
+        limit: p.limit.capacity(),
+        remaining: 0,
+        reset_after: Duration::ZERO,
+        retry_after: closed.then_some(STORE_ERROR_RETRY),
+    };
+    LimitOutcome {
+        rule: rule.name.clone(),
+        index: p.index,
+        hit: p.hit,
+        decision,
+        outcome: if closed { Outcome::ErrorDenied } else { Outcome::ErrorAllowed },
+        enforced: p.enforce,
+        window: Duration::ZERO,
+        quota: false,
+        grant: None,
+        permit: false,
+    }
+}
+
+/// The verdict when the store failed and a fallback decided the ops that fall back locally
+/// (see [`Applied::degraded`]): those limits by their local decision, the others by their rules'
+/// policies. A local decision carries no grant: what it consumed is the fallback's to account for,
+/// and nothing of it may be given back to the store.
+fn fallback_verdict(
+    planned: &[Planned<'_>],
+    merged: &[Merged<'_>],
+    applied: &Applied,
+    error: Arc<StoreError>,
+) -> Verdict {
     let limits: SmallVec<[LimitOutcome; 4]> = planned
         .iter()
         .map(|p| {
-            let rule = &p.rule.rule;
-            let closed = p.enforce && rule.on_store_error == OnStoreError::FailClosed;
-            let decision = Decision {
-                allowed: !closed,
-                limit: p.limit.capacity(),
-                remaining: 0,
-                reset_after: Duration::ZERO,
-                retry_after: closed.then_some(STORE_ERROR_RETRY),
-            };
-            LimitOutcome {
-                rule: rule.name.clone(),
-                index: p.index,
-                hit: p.hit,
-                decision,
-                outcome: if closed { Outcome::ErrorDenied } else { Outcome::ErrorAllowed },
-                enforced: p.enforce,
-                window: Duration::ZERO,
-                quota: false,
-                grant: None,
-                permit: false,
+            if p.impossible {
+                return decided(p, never_allowed(p.limit), None, applied.at, false);
+            }
+            let local = merged[p.op].on_error == OnStoreError::Local && !p.limit.holds_permits();
+            match applied.results.get(p.op) {
+                Some(r) if local => decided(p, r.decision, None, applied.at, true),
+                _ => failed(p),
             }
         })
         .collect();
     let allowed = !limits.iter().any(|l| l.outcome.denies());
-    Verdict { allowed, at: Timestamp::EPOCH, limits, store_error: Some(Arc::new(error)) }
+    Verdict { allowed, at: applied.at, limits, store_error: Some(error) }
 }

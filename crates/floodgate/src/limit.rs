@@ -1,9 +1,10 @@
 //! [`Limit`]: one configured algorithm with its parameters.
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use floodgate_core::{
-    Algorithm, Concurrency, FixedWindow, Gcra, Quota, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+    Algorithm, Concurrency, FixedWindow, Gcra, Quota, Rate, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
 };
 
 /// One limit: an algorithm and its parameters.
@@ -146,6 +147,53 @@ impl Limit {
                 end.saturating_since(start)
             }
         }
+    }
+
+    /// This limit scaled to one instance's share of it: `ceil(n × factor / instances)` for every
+    /// count `n` it has (a window's limit, a bucket's burst and the count of its rate), at least 1,
+    /// same algorithm, same window or period. What a [`Fallback`](crate::store::Fallback) decides
+    /// with while the store fails. A concurrency limit is returned as it is (it never falls back);
+    /// so is a bucket whose scaled rate could not be represented (refilling faster than 1 µs per
+    /// token).
+    ///
+    /// ```
+    /// use std::num::NonZeroU64;
+    /// use std::time::Duration;
+    /// use floodgate::Limit;
+    /// use floodgate_core::FixedWindow;
+    ///
+    /// let limit: Limit = FixedWindow::try_new(NonZeroU64::new(100).unwrap(), Duration::from_secs(60))?.into();
+    /// assert_eq!(limit.share(2.0, 3).capacity(), 67); // ceil(100 × 2 / 3)
+    /// assert_eq!(limit.share(2.0, 1).capacity(), 200);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn share(&self, factor: f64, instances: u32) -> Limit {
+        let scale = |n: u64| -> NonZeroU64 {
+            let scaled = (n as f64 * factor / f64::from(instances.max(1))).ceil();
+            // `as` saturates: a share above u64::MAX is u64::MAX.
+            NonZeroU64::new(scaled as u64).unwrap_or(NonZeroU64::MIN)
+        };
+        let bucket_rate = |rate: Rate| Rate::try_new(scale(rate.count()), rate.period()).ok();
+        let shared = match self {
+            Limit::FixedWindow(a) => {
+                FixedWindow::try_new(scale(a.capacity()), a.window()).ok().map(Limit::from)
+            }
+            Limit::SlidingWindow(a) => {
+                SlidingWindow::try_new(scale(a.capacity()), a.window()).ok().map(Limit::from)
+            }
+            Limit::SlidingLog(a) => {
+                SlidingLog::try_new(scale(a.capacity()), a.window()).ok().map(Limit::from)
+            }
+            Limit::TokenBucket(a) => bucket_rate(a.rate())
+                .and_then(|rate| TokenBucket::try_new(rate, scale(a.burst())).ok())
+                .map(Limit::from),
+            Limit::Gcra(a) => bucket_rate(a.rate())
+                .and_then(|rate| Gcra::try_new(rate, scale(a.burst())).ok())
+                .map(Limit::from),
+            Limit::Quota(a) => Some(Quota::new(scale(a.limit()), a.calendar().clone()).into()),
+            Limit::Concurrency(_) => None,
+        };
+        shared.unwrap_or_else(|| self.clone())
     }
 
     /// Whether admitted requests hold a permit that must be released ([`Limit::Concurrency`]).

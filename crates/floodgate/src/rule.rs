@@ -25,6 +25,22 @@ pub enum OnStoreError {
     FailOpen,
     /// Deny the request: enforcement over availability.
     FailClosed,
+    /// Decide from an in-process limiter holding this instance's share of the limit, where the
+    /// store is wrapped in a [`Fallback`](crate::store::Fallback) (`ceil(limit × local_factor /
+    /// instances)`, same algorithm, same key); without one it fails open. Not for concurrency
+    /// limits: a permit taken locally could not be released on the store.
+    Local,
+}
+
+impl OnStoreError {
+    /// As written in configuration: `fail_open`, `fail_closed` or `local`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnStoreError::FailOpen => "fail_open",
+            OnStoreError::FailClosed => "fail_closed",
+            OnStoreError::Local => "local",
+        }
+    }
 }
 
 /// A condition on one descriptor.
@@ -133,6 +149,14 @@ pub enum RuleError {
         rule: String,
         /// The repeated descriptor.
         descriptor: String,
+    },
+    /// A concurrency rule asks for the local fallback.
+    #[error(
+        "rule {rule:?}: on_store_error local is not available for the concurrency algorithm (a permit taken locally could not be released on the store): use fail_open or fail_closed"
+    )]
+    LocalConcurrency {
+        /// The rule.
+        rule: String,
     },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
@@ -298,6 +322,16 @@ impl Rule {
     pub fn conditions(&self) -> &[(String, Condition)] {
         &self.conditions
     }
+
+    /// What happens when the store fails.
+    pub fn store_error_policy(&self) -> OnStoreError {
+        self.on_store_error
+    }
+
+    /// Every limit the rule may apply: its own, then those of its variants.
+    pub fn limits(&self) -> impl Iterator<Item = &Limit> {
+        std::iter::once(&self.limit).chain(self.by.iter().flat_map(|b| b.variants.iter().map(|v| &v.1)))
+    }
 }
 
 /// Limits that vary with one descriptor's value; see [`Rule::vary_by`].
@@ -389,6 +423,9 @@ impl Policy {
             }
             if !(0.0..=100.0).contains(&rule.rollout) {
                 return Err(RuleError::Rollout { rule: rule.name.to_string(), percent: rule.rollout });
+            }
+            if rule.on_store_error == OnStoreError::Local && rule.limits().any(Limit::holds_permits) {
+                return Err(RuleError::LocalConcurrency { rule: rule.name.to_string() });
             }
             let rollout_bp = (rule.rollout * 100.0).round() as u16;
             for (i, d) in rule.key.iter().enumerate() {

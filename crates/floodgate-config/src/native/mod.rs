@@ -17,9 +17,9 @@ use floodgate::Rule;
 use floodgate_http::HeaderStyle;
 
 use self::descriptors::Vocabulary;
-use crate::StoreConfig;
 use crate::error::Invalid;
 use crate::yaml::Item;
+use crate::{StoreConfig, Survival};
 
 pub use self::descriptors::KNOWN_DESCRIPTORS;
 pub use self::limits::DEFAULT_LEASE;
@@ -28,6 +28,7 @@ pub use self::limits::DEFAULT_LEASE;
 #[derive(Debug)]
 pub(crate) struct Native {
     pub(crate) store: StoreConfig,
+    pub(crate) survival: Survival,
     pub(crate) headers: HeaderStyle,
     pub(crate) rules: Vec<Rule>,
     /// `(rule name, fingerprint)` in rule order.
@@ -43,9 +44,9 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         Some(item) => Vocabulary::declared(item)?,
         None => Vocabulary::default(),
     };
-    let store = match fields.get("store") {
+    let (store, survival) = match fields.get("store") {
         Some(item) => store::compile(item, &vocabulary)?,
-        None => StoreConfig::default(),
+        None => (StoreConfig::default(), Survival::default()),
     };
     let headers = match fields.get("headers") {
         Some(item) => {
@@ -65,5 +66,5 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
             rules.push(rule);
         }
     }
-    Ok(Native { store, headers, rules, fingerprints })
+    Ok(Native { store, survival, headers, rules, fingerprints })
 }

@@ -146,9 +146,13 @@ pub(crate) fn compile(
             match text {
                 "fail_open" => OnStoreError::FailOpen,
                 "fail_closed" => OnStoreError::FailClosed,
-                // The fallback store (an in-memory share of the limit) is not built yet: until it is,
-                // `local` behaves as `fail_open`. Accepted so configurations need not change later.
-                "local" => OnStoreError::FailOpen,
+                "local" if algorithm.kind == LimitKind::Concurrency => {
+                    return Err(o.error(
+                        "on_store_error local is not available for the concurrency algorithm (a permit \
+                         taken locally could not be released on the store): use fail_open or fail_closed",
+                    ));
+                }
+                "local" => OnStoreError::Local,
                 other => {
                     let options = ["fail_open", "fail_closed", "local"];
                     return Err(o.error(format!(

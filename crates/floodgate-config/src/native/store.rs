@@ -7,10 +7,10 @@ use floodgate::{MemoryConfig, OnFull};
 use floodgate_redis::{HashTag, RedisConfig};
 
 use super::descriptors::Vocabulary;
-use crate::StoreConfig;
 use crate::duration;
 use crate::error::Invalid;
 use crate::yaml::{Fields, Item, did_you_mean};
+use crate::{Instances, StoreConfig, Survival};
 
 const STORE_FIELDS: &[&str] = &[
     "kind",
@@ -24,14 +24,38 @@ const STORE_FIELDS: &[&str] = &[
     "connect_timeout",
     "max_in_flight",
     "hash_tag",
+    "breaker",
+    "instances",
+    "local_factor",
 ];
 const MEMORY_FIELDS: &[&str] = &["kind", "max_keys", "on_full", "sweep_interval"];
-const REDIS_FIELDS: &[&str] = &["kind", "url", "prefix", "deadline", "connect_timeout", "max_in_flight"];
-const CLUSTER_FIELDS: &[&str] =
-    &["kind", "urls", "prefix", "deadline", "connect_timeout", "max_in_flight", "hash_tag"];
+const REDIS_FIELDS: &[&str] = &[
+    "kind",
+    "url",
+    "prefix",
+    "deadline",
+    "connect_timeout",
+    "max_in_flight",
+    "breaker",
+    "instances",
+    "local_factor",
+];
+const CLUSTER_FIELDS: &[&str] = &[
+    "kind",
+    "urls",
+    "prefix",
+    "deadline",
+    "connect_timeout",
+    "max_in_flight",
+    "hash_tag",
+    "breaker",
+    "instances",
+    "local_factor",
+];
+const BREAKER_FIELDS: &[&str] = &["failure_rate", "min_calls", "consecutive_failures", "window", "open_for"];
 
 /// Validates the `store` section.
-pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<StoreConfig, Invalid> {
+pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<(StoreConfig, Survival), Invalid> {
     let fields = item.fields("the store settings", Some(STORE_FIELDS))?;
     let kind = match fields.get("kind") {
         Some(k) => k.str("a store kind")?,
@@ -59,12 +83,12 @@ pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<StoreCo
             )));
         }
     }
-    match kind {
-        "memory" => memory(&fields).map(StoreConfig::Memory),
+    let store = match kind {
+        "memory" => return Ok((StoreConfig::Memory(memory(&fields)?), Survival::default())),
         "redis" => {
             let url = fields.require("url", "a Redis store needs url: redis://host:port")?;
             let config = RedisConfig::node(redis_url(url)?);
-            redis(&fields, config, vocabulary).map(StoreConfig::Redis)
+            redis(&fields, config, vocabulary)?
         }
         _ => {
             let urls =
@@ -77,8 +101,91 @@ pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<StoreCo
                 .into_iter()
                 .map(redis_url)
                 .collect::<Result<Vec<_>, _>>()?;
-            redis(&fields, RedisConfig::cluster(urls), vocabulary).map(StoreConfig::Redis)
+            redis(&fields, RedisConfig::cluster(urls), vocabulary)?
         }
+    };
+    let survival = survival(&fields, &store)?;
+    Ok((StoreConfig::Redis(store), survival))
+}
+
+/// The breaker and the local fallback's share of a Redis store.
+fn survival(fields: &Fields<'_>, store: &RedisConfig) -> Result<Survival, Invalid> {
+    let mut survival = Survival::default();
+    // A probe that has not answered within the store's deadline no longer holds half-open.
+    survival.breaker.probe_timeout = store.deadline;
+    if let Some(b) = fields.get("breaker") {
+        let breaker = b.fields("the breaker settings", Some(BREAKER_FIELDS))?;
+        if let Some(rate) = breaker.get("failure_rate") {
+            survival.breaker.failure_rate = failure_rate(rate)?;
+        }
+        if let Some(min) = breaker.get("min_calls") {
+            let n = min.u64_at_least("min_calls", 1)?;
+            survival.breaker.min_calls = u32::try_from(n)
+                .map_err(|_| min.error(format!("min_calls {n} is too large (at most {})", u32::MAX)))?;
+        }
+        if let Some(c) = breaker.get("consecutive_failures") {
+            let n = c.u64_at_least("consecutive_failures", 1)?;
+            survival.breaker.consecutive_failures = u32::try_from(n).map_err(|_| {
+                c.error(format!("consecutive_failures {n} is too large (at most {})", u32::MAX))
+            })?;
+        }
+        if let Some(w) = breaker.get("window") {
+            survival.breaker.window = positive_duration(w, "window")?;
+        }
+        if let Some(o) = breaker.get("open_for") {
+            survival.breaker.open_for = positive_duration(o, "open_for")?;
+        }
+    }
+    if let Some(i) = fields.get("instances") {
+        survival.instances = match i.number() {
+            Some(_) => {
+                let n = i.u64_at_least("instances", 1)?;
+                Instances::Fixed(
+                    u32::try_from(n)
+                        .map_err(|_| i.error(format!("instances {n} is too large (at most {})", u32::MAX)))?,
+                )
+            }
+            None => match i.str("a number of instances, or discover")? {
+                "discover" => Instances::Discover,
+                other => {
+                    return Err(i.error(format!(
+                        "invalid instances {other:?}: expected a number (instances: 3) or discover{}",
+                        did_you_mean(other, ["discover"])
+                    )));
+                }
+            },
+        };
+    }
+    if let Some(f) = fields.get("local_factor") {
+        survival.local_factor = match f.number().filter(|n| n.is_finite() && *n > 0.0) {
+            Some(n) => n,
+            None => {
+                return Err(f.error(format!(
+                    "invalid local_factor {}: expected a number above 0, e.g. local_factor: 2 (each \
+                     instance's share is ceil(limit × local_factor / instances))",
+                    f.node.describe()
+                )));
+            }
+        };
+    }
+    Ok(survival)
+}
+
+/// A share of calls: `50%` (or `50`), above 0% and at most 100%.
+fn failure_rate(item: Item<'_>) -> Result<f64, Invalid> {
+    let percent = match item.number() {
+        Some(n) => Some(n),
+        None => item.str("a percentage").ok().and_then(|s| {
+            let s = s.trim();
+            s.strip_suffix('%').unwrap_or(s).trim().parse::<f64>().ok()
+        }),
+    };
+    match percent.filter(|p| p.is_finite() && *p > 0.0 && *p <= 100.0) {
+        Some(p) => Ok(p / 100.0),
+        None => Err(item.error(format!(
+            "invalid failure_rate {}: expected a percentage above 0% and at most 100%, e.g. failure_rate: 50%",
+            item.node.describe()
+        ))),
     }
 }
 

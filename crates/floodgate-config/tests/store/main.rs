@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use floodgate::MemoryConfig;
-use floodgate_config::StoreConfig;
 use floodgate_config::store::{AnyStore, OpenError};
+use floodgate_config::{StoreConfig, Survival};
 use floodgate_redis::{RedisConfig, RedisStore};
 use floodgate_testkit::redis::RedisServer;
 
@@ -19,8 +19,18 @@ mod memory {
 mod redis {
     floodgate_testkit::conformance_tests!({
         let store = crate::redis_store().await;
-        move |clock| {
-            floodgate_config::store::AnyStore::<floodgate::core::SystemClock>::Redis(store.with_clock(clock))
+        move |clock: floodgate::core::ManualClock| {
+            let local =
+                floodgate::MemoryStore::with_config(floodgate::MemoryConfig::default(), clock.clone());
+            let survival = floodgate_config::Survival::default();
+            let hooks = floodgate_config::store::Hooks::default();
+            floodgate_config::store::AnyStore::Redis(floodgate_config::store::guard(
+                store.with_clock(clock.clone()),
+                &survival,
+                local,
+                clock,
+                hooks,
+            ))
         }
     });
 }
@@ -37,31 +47,41 @@ async fn redis_store() -> RedisStore {
 
 #[tokio::test]
 async fn opened_stores_say_what_they_are_and_whether_they_can_decide() {
-    let memory = AnyStore::open(&StoreConfig::Memory(MemoryConfig::default())).unwrap();
+    let memory = AnyStore::open(&StoreConfig::Memory(MemoryConfig::default()), &Survival::default()).unwrap();
     assert_eq!((memory.kind(), memory.counts_keys(), memory.keys()), ("memory", true, Some(0)));
     assert!(memory.ready().await.is_ready());
 
     let server = RedisServer::shared();
-    let redis = AnyStore::open(&StoreConfig::Redis(RedisConfig::node(server.url()))).unwrap();
+    let redis =
+        AnyStore::open(&StoreConfig::Redis(RedisConfig::node(server.url())), &Survival::default()).unwrap();
     assert_eq!((redis.kind(), redis.counts_keys(), redis.keys()), ("redis", false, None));
     assert!(redis.ready().await.is_ready(), "the shared node answers PING");
 
     // Nothing listens on port 1: not ready, and the answer says why.
-    let down = AnyStore::open(&StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:1"))).unwrap();
+    let down =
+        AnyStore::open(&StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:1")), &Survival::default())
+            .unwrap();
     let readiness = down.ready().await;
     assert!(!readiness.is_ready(), "{readiness:?}");
-    let cluster = AnyStore::open(&StoreConfig::Redis(RedisConfig::cluster(["redis://127.0.0.1:1"]))).unwrap();
+    let cluster = AnyStore::open(
+        &StoreConfig::Redis(RedisConfig::cluster(["redis://127.0.0.1:1"])),
+        &Survival::default(),
+    )
+    .unwrap();
     assert_eq!(cluster.kind(), "redis_cluster");
 }
 
 #[test]
 fn a_redis_store_needs_a_runtime_and_a_valid_configuration() {
     let node = StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:6379"));
-    assert_eq!(AnyStore::open(&node).unwrap_err(), OpenError::NoRuntime { kind: "redis" });
+    assert_eq!(
+        AnyStore::open(&node, &Survival::default()).unwrap_err(),
+        OpenError::NoRuntime { kind: "redis" }
+    );
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let bad = RedisConfig { prefix: "fg{x}".into(), ..RedisConfig::node("redis://127.0.0.1:6379") };
-        let error = AnyStore::open(&StoreConfig::Redis(bad)).unwrap_err();
+        let error = AnyStore::open(&StoreConfig::Redis(bad), &Survival::default()).unwrap_err();
         assert!(error.to_string().contains("prefix"), "{error}");
     });
 }

@@ -28,7 +28,8 @@ use http::{HeaderValue, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 
-use crate::state::Shared;
+use crate::metrics::StoreStatus;
+use crate::state::{Ready, Shared};
 
 /// The largest body `/v1/check`, `/v1/report` and `/v1/peek` accept: 64 KiB.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -57,14 +58,21 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     if shared.draining.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
-    if !shared.store_ready().await {
-        return (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response();
+    match shared.ready().await {
+        Ready::Store => "ready\n".into_response(),
+        Ready::Local => "ready (store unavailable: every rule decides on its local share)\n".into_response(),
+        Ready::No => (StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n").into_response(),
     }
-    "ready\n".into_response()
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    let text = shared.metrics.render(shared.control.store().keys());
+    let store = shared.control.store();
+    let status = StoreStatus {
+        keys: store.keys(),
+        breaker: store.breaker(),
+        fallback: store.fallback().map(|f| f.stats()),
+    };
+    let text = shared.metrics.render(status);
     ([(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], text)
         .into_response()
 }

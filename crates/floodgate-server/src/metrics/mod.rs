@@ -13,10 +13,13 @@
 //!
 //! | series | type | labels |
 //! |---|---|---|
-//! | `floodgate_decisions_total` | counter | `rule`, `result` = `allowed`, `denied`, `shadow_denied`, `tagged`, `error_allowed`, `error_denied` |
+//! | `floodgate_decisions_total` | counter | `rule`, `result` = `allowed`, `denied`, `shadow_denied`, `tagged`, `error_allowed`, `error_denied`, `local_allowed`, `local_denied` |
 //! | `floodgate_decision_duration_seconds` | histogram (10 µs … 1 s): one request, all its descriptor sets | — |
 //! | `floodgate_store_errors_total` | counter | `store` |
-//! | `floodgate_fallback_active` | gauge (0/1) | `rule` |
+//! | `floodgate_fallback_active` | gauge (0/1): 1 while the store fails, for the rules with `on_store_error: local` | `rule` |
+//! | `floodgate_store_breaker_state` | gauge: 0 closed, 1 open, 2 half-open (Redis stores) | `store` |
+//! | `floodgate_fallback_instances` | gauge: the instances local shares are computed for (Redis stores) | `store` |
+//! | `floodgate_fallback_units_total` | counter: units admitted locally, by `outcome` = `charged` (to the store, on recovery), `expired`, `dropped` (Redis stores) | `store`, `outcome` |
 //! | `floodgate_keys` | gauge, read from the store on each scrape (memory store only: Redis is not scanned) | `store` |
 //! | `floodgate_config_version` | gauge | — |
 //! | `floodgate_config_reloads_total` | counter | `result` = `applied`, `rejected` |
@@ -38,7 +41,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::Weak;
 
-use floodgate::{Descriptors, Hit, Outcome, Rule, Verdict};
+use floodgate::store::{BreakerState, FallbackStats};
+use floodgate::{Descriptors, Hit, OnStoreError, Outcome, Rule, Verdict};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
@@ -52,6 +56,12 @@ pub const STORE_ERRORS_TOTAL: &str = "floodgate_store_errors_total";
 pub const FALLBACK_ACTIVE: &str = "floodgate_fallback_active";
 /// `floodgate_keys`.
 pub const KEYS: &str = "floodgate_keys";
+/// `floodgate_store_breaker_state`.
+pub const BREAKER_STATE: &str = "floodgate_store_breaker_state";
+/// `floodgate_fallback_instances`.
+pub const FALLBACK_INSTANCES: &str = "floodgate_fallback_instances";
+/// `floodgate_fallback_units_total`.
+pub const FALLBACK_UNITS_TOTAL: &str = "floodgate_fallback_units_total";
 /// `floodgate_config_version`.
 pub const CONFIG_VERSION: &str = "floodgate_config_version";
 /// `floodgate_config_reloads_total`.
@@ -72,13 +82,15 @@ pub const DURATION_BUCKETS: [f64; 16] = [
 ];
 
 /// Every outcome, in the order of [`outcome_index`].
-const OUTCOMES: [Outcome; 6] = [
+const OUTCOMES: [Outcome; 8] = [
     Outcome::Allowed,
     Outcome::Denied,
     Outcome::ShadowDenied,
     Outcome::Tagged,
     Outcome::ErrorAllowed,
     Outcome::ErrorDenied,
+    Outcome::LocalAllowed,
+    Outcome::LocalDenied,
 ];
 
 fn outcome_index(outcome: Outcome) -> usize {
@@ -89,6 +101,8 @@ fn outcome_index(outcome: Outcome) -> usize {
         Outcome::Tagged => 3,
         Outcome::ErrorAllowed => 4,
         Outcome::ErrorDenied => 5,
+        Outcome::LocalAllowed => 6,
+        Outcome::LocalDenied => 7,
     }
 }
 
@@ -122,6 +136,27 @@ struct Inner {
     request_series: [[OnceLock<Counter>; CODES.len()]; APIS.len()],
     /// The decision counters of every policy still alive, flushed into their series on scrape.
     rule_metrics: Mutex<Vec<Weak<RuleCounts>>>,
+    /// A Redis store's breaker and fallback series, registered on the first scrape that has them.
+    survival: OnceLock<SurvivalSeries>,
+}
+
+struct SurvivalSeries {
+    breaker: Gauge,
+    instances: Gauge,
+    charged: Counter,
+    expired: Counter,
+    dropped: Counter,
+}
+
+/// What the store says of itself on a scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreStatus {
+    /// Keys held (the memory store).
+    pub keys: Option<usize>,
+    /// A Redis store's breaker.
+    pub breaker: Option<BreakerState>,
+    /// A Redis store's fallback.
+    pub fallback: Option<FallbackStats>,
 }
 
 /// The front doors counted in `floodgate_requests_total{api}`.
@@ -205,6 +240,7 @@ impl Metrics {
             requests: Sharded::new(APIS.len() * CODES.len()),
             request_series: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
             rule_metrics: Mutex::new(Vec::new()),
+            survival: OnceLock::new(),
             store,
             handle,
             recorder: Arc::new(recorder),
@@ -223,19 +259,49 @@ impl Metrics {
         metrics::set_global_recorder(SharedRecorder(Arc::clone(&self.inner.recorder)))
     }
 
-    /// The Prometheus text exposition of every series, with `floodgate_keys` read from the store.
-    pub fn render(&self, keys: Option<usize>) -> String {
-        if let (Some(gauge), Some(keys)) = (&self.inner.keys, keys) {
+    /// The Prometheus text exposition of every series, with what the store says of itself
+    /// (`floodgate_keys`, the breaker's state, the fallback's).
+    pub fn render(&self, store: StoreStatus) -> String {
+        if let (Some(gauge), Some(keys)) = (&self.inner.keys, store.keys) {
             gauge.set(keys as f64);
         }
-        self.flush();
+        if let (Some(breaker), Some(fallback)) = (store.breaker, store.fallback) {
+            let series = self.inner.survival.get_or_init(|| self.survival_series());
+            series.breaker.set(f64::from(breaker.gauge()));
+            series.instances.set(f64::from(fallback.instances));
+            series.charged.absolute(fallback.charged_units);
+            series.expired.absolute(fallback.expired_units);
+            series.dropped.absolute(fallback.dropped_units);
+        }
+        self.flush(store.fallback.is_some_and(|f| f.degraded));
         let mut text = self.inner.handle.render();
         self.render_duration(&mut text);
         text
     }
 
-    /// Moves what the sharded counters counted into their series.
-    fn flush(&self) {
+    fn survival_series(&self) -> SurvivalSeries {
+        let r = &*self.inner.recorder;
+        let store = || Label::new("store", self.inner.store);
+        let units = |outcome: &'static str| {
+            let counter = r.register_counter(
+                &Key::from_parts(FALLBACK_UNITS_TOTAL, vec![store(), Label::new("outcome", outcome)]),
+                &METADATA,
+            );
+            counter.increment(0);
+            counter
+        };
+        SurvivalSeries {
+            breaker: r.register_gauge(&Key::from_parts(BREAKER_STATE, vec![store()]), &METADATA),
+            instances: r.register_gauge(&Key::from_parts(FALLBACK_INSTANCES, vec![store()]), &METADATA),
+            charged: units("charged"),
+            expired: units("expired"),
+            dropped: units("dropped"),
+        }
+    }
+
+    /// Moves what the sharded counters counted into their series; sets `floodgate_fallback_active`
+    /// of the rules that fall back locally to whether the store is `degraded`.
+    fn flush(&self, degraded: bool) {
         let inner = &*self.inner;
         for (a, api) in APIS.iter().enumerate() {
             for (c, code) in CODES.iter().enumerate() {
@@ -254,6 +320,9 @@ impl Metrics {
         inner.rule_metrics.lock().retain(|weak| match weak.upgrade() {
             Some(counts) => {
                 counts.flush();
+                for gauge in counts.fallback.iter().flatten() {
+                    gauge.set(if degraded { 1.0 } else { 0.0 });
+                }
                 true
             }
             None => false,
@@ -297,6 +366,7 @@ impl Metrics {
         let r = &*self.inner.recorder;
         let mut series = Vec::new();
         let mut details = Vec::new();
+        let mut fallback = Vec::new();
         for rule in rules {
             let label: String = match domain {
                 Some(domain) => format!("{domain}/{}", rule.name()),
@@ -314,11 +384,16 @@ impl Metrics {
                 counter.increment(0);
                 counter
             });
-            let fallback = Key::from_parts(FALLBACK_ACTIVE, vec![Label::new("rule", label)]);
-            r.register_gauge(&fallback, &METADATA).set(0.0);
+            let active = r.register_gauge(
+                &Key::from_parts(FALLBACK_ACTIVE, vec![Label::new("rule", label)]),
+                &METADATA,
+            );
+            active.set(0.0);
+            fallback.push((rule.store_error_policy() == OnStoreError::Local).then_some(active));
             series.push(per_outcome);
         }
-        let counts = Arc::new(RuleCounts { counts: Sharded::new(series.len() * OUTCOMES.len()), series });
+        let counts =
+            Arc::new(RuleCounts { counts: Sharded::new(series.len() * OUTCOMES.len()), series, fallback });
         self.inner.rule_metrics.lock().push(Arc::downgrade(&counts));
         RuleMetrics { counts, details, decision_duration: Arc::clone(&self.inner.decision_duration) }
     }
@@ -375,7 +450,9 @@ pub(crate) struct RuleMetrics {
 #[derive(Debug)]
 pub(crate) struct RuleCounts {
     counts: Sharded,
-    series: Vec<[Counter; 6]>,
+    series: Vec<[Counter; 8]>,
+    /// Per rule, `floodgate_fallback_active` of those that fall back locally.
+    fallback: Vec<Option<Gauge>>,
 }
 
 impl RuleCounts {
@@ -434,8 +511,8 @@ struct Detail {
     /// The rule's key descriptors, whose values name the series.
     key: Vec<String>,
     recorder: Arc<PrometheusRecorder>,
-    values: papaya::HashMap<Box<str>, [Counter; 6]>,
-    other: [Counter; 6],
+    values: papaya::HashMap<Box<str>, [Counter; 8]>,
+    other: [Counter; 8],
 }
 
 impl std::fmt::Debug for Detail {
@@ -456,7 +533,7 @@ impl Detail {
         }
     }
 
-    fn register(recorder: &PrometheusRecorder, rule: &str, value: &str) -> [Counter; 6] {
+    fn register(recorder: &PrometheusRecorder, rule: &str, value: &str) -> [Counter; 8] {
         OUTCOMES.map(|outcome| {
             let labels = vec![
                 Label::new("rule", rule.to_owned()),
@@ -498,7 +575,7 @@ fn describe(r: &PrometheusRecorder) {
     d(
         DECISIONS_TOTAL,
         None,
-        "Decisions per rule and result (allowed, denied, shadow_denied, tagged, error_allowed, error_denied).",
+        "Decisions per rule and result (allowed, denied, shadow_denied, tagged, error_allowed, error_denied, local_allowed, local_denied).",
     );
     d(STORE_ERRORS_TOTAL, None, "Decisions during which the store failed.");
     d(
@@ -507,11 +584,18 @@ fn describe(r: &PrometheusRecorder) {
         "Decisions of Envoy rules with detailed_metric, per value of their key (the first 100 values; then _other).",
     );
     d(CONFIG_RELOADS_TOTAL, None, "Configuration reloads, applied or rejected.");
+    d(
+        FALLBACK_UNITS_TOTAL,
+        None,
+        "Units admitted by local fallbacks, by what became of them: charged to the store on recovery, expired (their window ended, their bucket refilled) or dropped (too many keys owed).",
+    );
     d(REQUESTS_TOTAL, None, "API requests by API and response code.");
     let g = |name: &'static str, help: &'static str| {
         r.describe_gauge(KeyName::from_const_str(name), None, SharedString::const_str(help));
     };
-    g(FALLBACK_ACTIVE, "1 while a rule decides on its local fallback because the store is down.");
+    g(FALLBACK_ACTIVE, "1 while a rule decides on its local share because the store fails.");
+    g(BREAKER_STATE, "The store's circuit breaker: 0 closed, 1 open, 2 half-open.");
+    g(FALLBACK_INSTANCES, "The instances each rule's local share is computed for.");
     g(KEYS, "Keys held by the store.");
     g(CONFIG_VERSION, "Version of the running configuration (1 at start, +1 per applied change).");
 }
@@ -585,7 +669,7 @@ mod tests {
             let descriptors = Descriptors::new().with("path", format!("/p{i}"));
             rules.record(&verdict, &[Hit::new(&descriptors, 1)], Duration::ZERO);
         }
-        let text = metrics.render(None);
+        let text = metrics.render(StoreStatus::default());
         let allowed: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with(DECISIONS_DETAILED_TOTAL) && l.contains("result=\"allowed\""))

@@ -103,8 +103,17 @@ async fn twelve_requests_on_redis_ten_pass_two_are_told_when_to_retry() {
     twelve_requests(&server).await;
 
     // The counters are in Redis, under the configured prefix (default `floodgate`).
+    // Beside them, `floodgate{fleet}` holds the instances' heartbeats (`instances: discover`).
     let keys = redis.cli(&["--scan", "--pattern", "floodgate*"]);
-    assert_eq!(keys.lines().count(), 1, "one key for one user's limit: {keys:?}");
+    let counters: Vec<&str> = keys.lines().filter(|k| *k != "floodgate{fleet}").collect();
+    assert_eq!(counters.len(), 1, "one key for one user's limit: {keys:?}");
+    let beating = (0..40).any(|_| {
+        redis.cli(&["ZCARD", "floodgate{fleet}"]) == "1" || {
+            std::thread::sleep(Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(beating, "this instance's heartbeat is in floodgate{{fleet}}");
     assert_eq!(metric(&server, r#"floodgate_store_errors_total{store="redis"}"#).await, Some(0.0));
     let text = server.get("/metrics").await.body;
     assert!(

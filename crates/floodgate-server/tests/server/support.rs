@@ -170,6 +170,7 @@ pub(crate) fn with_domains(
         .collect();
     Config {
         store: StoreConfig::Memory(MemoryConfig::default()),
+        survival: Default::default(),
         headers: HeaderStyle::Both,
         policy: Policy::new(rules).unwrap(),
         domains,

@@ -3,7 +3,10 @@
 //!
 //! - **Closed**: calls go to the store; their outcomes are counted over a sliding `window` (in ten
 //!   buckets). When at least `min_calls` were made in the window and the share of failures reaches
-//!   `failure_rate`, the breaker opens.
+//!   `failure_rate`, the breaker opens; it also opens after `consecutive_failures` failures with no
+//!   success between them, so that a store that dies under heavy traffic is cut off at once rather
+//!   than once its earlier successes have aged out of the window (a black-holed store would
+//!   otherwise cost every call its deadline for most of a window).
 //! - **Open**: no calls; every call fails at once with [`StoreError::BreakerOpen`] (transient), so
 //!   each rule's `on_store_error` decides without waiting.
 //! - **Half-open**, after `open_for`: **exactly one** call goes to the store as a probe while the
@@ -35,6 +38,9 @@ pub struct BreakerConfig {
     pub min_calls: u32,
     /// How far back calls are counted (default 10 s).
     pub window: Duration,
+    /// Failures in a row, with no success between them, that open the breaker whatever the rate
+    /// (default 10).
+    pub consecutive_failures: u32,
     /// How long the breaker stays open before one probe (default 2 s).
     pub open_for: Duration,
     /// How long a probe may take before another caller probes instead (default 1 s; set it to the
@@ -48,6 +54,7 @@ impl Default for BreakerConfig {
             failure_rate: 0.5,
             min_calls: 20,
             window: Duration::from_secs(10),
+            consecutive_failures: 10,
             open_for: Duration::from_secs(2),
             probe_timeout: Duration::from_secs(1),
         }
@@ -107,6 +114,8 @@ struct Shared<C> {
     opened_at: AtomicU64,
     /// When the probe in flight started, µs since the epoch; 0 when none is.
     probe_started: AtomicU64,
+    /// Failures since the last success.
+    consecutive: AtomicU32,
     buckets: [Bucket; BUCKETS],
     on_change: Option<OnChange>,
 }
@@ -170,6 +179,7 @@ impl<S, C: Clock> Breaker<S, C> {
             state: AtomicU8::new(BreakerState::Closed as u8),
             opened_at: AtomicU64::new(0),
             probe_started: AtomicU64::new(0),
+            consecutive: AtomicU32::new(0),
             buckets: Default::default(),
             on_change,
         };
@@ -241,9 +251,13 @@ impl<S, C: Clock> Breaker<S, C> {
         }
         bucket.calls.fetch_add(1, Ordering::AcqRel);
         if !failed {
+            if s.consecutive.load(Ordering::Relaxed) != 0 {
+                s.consecutive.store(0, Ordering::Relaxed);
+            }
             return;
         }
         bucket.failures.fetch_add(1, Ordering::AcqRel);
+        let in_a_row = s.consecutive.fetch_add(1, Ordering::AcqRel).saturating_add(1);
         // Only a failure can open the breaker, so only a failure sums the window.
         let (mut calls, mut failures) = (0u64, 0u64);
         for b in &s.buckets {
@@ -253,8 +267,9 @@ impl<S, C: Clock> Breaker<S, C> {
                 failures += u64::from(b.failures.load(Ordering::Acquire));
             }
         }
-        let tripped = calls >= u64::from(s.config.min_calls.max(1))
-            && failures as f64 >= s.config.failure_rate * calls as f64;
+        let tripped = (calls >= u64::from(s.config.min_calls.max(1))
+            && failures as f64 >= s.config.failure_rate * calls as f64)
+            || in_a_row >= s.config.consecutive_failures.max(1);
         if tripped && self.transition(BreakerState::Closed, BreakerState::Open) {
             s.opened_at.store(now, Ordering::Release);
         }
@@ -264,6 +279,7 @@ impl<S, C: Clock> Breaker<S, C> {
     fn finish_probe(&self, succeeded: bool) {
         let s = &*self.shared;
         s.probe_started.store(0, Ordering::Release);
+        s.consecutive.store(0, Ordering::Release);
         if succeeded {
             for b in &s.buckets {
                 b.calls.store(0, Ordering::Release);

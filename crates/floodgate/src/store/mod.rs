@@ -6,17 +6,20 @@
 //! algorithms of `floodgate-core` under its own atomic read-modify-write.
 
 mod breaker;
+mod fallback;
 mod memory;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use floodgate_core::{Decision, Grant, Timestamp};
 use smallvec::SmallVec;
 
 pub use breaker::{Breaker, BreakerConfig, BreakerState, OnChange};
+pub use fallback::{Fallback, FallbackConfig, FallbackStats, OnFallback, Replayed};
 pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull};
 
-use crate::Limit;
+use crate::{Limit, OnStoreError};
 
 /// One limit of one request.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +36,17 @@ pub struct Op<'a> {
     /// Whether this limit's denial denies the request. Shadow and tag limits don't: they are
     /// evaluated, and consume only when the request is admitted and they would have admitted it.
     pub enforce: bool,
+    /// What the rule does when the store fails: a [`Fallback`] decides the ops that fall back
+    /// locally ([`Op::falls_back`]); the engine applies the others' policy.
+    pub on_error: OnStoreError,
+}
+
+impl Op<'_> {
+    /// Whether a [`Fallback`] decides this op locally when the store fails: its rule says
+    /// [`OnStoreError::Local`] and its limit holds no permits.
+    pub fn falls_back(&self) -> bool {
+        self.on_error == OnStoreError::Local && !self.limit.holds_permits()
+    }
 }
 
 /// What to do with the ops.
@@ -56,12 +70,17 @@ pub struct OpResult {
 }
 
 /// The results of [`Store::apply`], in the order of the ops. Callers keep one and reuse it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Applied {
     /// The store's time of the decision.
     pub at: Timestamp,
     /// One result per op.
     pub results: SmallVec<[OpResult; 4]>,
+    /// Set by a [`Fallback`] when the store failed and it decided the ops that fall back locally:
+    /// the store's error. Then the results of those ops ([`Op::falls_back`]) are the local
+    /// decisions, and the results of the others mean nothing (their rules' policies decide).
+    /// Stores leave it `None`.
+    pub degraded: Option<Arc<StoreError>>,
 }
 
 /// A store failed; the request's limits could not be applied.

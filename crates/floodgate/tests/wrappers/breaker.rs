@@ -17,6 +17,8 @@ fn config() -> BreakerConfig {
         failure_rate: 0.5,
         min_calls: 10,
         window: Duration::from_secs(10),
+        // The rate alone, unless a test says otherwise.
+        consecutive_failures: u32::MAX,
         open_for: Duration::from_secs(2),
         probe_timeout: Duration::from_millis(20),
     }
@@ -32,12 +34,16 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with(config())
+}
+
+fn rig_with(config: BreakerConfig) -> Rig {
     let clock = ManualClock::new(START);
     let flaky = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
     let changes = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&changes);
     let on_change = Arc::new(move |s| seen.lock().unwrap().push(s));
-    let breaker = Breaker::on_change(flaky.clone(), config(), clock.clone(), on_change);
+    let breaker = Breaker::on_change(flaky.clone(), config, clock.clone(), on_change);
     let limit = FixedWindow::try_new(1_000_000.try_into().unwrap(), Duration::from_secs(60)).unwrap().into();
     Rig { breaker, flaky, clock, changes, limit, key: TestKey::new("r", "k") }
 }
@@ -193,6 +199,33 @@ async fn a_hung_probe_does_not_hold_half_open_past_its_timeout() {
     r.flaky.set(Behaviour::Healthy);
     assert_eq!(r.call().await, Ok(()), "the next caller probes without waiting for a timeout");
     assert_eq!(r.breaker.state(), BreakerState::Closed);
+}
+
+#[tokio::test]
+async fn failures_in_a_row_open_it_whatever_the_successes_before() {
+    let r = rig_with(BreakerConfig { consecutive_failures: 5, ..config() });
+    // A busy store: a thousand successes in the window.
+    for _ in 0..1000 {
+        r.call().await.unwrap();
+    }
+    r.flaky.set(Behaviour::Failing);
+    for _ in 0..4 {
+        assert!(r.call().await.is_err());
+    }
+    // One success in between starts the count again.
+    r.flaky.set(Behaviour::Healthy);
+    r.call().await.unwrap();
+    r.flaky.set(Behaviour::Failing);
+    for _ in 0..4 {
+        assert!(r.call().await.is_err());
+    }
+    assert_eq!(r.breaker.state(), BreakerState::Closed, "4 in a row, a 0.8% failure rate");
+    assert!(r.call().await.is_err());
+    assert_eq!(r.breaker.state(), BreakerState::Open, "the fifth in a row opens it");
+    let attempts = r.flaky.attempts();
+    assert_eq!(r.call().await, Err(StoreError::BreakerOpen));
+    assert_eq!(r.flaky.attempts(), attempts);
+    assert_eq!(r.changes(), [BreakerState::Open]);
 }
 
 /// A breaker that never opens is the store it wraps: the store conformance suite passes through it.

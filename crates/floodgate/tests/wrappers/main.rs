@@ -1,4 +1,5 @@
-//! Stores that wrap a store: the circuit breaker, on a manual clock, around real memory stores made
+//! Stores that wrap a store: the circuit breaker and the local fallback, on a manual clock, around real memory stores made
 //! to fail or hang on command.
 
 mod breaker;
+mod fallback;

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 
 use super::slot::State;
 use super::*;
+use crate::OnStoreError;
 
 const START: Timestamp = Timestamp::from_secs(1_700_000_000);
 
@@ -24,7 +25,7 @@ fn store() -> (MemoryStore<ManualClock>, ManualClock) {
 }
 
 fn op<'a>(key: &'a [u8], limit: &'a Limit, cost: u64) -> Op<'a> {
-    Op { key, scope_len: 0, limit, cost, enforce: true }
+    Op { key, scope_len: 0, limit, cost, enforce: true, on_error: OnStoreError::FailOpen }
 }
 
 fn apply<C: Clock>(store: &MemoryStore<C>, ops: &[Op<'_>], mode: Mode) -> Applied {
