@@ -172,3 +172,69 @@ fn every_rule_has_a_fingerprint() {
     assert_eq!(again.fingerprints, config.fingerprints);
     assert_eq!(again.source.hash, config.source.hash);
 }
+
+#[test]
+fn a_redis_store_section_sets_the_breaker_and_the_local_share() {
+    let config = config::parse(
+        "survival.yaml",
+        "store:
+  kind: redis
+  url: redis://127.0.0.1:6379
+  deadline: 30ms
+  instances: 3
+  local_factor: 1.5
+  breaker: { failure_rate: 25%, min_calls: 40, consecutive_failures: 5, window: 5s, open_for: 1500ms }
+rules:
+  - name: r
+    key: [user]
+    algorithm: fixed_window
+    limit: 10
+    window: 1m
+    on_store_error: local
+",
+    )
+    .unwrap();
+    let survival = &config.survival;
+    assert_eq!(survival.instances, config::Instances::Fixed(3));
+    assert_eq!(survival.local_factor, 1.5);
+    let breaker = &survival.breaker;
+    assert_eq!(breaker.failure_rate, 0.25);
+    assert_eq!((breaker.min_calls, breaker.consecutive_failures), (40, 5));
+    assert_eq!((breaker.window, breaker.open_for), (Duration::from_secs(5), Duration::from_millis(1500)));
+    assert_eq!(breaker.probe_timeout, Duration::from_millis(30), "a probe gets the store's deadline");
+
+    let defaults = config::parse("d.yaml", "store: { kind: redis, url: redis://127.0.0.1:6379 }\n").unwrap();
+    assert_eq!(defaults.survival.instances, config::Instances::Discover);
+    assert_eq!(defaults.survival.local_factor, 2.0);
+    let plain =
+        config::parse("p.yaml", "store: { kind: redis, url: redis://h:1, breaker: { failure_rate: 50 } }\n");
+    assert_eq!(plain.unwrap().survival.breaker.failure_rate, 0.5, "a bare number is a percentage");
+}
+
+#[test]
+fn bad_survival_settings_are_refused_where_they_are() {
+    let refused = |store: &str, field: &str, says: &str| {
+        let text = format!("store: {{ kind: redis, url: redis://h:1, {store} }}\n");
+        let err = config::parse("bad.yaml", &text).expect_err(store);
+        assert_eq!(err.field.as_deref(), Some(field), "{}", err.message);
+        assert!(err.message.contains(says), "{store}: {:?} does not say {says:?}", err.message);
+    };
+    refused("instances: 0", "store.instances", "at least 1");
+    refused("instances: many", "store.instances", "expected a number (instances: 3) or discover");
+    refused("local_factor: 0", "store.local_factor", "above 0");
+    refused("local_factor: -1", "store.local_factor", "above 0");
+    refused("breaker: { failure_rate: 0% }", "store.breaker.failure_rate", "above 0% and at most 100%");
+    refused("breaker: { failure_rate: 150% }", "store.breaker.failure_rate", "at most 100%");
+    refused("breaker: { open_for: 0s }", "store.breaker.open_for", "open_for");
+    refused("breaker: { opn_for: 1s }", "store.breaker.opn_for", "unknown field");
+    // The memory store has no breaker nor share: those fields are not its own.
+    let err = config::parse("m.yaml", "store: { kind: memory, instances: 2 }\n").expect_err("memory");
+    assert!(err.message.contains("does not apply to store kind memory"), "{}", err.message);
+    // A concurrency limit holds permits that a local share cannot: refused, at the rule.
+    let err = config::parse(
+        "c.yaml",
+        "rules:\n  - name: c\n    key: [user]\n    algorithm: concurrency\n    limit: 3\n    on_store_error: local\n",
+    )
+    .expect_err("local on concurrency");
+    assert_eq!(err.field.as_deref(), Some("rules[0].on_store_error"), "{}", err.message);
+}

@@ -10,3 +10,4 @@ mod metrics;
 mod redis;
 mod reload;
 mod support;
+mod survival;

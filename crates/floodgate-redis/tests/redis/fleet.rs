@@ -1,0 +1,82 @@
+//! The fleet: heartbeats counting the live instances that share a store, on a real node and a
+//! real cluster, following instances that come, leave and die.
+
+use std::time::Duration;
+
+use floodgate_redis::{RedisConfig, RedisStore};
+use floodgate_testkit::redis::{RedisCluster, RedisServer};
+
+/// A store on the shared node with a prefix of its own, so that each test has its own fleet.
+async fn member(prefix: &str) -> RedisStore {
+    let config = RedisConfig { prefix: prefix.to_owned(), ..crate::node_config(RedisServer::shared()) };
+    RedisStore::connect(config).await.expect("connect to the shared node")
+}
+
+fn prefix(test: &str) -> String {
+    format!("fleet-{test}-{}:", std::process::id())
+}
+
+#[tokio::test]
+async fn instances_that_come_are_counted_and_one_that_leaves_is_gone_at_once() {
+    let prefix = prefix("leave");
+    let store = member(&prefix).await;
+    let ttl = Duration::from_secs(30);
+    assert_eq!(store.heartbeat("a", ttl).await.expect("a"), 1);
+    assert_eq!(store.heartbeat("b", ttl).await.expect("b"), 2);
+    assert_eq!(store.heartbeat("c", ttl).await.expect("c"), 3);
+    // A heartbeat again from a live instance refreshes it, it does not count it twice.
+    assert_eq!(store.heartbeat("a", ttl).await.expect("a again"), 3);
+    store.leave("c").await.expect("c leaves");
+    assert_eq!(store.heartbeat("a", ttl).await.expect("a after c left"), 2);
+
+    let key = String::from_utf8(store.fleet_key()).expect("a UTF-8 key");
+    assert_eq!(key, format!("{prefix}{{fleet}}"));
+    let members = RedisServer::shared().cli(&["ZRANGE", &key, "0", "-1"]);
+    assert_eq!(
+        members.lines().collect::<Vec<_>>(),
+        ["b", "a"],
+        "the live members, by expiry: a refreshed last"
+    );
+    let ttl_ms: i64 = RedisServer::shared().cli(&["PTTL", &key]).parse().expect("a PTTL");
+    assert!(ttl_ms > 30_000 && ttl_ms <= 60_000, "the set expires when its members would have: {ttl_ms} ms");
+}
+
+#[tokio::test]
+async fn an_instance_that_stops_beating_is_no_longer_counted_once_its_announcement_expires() {
+    let store = member(&prefix("expiry")).await;
+    let long = Duration::from_secs(30);
+    let short = Duration::from_millis(300);
+    assert_eq!(store.heartbeat("steady", long).await.expect("steady"), 1);
+    assert_eq!(store.heartbeat("dies", short).await.expect("dies"), 2);
+    // Redis's clock decides the expiry: wait for it past the short announcement.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(store.heartbeat("steady", long).await.expect("steady again"), 1, "the dead one expired");
+}
+
+#[tokio::test]
+async fn a_fleet_on_a_cluster_lives_in_one_slot_and_counts_like_on_a_node() {
+    let config = RedisConfig {
+        prefix: prefix("cluster"),
+        deadline: crate::SHARED_DEADLINE,
+        connect_timeout: crate::CONNECT,
+        ..RedisConfig::cluster(RedisCluster::shared().urls())
+    };
+    let store = RedisStore::connect(config).await.expect("connect to the shared cluster");
+    let ttl = Duration::from_secs(30);
+    for (n, instance) in ["x", "y", "z"].iter().enumerate() {
+        assert_eq!(store.heartbeat(instance, ttl).await.expect("heartbeat"), n as u32 + 1);
+    }
+    store.leave("y").await.expect("y leaves");
+    assert_eq!(store.heartbeat("x", ttl).await.expect("x"), 2);
+}
+
+#[tokio::test]
+async fn a_heartbeat_to_a_dead_node_is_a_transient_store_error() {
+    let mut server = RedisServer::start();
+    let config = RedisConfig { deadline: Duration::from_millis(200), ..crate::node_config(&server) };
+    let store = RedisStore::connect(config).await.expect("connect");
+    assert_eq!(store.heartbeat("only", Duration::from_secs(5)).await.expect("alive"), 1);
+    server.stop();
+    let error = store.heartbeat("only", Duration::from_secs(5)).await.expect_err("the node is gone");
+    assert!(error.is_transient(), "a dead node is worth retrying later: {error}");
+}
