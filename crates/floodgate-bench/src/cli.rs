@@ -410,6 +410,11 @@ pub enum Fault {
     /// `SIGKILL`, then a new, empty `redis-server` on the same port: connections are refused, and
     /// the counters are gone when it is back.
     Kill,
+    /// A proxy between the servers and Redis holds each request for `--delay`: a slow link.
+    Slow,
+    /// A proxy between the servers and Redis accepts connections and forwards nothing: a dropped
+    /// route. What it held is forwarded when the fault ends.
+    Blackhole,
 }
 
 impl Fault {
@@ -418,6 +423,8 @@ impl Fault {
         match self {
             Fault::Pause => "pause",
             Fault::Kill => "kill",
+            Fault::Slow => "slow",
+            Fault::Blackhole => "blackhole",
         }
     }
 }
@@ -430,6 +437,8 @@ pub enum OnStoreError {
     FailOpen,
     /// Deny (`error_denied`).
     FailClosed,
+    /// Decide on this instance's share of the limit (`local_allowed`, `local_denied`).
+    Local,
 }
 
 impl OnStoreError {
@@ -438,6 +447,7 @@ impl OnStoreError {
         match self {
             OnStoreError::FailOpen => "fail_open",
             OnStoreError::FailClosed => "fail_closed",
+            OnStoreError::Local => "local",
         }
     }
 }
@@ -481,6 +491,13 @@ pub struct OutageArgs {
     /// The store deadline (`store.deadline`; whole milliseconds).
     #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = parse_duration)]
     pub deadline: Duration,
+    /// `--fault slow`: how long the proxy holds each request.
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = parse_duration)]
+    pub delay: Duration,
+    /// The servers' `store.instances`: the local share is ceil(limit × local_factor / instances)
+    /// (default: --instances).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub share_of: Option<u64>,
     /// How long the store's circuit breaker stays open before its probe (`store.breaker.open_for`;
     /// whole milliseconds).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]

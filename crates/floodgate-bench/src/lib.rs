@@ -34,6 +34,7 @@ pub mod math;
 pub mod outage;
 pub mod plot;
 pub mod progress;
+mod proxy;
 pub mod report;
 pub mod target;
 pub mod throughput;

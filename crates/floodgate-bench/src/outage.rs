@@ -10,12 +10,21 @@
 //! - `pause`: `SIGSTOP`, then `SIGCONT` — a frozen node: the kernel still accepts connections and
 //!   requests, nothing answers, so each decision waits out the store deadline;
 //! - `kill`: `SIGKILL`, then a new `redis-server` on the same port — connections are refused, and
-//!   the new node is empty: every counter starts again from zero.
+//!   the new node is empty: every counter starts again from zero;
+//! - `slow`: a proxy between the servers and Redis holds each request for `--delay`;
+//! - `blackhole`: that proxy accepts connections and forwards nothing, then forwards what it held.
+//!
+//! The servers' breaker is watched on their `/metrics` every 10 ms: the report gives how long after
+//! the fault's start it opened and how long after its end every server's breaker was closed again.
+//! With `--on-store-error local`, each server decides on its share, ceil(limit × 2 / instances)
+//! (`--share-of` sets that `instances`), and the report gives the most one server admitted locally
+//! for one key in one window.
 //!
 //! Every decision is kept (send time, latency, key, outcome) and split by its **send time** into
 //! `before`, `during` (from the moment the fault's signal was sent to the moment the resume or
 //! restart was) and `after`. Verdicts the servers made by `on_store_error` are errors
-//! (`store_fail_open`, `store_fail_closed`), not decisions; the first decision the store made
+//! (`store_fail_open`, `store_fail_closed`, `store_local_allowed`, `store_local_denied`), not
+//! decisions; the first decision the store made
 //! again after the fault is the recovery.
 
 use std::collections::HashMap;
@@ -28,12 +37,13 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::Usage;
-use crate::cli::{Fault, OutageArgs};
+use crate::cli::{Fault, OnStoreError, OutageArgs};
 use crate::instances::{LocalServer, redis_store_yaml};
 use crate::keys::{KeyDistribution, Rng};
 use crate::math::{self, Percentiles};
 use crate::plot::{Band, Overlay};
 use crate::progress::{Batch, Live, Progress};
+use crate::proxy::{FaultProxy, Link};
 use crate::report::{BUCKET_MS, Errors, Grid, Outcome, Report, Tally, human_us};
 use crate::target::{Shape, Target};
 use crate::units::{micros, millis, nanos, wall_micros};
@@ -42,7 +52,11 @@ use crate::units::{micros, millis, nanos, wall_micros};
 pub const MAX_OUTAGE_DURATION: Duration = Duration::from_secs(600);
 
 /// The error kinds of verdicts a server made by a rule's `on_store_error`.
-const STORE_ERRORS: [&str; 2] = ["store_fail_open", "store_fail_closed"];
+const STORE_ERRORS: [&str; 4] =
+    ["store_fail_open", "store_fail_closed", "store_local_allowed", "store_local_denied"];
+
+/// The servers' `local_factor` (the default).
+const LOCAL_FACTOR: u64 = 2;
 
 /// How long a `redis-server` or a `floodgate` server may take to be ready.
 const STARTUP: Duration = Duration::from_secs(10);
@@ -57,10 +71,19 @@ pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
     validate(args)?;
     let rule = args.algorithm.rule_yaml("outage", "user", args.limit, args.window).map_err(Usage)?;
     let mut node = RedisNode::start(&args.redis_server).await?;
+    let proxy = match args.fault {
+        Fault::Slow | Fault::Blackhole => {
+            let upstream = node.addr().parse().map_err(|e| anyhow::anyhow!("redis address: {e}"))?;
+            Some(FaultProxy::start(upstream).await?)
+        }
+        Fault::Pause | Fault::Kill => None,
+    };
+    let url = proxy.as_ref().map_or_else(|| node.url(), |p| format!("redis://{}", p.addr()));
     let yaml = format!(
-        "{}  breaker: {{open_for: {}ms}}\nrules:\n{rule}    on_store_error: {}\n",
-        redis_store_yaml(&node.url(), Some(args.deadline)),
+        "{}  breaker: {{open_for: {}ms}}\n  instances: {}\nrules:\n{rule}    on_store_error: {}\n",
+        redis_store_yaml(&url, Some(args.deadline)),
         args.open_for.as_millis().max(1),
+        args.share_of.unwrap_or(args.instances),
         args.on_store_error.name()
     );
     let mut servers = Vec::new();
@@ -75,12 +98,13 @@ pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
         }
     }
     let report = match result {
-        Ok(()) => drive(args, &mut node, &servers).await,
+        Ok(()) => drive(args, &mut node, proxy.as_ref(), &servers).await,
         Err(e) => Err(e),
     };
     for server in servers {
         server.stop().await;
     }
+    drop(proxy);
     drop(node);
     report
 }
@@ -136,7 +160,12 @@ async fn start_server(yaml: &str) -> anyhow::Result<LocalServer> {
 }
 
 /// The load, the fault and the report.
-async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer]) -> anyhow::Result<Report> {
+async fn drive(
+    args: &OutageArgs,
+    node: &mut RedisNode,
+    proxy: Option<&FaultProxy>,
+    servers: &[LocalServer],
+) -> anyhow::Result<Report> {
     let mut targets = Vec::new();
     for server in servers {
         targets.push(Target::http(&server.url(), args.timeout, false)?);
@@ -154,8 +183,11 @@ async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer])
     let ticker = progress.tick_timed(started, Arc::clone(&live), Arc::clone(&stop));
     let deadline = started + args.duration;
     let mut workers = Vec::new();
+    let breakers =
+        tokio::spawn(watch_breakers(servers.iter().map(LocalServer::url).collect(), started, deadline));
     for w in 0..args.concurrency {
-        let target = targets[(w % targets.len() as u64) as usize].clone();
+        let instance = (w % targets.len() as u64) as usize;
+        let target = targets[instance].clone();
         let (shape, keys, live, stop) = (shape.clone(), keys.clone(), live.clone(), stop.clone());
         let mut rng = Rng::stream(args.seed, w);
         workers.push(tokio::spawn(async move {
@@ -175,6 +207,7 @@ async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer])
                     sent_us,
                     latency_ns,
                     key: u32::try_from(key).unwrap_or(u32::MAX),
+                    instance: u16::try_from(instance).unwrap_or(u16::MAX),
                     outcome,
                 });
                 batch.count(outcome, &live);
@@ -184,7 +217,7 @@ async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer])
         }));
     }
 
-    let fault = inject(args, node, started).await;
+    let fault = inject(args, node, proxy, started).await;
     if fault.is_err() {
         stop.store(true, Ordering::Relaxed);
     }
@@ -199,6 +232,8 @@ async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer])
     let _ = ticker.await;
     progress.finish();
     let span = fault?;
+    let breaker_samples = breakers.await.unwrap_or_default();
+    let breaker = breaker_timing(&breaker_samples, span);
 
     let load_us = micros(args.duration);
     let [before, during, after] = split(&events, span);
@@ -219,6 +254,13 @@ async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer])
         instances: args.instances,
         concurrency: args.concurrency,
         deadline_ms: ms(micros(args.deadline)),
+        delay_ms: (args.fault == Fault::Slow).then(|| ms(micros(args.delay))),
+        local_share: (args.on_store_error == OnStoreError::Local)
+            .then(|| (args.limit * LOCAL_FACTOR).div_ceil(args.share_of.unwrap_or(args.instances))),
+        max_local_admitted_per_instance_key_window: (args.on_store_error == OnStoreError::Local)
+            .then(|| max_local_admitted(&events, wall0_us, window_us)),
+        breaker_opened_after_ms: breaker.opened_after_us.map(ms),
+        breaker_closed_after_ms: breaker.closed_after_us.map(ms),
         fault_start_ms: ms(span.start_us),
         fault_end_ms: ms(span.end_us),
         counters_reset: args.fault == Fault::Kill,
@@ -246,15 +288,17 @@ async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer])
         errors_per_bucket[bucket] += 1;
     }
     let label = match args.fault {
-        Fault::Pause => "Redis paused",
-        Fault::Kill => "Redis killed (restarted empty)",
+        Fault::Pause => "Redis paused".to_owned(),
+        Fault::Kill => "Redis killed (restarted empty)".to_owned(),
+        Fault::Slow => format!("Redis {:?} slower", args.delay),
+        Fault::Blackhole => "Redis black-holed".to_owned(),
     };
     let grid = phase_grid(&details.phases);
     let mut report = Report::new(total.summary("outage", &target, wall, wall), details);
     report.grids.push(grid);
     report.timeline = Some(total.timeline);
     report.overlay = Overlay {
-        band: Some(Band { from_ms: ms(span.start_us), to_ms: ms(span.end_us), label: label.into() }),
+        band: Some(Band { from_ms: ms(span.start_us), to_ms: ms(span.end_us), label }),
         errors: Some(errors_per_bucket),
     };
     Ok(report)
@@ -262,7 +306,19 @@ async fn drive(args: &OutageArgs, node: &mut RedisNode, servers: &[LocalServer])
 
 /// Breaks Redis at `--at` for `--for` and mends it: from when the signal was sent to when the
 /// resume or restart was.
-async fn inject(args: &OutageArgs, node: &mut RedisNode, started: Instant) -> anyhow::Result<Span> {
+async fn inject(
+    args: &OutageArgs,
+    node: &mut RedisNode,
+    proxy: Option<&FaultProxy>,
+    started: Instant,
+) -> anyhow::Result<Span> {
+    let link = |to: Link| match proxy {
+        Some(proxy) => {
+            proxy.set(to);
+            Ok(())
+        }
+        None => Err(anyhow::anyhow!("--fault {} needs the proxy", args.fault.name())),
+    };
     tokio::time::sleep_until((started + args.at).into()).await;
     // The fault starts when the signal is sent (the watchdog's `kill` builtin delivers it within
     // microseconds) and ends when the resume or restart is.
@@ -270,6 +326,8 @@ async fn inject(args: &OutageArgs, node: &mut RedisNode, started: Instant) -> an
     match args.fault {
         Fault::Pause => node.signal("STOP").await?,
         Fault::Kill => node.signal("KILL").await?,
+        Fault::Slow => link(Link::Delay(args.delay))?,
+        Fault::Blackhole => link(Link::Hole)?,
     }
     // `--for` from the actual start: a late timer delays the fault, it does not shorten it.
     tokio::time::sleep_until((start + args.fault_for).into()).await;
@@ -278,6 +336,7 @@ async fn inject(args: &OutageArgs, node: &mut RedisNode, started: Instant) -> an
     match args.fault {
         Fault::Pause => node.signal("CONT").await?,
         Fault::Kill => node.restart().await?,
+        Fault::Slow | Fault::Blackhole => link(Link::Pass)?,
     }
     Ok(Span { start_us, end_us })
 }
@@ -299,6 +358,19 @@ struct Details {
     concurrency: u64,
     /// The store deadline.
     deadline_ms: f64,
+    /// `slow`: how long the proxy held each request.
+    delay_ms: Option<f64>,
+    /// `local`: each server's share, ceil(limit × local_factor / instances).
+    local_share: Option<u64>,
+    /// `local`: the most one server admitted locally (`store_local_allowed`) for one key within one
+    /// fixed window: at most `local_share` when the share held.
+    max_local_admitted_per_instance_key_window: Option<u64>,
+    /// From the fault's start to the first sample with a server's breaker open; `null` if none
+    /// opened.
+    breaker_opened_after_ms: Option<f64>,
+    /// From the fault's end to the first sample with every server's breaker closed again (after
+    /// it had opened); `null` if it never opened, or had not closed by the end of the run.
+    breaker_closed_after_ms: Option<f64>,
     /// The fault, from its signal to the resume or restart (ms from the start of the load).
     fault_start_ms: f64,
     fault_end_ms: f64,
@@ -341,6 +413,12 @@ struct PhaseReport {
     passed_by_fail_open: u64,
     /// `store_fail_closed` errors: requests denied because the store failed.
     denied_by_fail_closed: u64,
+    /// `store_local_allowed` errors: requests a server's local share admitted.
+    admitted_locally: u64,
+    /// `store_local_denied` errors: requests a server's local share denied.
+    denied_locally: u64,
+    /// HTTP 5xx answers (the goal is none, whatever the fault).
+    http_5xx: u64,
     #[serde(flatten)]
     latency: Percentiles,
 }
@@ -362,6 +440,9 @@ impl PhaseReport {
             },
             passed_by_fail_open: kind(STORE_ERRORS[0]),
             denied_by_fail_closed: kind(STORE_ERRORS[1]),
+            admitted_locally: kind(STORE_ERRORS[2]),
+            denied_locally: kind(STORE_ERRORS[3]),
+            http_5xx: kind("http_5xx"),
             latency: math::percentiles(&tally.latency),
         }
     }
@@ -405,6 +486,8 @@ struct Event {
     latency_ns: u64,
     /// The key's index.
     key: u32,
+    /// The server it was sent to.
+    instance: u16,
     outcome: Outcome,
 }
 
@@ -476,6 +559,79 @@ fn max_admitted_per_key_window(events: &[Event], wall0_us: u64, window_us: u64) 
         }
     }
     counts.into_values().max().unwrap_or(0)
+}
+
+/// The most admissions by one server's local share (`store_local_allowed`) of one key within one
+/// fixed window, counted as [`max_admitted_per_key_window`] counts.
+fn max_local_admitted(events: &[Event], wall0_us: u64, window_us: u64) -> u64 {
+    let mut counts: HashMap<(u16, u32, u64), u64> = HashMap::new();
+    for e in events.iter().filter(|e| e.outcome == Outcome::Error(STORE_ERRORS[2])) {
+        let sent = wall0_us + e.sent_us;
+        let answered = sent + e.latency_ns.div_ceil(1000);
+        let window = sent / window_us;
+        if answered < (window + 1) * window_us {
+            *counts.entry((e.instance, e.key, window)).or_default() += 1;
+        }
+    }
+    counts.into_values().max().unwrap_or(0)
+}
+
+/// One look at the servers' breakers: when (µs from the start of the load), and whether any was
+/// not closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BreakerSample {
+    at_us: u64,
+    any_open: bool,
+}
+
+/// Reads `floodgate_store_breaker_state` from each server's `/metrics` every 10 ms until `until`.
+async fn watch_breakers(urls: Vec<String>, started: Instant, until: Instant) -> Vec<BreakerSample> {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let uris: Vec<http::Uri> = urls.iter().filter_map(|u| format!("{u}/metrics").parse().ok()).collect();
+    let mut samples = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while Instant::now() < until {
+        tick.tick().await;
+        let at_us = micros(started.elapsed());
+        let mut any_open = false;
+        for uri in &uris {
+            let answer = tokio::time::timeout(Duration::from_millis(500), client.get(uri.clone())).await;
+            let Ok(Ok(response)) = answer else { continue };
+            let Ok(body) = http_body_util::BodyExt::collect(response.into_body()).await else { continue };
+            any_open |= breaker_open(&body.to_bytes());
+        }
+        samples.push(BreakerSample { at_us, any_open });
+    }
+    samples
+}
+
+/// Whether a `/metrics` text says the store's breaker is open or half-open.
+fn breaker_open(metrics: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(metrics);
+    text.lines()
+        .filter(|l| l.starts_with("floodgate_store_breaker_state{"))
+        .filter_map(|l| l.rsplit_once(' '))
+        .any(|(_, v)| v.trim().parse::<f64>().is_ok_and(|v| v > 0.0))
+}
+
+/// When the breaker opened after the fault's start, and closed everywhere after its end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct BreakerTiming {
+    opened_after_us: Option<u64>,
+    closed_after_us: Option<u64>,
+}
+
+fn breaker_timing(samples: &[BreakerSample], span: Span) -> BreakerTiming {
+    let Some(opened) = samples.iter().find(|s| s.at_us >= span.start_us && s.any_open) else {
+        return BreakerTiming::default();
+    };
+    let closed = samples.iter().find(|s| s.at_us >= span.end_us.max(opened.at_us) && !s.any_open);
+    BreakerTiming {
+        opened_after_us: Some(opened.at_us - span.start_us),
+        closed_after_us: closed.map(|s| s.at_us - span.end_us),
+    }
 }
 
 // === impl RedisNode ===
@@ -682,7 +838,7 @@ mod tests {
     use super::*;
 
     fn event(sent_ms: u64, outcome: Outcome) -> Event {
-        Event { sent_us: sent_ms * 1000, latency_ns: 1_000_000, key: 0, outcome }
+        Event { sent_us: sent_ms * 1000, latency_ns: 1_000_000, key: 0, instance: 0, outcome }
     }
 
     const OPEN: Outcome = Outcome::Error("store_fail_open");
@@ -806,6 +962,7 @@ mod tests {
             sent_us,
             latency_ns: latency_us * 1000,
             key,
+            instance: 0,
             outcome: Outcome::Allowed,
         };
         // wall0 = 10.5 s, 1 s windows: run µs 0..500 000 are in window 10, 500 000.. in window 11.
@@ -818,5 +975,46 @@ mod tests {
         events.push(Event { outcome: OPEN, ..allowed(0, 600_000, 100) });
         assert_eq!(max_admitted_per_key_window(&events, wall0, 1_000_000), 4);
         assert_eq!(max_admitted_per_key_window(&[], wall0, 1_000_000), 0);
+    }
+
+    #[test]
+    fn local_admissions_are_counted_per_server_key_and_window() {
+        let local = |instance: u16, key: u32, sent_us: u64| Event {
+            sent_us,
+            latency_ns: 100_000,
+            key,
+            instance,
+            outcome: Outcome::Error("store_local_allowed"),
+        };
+        let mut events = vec![local(0, 7, 1_000); 3];
+        events.extend(vec![local(1, 7, 2_000); 5]); // another server: its own share
+        events.extend(vec![local(0, 7, 1_001_000); 4]); // the next window
+        events.push(Event { outcome: Outcome::Allowed, ..local(1, 7, 3_000) }); // the store's
+        events.push(Event { outcome: Outcome::Error("store_local_denied"), ..local(1, 7, 3_000) });
+        assert_eq!(max_local_admitted(&events, 0, 1_000_000), 5);
+        assert_eq!(max_local_admitted(&events[..3], 0, 1_000_000), 3);
+    }
+
+    #[test]
+    fn the_breaker_opens_after_the_fault_starts_and_closes_after_it_ends() {
+        let sample = |at_ms: u64, any_open: bool| BreakerSample { at_us: at_ms * 1000, any_open };
+        let span = Span { start_us: 2_000_000, end_us: 4_000_000 };
+        let samples = [
+            sample(1_990, false),
+            sample(2_000, false),
+            sample(2_030, true),
+            sample(3_000, true),
+            sample(4_000, true),
+            sample(4_210, false),
+        ];
+        let timing = breaker_timing(&samples, span);
+        assert_eq!(timing, BreakerTiming { opened_after_us: Some(30_000), closed_after_us: Some(210_000) });
+        assert_eq!(breaker_timing(&samples[..2], span), BreakerTiming::default(), "never opened");
+        let still_open = breaker_timing(&samples[..5], span);
+        assert_eq!((still_open.opened_after_us, still_open.closed_after_us), (Some(30_000), None));
+        let metrics =
+            b"# TYPE floodgate_store_breaker_state gauge\nfloodgate_store_breaker_state{store=\"redis\"} 2\n";
+        assert!(breaker_open(metrics));
+        assert!(!breaker_open(b"floodgate_store_breaker_state{store=\"redis\"} 0\n"));
     }
 }

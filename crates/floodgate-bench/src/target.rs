@@ -339,7 +339,8 @@ fn route_outcome(status: http::StatusCode) -> Outcome {
 }
 
 /// A verdict the store did not make: the server answered by a rule's `on_store_error`
-/// (`fail_open` → `error_allowed`, `fail_closed` → `error_denied`). Counted as errors, not as
+/// (`fail_open` → `error_allowed`, `fail_closed` → `error_denied`, `local` → `local_allowed` or
+/// `local_denied`). Counted as errors, not as
 /// admissions or denials, so that `allowed` is what the limiter decided.
 fn store_failure(body: &[u8]) -> Option<&'static str> {
     let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
@@ -347,6 +348,10 @@ fn store_failure(body: &[u8]) -> Option<&'static str> {
         Some("store_fail_open")
     } else if has(b"\"error_denied\"") {
         Some("store_fail_closed")
+    } else if has(b"\"local_allowed\"") {
+        Some("store_local_allowed")
+    } else if has(b"\"local_denied\"") {
+        Some("store_local_denied")
     } else {
         None
     }
@@ -415,6 +420,9 @@ mod tests {
         assert_eq!(store_failure(open), Some("store_fail_open"));
         assert_eq!(store_failure(br#"{"limits":[{"outcome":"error_denied"}]}"#), Some("store_fail_closed"));
         assert_eq!(store_failure(br#"{"allowed":true,"limits":[{"outcome":"allowed"}]}"#), None);
+        let local = br#"{"allowed":true,"limits":[{"outcome":"local_allowed"}]}"#;
+        assert_eq!(store_failure(local), Some("store_local_allowed"));
+        assert_eq!(store_failure(br#"{"limits":[{"outcome":"local_denied"}]}"#), Some("store_local_denied"));
     }
 
     #[test]

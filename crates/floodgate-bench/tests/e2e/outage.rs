@@ -172,3 +172,48 @@ async fn a_paused_redis_under_fail_closed_charges_nothing_for_the_requests_it_de
     );
     assert_redis_gone(&v).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_redis_under_local_decides_on_each_servers_share_and_comes_back() {
+    // Two servers, each with the share ceil(5 × 2 / 2) = 5 per key and window.
+    let extra = ["--fault", "blackhole", "--on-store-error", "local", "-m", "2"];
+    let v = outage("5", &extra).await;
+    assert_common(&v, "outage");
+    assert_eq!((v["fault"].as_str(), v["on_store_error"].as_str()), (Some("blackhole"), Some("local")));
+    assert_phases_add_up(&v);
+    assert_store_decides(&v, "before");
+    assert_store_decides(&v, "after");
+    let during = &v["phases"]["during"];
+    assert!(
+        u(during, "admitted_locally") > 0 && u(during, "denied_locally") > 0,
+        "the share decides: {during}"
+    );
+    assert_eq!(u(during, "passed_by_fail_open") + u(during, "http_5xx"), 0, "{during}");
+    assert_eq!(u(&v, "local_share"), 5);
+    let local = u(&v, "max_local_admitted_per_instance_key_window");
+    assert!((1..=5).contains(&local), "one server admitted {local} for one key in one window: {v}");
+    // Nothing ever answers through the hole: the breaker opens (ten timeouts of 20 ms in a row per
+    // server, 4 callers), well within the fault, and closes after it.
+    let opened = f(&v, "breaker_opened_after_ms");
+    assert!(opened < 900.0, "the breaker opened {opened} ms into the fault: {v}");
+    let closed = v["breaker_closed_after_ms"].as_f64().unwrap_or_else(|| panic!("still open: {v}"));
+    assert!(closed < 2000.0, "the breaker closed {closed} ms after the fault: {v}");
+    assert_redis_gone(&v).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowed_redis_past_the_deadline_is_a_failure_the_policy_decides() {
+    // 100 ms on each request, five times the deadline: every call times out.
+    let v = outage("5", &["--fault", "slow", "--delay", "100ms", "--on-store-error", "fail_closed"]).await;
+    assert_common(&v, "outage");
+    assert_eq!(f(&v, "delay_ms"), 100.0);
+    assert_phases_add_up(&v);
+    assert_store_decides(&v, "before");
+    assert_store_decides(&v, "after");
+    let during = &v["phases"]["during"];
+    assert!(u(during, "denied_by_fail_closed") > 0, "{during}");
+    assert_eq!(u(during, "passed_by_fail_open") + u(during, "http_5xx"), 0, "{during}");
+    assert!(v["breaker_opened_after_ms"].as_f64().is_some(), "the breaker opened: {v}");
+    let max = u(&v, "max_admitted_per_key_window");
+    assert!((1..=5).contains(&max), "a slow store never over-admits: {max}");
+}
