@@ -369,6 +369,12 @@ pub struct InstancesArgs {
     /// its own memory store: the exactness test for a fleet.
     #[arg(long, value_name = "URL", conflicts_with = "targets")]
     pub redis: Option<String>,
+    /// The in-process servers share this Redis Cluster instead (a seed node's URL, repeatable).
+    #[arg(long = "redis-cluster", value_name = "URL", conflicts_with_all = ["targets", "redis"])]
+    pub redis_cluster: Vec<String>,
+    /// The in-process servers' `store.deadline` on Redis (default: the store's default).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub deadline: Option<Duration>,
     /// Accept targets that are not on loopback.
     #[arg(long)]
     pub allow_remote: bool,

@@ -95,6 +95,16 @@ pub fn redis_store_yaml(url: &str, deadline: Option<Duration>) -> String {
     yaml
 }
 
+/// The `store:` section of a Redis Cluster at `urls` (seed nodes), with `deadline` if given.
+pub fn redis_cluster_store_yaml(urls: &[String], deadline: Option<Duration>) -> String {
+    let list: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
+    let mut yaml = format!("store:\n  kind: redis_cluster\n  urls: [{}]\n", list.join(", "));
+    if let Some(deadline) = deadline {
+        yaml.push_str(&format!("  deadline: {}ms\n", deadline.as_millis().max(1)));
+    }
+    yaml
+}
+
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
 struct Details {
@@ -128,13 +138,13 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
             .algorithm
             .rule_yaml("shared", &args.key_descriptor, args.limit, args.window)
             .map_err(Usage)?;
-        let store = match &args.redis {
-            None => "store:\n  kind: memory\n".to_owned(),
-            Some(url) => {
-                crate::target::check_redis_loopback(url, args.allow_remote)
-                    .map_err(|e| Usage(e.to_string()))?;
-                redis_store_yaml(url, None)
-            }
+        for url in args.redis.iter().chain(&args.redis_cluster) {
+            crate::target::check_redis_loopback(url, args.allow_remote).map_err(|e| Usage(e.to_string()))?;
+        }
+        let store = match (&args.redis, args.redis_cluster.as_slice()) {
+            (Some(url), _) => redis_store_yaml(url, args.deadline),
+            (None, []) => "store:\n  kind: memory\n".to_owned(),
+            (None, urls) => redis_cluster_store_yaml(urls, args.deadline),
         };
         let yaml = format!("{store}rules:\n{rule}");
         for _ in 0..args.instances {
@@ -214,10 +224,11 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
         per_instance_admitted: per_instance,
         passed_by_fail_open: fail_open,
         over_admission_with_fail_open: over_admission_ratio(total.allowed + fail_open, args.limit),
-        store: match (&args.redis, in_process) {
-            (_, false) => "external",
-            (None, true) => "memory (one per instance)",
-            (Some(_), true) => "redis (shared)",
+        store: match (&args.redis, args.redis_cluster.is_empty(), in_process) {
+            (_, _, false) => "external",
+            (Some(_), _, true) => "redis (shared)",
+            (None, false, true) => "redis_cluster (shared)",
+            (None, true, true) => "memory (one per instance)",
         },
     };
     let target = if in_process { format!("{} in-process servers", targets.len()) } else { urls.join(",") };
