@@ -1,0 +1,201 @@
+//! [`TlsConfig`]: the certificates of a `rediss://` connection, checked before any connection is
+//! made so that a bad file is reported by name, not by a failed handshake.
+
+use std::path::Path;
+
+use redis::{ClientTlsConfig, TlsCertificates};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use redis::cluster::ClusterClientBuilder;
+
+use crate::Target;
+
+/// PEM text and where it came from (a file's path, or a name the caller gives), for errors.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Pem {
+    origin: String,
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A private key's bytes are never printed.
+        f.debug_struct("Pem").field("origin", &self.origin).field("bytes", &self.bytes.len()).finish()
+    }
+}
+
+impl Pem {
+    /// PEM text held in memory; `origin` names it in errors (`"the client key"`).
+    pub fn new(origin: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Pem {
+        Pem { origin: origin.into(), bytes: bytes.into() }
+    }
+
+    /// The contents of the file at `path`, named by its path in errors. Only read here: whether it
+    /// holds what it should is checked when the store is built.
+    ///
+    /// # Errors
+    /// [`TlsError::Read`] when the file is missing or unreadable.
+    pub fn read(path: impl AsRef<Path>) -> Result<Pem, TlsError> {
+        let path = path.as_ref();
+        let origin = path.display().to_string();
+        match std::fs::read(path) {
+            Ok(bytes) => Ok(Pem { origin, bytes }),
+            Err(source) => Err(TlsError::Read { origin, source }),
+        }
+    }
+
+    /// Where the text came from.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// The PEM text.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// The certificates of a TLS (`rediss://`) connection. Every field is optional; the default
+/// verifies the server against the platform's trusted roots and presents no client certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsConfig {
+    /// The certificates (one or more, PEM) that the server's certificate must chain to, for a
+    /// private CA; when `None`, the platform's trusted roots (read from the system's certificate
+    /// store) are used.
+    pub ca: Option<Pem>,
+    /// The client certificate chain (PEM) presented for mutual TLS; needs [`TlsConfig::key`].
+    pub cert: Option<Pem>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of [`TlsConfig::cert`].
+    pub key: Option<Pem>,
+}
+
+/// Why a TLS setting cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {origin}: {source}")]
+    Read {
+        /// The file's path.
+        origin: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file does not hold what it should.
+    #[error("{what} {origin}: {why}")]
+    Invalid {
+        /// Which setting (`"the CA bundle"`, `"the client certificate"`, `"the client key"`).
+        what: &'static str,
+        /// Where its text came from.
+        origin: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A client certificate without its key, or a key without its certificate.
+    #[error("{0}")]
+    Unpaired(&'static str),
+    /// TLS settings for a URL that does not use TLS.
+    #[error("TLS settings need rediss:// URLs, and {url:?} is not one")]
+    NotTls {
+        /// The URL.
+        url: String,
+    },
+}
+
+impl TlsConfig {
+    /// Checks the settings against `target`, and turns them into the `redis` crate's form.
+    pub(crate) fn certificates(&self, target: &Target) -> Result<TlsCertificates, TlsError> {
+        let urls: &[String] = match target {
+            Target::Node(url) => std::slice::from_ref(url),
+            Target::Cluster(seeds) => seeds,
+        };
+        if let Some(url) = urls.iter().find(|u| !is_tls_url(u)) {
+            return Err(TlsError::NotTls { url: url.clone() });
+        }
+        self.check()?;
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                Some(ClientTlsConfig { client_cert: cert.bytes.clone(), client_key: key.bytes.clone() })
+            }
+            _ => None,
+        };
+        Ok(TlsCertificates { client_tls, root_cert: self.ca.as_ref().map(|ca| ca.bytes.clone()) })
+    }
+
+    /// Checks that every file holds what it should, and that a certificate comes with its key.
+    ///
+    /// # Errors
+    /// [`TlsError::Invalid`] naming the file and what is wrong with it, or [`TlsError::Unpaired`].
+    pub fn check(&self) -> Result<(), TlsError> {
+        if let Some(ca) = &self.ca {
+            let certs = certificates(ca, "the CA bundle")?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in certs {
+                roots.add(cert).map_err(|e| invalid("the CA bundle", ca, format!("not a usable CA: {e}")))?;
+            }
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                certificates(cert, "the client certificate")?;
+                PrivateKeyDer::from_pem_slice(&key.bytes).map_err(|e| {
+                    invalid("the client key", key, format!("no private key in PEM form ({e})"))
+                })?;
+                Ok(())
+            }
+            (Some(_), None) => Err(TlsError::Unpaired("a client certificate needs its key (tls key)")),
+            (None, Some(_)) => Err(TlsError::Unpaired("a client key needs its certificate (tls cert)")),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+/// Whether `url` asks for TLS.
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    url.get(..9).is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
+fn certificates(pem: &Pem, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(&pem.bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(what, pem, format!("invalid PEM ({e})")))?;
+    if certs.is_empty() {
+        return Err(invalid(what, pem, "no certificate (-----BEGIN CERTIFICATE-----) in it".into()));
+    }
+    Ok(certs)
+}
+
+fn invalid(what: &'static str, pem: &Pem, why: String) -> TlsError {
+    TlsError::Invalid { what, origin: pem.origin.clone(), why }
+}
+
+/// Makes ring the crypto provider of rustls in this process, unless one already is.
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Fails only when another thread installed one meanwhile, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// A client of the node at `url`, over TLS with `certs` when given.
+pub(crate) fn node_client(url: &str, certs: Option<&TlsCertificates>) -> redis::RedisResult<redis::Client> {
+    match certs {
+        Some(certs) => {
+            install_crypto_provider();
+            redis::Client::build_with_tls(url, certs.clone())
+        }
+        None => redis::Client::open(url),
+    }
+}
+
+/// A cluster client builder from `seeds`, over TLS with `certs` when given.
+pub(crate) fn cluster_builder(seeds: &[String], certs: Option<&TlsCertificates>) -> ClusterClientBuilder {
+    let builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str));
+    match certs {
+        Some(certs) => {
+            install_crypto_provider();
+            builder.certs(certs.clone())
+        }
+        None => builder,
+    }
+}
