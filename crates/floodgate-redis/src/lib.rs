@@ -140,7 +140,7 @@ mod tls;
 pub use config::{HashTag, RedisConfig, Target};
 pub use probe::{PROBE_CACHE, PROBE_TIMEOUT_FLOOR, Readiness};
 pub use store::RedisStore;
-pub use tls::{Pem, TlsConfig, TlsError};
+pub use tls::{Pem, TlsConfig, TlsError, TlsFile};
 
 /// The Lua script the store runs (the files of `src/lua`, concatenated), for tools that measure or
 /// load it themselves (the benchmark compares `redis-benchmark EVALSHA` of it with the store).

@@ -2,6 +2,7 @@
 //! made so that a bad file is reported by name, not by a failed handshake.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use redis::{ClientTlsConfig, TlsCertificates};
 use rustls::pki_types::pem::PemObject;
@@ -12,8 +13,14 @@ use redis::cluster::ClusterClientBuilder;
 use crate::Target;
 
 /// PEM text and where it came from (a file's path, or a name the caller gives), for errors.
+/// Cloning shares the text.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Pem {
+    inner: Arc<PemText>,
+}
+
+#[derive(PartialEq, Eq)]
+struct PemText {
     origin: String,
     bytes: Vec<u8>,
 }
@@ -21,14 +28,17 @@ pub struct Pem {
 impl std::fmt::Debug for Pem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // A private key's bytes are never printed.
-        f.debug_struct("Pem").field("origin", &self.origin).field("bytes", &self.bytes.len()).finish()
+        f.debug_struct("Pem")
+            .field("origin", &self.inner.origin)
+            .field("bytes", &self.inner.bytes.len())
+            .finish()
     }
 }
 
 impl Pem {
-    /// PEM text held in memory; `origin` names it in errors (`"the client key"`).
+    /// PEM text held in memory; `origin` names it in errors (`"the mounted secret"`).
     pub fn new(origin: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Pem {
-        Pem { origin: origin.into(), bytes: bytes.into() }
+        Pem { inner: Arc::new(PemText { origin: origin.into(), bytes: bytes.into() }) }
     }
 
     /// The contents of the file at `path`, named by its path in errors. Only read here: whether it
@@ -40,19 +50,19 @@ impl Pem {
         let path = path.as_ref();
         let origin = path.display().to_string();
         match std::fs::read(path) {
-            Ok(bytes) => Ok(Pem { origin, bytes }),
+            Ok(bytes) => Ok(Pem::new(origin, bytes)),
             Err(source) => Err(TlsError::Read { origin, source }),
         }
     }
 
     /// Where the text came from.
     pub fn origin(&self) -> &str {
-        &self.origin
+        &self.inner.origin
     }
 
     /// The PEM text.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        &self.inner.bytes
     }
 }
 
@@ -83,10 +93,10 @@ pub enum TlsError {
         source: std::io::Error,
     },
     /// A file does not hold what it should.
-    #[error("{what} {origin}: {why}")]
+    #[error("{file} {origin}: {why}")]
     Invalid {
-        /// Which setting (`"the CA bundle"`, `"the client certificate"`, `"the client key"`).
-        what: &'static str,
+        /// Which setting.
+        file: TlsFile,
         /// Where its text came from.
         origin: String,
         /// What is wrong with it.
@@ -103,6 +113,27 @@ pub enum TlsError {
     },
 }
 
+/// One of the PEM settings of a [`TlsConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFile {
+    /// [`TlsConfig::ca`].
+    Ca,
+    /// [`TlsConfig::cert`].
+    Cert,
+    /// [`TlsConfig::key`].
+    Key,
+}
+
+impl std::fmt::Display for TlsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFile::Ca => "the CA bundle",
+            TlsFile::Cert => "the client certificate",
+            TlsFile::Key => "the client key",
+        })
+    }
+}
+
 impl TlsConfig {
     /// Checks the settings against `target`, and turns them into the `redis` crate's form.
     pub(crate) fn certificates(&self, target: &Target) -> Result<TlsCertificates, TlsError> {
@@ -116,11 +147,11 @@ impl TlsConfig {
         self.check()?;
         let client_tls = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
-                Some(ClientTlsConfig { client_cert: cert.bytes.clone(), client_key: key.bytes.clone() })
+                Some(ClientTlsConfig { client_cert: cert.bytes().to_vec(), client_key: key.bytes().to_vec() })
             }
             _ => None,
         };
-        Ok(TlsCertificates { client_tls, root_cert: self.ca.as_ref().map(|ca| ca.bytes.clone()) })
+        Ok(TlsCertificates { client_tls, root_cert: self.ca.as_ref().map(|ca| ca.bytes().to_vec()) })
     }
 
     /// Checks that every file holds what it should, and that a certificate comes with its key.
@@ -129,18 +160,17 @@ impl TlsConfig {
     /// [`TlsError::Invalid`] naming the file and what is wrong with it, or [`TlsError::Unpaired`].
     pub fn check(&self) -> Result<(), TlsError> {
         if let Some(ca) = &self.ca {
-            let certs = certificates(ca, "the CA bundle")?;
+            let certs = certificates(ca, TlsFile::Ca)?;
             let mut roots = rustls::RootCertStore::empty();
             for cert in certs {
-                roots.add(cert).map_err(|e| invalid("the CA bundle", ca, format!("not a usable CA: {e}")))?;
+                roots.add(cert).map_err(|e| invalid(TlsFile::Ca, ca, format!("not a usable CA: {e}")))?;
             }
         }
         match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
-                certificates(cert, "the client certificate")?;
-                PrivateKeyDer::from_pem_slice(&key.bytes).map_err(|e| {
-                    invalid("the client key", key, format!("no private key in PEM form ({e})"))
-                })?;
+                certificates(cert, TlsFile::Cert)?;
+                PrivateKeyDer::from_pem_slice(key.bytes())
+                    .map_err(|e| invalid(TlsFile::Key, key, format!("no private key in PEM form ({e})")))?;
                 Ok(())
             }
             (Some(_), None) => Err(TlsError::Unpaired("a client certificate needs its key (tls key)")),
@@ -155,18 +185,18 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
     url.get(..9).is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
 }
 
-fn certificates(pem: &Pem, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(&pem.bytes)
+fn certificates(pem: &Pem, file: TlsFile) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem.bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| invalid(what, pem, format!("invalid PEM ({e})")))?;
+        .map_err(|e| invalid(file, pem, format!("invalid PEM ({e})")))?;
     if certs.is_empty() {
-        return Err(invalid(what, pem, "no certificate (-----BEGIN CERTIFICATE-----) in it".into()));
+        return Err(invalid(file, pem, "no certificate (-----BEGIN CERTIFICATE-----) in it".into()));
     }
     Ok(certs)
 }
 
-fn invalid(what: &'static str, pem: &Pem, why: String) -> TlsError {
-    TlsError::Invalid { what, origin: pem.origin.clone(), why }
+fn invalid(file: TlsFile, pem: &Pem, why: String) -> TlsError {
+    TlsError::Invalid { file, origin: pem.origin().to_owned(), why }
 }
 
 /// Makes ring the crypto provider of rustls in this process, unless one already is.
