@@ -168,10 +168,19 @@ impl TlsConfig {
         }
         match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
-                certificates(cert, TlsFile::Cert)?;
-                PrivateKeyDer::from_pem_slice(key.bytes())
+                let chain = certificates(cert, TlsFile::Cert)?;
+                let der = PrivateKeyDer::from_pem_slice(key.bytes())
                     .map_err(|e| invalid(TlsFile::Key, key, format!("no private key in PEM form ({e})")))?;
-                Ok(())
+                let provider = rustls::crypto::ring::default_provider();
+                match rustls::sign::CertifiedKey::from_der(chain, der, &provider) {
+                    Ok(_) => Ok(()),
+                    Err(rustls::Error::InconsistentKeys(_)) => Err(invalid(
+                        TlsFile::Key,
+                        key,
+                        format!("not the key of the client certificate {}", cert.origin()),
+                    )),
+                    Err(e) => Err(invalid(TlsFile::Key, key, format!("not a usable private key: {e}"))),
+                }
             }
             (Some(_), None) => Err(TlsError::Unpaired("a client certificate needs its key (tls key)")),
             (None, Some(_)) => Err(TlsError::Unpaired("a client key needs its certificate (tls cert)")),

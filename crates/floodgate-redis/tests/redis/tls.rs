@@ -202,6 +202,14 @@ async fn bad_tls_settings_are_refused_by_name_before_connecting() {
     let message = build_error(RedisConfig { tls: Some(cert_as_key), ..RedisConfig::node(url) });
     assert!(message.contains("the client key") && message.contains("no private key"), "{message}");
 
+    let strangers_key = TlsConfig { key: Some(pem(certs.server_key())), ..mutual(&certs) };
+    let message = build_error(RedisConfig { tls: Some(strangers_key), ..RedisConfig::node(url) });
+    let cert_path = certs.client_cert().display().to_string();
+    assert!(
+        message.contains("not the key of the client certificate") && message.contains(&cert_path),
+        "{message}"
+    );
+
     // A missing file, named with the reason.
     let missing = certs.dir().join("missing.pem");
     let error = Pem::read(&missing).expect_err("no such file");
