@@ -2,13 +2,17 @@
 
 use std::time::Duration;
 
+use crate::TlsConfig;
+
 /// Which Redis the store talks to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// One Redis node (or a primary behind a proxy): `redis://[user:password@]host:port[/db]`,
-    /// `rediss://` for TLS where the `redis` crate is built with it, `redis+unix:///path` for a socket.
+    /// `rediss://` for TLS (certificates in [`RedisConfig::tls`]), `redis+unix:///path` for a
+    /// socket.
     Node(String),
-    /// A Redis Cluster, found from any of these seed nodes (`redis://host:port` each).
+    /// A Redis Cluster, found from any of these seed nodes (`redis://host:port` each, or all
+    /// `rediss://host:port` for TLS).
     Cluster(Vec<String>),
 }
 
@@ -51,6 +55,10 @@ pub struct RedisConfig {
     pub max_in_flight: usize,
     /// Which part of a key picks its cluster slot (default [`HashTag::Key`]).
     pub hash_tag: HashTag,
+    /// The certificates of a TLS connection (default `None`: with a `rediss://` URL, the server is
+    /// verified against the platform's trusted roots, and no client certificate is presented).
+    /// Only for `rediss://` URLs: with any other, building the store fails.
+    pub tls: Option<TlsConfig>,
 }
 
 impl RedisConfig {
@@ -81,6 +89,7 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(1),
             max_in_flight: 1024,
             hash_tag: HashTag::Key,
+            tls: None,
         }
     }
 }

@@ -99,6 +99,16 @@
 //!   in some slots and not others). The single-limit scripts pay one more argument and one
 //!   comparison: about 0.25 µs of Redis CPU per decision.
 //!
+//! # TLS
+//!
+//! A `rediss://` URL (every seed of a cluster) connects over TLS (rustls, on the ring provider),
+//! the readiness probe's connection too. [`RedisConfig::tls`] gives the certificates, each
+//! optional: a CA bundle for a private CA (otherwise the platform's trusted roots), and a client
+//! certificate with its key for servers that require one (`tls-auth-clients yes`). They are checked
+//! when the store is built, each file named in the error ([`TlsError`]); TLS settings with a URL
+//! that is not `rediss://` are refused. A handshake that fails — a server certificate that does not
+//! verify, a client certificate missing or refused — is a permanent store error.
+//!
 //! # Redis Cluster
 //!
 //! A key's slot is picked by its hash tag ([`HashTag::Key`] by default, or one descriptor's value
@@ -125,10 +135,12 @@ mod key;
 mod probe;
 mod script;
 mod store;
+mod tls;
 
 pub use config::{HashTag, RedisConfig, Target};
 pub use probe::{PROBE_CACHE, PROBE_TIMEOUT_FLOOR, Readiness};
 pub use store::RedisStore;
+pub use tls::{Pem, TlsConfig, TlsError, TlsFile};
 
 /// The Lua script the store runs (the files of `src/lua`, concatenated), for tools that measure or
 /// load it themselves (the benchmark compares `redis-benchmark EVALSHA` of it with the store).

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
 
-use crate::{RedisConfig, Target};
+use crate::{RedisConfig, Target, tls};
 
 /// How long a readiness answer is reused.
 pub const PROBE_CACHE: Duration = Duration::from_secs(1);
@@ -43,11 +43,14 @@ impl std::fmt::Debug for Probe {
 impl Probe {
     /// A probe of `config`'s Redis, not connected yet; every `PING` gets the store's deadline, at
     /// least [`PROBE_TIMEOUT_FLOOR`].
-    pub(crate) fn new(config: &RedisConfig) -> Result<Probe, redis::RedisError> {
+    pub(crate) fn new(
+        config: &RedisConfig,
+        certs: Option<&redis::TlsCertificates>,
+    ) -> Result<Probe, redis::RedisError> {
         let timeout = config.deadline.max(PROBE_TIMEOUT_FLOOR);
         let conn = match &config.target {
             Target::Node(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = tls::node_client(url, certs)?;
                 let manager = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
@@ -57,7 +60,7 @@ impl Probe {
                 ProbeConn::Node(ConnectionManager::new_lazy_with_config(client, manager)?)
             }
             Target::Cluster(seeds) => {
-                let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                let client = tls::cluster_builder(seeds, certs)
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .retries(0)

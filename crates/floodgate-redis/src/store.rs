@@ -9,7 +9,7 @@ use floodgate::{Limit, OnStoreError};
 use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, ScriptInvocation};
 use smallvec::SmallVec;
@@ -19,7 +19,7 @@ use crate::error::classify;
 use crate::key::{ALGORITHM_TAGS, algorithm_tag, redis_key, tag};
 use crate::probe::{Probe, Readiness};
 use crate::script::{self, ONE_BUCKET, ONE_WINDOW, Reply, Row, SCRIPT, ScriptMode, ScriptOp, Timing};
-use crate::{HashTag, RedisConfig, Target};
+use crate::{HashTag, RedisConfig, Target, tls};
 
 /// Slack added to every expiry under a test clock: Redis expires keys on its own clock, which does
 /// not follow the test's.
@@ -157,9 +157,17 @@ impl RedisStore {
             return Err(config_error("the deadline and max_in_flight must be above zero".into()));
         }
         let bad = |e: RedisError| config_error(format!("invalid Redis configuration: {e}"));
+        let certs = match &config.tls {
+            Some(tls) => Some(tls.certificates(&config.target).map_err(|e| StoreError::Backend {
+                message: format!("invalid Redis TLS configuration: {e}"),
+                transient: false,
+                source: Some(Box::new(e)),
+            })?),
+            None => None,
+        };
         let conn = match &config.target {
             Target::Node(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(bad)?;
+                let client = tls::node_client(url, certs.as_ref()).map_err(bad)?;
                 let manager = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(config.deadline))
                     .set_connection_timeout(Some(config.connect_timeout))
@@ -172,7 +180,7 @@ impl RedisStore {
                 Conn::Node(ConnectionManager::new_lazy_with_config(client, manager).map_err(bad)?)
             }
             Target::Cluster(seeds) => {
-                let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                let client = tls::cluster_builder(seeds, certs.as_ref())
                     .connection_timeout(config.connect_timeout)
                     .response_timeout(config.deadline)
                     .retries(3)
@@ -186,7 +194,7 @@ impl RedisStore {
                 Conn::Cluster(client.get_pending_async_connection_with_config(cluster))
             }
         };
-        let probe = Probe::new(&config).map_err(bad)?;
+        let probe = Probe::new(&config, certs.as_ref()).map_err(bad)?;
         Ok(RedisStore {
             shared: Arc::new(Shared {
                 conn,

@@ -29,7 +29,8 @@
 //!
 //! The building blocks are public too, for store-specific tests: [`TestKey`] encodes distinct keys
 //! the way the engine does, [`StoreUnderTest`] wraps a store and its clock with one-op helpers, and
-//! [`every_algorithm`] gives one limit of each of the seven algorithms. [`CountingStore`] wraps
+//! [`every_algorithm`] gives one limit of each of the seven algorithms. [`redis`] starts real
+//! `redis-server` processes (TLS ones on certificates from [`tls`]). [`CountingStore`] wraps
 //! a real store and counts the calls made to it (round trips per request).
 //!
 //! [`Store`]: floodgate::Store
@@ -43,6 +44,7 @@ mod counting;
 mod flaky;
 pub mod redis;
 mod subject;
+pub mod tls;
 
 pub use counting::{Calls, CountingStore};
 pub use flaky::{Behaviour, FlakyStore};

@@ -7,6 +7,9 @@
 //! watchdog kills the server and removes its directory. [`RedisServer::shared`] and
 //! [`RedisCluster::shared`] start one per test process on first use, for the tests that can share.
 //!
+//! [`RedisServer::start_tls`] and [`RedisCluster::start_tls`] start them with TLS only (`rediss://`),
+//! on certificates the test makes ([`TestCerts`]), requiring client certificates or not.
+//!
 //! When `redis-server` is not installed, starting one **fails the test** with the command to
 //! install it (`apt-get install -y redis-server`): Redis tests never skip silently.
 //!
@@ -26,6 +29,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::tls::TestCerts;
+
 /// What to run when Redis is missing.
 const INSTALL: &str = "apt-get install -y redis-server";
 
@@ -38,8 +43,66 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     args: Vec<String>,
+    /// TLS only, with these certificates, when set.
+    tls: Option<ServerTls>,
     /// The watchdog shell; its stdin is our end of the pipe.
     watchdog: Option<Child>,
+}
+
+/// Whether a TLS server asks its clients for a certificate signed by its CA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// Clients must present one (mutual TLS): `--tls-auth-clients yes`.
+    Required,
+    /// Clients present none: `--tls-auth-clients no`.
+    Off,
+}
+
+#[derive(Debug, Clone)]
+struct ServerTls {
+    certs: TestCerts,
+    client_auth: ClientAuth,
+}
+
+impl ServerTls {
+    /// The `redis-server` arguments: TLS on the server's port, no plain port.
+    fn server_args(&self, port: &str) -> Vec<String> {
+        let path = |p: PathBuf| p.display().to_string();
+        let auth = match self.client_auth {
+            ClientAuth::Required => "yes",
+            ClientAuth::Off => "no",
+        };
+        [
+            "--port",
+            "0",
+            "--tls-port",
+            port,
+            "--tls-cert-file",
+            &path(self.certs.server_cert()),
+            "--tls-key-file",
+            &path(self.certs.server_key()),
+            "--tls-ca-cert-file",
+            &path(self.certs.ca()),
+            "--tls-auth-clients",
+            auth,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// The `redis-cli` arguments: TLS with the CA, presenting the client certificate.
+    fn cli_args(&self) -> Vec<String> {
+        let path = |p: PathBuf| p.display().to_string();
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            path(self.certs.ca()),
+            "--cert".into(),
+            path(self.certs.client_cert()),
+            "--key".into(),
+            path(self.certs.client_key()),
+        ]
+    }
 }
 
 /// Panics with the install command when `program` is missing.
@@ -85,11 +148,12 @@ fn temp_dir(port: u16) -> PathBuf {
     dir
 }
 
-/// Runs `redis-cli -p port args…`; its output, trimmed.
-fn cli(port: u16, args: &[&str]) -> Result<String, String> {
+/// Runs `redis-cli -p port args…` (over TLS with `tls`); its output, trimmed.
+fn cli(port: u16, tls: Option<&ServerTls>, args: &[&str]) -> Result<String, String> {
     require("redis-cli");
     let out = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(tls.map(ServerTls::cli_args).unwrap_or_default())
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -118,6 +182,27 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`].
     pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::start_on(args, None)
+    }
+
+    /// Starts a single node that speaks TLS only (`rediss://`), with the server certificate of
+    /// `certs`, verifying client certificates against its CA when `client_auth` requires them.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    pub fn start_tls(certs: &TestCerts, client_auth: ClientAuth) -> RedisServer {
+        RedisServer::start_tls_with(certs, client_auth, &[])
+    }
+
+    /// [`RedisServer::start_tls`] with extra `redis-server` arguments.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    pub fn start_tls_with(certs: &TestCerts, client_auth: ClientAuth, args: &[&str]) -> RedisServer {
+        RedisServer::start_on(args, Some(ServerTls { certs: certs.clone(), client_auth }))
+    }
+
+    fn start_on(args: &[&str], tls: Option<ServerTls>) -> RedisServer {
         require("redis-server");
         // One start at a time in this process: a port picked as free stays unclaimed until the
         // server binds it, and two starts racing for it would both believe the server is theirs.
@@ -130,6 +215,7 @@ impl RedisServer {
                 port,
                 dir: temp_dir(port),
                 args: args.iter().map(|a| (*a).to_owned()).collect(),
+                tls: tls.clone(),
                 watchdog: None,
             };
             match server.launch() {
@@ -160,9 +246,14 @@ cat >/dev/null
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 rm -rf "$dir""#;
+        let listen = match &self.tls {
+            Some(tls) => tls.server_args(&port),
+            None => vec!["--port".into(), port],
+        };
         let child = Command::new("sh")
             .args(["-c", script, "sh", &dir])
-            .args(["--port", &port, "--bind", "127.0.0.1", "--dir", &dir, "--logfile", &log])
+            .args(listen)
+            .args(["--bind", "127.0.0.1", "--dir", &dir, "--logfile", &log])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no"])
             .args(&self.args)
             .stdin(Stdio::piped())
@@ -173,12 +264,12 @@ rm -rf "$dir""#;
         self.watchdog = Some(child);
         let started = Instant::now();
         loop {
-            if let Ok(pong) = cli(self.port, &["PING"])
+            if let Ok(pong) = self.try_cli(&["PING"])
                 && pong == "PONG"
             {
                 // The answer must come from this server, not from another process's on the same
                 // port (ours then failed to bind): its working directory is ours alone.
-                let dir = cli(self.port, &["CONFIG", "GET", "dir"]).unwrap_or_default();
+                let dir = self.try_cli(&["CONFIG", "GET", "dir"]).unwrap_or_default();
                 let ours = self.dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| dir.contains(n));
                 if ours {
                     return Ok(());
@@ -201,9 +292,15 @@ rm -rf "$dir""#;
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://127.0.0.1:<port>` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The certificates of a TLS server.
+    pub fn certs(&self) -> Option<&TestCerts> {
+        self.tls.as_ref().map(|t| &t.certs)
     }
 
     /// Its working directory.
@@ -216,7 +313,12 @@ rm -rf "$dir""#;
     /// # Panics
     /// When `redis-cli` fails.
     pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args).unwrap_or_else(|e| panic!("redis-cli {args:?} on port {}: {e}", self.port))
+        self.try_cli(args).unwrap_or_else(|e| panic!("redis-cli {args:?} on port {}: {e}", self.port))
+    }
+
+    /// Runs a command with `redis-cli` (over TLS, with the client certificate, for a TLS server).
+    fn try_cli(&self, args: &[&str]) -> Result<String, String> {
+        cli(self.port, self.tls.as_ref(), args)
     }
 
     /// Whether the server is running.
@@ -273,6 +375,20 @@ impl RedisCluster {
     /// When `redis-server` is not installed (with the command to install it) or the cluster does
     /// not form.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_on(None)
+    }
+
+    /// Starts three nodes that speak TLS only, to clients and to each other
+    /// (`--tls-cluster yes`, `--tls-replication yes`), as [`RedisServer::start_tls`] does; the
+    /// nodes' URLs are `rediss://`.
+    ///
+    /// # Panics
+    /// As [`RedisCluster::start`].
+    pub fn start_tls(certs: &TestCerts, client_auth: ClientAuth) -> RedisCluster {
+        RedisCluster::start_on(Some((certs, client_auth)))
+    }
+
+    fn start_on(tls: Option<(&TestCerts, ClientAuth)>) -> RedisCluster {
         let node_args = [
             "--cluster-enabled",
             "yes",
@@ -281,18 +397,26 @@ impl RedisCluster {
             "--cluster-node-timeout",
             "5000",
         ];
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(&node_args)).collect();
+        let tls_args = ["--tls-cluster", "yes", "--tls-replication", "yes"];
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| match tls {
+                Some((certs, auth)) => {
+                    RedisServer::start_tls_with(certs, auth, &[&node_args[..], &tls_args[..]].concat())
+                }
+                None => RedisServer::start_with(&node_args),
+            })
+            .collect();
         let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
         let mut args: Vec<&str> = vec!["--cluster", "create"];
         args.extend(addresses.iter().map(String::as_str));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
-        if let Err(e) = cli(nodes[0].port(), &args) {
+        if let Err(e) = nodes[0].try_cli(&args) {
             panic!("redis-cli --cluster create failed: {e}");
         }
         let started = Instant::now();
         while !nodes
             .iter()
-            .all(|n| cli(n.port(), &["CLUSTER", "INFO"]).is_ok_and(|i| i.contains("cluster_state:ok")))
+            .all(|n| n.try_cli(&["CLUSTER", "INFO"]).is_ok_and(|i| i.contains("cluster_state:ok")))
         {
             assert!(started.elapsed() < Duration::from_secs(30), "the cluster did not become ok");
             std::thread::sleep(Duration::from_millis(50));

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use floodgate::{MemoryConfig, OnFull};
-use floodgate_redis::{HashTag, RedisConfig};
+use floodgate_redis::{HashTag, Pem, RedisConfig, Target, TlsConfig, TlsError, TlsFile};
 
 use super::descriptors::Vocabulary;
 use crate::duration;
@@ -24,6 +24,7 @@ const STORE_FIELDS: &[&str] = &[
     "connect_timeout",
     "max_in_flight",
     "hash_tag",
+    "tls",
     "breaker",
     "instances",
     "local_factor",
@@ -36,6 +37,7 @@ const REDIS_FIELDS: &[&str] = &[
     "deadline",
     "connect_timeout",
     "max_in_flight",
+    "tls",
     "breaker",
     "instances",
     "local_factor",
@@ -48,11 +50,13 @@ const CLUSTER_FIELDS: &[&str] = &[
     "connect_timeout",
     "max_in_flight",
     "hash_tag",
+    "tls",
     "breaker",
     "instances",
     "local_factor",
 ];
 const BREAKER_FIELDS: &[&str] = &["failure_rate", "min_calls", "consecutive_failures", "window", "open_for"];
+const TLS_FIELDS: &[&str] = &["ca", "cert", "key"];
 
 /// Validates the `store` section.
 pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<(StoreConfig, Survival), Invalid> {
@@ -83,7 +87,7 @@ pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<(StoreC
             )));
         }
     }
-    let store = match kind {
+    let mut store = match kind {
         "memory" => return Ok((StoreConfig::Memory(memory(&fields)?), Survival::default())),
         "redis" => {
             let url = fields.require("url", "a Redis store needs url: redis://host:port")?;
@@ -104,8 +108,61 @@ pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<(StoreC
             redis(&fields, RedisConfig::cluster(urls), vocabulary)?
         }
     };
+    store.tls = tls(&fields, &store.target)?;
     let survival = survival(&fields, &store)?;
     Ok((StoreConfig::Redis(store), survival))
+}
+
+/// `tls: {ca, cert, key}`: PEM files, each optional, read and checked now so that a bad one is
+/// reported at its line. Paths are relative to the working directory. Only for `rediss://` URLs.
+fn tls(fields: &Fields<'_>, target: &Target) -> Result<Option<TlsConfig>, Invalid> {
+    let Some(item) = fields.get("tls") else { return Ok(None) };
+    let at = fields.key_item("tls").unwrap_or(item.clone());
+    let urls: &[String] = match target {
+        Target::Node(url) => std::slice::from_ref(url),
+        Target::Cluster(seeds) => seeds,
+    };
+    if let Some(url) = urls.iter().find(|u| !u.starts_with("rediss://")) {
+        return Err(at.error(format!(
+            "tls applies only to TLS connections, and {url:?} is not one: use rediss:// URLs, or remove tls"
+        )));
+    }
+    let settings = item.fields("the TLS settings (ca, cert, key: PEM file paths)", Some(TLS_FIELDS))?;
+    let file = |name: &str| -> Result<Option<(Item<'_>, Pem)>, Invalid> {
+        let Some(f) = settings.get(name) else { return Ok(None) };
+        let path = f.str("a PEM file path")?;
+        if path.is_empty() {
+            return Err(f.error(format!("{name} is empty: give the path of a PEM file")));
+        }
+        let pem = Pem::read(path).map_err(|e| f.error(e.to_string()))?;
+        Ok(Some((f, pem)))
+    };
+    let ca = file("ca")?;
+    let cert = file("cert")?;
+    let key = file("key")?;
+    match (&cert, &key) {
+        (Some((c, _)), None) => {
+            return Err(c.error("a client certificate needs its private key: add tls.key"));
+        }
+        (None, Some((k, _))) => {
+            return Err(k.error("a client key needs its certificate: add tls.cert"));
+        }
+        _ => {}
+    }
+    // What each file holds, each error at its own field.
+    if let Some((at, pem)) = &ca {
+        let alone = TlsConfig { ca: Some(pem.clone()), ..TlsConfig::default() };
+        alone.check().map_err(|e| at.error(e.to_string()))?;
+    }
+    if let (Some((cert_at, cert)), Some((key_at, key))) = (&cert, &key) {
+        let pair = TlsConfig { ca: None, cert: Some(cert.clone()), key: Some(key.clone()) };
+        pair.check().map_err(|e| match e {
+            TlsError::Invalid { file: TlsFile::Key, .. } => key_at.error(e.to_string()),
+            _ => cert_at.error(e.to_string()),
+        })?;
+    }
+    let config = TlsConfig { ca: ca.map(|(_, p)| p), cert: cert.map(|(_, p)| p), key: key.map(|(_, p)| p) };
+    Ok(Some(config))
 }
 
 /// The breaker and the local fallback's share of a Redis store.

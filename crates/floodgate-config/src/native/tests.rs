@@ -298,3 +298,94 @@ fn fingerprints_change_with_the_definition_only() {
     assert_eq!(fp(a), fp(reordered), "field order and spelling of equal durations do not matter");
     assert_ne!(fp(a), fp(&changed));
 }
+
+/// `store:` for `kind` (`redis` or `redis_cluster`) at `url`, with `tls` as the `tls:` block's
+/// lines (each indented by the caller).
+fn tls_store(kind: &str, url: &str, tls: &str) -> String {
+    let target = match kind {
+        "redis" => format!("  url: {url}\n"),
+        _ => format!("  urls: [{url}]\n"),
+    };
+    format!("store:\n  kind: {kind}\n{target}  tls:\n{tls}")
+}
+
+#[test]
+fn tls_files_are_read_into_the_store_settings() {
+    let certs = floodgate_testkit::tls::TestCerts::generate();
+    let (ca, cert, key) = (certs.ca(), certs.client_cert(), certs.client_key());
+    for kind in ["redis", "redis_cluster"] {
+        let text = tls_store(
+            kind,
+            "rediss://127.0.0.1:6380",
+            &format!("    ca: {}\n    cert: {}\n    key: {}\n", ca.display(), cert.display(), key.display()),
+        );
+        let native = compile_text(&text).unwrap();
+        let StoreConfig::Redis(redis) = &native.store else { panic!("a Redis store") };
+        let tls = redis.tls.as_ref().expect("TLS settings");
+        assert_eq!(tls.ca.as_ref().map(|p| p.bytes().to_vec()), Some(std::fs::read(&ca).unwrap()));
+        assert_eq!(tls.cert.as_ref().map(|p| p.origin().to_owned()), Some(cert.display().to_string()));
+        assert_eq!(tls.key.as_ref().map(|p| p.bytes().to_vec()), Some(std::fs::read(&key).unwrap()));
+    }
+    // Each optional: a CA alone, or nothing (the platform's roots).
+    let ca_only =
+        compile_text(&tls_store("redis", "rediss://h:1", &format!("    ca: {}\n", ca.display()))).unwrap();
+    let StoreConfig::Redis(redis) = &ca_only.store else { panic!("a Redis store") };
+    assert!(redis.tls.as_ref().is_some_and(|t| t.ca.is_some() && t.cert.is_none() && t.key.is_none()));
+    let empty = compile_text("store: {kind: redis, url: 'rediss://h:1', tls: {}}\n").unwrap();
+    let StoreConfig::Redis(redis) = &empty.store else { panic!("a Redis store") };
+    assert_eq!(redis.tls, Some(floodgate_redis::TlsConfig::default()));
+    // rediss:// without tls: the platform's roots, no TLS settings.
+    let plain = compile_text("store: {kind: redis, url: 'rediss://h:1'}\n").unwrap();
+    let StoreConfig::Redis(redis) = &plain.store else { panic!("a Redis store") };
+    assert_eq!(redis.tls, None);
+}
+
+#[test]
+fn bad_tls_settings_are_located() {
+    let certs = floodgate_testkit::tls::TestCerts::generate();
+    let (ca, cert, key) = (certs.ca().display().to_string(), certs.client_cert(), certs.client_key());
+
+    // On a URL without TLS: refused, at `tls`.
+    let e = error(&tls_store("redis", "redis://h:1", &format!("    ca: {ca}\n")));
+    assert_eq!((e.line, e.field.as_deref()), (Some(4), Some("store.tls")), "{}", e.message);
+    assert!(e.message.contains("\"redis://h:1\" is not one: use rediss://"), "{}", e.message);
+    let e = error("store: {kind: redis_cluster, urls: ['rediss://a:1', 'redis://b:2'], tls: {}}\n");
+    assert_eq!(e.field.as_deref(), Some("store.tls"), "{}", e.message);
+    assert!(e.message.contains("\"redis://b:2\""), "{}", e.message);
+
+    // Unknown fields, with a suggestion.
+    let e = error(&tls_store("redis", "rediss://h:1", &format!("    ca: {ca}\n    certificate: x.pem\n")));
+    assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("store.tls.certificate")), "{}", e.message);
+    assert!(e.message.contains("unknown field \"certificate\" in the TLS settings"), "{}", e.message);
+    let e = error("store: {kind: redis, url: 'rediss://h:1', tls: yes}\n");
+    assert_eq!(e.field.as_deref(), Some("store.tls"), "{}", e.message);
+    // `tls` is not a memory store's setting.
+    let e = error("store: {kind: memory, tls: {}}\n");
+    assert!(e.message.contains("does not apply to store kind memory"), "{}", e.message);
+
+    // A missing file: its path and the reason, at its field.
+    let missing = certs.dir().join("nowhere.pem").display().to_string();
+    let e =
+        error(&tls_store("redis_cluster", "rediss://h:1", &format!("    ca: {ca}\n    cert: {missing}\n")));
+    assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("store.tls.cert")), "{}", e.message);
+    assert!(e.message.contains(&format!("cannot read {missing}")), "{}", e.message);
+    let e = error(&tls_store("redis", "rediss://h:1", "    ca: ''\n"));
+    assert_eq!(e.field.as_deref(), Some("store.tls.ca"), "{}", e.message);
+
+    // A certificate without its key, a key without its certificate.
+    let e = error(&tls_store("redis", "rediss://h:1", &format!("    cert: {}\n", cert.display())));
+    assert_eq!((e.line, e.field.as_deref()), (Some(5), Some("store.tls.cert")), "{}", e.message);
+    assert!(e.message.contains("needs its private key: add tls.key"), "{}", e.message);
+    let e = error(&tls_store("redis", "rediss://h:1", &format!("    key: {}\n", key.display())));
+    assert_eq!(e.field.as_deref(), Some("store.tls.key"), "{}", e.message);
+    assert!(e.message.contains("needs its certificate: add tls.cert"), "{}", e.message);
+
+    // Files that do not hold what they should: named, at their field.
+    let e = error(&tls_store("redis", "rediss://h:1", &format!("    ca: {}\n", key.display())));
+    assert_eq!((e.line, e.field.as_deref()), (Some(5), Some("store.tls.ca")), "{}", e.message);
+    assert!(e.message.contains(&format!("the CA bundle {}: no certificate", key.display())), "{}", e.message);
+    let swapped = format!("    cert: {}\n    key: {}\n", cert.display(), cert.display());
+    let e = error(&tls_store("redis", "rediss://h:1", &swapped));
+    assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("store.tls.key")), "{}", e.message);
+    assert!(e.message.contains("the client key") && e.message.contains("no private key"), "{}", e.message);
+}

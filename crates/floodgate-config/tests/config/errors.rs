@@ -189,3 +189,14 @@ fn parse_names_the_given_source() {
     assert_eq!(err.message.split(": ").next(), Some("admin:3:16"));
     assert_eq!(err.field.as_deref(), Some("rules[0].algorithm"));
 }
+
+#[test]
+fn a_missing_tls_file_is_named_with_the_reason() {
+    assert_error(
+        "tls_missing_file.yaml",
+        5,
+        9,
+        "store.tls.ca",
+        &["cannot read tests/config/fixtures/no-such-ca.pem", "No such file"],
+    );
+}

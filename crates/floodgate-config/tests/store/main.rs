@@ -85,3 +85,35 @@ fn a_redis_store_needs_a_runtime_and_a_valid_configuration() {
         assert!(error.to_string().contains("prefix"), "{error}");
     });
 }
+
+#[tokio::test]
+async fn a_configured_tls_store_reaches_a_tls_server_with_its_client_certificate() {
+    use floodgate_testkit::redis::ClientAuth;
+    use floodgate_testkit::tls::TestCerts;
+
+    let certs = TestCerts::generate();
+    let server = RedisServer::start_tls(&certs, ClientAuth::Required);
+    let yaml = |tls: &str| {
+        format!(
+            "store:\n  kind: redis\n  url: {}\n  deadline: 2s\n  connect_timeout: 10s\n  tls:\n{tls}rules: []\n",
+            server.url()
+        )
+    };
+    let ca = format!("    ca: {}\n", certs.ca().display());
+    let mutual = format!(
+        "{ca}    cert: {}\n    key: {}\n",
+        certs.client_cert().display(),
+        certs.client_key().display()
+    );
+
+    let config = floodgate_config::parse("tls.yaml", &yaml(&mutual)).expect("a valid configuration");
+    let store = AnyStore::open(&config.store, &config.survival).expect("a store");
+    assert_eq!(store.kind(), "redis");
+    assert!(store.ready().await.is_ready(), "the server admits the configured client certificate");
+
+    // Without the client certificate, the server refuses the store: not ready, and why.
+    let config = floodgate_config::parse("tls.yaml", &yaml(&ca)).expect("a valid configuration");
+    let store = AnyStore::open(&config.store, &config.survival).expect("a store");
+    let readiness = store.ready().await;
+    assert!(!readiness.is_ready(), "{readiness:?}");
+}

@@ -1,6 +1,6 @@
 //! The Redis store against real `redis-server` processes: the conformance suite (single node and
 //! cluster), a differential test against the memory store, exactness under concurrency, clock skew,
-//! recovery, calls Redis runs after their deadline, the cross-slot protocol, and key expiry.
+//! recovery, calls Redis runs after their deadline, the cross-slot protocol, key expiry, and TLS.
 
 // Recovery tests time real calls against the store's deadline.
 #![allow(clippy::disallowed_methods)]
@@ -14,6 +14,7 @@ mod fleet;
 mod recovery;
 mod skew;
 mod stale;
+mod tls;
 
 use std::time::Duration;
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_server::App;
-use floodgate_testkit::redis::{RedisCluster, RedisServer};
+use floodgate_testkit::redis::{ClientAuth, RedisCluster, RedisServer};
+use floodgate_testkit::tls::TestCerts;
 use serde_json::Value;
 
 use crate::support::{Reply, TestServer, eventually, parse};
@@ -277,10 +278,27 @@ async fn an_invalid_redis_store_configuration_stops_the_start() {
     let config = parse(&chat_config("{ kind: redis, url: \"redis://127.0.0.1:1\", prefix: \"fg{x}\" }"));
     let error = App::new(config, Default::default()).unwrap_err().to_string();
     assert!(error.contains("invalid redis configuration") && error.contains("prefix"), "{error}");
-    // This build has no TLS.
-    let config = parse(&chat_config("{ kind: redis, url: \"rediss://127.0.0.1:1\" }"));
-    let error = App::new(config, Default::default()).unwrap_err().to_string();
-    assert!(error.contains("invalid redis configuration") && error.contains("TLS"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twelve_requests_on_a_tls_redis_that_requires_a_client_certificate() {
+    let certs = TestCerts::generate();
+    let redis = blocking(|| RedisServer::start_tls(&certs, ClientAuth::Required));
+    let config = chat_config(&format!(
+        "{{ kind: redis, url: \"{}\", deadline: 1s, tls: {{ ca: \"{}\", cert: \"{}\", key: \"{}\" }} }}",
+        redis.url(),
+        certs.ca().display(),
+        certs.client_cert().display(),
+        certs.client_key().display()
+    ));
+    let server = TestServer::start(parse(&config)).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async { server.get("/readyz").await.status == 200 }).await,
+        "ready once Redis answers PING over TLS"
+    );
+    twelve_requests(&server).await;
+    assert_eq!(metric(&server, r#"floodgate_store_errors_total{store="redis"}"#).await, Some(0.0));
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
