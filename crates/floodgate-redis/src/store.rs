@@ -1,7 +1,7 @@
 //! [`RedisStore`]: the [`Store`] over one Redis node or a Redis Cluster.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use floodgate::store::{Applied, Mode, Op, OpResult, Store, StoreError};
@@ -85,6 +85,11 @@ struct Shared {
     /// within a call's deadline is stale (see the crate docs).
     margin: Duration,
     in_flight: Semaphore,
+    /// How long [`RedisStore::warm`] may take.
+    connect_timeout: Duration,
+    /// Whether the decision connection has been made and the scripts loaded once
+    /// ([`RedisStore::warm`]).
+    warmed: AtomicBool,
 }
 
 /// One op, ready for the script.
@@ -124,9 +129,23 @@ impl RedisStore {
     /// Connects and loads the script, failing when Redis cannot be reached within
     /// `config.connect_timeout`. Must be called within a Tokio runtime.
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, StoreError> {
-        let connect_timeout = config.connect_timeout;
         let store = RedisStore::connect_lazy(config)?;
-        let mut conn = store.shared.conn.clone();
+        store.warm().await?;
+        Ok(store)
+    }
+
+    /// Makes the decision connection and loads the scripts, within `config.connect_timeout`, so
+    /// that the first decisions don't each pay for them within their deadline: a burst of requests
+    /// on a cold store would otherwise all wait on one connect and a script load each, miss their
+    /// deadline together, and open the breaker on a healthy store. [`RedisStore::ready`] warms a
+    /// cold store before it says ready; once warm, this returns at once. Scripts a restarted Redis
+    /// lost are reloaded by the call that finds them missing.
+    pub async fn warm(&self) -> Result<(), StoreError> {
+        if self.shared.warmed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let timeout = self.shared.connect_timeout;
+        let mut conn = self.shared.conn.clone();
         let load = async {
             for script in [&*SCRIPT, &*ONE_BUCKET, &*ONE_WINDOW] {
                 match &mut conn {
@@ -136,11 +155,19 @@ impl RedisStore {
             }
             Ok::<(), RedisError>(())
         };
-        match tokio::time::timeout(connect_timeout, load).await {
-            Ok(Ok(_)) => Ok(store),
-            Ok(Err(e)) => Err(classify(e, connect_timeout)),
-            Err(_) => Err(StoreError::Timeout(connect_timeout)),
+        match tokio::time::timeout(timeout, load).await {
+            Ok(Ok(())) => {
+                self.shared.warmed.store(true, Ordering::Release);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(classify(e, timeout)),
+            Err(_) => Err(StoreError::Timeout(timeout)),
         }
+    }
+
+    /// Whether [`RedisStore::warm`] has succeeded.
+    pub fn is_warm(&self) -> bool {
+        self.shared.warmed.load(Ordering::Acquire)
     }
 
     /// Builds the store without connecting: the connection is made by the first call and remade
@@ -204,6 +231,8 @@ impl RedisStore {
                 deadline: config.deadline,
                 margin: config.deadline.max(MIN_MARGIN),
                 in_flight: Semaphore::new(config.max_in_flight),
+                connect_timeout: config.connect_timeout,
+                warmed: AtomicBool::new(false),
             }),
             time: Time::Redis,
             local: Arc::new(SystemClock::new()),
@@ -243,7 +272,13 @@ impl RedisStore {
     /// cluster), within the deadline (at least [`PROBE_TIMEOUT_FLOOR`](crate::PROBE_TIMEOUT_FLOOR)),
     /// its answer reused for [`PROBE_CACHE`](crate::PROBE_CACHE); concurrent callers share one
     /// `PING`. For readiness checks (`/readyz`): probing never takes one of the store's slots.
+    ///
+    /// A store that has not yet made its decision connection and loaded its scripts
+    /// ([`RedisStore::warm`]) does so first, and is not ready until it has.
     pub async fn ready(&self) -> Readiness {
+        if let Err(e) = self.warm().await {
+            return Readiness::Failed(format!("cannot connect and load the scripts: {e}"));
+        }
         self.shared.probe.ready().await
     }
 

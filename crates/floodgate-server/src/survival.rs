@@ -69,6 +69,13 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             () = stopped(&mut stop) => break,
         }
+        // A cold store connects and loads its scripts before the first burst of decisions would
+        // (each would otherwise pay for them within its deadline).
+        if !redis.is_warm()
+            && let Err(e) = redis.warm().await
+        {
+            tracing::debug!(store = kind, error = %e, "cannot connect to the store yet");
+        }
         if discover {
             match redis.heartbeat(&instance, HEARTBEAT_TTL).await {
                 Ok(live) if live != fallback.instances() => {

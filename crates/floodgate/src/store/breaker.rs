@@ -6,7 +6,11 @@
 //!   `failure_rate`, the breaker opens; it also opens after `consecutive_failures` failures with no
 //!   success between them, so that a store that dies under heavy traffic is cut off at once rather
 //!   than once its earlier successes have aged out of the window (a black-holed store would
-//!   otherwise cost every call its deadline for most of a window).
+//!   otherwise cost every call its deadline for most of a window). A failure counts toward that
+//!   streak only if its call was sent once the streak had begun (its first failure seen): the calls
+//!   in flight together when one stall — a paused process, a busy scheduler, a slow command — made
+//!   them all miss their deadline are one failure, not hundreds; a store that keeps failing fails
+//!   the calls sent after it too.
 //! - **Open**: no calls; every call fails at once with [`StoreError::BreakerOpen`] (transient), so
 //!   each rule's `on_store_error` decides without waiting.
 //! - **Half-open**, after `open_for`: **exactly one** call goes to the store as a probe while the
@@ -39,7 +43,8 @@ pub struct BreakerConfig {
     /// How far back calls are counted (default 10 s).
     pub window: Duration,
     /// Failures in a row, with no success between them, that open the breaker whatever the rate
-    /// (default 10).
+    /// (default 10); a failure counts only if its call was sent after the streak's first failure
+    /// was seen (see the module docs).
     pub consecutive_failures: u32,
     /// How long the breaker stays open before one probe (default 2 s).
     pub open_for: Duration,
@@ -114,8 +119,10 @@ struct Shared<C> {
     opened_at: AtomicU64,
     /// When the probe in flight started, µs since the epoch; 0 when none is.
     probe_started: AtomicU64,
-    /// Failures since the last success.
+    /// Failures since the last success (of calls sent since the streak began).
     consecutive: AtomicU32,
+    /// When the streak's first failure was seen, µs since the epoch; 0 when there is no streak.
+    streak_since: AtomicU64,
     buckets: [Bucket; BUCKETS],
     on_change: Option<OnChange>,
 }
@@ -180,6 +187,7 @@ impl<S, C: Clock> Breaker<S, C> {
             opened_at: AtomicU64::new(0),
             probe_started: AtomicU64::new(0),
             consecutive: AtomicU32::new(0),
+            streak_since: AtomicU64::new(0),
             buckets: Default::default(),
             on_change,
         };
@@ -235,8 +243,9 @@ impl<S, C: Clock> Breaker<S, C> {
         }
     }
 
-    /// Counts a closed-state call's outcome; opens when the window's failure rate says so.
-    fn record(&self, failed: bool) {
+    /// Counts the outcome of a closed-state call sent at `sent` (µs since the epoch); opens when
+    /// the window's failure rate or the streak of failures says so.
+    fn record(&self, failed: bool, sent: u64) {
         let s = &*self.shared;
         let now = s.clock.now().as_micros();
         let span_len = (micros(s.config.window) / BUCKETS as u64).max(1);
@@ -253,11 +262,23 @@ impl<S, C: Clock> Breaker<S, C> {
         if !failed {
             if s.consecutive.load(Ordering::Relaxed) != 0 {
                 s.consecutive.store(0, Ordering::Relaxed);
+                s.streak_since.store(0, Ordering::Relaxed);
             }
             return;
         }
         bucket.failures.fetch_add(1, Ordering::AcqRel);
-        let in_a_row = s.consecutive.fetch_add(1, Ordering::AcqRel).saturating_add(1);
+        // The first failure begins a streak; after it, only calls sent since it began count.
+        let since = s.streak_since.load(Ordering::Acquire);
+        let in_a_row = if since == 0 {
+            match s.streak_since.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => s.consecutive.fetch_add(1, Ordering::AcqRel).saturating_add(1),
+                Err(_) => s.consecutive.load(Ordering::Acquire),
+            }
+        } else if sent >= since {
+            s.consecutive.fetch_add(1, Ordering::AcqRel).saturating_add(1)
+        } else {
+            s.consecutive.load(Ordering::Acquire)
+        };
         // Only a failure can open the breaker, so only a failure sums the window.
         let (mut calls, mut failures) = (0u64, 0u64);
         for b in &s.buckets {
@@ -280,6 +301,7 @@ impl<S, C: Clock> Breaker<S, C> {
         let s = &*self.shared;
         s.probe_started.store(0, Ordering::Release);
         s.consecutive.store(0, Ordering::Release);
+        s.streak_since.store(0, Ordering::Release);
         if succeeded {
             for b in &s.buckets {
                 b.calls.store(0, Ordering::Release);
@@ -315,8 +337,9 @@ impl<S, C: Clock> Breaker<S, C> {
         match self.admit() {
             Admit::Reject => Err(StoreError::BreakerOpen),
             Admit::Call => {
+                let sent = self.shared.clock.now().as_micros();
                 let result = call.await;
-                self.record(counts_as_failure(&result));
+                self.record(counts_as_failure(&result), sent);
                 result
             }
             Admit::Probe => {
@@ -370,8 +393,9 @@ impl<S: Store, C: Clock> Store for Breaker<S, C> {
         match self.admit() {
             Admit::Reject => Some(Err(StoreError::BreakerOpen)),
             Admit::Call => {
+                let sent = self.shared.clock.now().as_micros();
                 let result = self.inner.try_apply_now(ops, mode, out)?;
-                self.record(counts_as_failure(&result));
+                self.record(counts_as_failure(&result), sent);
                 Some(result)
             }
             Admit::Probe => {

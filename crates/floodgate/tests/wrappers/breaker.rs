@@ -228,6 +228,31 @@ async fn failures_in_a_row_open_it_whatever_the_successes_before() {
     assert_eq!(r.changes(), [BreakerState::Open]);
 }
 
+#[tokio::test]
+async fn calls_that_fail_together_in_one_stall_are_one_failure_of_the_streak() {
+    let r = rig_with(BreakerConfig { consecutive_failures: 5, ..config() });
+    for _ in 0..1000 {
+        r.call().await.unwrap();
+    }
+    // Fifty calls in flight when the store stalls; a millisecond later they all fail together.
+    r.flaky.set(Behaviour::Hanging);
+    let stalled = futures_util::future::join_all((0..50).map(|_| r.call()));
+    let (failed, ()) = tokio::join!(stalled, async {
+        tokio::task::yield_now().await;
+        r.clock.advance(Duration::from_millis(1));
+        r.flaky.set(Behaviour::Failing);
+    });
+    assert!(failed.iter().all(Result::is_err));
+    assert_eq!(r.breaker.state(), BreakerState::Closed, "one stall: one failure of the streak, not fifty");
+    // A store that keeps failing fails the calls sent after the stall too: those count.
+    for _ in 0..3 {
+        assert!(r.call().await.is_err());
+    }
+    assert_eq!(r.breaker.state(), BreakerState::Closed, "4 in a row");
+    assert!(r.call().await.is_err());
+    assert_eq!(r.breaker.state(), BreakerState::Open, "the fifth sent after the streak began opens it");
+}
+
 /// A breaker that never opens is the store it wraps: the store conformance suite passes through it.
 mod conformance {
     floodgate_testkit::conformance_tests!(|clock| floodgate::store::Breaker::with_clock(
