@@ -145,6 +145,7 @@ async fn a_local_rule_decides_on_its_share_while_redis_is_down_and_its_admission
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // Times real calls against the store's deadline.
 async fn an_open_breaker_decides_at_once_on_a_black_holed_store() {
     // A listener that accepts connections and never answers: each call waits its whole deadline
     // until the breaker opens.
