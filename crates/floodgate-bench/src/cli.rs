@@ -421,6 +421,9 @@ pub enum Fault {
     /// A proxy between the servers and Redis accepts connections and forwards nothing: a dropped
     /// route. What it held is forwarded when the fault ends.
     Blackhole,
+    /// On a cluster of 3 masters with one replica each, `SIGKILL` to a master: its replica is
+    /// promoted after the cluster node timeout (1 s), and the killed node stays down.
+    MasterKill,
 }
 
 impl Fault {
@@ -431,6 +434,7 @@ impl Fault {
             Fault::Kill => "kill",
             Fault::Slow => "slow",
             Fault::Blackhole => "blackhole",
+            Fault::MasterKill => "master-kill",
         }
     }
 }

@@ -38,7 +38,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::Usage;
 use crate::cli::{Fault, OnStoreError, OutageArgs};
-use crate::instances::{LocalServer, redis_store_yaml};
+use crate::instances::{LocalServer, redis_cluster_store_yaml, redis_store_yaml};
 use crate::keys::{KeyDistribution, Rng};
 use crate::math::{self, Percentiles};
 use crate::plot::{Band, Overlay};
@@ -70,18 +70,32 @@ const INSTALL: &str = "install it (apt-get install -y redis-server) or pass --re
 pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
     validate(args)?;
     let rule = args.algorithm.rule_yaml("outage", "user", args.limit, args.window).map_err(Usage)?;
-    let mut node = RedisNode::start(&args.redis_server).await?;
+    // `master-kill`: a cluster of 3 masters with a replica each; `node` is the master to kill, the
+    // others stay in `cluster` until the run ends.
+    let (mut node, cluster) = match args.fault {
+        Fault::MasterKill => {
+            let (master, others) = start_cluster(&args.redis_server).await?;
+            (master, others)
+        }
+        _ => (RedisNode::start(&args.redis_server, &[]).await?, Vec::new()),
+    };
     let proxy = match args.fault {
         Fault::Slow | Fault::Blackhole => {
             let upstream = node.addr().parse().map_err(|e| anyhow::anyhow!("redis address: {e}"))?;
             Some(FaultProxy::start(upstream).await?)
         }
-        Fault::Pause | Fault::Kill => None,
+        Fault::Pause | Fault::Kill | Fault::MasterKill => None,
     };
     let url = proxy.as_ref().map_or_else(|| node.url(), |p| format!("redis://{}", p.addr()));
+    let store = if cluster.is_empty() {
+        redis_store_yaml(&url, Some(args.deadline))
+    } else {
+        let urls: Vec<String> = std::iter::once(&node).chain(&cluster).map(RedisNode::url).collect();
+        redis_cluster_store_yaml(&urls, Some(args.deadline))
+    };
     let yaml = format!(
         "{}  breaker: {{open_for: {}ms}}\n  instances: {}\nrules:\n{rule}    on_store_error: {}\n",
-        redis_store_yaml(&url, Some(args.deadline)),
+        store,
         args.open_for.as_millis().max(1),
         args.share_of.unwrap_or(args.instances),
         args.on_store_error.name()
@@ -106,7 +120,69 @@ pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
     }
     drop(proxy);
     drop(node);
+    drop(cluster);
     report
+}
+
+/// The cluster node timeout of `master-kill` runs: how long until a master that stopped answering
+/// is failed over to its replica.
+const CLUSTER_NODE_TIMEOUT_MS: u64 = 1000;
+
+/// Six nodes made into a cluster of 3 masters with one replica each (`redis-cli --cluster create`),
+/// once every node says the cluster is `ok` and every master has its replica: the first master,
+/// and the other five.
+async fn start_cluster(program: &Path) -> anyhow::Result<(RedisNode, Vec<RedisNode>)> {
+    let timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
+    let extra = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        &timeout,
+    ];
+    let mut nodes = Vec::new();
+    for _ in 0..6 {
+        nodes.push(RedisNode::start(program, &extra).await?);
+    }
+    let created = tokio::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(nodes.iter().map(RedisNode::addr))
+        .args(["--cluster-replicas", "1", "--cluster-yes"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| anyhow::anyhow!("redis-cli (apt-get install -y redis-tools): {e}"))?;
+    anyhow::ensure!(
+        created.status.success(),
+        "redis-cli --cluster create failed: {}",
+        String::from_utf8_lossy(&created.stdout).lines().last().unwrap_or("")
+    );
+    let deadline = Instant::now() + STARTUP;
+    loop {
+        let mut ready = true;
+        for n in &nodes {
+            ready &= answers(n.port, &["CLUSTER", "INFO"], "cluster_state:ok").await;
+            if answers(n.port, &["ROLE"], "$6\r\nmaster").await {
+                ready &= answers(n.port, &["INFO", "replication"], "connected_slaves:1").await;
+            }
+        }
+        if ready {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the cluster did not become ready within {STARTUP:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut master = None;
+    for (i, n) in nodes.iter().enumerate() {
+        if answers(n.port, &["ROLE"], "$6\r\nmaster").await {
+            master = Some(i);
+            break;
+        }
+    }
+    let master = master.ok_or_else(|| anyhow::anyhow!("the cluster has no master"))?;
+    let node = nodes.remove(master);
+    Ok((node, nodes))
 }
 
 fn validate(args: &OutageArgs) -> Result<(), Usage> {
@@ -266,6 +342,14 @@ async fn drive(
         counters_reset: args.fault == Fault::Kill,
         recovered_after_ms: recovery.first_decision_us.map(ms),
         errors_after_recovery: recovery.errors_after,
+        last_store_error_after_ms: events
+            .iter()
+            .filter(|e| {
+                e.sent_us >= span.start_us && (e.store_error() || matches!(e.outcome, Outcome::Error(_)))
+            })
+            .map(|e| e.sent_us - span.start_us)
+            .max()
+            .map(ms),
         max_admitted_per_key_window: max_admitted_per_key_window(&events, wall0_us, window_us),
         phases: Phases {
             before: PhaseReport::new(&before, 0, span.start_us),
@@ -292,6 +376,7 @@ async fn drive(
         Fault::Kill => "Redis killed (restarted empty)".to_owned(),
         Fault::Slow => format!("Redis {:?} slower", args.delay),
         Fault::Blackhole => "Redis black-holed".to_owned(),
+        Fault::MasterKill => "a cluster master killed".to_owned(),
     };
     let grid = phase_grid(&details.phases);
     let mut report = Report::new(total.summary("outage", &target, wall, wall), details);
@@ -328,6 +413,7 @@ async fn inject(
         Fault::Kill => node.signal("KILL").await?,
         Fault::Slow => link(Link::Delay(args.delay))?,
         Fault::Blackhole => link(Link::Hole)?,
+        Fault::MasterKill => node.signal("KILL").await?,
     }
     // `--for` from the actual start: a late timer delays the fault, it does not shorten it.
     tokio::time::sleep_until((start + args.fault_for).into()).await;
@@ -337,6 +423,8 @@ async fn inject(
         Fault::Pause => node.signal("CONT").await?,
         Fault::Kill => node.restart().await?,
         Fault::Slow | Fault::Blackhole => link(Link::Pass)?,
+        // Its replica has taken over (or not): the killed master stays down.
+        Fault::MasterKill => {}
     }
     Ok(Span { start_us, end_us })
 }
@@ -382,6 +470,10 @@ struct Details {
     /// Store errors sent after that decision: 0 when the recovery held, else a flapping store or
     /// deadline misses under load (compare with `before`'s store errors, the baseline).
     errors_after_recovery: u64,
+    /// From the fault's start to the send of the last request after it that the store did not
+    /// decide (a failure policy's verdict or an error): for `master-kill`, how long the failover took
+    /// as callers saw it; `null` if there was none.
+    last_store_error_after_ms: Option<f64>,
     /// The most one key was allowed within one fixed, epoch-aligned window (counting admissions
     /// whose send and answer both fall in it).
     max_admitted_per_key_window: u64,
@@ -645,6 +737,8 @@ fn breaker_timing(samples: &[BreakerSample], span: Span) -> BreakerTiming {
 #[derive(Debug)]
 struct RedisNode {
     program: PathBuf,
+    /// Arguments beyond the defaults (a cluster node's).
+    extra: Vec<String>,
     port: u16,
     pid: u32,
     watchdog: Option<Watchdog>,
@@ -677,7 +771,7 @@ rm -rf "$dir""#;
 
 impl RedisNode {
     /// Starts `program` on a free loopback port.
-    async fn start(program: &Path) -> anyhow::Result<RedisNode> {
+    async fn start(program: &Path, extra: &[&str]) -> anyhow::Result<RedisNode> {
         match std::process::Command::new(program)
             .arg("--version")
             .stdout(std::process::Stdio::null())
@@ -698,7 +792,7 @@ impl RedisNode {
             // A port free now; another process could take it before the server binds it, which
             // the launch detects (the server answering is not ours).
             let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            match RedisNode::launch(program, port).await {
+            match RedisNode::launch(program, port, extra).await {
                 Ok(node) => return Ok(node),
                 Err(e) => last = e,
             }
@@ -707,7 +801,7 @@ impl RedisNode {
     }
 
     /// Starts `program` on `port` and waits until it answers.
-    async fn launch(program: &Path, port: u16) -> Result<RedisNode, String> {
+    async fn launch(program: &Path, port: u16, extra: &[&str]) -> Result<RedisNode, String> {
         use std::sync::atomic::AtomicU64;
         use tokio::io::AsyncBufReadExt as _;
         static N: AtomicU64 = AtomicU64::new(0);
@@ -725,6 +819,7 @@ impl RedisNode {
             .arg("--logfile")
             .arg(&log)
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(extra)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -741,7 +836,13 @@ impl RedisNode {
         };
         let watchdog = Watchdog { _shell: shell, commands, replies: tokio::io::BufReader::new(replies) };
         // From here on, dropping the node stops the server and removes the directory.
-        let mut node = RedisNode { program: program.to_owned(), port, pid: 0, watchdog: Some(watchdog) };
+        let mut node = RedisNode {
+            program: program.to_owned(),
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+            port,
+            pid: 0,
+            watchdog: Some(watchdog),
+        };
         let mut line = String::new();
         if let Some(w) = node.watchdog.as_mut() {
             let _ = tokio::time::timeout(STARTUP, w.replies.read_line(&mut line)).await;
@@ -794,7 +895,8 @@ impl RedisNode {
         self.watchdog = None;
         let deadline = Instant::now() + STARTUP;
         loop {
-            match RedisNode::launch(&self.program, self.port).await {
+            let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+            match RedisNode::launch(&self.program, self.port, &extra).await {
                 Ok(node) => {
                     *self = node;
                     return Ok(());
