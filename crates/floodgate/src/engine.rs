@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::key::push_field;
 use crate::rule::{CompiledRule, Policy};
-use crate::store::{Applied, Mode, Op, Store, StoreError};
+use crate::store::{Applied, Mode, Op, PrefetchBatch, Store, StoreError};
 use crate::{Action, Descriptors, Limit, MemoryStore, OnStoreError};
 
 /// What happened to one limit, as counted in metrics (`floodgate_decisions_total{result}`).
@@ -265,6 +265,7 @@ struct Merged<'p> {
     cost: u64,
     enforce: bool,
     on_error: OnStoreError,
+    prefetch: Option<PrefetchBatch>,
 }
 
 /// A request being decided: its keys, the limits that apply and the store ops they make.
@@ -287,6 +288,7 @@ impl<'p> Request<'p> {
                 cost: m.cost,
                 enforce: m.enforce,
                 on_error: m.on_error,
+                prefetch: m.prefetch,
             })
             .collect()
     }
@@ -569,6 +571,7 @@ impl Policy {
                             cost,
                             enforce,
                             on_error: compiled.rule.on_store_error,
+                            prefetch: compiled.rule.prefetch,
                         });
                     }
                 }

@@ -95,6 +95,18 @@ impl LimitKind {
         }
     }
 
+    /// Whether a rule of this algorithm may prefetch (batch leases, see
+    /// [`Prefetch`](crate::store::Prefetch)): units taken from the store early must be worth the
+    /// same when spent later. True for counts over windows that a lease never outlives
+    /// (`fixed_window`, `sliding_window`, `quota`: a lease ends with the window it was taken in)
+    /// and for buckets (`token_bucket`, `gcra`: tokens taken are tokens gone, and what is unspent
+    /// is refunded). False for `sliding_log`, which forgets each unit one window after the instant
+    /// it was *taken*, so a unit spent later would be forgotten too early, and for `concurrency`,
+    /// whose units are permits held by one request each.
+    pub const fn prefetches(self) -> bool {
+        !matches!(self, LimitKind::SlidingLog | LimitKind::Concurrency)
+    }
+
     /// The kind named `name` (exactly as [`LimitKind::name`] writes it).
     pub fn from_name(name: &str) -> Option<LimitKind> {
         LimitKind::ALL.into_iter().find(|k| k.name() == name)

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::Limit;
 use crate::key::push_field;
+use crate::store::PrefetchBatch;
 
 /// What a rule does when its limit would deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -158,6 +159,16 @@ pub enum RuleError {
         /// The rule.
         rule: String,
     },
+    /// A rule asks for batch leases on an algorithm where they could not be exact.
+    #[error(
+        "rule {rule:?}: prefetch is not available for the {algorithm} algorithm (units taken early would not be worth the same when spent later); it is for fixed_window, sliding_window, token_bucket, gcra and quota"
+    )]
+    PrefetchUnsupported {
+        /// The rule.
+        rule: String,
+        /// Its algorithm.
+        algorithm: crate::LimitKind,
+    },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
     UnknownReplaced {
@@ -198,6 +209,8 @@ pub struct Rule {
     pub(crate) on_store_error: OnStoreError,
     /// Rules this one replaces when both apply to one request (envoyproxy/ratelimit's `replaces`).
     pub(crate) replaces: Vec<Arc<str>>,
+    /// Batch leases for a hot key (see [`Rule::prefetch`]).
+    pub(crate) prefetch: Option<PrefetchBatch>,
 }
 
 impl Rule {
@@ -214,6 +227,7 @@ impl Rule {
             rollout: 100.0,
             on_store_error: OnStoreError::FailOpen,
             replaces: Vec::new(),
+            prefetch: None,
         }
     }
 
@@ -291,6 +305,21 @@ impl Rule {
     pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
         self.on_store_error = policy;
         self
+    }
+
+    /// Lets a [`Prefetch`](crate::store::Prefetch) store take up to `batch.size()` units of this
+    /// rule's limit in one store call and spend them locally (hot keys). Only for algorithms
+    /// where units taken early are worth the same when spent later
+    /// ([`LimitKind::prefetches`](crate::LimitKind::prefetches)); [`Policy::new`] refuses it on
+    /// the others.
+    pub fn prefetch(mut self, batch: PrefetchBatch) -> Self {
+        self.prefetch = Some(batch);
+        self
+    }
+
+    /// The rule's batch leases, if any.
+    pub fn prefetch_batch(&self) -> Option<PrefetchBatch> {
+        self.prefetch
     }
 
     /// The rule's name.
@@ -426,6 +455,14 @@ impl Policy {
             }
             if rule.on_store_error == OnStoreError::Local && rule.limits().any(Limit::holds_permits) {
                 return Err(RuleError::LocalConcurrency { rule: rule.name.to_string() });
+            }
+            if rule.prefetch.is_some()
+                && let Some(limit) = rule.limits().find(|l| !l.kind().prefetches())
+            {
+                return Err(RuleError::PrefetchUnsupported {
+                    rule: rule.name.to_string(),
+                    algorithm: limit.kind(),
+                });
             }
             let rollout_bp = (rule.rollout * 100.0).round() as u16;
             for (i, d) in rule.key.iter().enumerate() {
