@@ -2,11 +2,14 @@
 
 use std::sync::LazyLock;
 
+use floodgate::store::PrefetchBatch;
 use floodgate::{Action, Condition, LimitKind, OnStoreError, Pattern, Rule};
 
 use super::descriptors::Vocabulary;
 use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
+use super::store::positive_duration;
 use crate::algorithm::{self, Algorithm};
+use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
 use crate::yaml::{Item, Value, did_you_mean};
@@ -15,7 +18,7 @@ use crate::yaml::{Item, Value, did_you_mean};
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let mut fields = vec!["name", "match", "key", "algorithm"];
     fields.extend(algorithm::all_parameters());
-    fields.extend(["overage", "action", "rollout", "on_store_error"]);
+    fields.extend(["overage", "action", "rollout", "on_store_error", "prefetch"]);
     fields
 });
 
@@ -166,7 +169,46 @@ pub(crate) fn compile(
     };
     rule = rule.on_store_error(on_store_error);
 
+    if let Some(p) = fields.get("prefetch").filter(|i| !i.is_null()) {
+        let batch = prefetch(p, algorithm.kind)?;
+        canonical.field("prefetch", (batch.size(), duration::format(batch.ttl())));
+        rule = rule.prefetch(batch);
+    }
+
     Ok((rule, canonical.hash()))
+}
+
+/// `prefetch: { batch: N, ttl: DURATION }`: batch leases, for the algorithms where a unit taken
+/// early is worth the same when spent later.
+fn prefetch(item: Item<'_>, kind: LimitKind) -> Result<PrefetchBatch, Invalid> {
+    if !kind.prefetches() {
+        let why = match kind {
+            LimitKind::Concurrency => {
+                "a concurrency unit is a permit held by one request (its lifetime is `lease`), not a count to \
+                 spend later"
+            }
+            _ => {
+                "a sliding log forgets each unit one window after it is taken, so a unit spent later would be \
+                  forgotten too early"
+            }
+        };
+        return Err(item.error(format!(
+            "prefetch is not available for the {kind} algorithm: {why}; it is for {}",
+            LimitKind::ALL
+                .into_iter()
+                .filter(|k| k.prefetches())
+                .map(LimitKind::name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let fields = item.fields("prefetch (e.g. { batch: 20, ttl: 1s })", Some(&["batch", "ttl"]))?;
+    let batch_item =
+        fields.require("batch", "prefetch needs batch: the most units taken in one store call, e.g. 20")?;
+    let size = batch_item.u64_at_least("prefetch batch", 2)?;
+    let ttl_item = fields.require("ttl", "prefetch needs ttl: how long a batch is spent from, e.g. 1s")?;
+    let ttl = positive_duration(ttl_item.clone(), "prefetch ttl")?;
+    PrefetchBatch::try_new(size, ttl).map_err(|e| item.error(e.to_string()))
 }
 
 /// Refuses parameters of other algorithms, and requires the algorithm's own required ones.

@@ -7,6 +7,7 @@ mod envoy;
 mod errors;
 mod garbage;
 mod native;
+mod prefetch;
 
 use std::path::PathBuf;
 
