@@ -10,6 +10,7 @@ mod concurrency;
 mod conformance;
 mod differential;
 mod expiry;
+mod prefetch;
 mod recovery;
 mod skew;
 mod stale;
