@@ -169,6 +169,14 @@ pub enum RuleError {
         /// Its algorithm.
         algorithm: crate::LimitKind,
     },
+    /// A rule's `shards` cannot split its limit exactly.
+    #[error("rule {rule:?}: shards: {reason}")]
+    Shards {
+        /// The rule.
+        rule: String,
+        /// Why not.
+        reason: String,
+    },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
     UnknownReplaced {
@@ -211,6 +219,8 @@ pub struct Rule {
     pub(crate) replaces: Vec<Arc<str>>,
     /// Batch leases for a hot key (see [`Rule::prefetch`]).
     pub(crate) prefetch: Option<PrefetchBatch>,
+    /// Keys the limit is spread over (see [`Rule::shards`]).
+    pub(crate) shards: Option<u16>,
 }
 
 impl Rule {
@@ -228,6 +238,7 @@ impl Rule {
             on_store_error: OnStoreError::FailOpen,
             replaces: Vec::new(),
             prefetch: None,
+            shards: None,
         }
     }
 
@@ -317,6 +328,22 @@ impl Rule {
         self
     }
 
+    /// Spreads the limit over `n` store keys (at least 2) — for a hot global limit, so that one
+    /// Redis key (one cluster slot) does not take every request. Each key holds a share of the
+    /// limit ([`Limit::split`]: the shares sum to exactly the limit); a request takes the next
+    /// shard in turn (round robin, per instance) and, when that shard denies, tries the next one
+    /// once. A request's cost must fit one shard. Not for `concurrency`, nor with limits that vary
+    /// by a descriptor; [`Policy::new`] refuses them.
+    pub fn shards(mut self, n: u16) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    /// The keys the limit is spread over, if sharded.
+    pub fn shard_count(&self) -> Option<u16> {
+        self.shards
+    }
+
     /// The rule's batch leases, if any.
     pub fn prefetch_batch(&self) -> Option<PrefetchBatch> {
         self.prefetch
@@ -402,10 +429,53 @@ impl ByDescriptor {
     }
 }
 
+/// A sharded rule's keys: one limit per shard, and the next shard to take.
+#[derive(Debug)]
+pub(crate) struct Shards {
+    pub(crate) limits: Box<[Limit]>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Shards {
+    /// The shard the next request takes (round robin).
+    pub(crate) fn next(&self) -> u16 {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.limits.len();
+        i as u16
+    }
+
+    /// The shard after `i`.
+    pub(crate) fn after(&self, i: u16) -> u16 {
+        ((usize::from(i) + 1) % self.limits.len()) as u16
+    }
+}
+
+fn compile_shards(rule: &Rule, n: u16) -> Result<Shards, RuleError> {
+    let refuse = |reason: String| RuleError::Shards { rule: rule.name.to_string(), reason };
+    if n < 2 {
+        return Err(refuse(format!("{n} is not a split: at least 2")));
+    }
+    if rule.by.is_some() {
+        return Err(refuse("not available with a limit that varies by a descriptor".into()));
+    }
+    if rule.limit.holds_permits() {
+        return Err(refuse(
+            "not available for the concurrency algorithm (a permit must be released on the key it was taken on)"
+                .into(),
+        ));
+    }
+    let limits = rule.limit.split(n).ok_or_else(|| {
+        refuse(format!(
+            "{n} shards would leave some with nothing: every count of the limit must be at least {n}"
+        ))
+    })?;
+    Ok(Shards { limits: limits.into_boxed_slice(), next: std::sync::atomic::AtomicUsize::new(0) })
+}
+
 /// A rule ready for matching: its key prefix encoded once.
 #[derive(Debug)]
 pub(crate) struct CompiledRule {
     pub(crate) rule: Rule,
+    pub(crate) shards: Option<Shards>,
     /// The encoded rule name and key descriptor names (see the `key` module).
     pub(crate) scope: Box<[u8]>,
     /// Enforced share of keys in basis points (10 000 = 100 %).
@@ -484,7 +554,11 @@ impl Policy {
             for d in &rule.key {
                 push_field(&mut scope, d.as_bytes());
             }
-            compiled.push(CompiledRule { rule, scope: scope.into_boxed_slice(), rollout_bp });
+            let shards = match rule.shards {
+                None => None,
+                Some(n) => Some(compile_shards(&rule, n)?),
+            };
+            compiled.push(CompiledRule { rule, shards, scope: scope.into_boxed_slice(), rollout_bp });
         }
         for c in &compiled {
             if let Some(replaced) = c

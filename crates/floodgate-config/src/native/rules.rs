@@ -18,7 +18,7 @@ use crate::yaml::{Item, Value, did_you_mean};
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let mut fields = vec!["name", "match", "key", "algorithm"];
     fields.extend(algorithm::all_parameters());
-    fields.extend(["overage", "action", "rollout", "on_store_error", "prefetch"]);
+    fields.extend(["overage", "action", "rollout", "on_store_error", "prefetch", "shards"]);
     fields
 });
 
@@ -175,6 +175,12 @@ pub(crate) fn compile(
         rule = rule.prefetch(batch);
     }
 
+    if let Some(item) = fields.get("shards").filter(|i| !i.is_null()) {
+        let n = shards(&item, &rule)?;
+        canonical.field("shards", n);
+        rule = rule.shards(n);
+    }
+
     Ok((rule, canonical.hash()))
 }
 
@@ -209,6 +215,28 @@ fn prefetch(item: Item<'_>, kind: LimitKind) -> Result<PrefetchBatch, Invalid> {
     let ttl_item = fields.require("ttl", "prefetch needs ttl: how long a batch is spent from, e.g. 1s")?;
     let ttl = positive_duration(ttl_item.clone(), "prefetch ttl")?;
     PrefetchBatch::try_new(size, ttl).map_err(|e| item.error(e.to_string()))
+}
+
+/// `shards: N`: the limit spread over N keys, for the algorithms whose limit splits exactly.
+fn shards(item: &Item<'_>, rule: &Rule) -> Result<u16, Invalid> {
+    let n = item.u64_at_least("shards", 2)?;
+    let n = u16::try_from(n).map_err(|_| item.error(format!("invalid shards {n}: at most {}", u16::MAX)))?;
+    let kind = rule.limit().kind();
+    if kind == LimitKind::Concurrency {
+        return Err(item.error(
+            "shards is not available for the concurrency algorithm: a permit must be released on the key it was \
+             taken on",
+        ));
+    }
+    if rule.limits().count() > 1 {
+        return Err(item.error("shards is not available with a limit that varies by a descriptor"));
+    }
+    if rule.limit().split(n).is_none() {
+        return Err(item.error(format!(
+            "invalid shards {n}: some shards would get nothing (every count of the limit must be at least {n})"
+        )));
+    }
+    Ok(n)
 }
 
 /// Refuses parameters of other algorithms, and requires the algorithm's own required ones.

@@ -8,6 +8,7 @@ mod errors;
 mod garbage;
 mod native;
 mod prefetch;
+mod shards;
 
 use std::path::PathBuf;
 

@@ -12,6 +12,7 @@ mod differential;
 mod expiry;
 mod prefetch;
 mod recovery;
+mod shards;
 mod skew;
 mod stale;
 
