@@ -89,4 +89,6 @@ async fn an_empty_shard_sends_the_request_to_the_next_one_once() {
     let denied = b.check(&Descriptors::new(), 1).await.unwrap();
     assert!(!denied.allowed, "both shards are empty");
     assert!(denied.retry_after().is_some());
+    assert!(b.reset(rule.name(), &Descriptors::new()).await.unwrap(), "a reset forgets every shard");
+    assert_eq!(hammer(&engines, 2, 20).await, 4);
 }
