@@ -39,6 +39,9 @@ pub enum Scenario {
     /// servers): errors, decision latency and admissions before, during and after the fault, and
     /// how long the store took to decide again.
     Outage(OutageArgs),
+    /// One hot key through M in-process engines sharing a Redis, without and with batch leases
+    /// (`prefetch`): store calls per decision, and the most admitted in any window versus the limit.
+    Prefetch(PrefetchArgs),
 }
 
 /// Output flags, on every scenario.
@@ -521,6 +524,47 @@ pub struct OutageArgs {
     /// Seed of the key sequence.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// `prefetch`.
+#[derive(Debug, Clone, Args)]
+pub struct PrefetchArgs {
+    /// The Redis the engines share (`redis://127.0.0.1:6379`).
+    #[arg(long, value_name = "URL")]
+    pub redis: String,
+    /// Accept a Redis that is not on loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// In-process engines, each with its own connection and leases.
+    #[arg(long, short = 'm', default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub instances: u64,
+    /// The algorithm.
+    #[arg(long, value_parser = Algorithm::parse, default_value = "fixed_window")]
+    pub algorithm: Algorithm,
+    /// The limit per window.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+    /// The window.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// The rule's `prefetch.batch` in the pass with prefetch.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
+    pub batch: u64,
+    /// The rule's `prefetch.ttl` in the pass with prefetch.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Callers in total, spread over the instances.
+    #[arg(long, short = 'c', default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// How long each pass sends.
+    #[arg(long, short, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// The store deadline (`store.deadline`; whole milliseconds).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub deadline: Duration,
     /// Output.
     #[command(flatten)]
     pub output: Output,

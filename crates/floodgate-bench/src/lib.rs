@@ -12,6 +12,8 @@
 //! - [`instances`]: M servers on the same key; total admitted versus the limit.
 //! - [`outage`]: Redis paused or killed under load; errors, latency and admissions before, during
 //!   and after the fault, and how long the store took to decide again.
+//! - [`prefetch`]: one hot key through M engines sharing a Redis, without and with batch leases;
+//!   store calls per decision and the most admitted in any window versus the limit.
 //!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
 //! `--plot PATH.svg` on request. The report math lives in [`math`]:
@@ -33,6 +35,7 @@ pub mod keys;
 pub mod math;
 pub mod outage;
 pub mod plot;
+pub mod prefetch;
 pub mod progress;
 mod proxy;
 pub mod report;
@@ -58,6 +61,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Fairness(a) => fairness::run(a).await,
         Scenario::Instances(a) => instances::run(a).await,
         Scenario::Outage(a) => outage::run(a).await,
+        Scenario::Prefetch(a) => prefetch::run(a).await,
     }
 }
 
@@ -69,6 +73,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Fairness(a) => &a.output,
         Scenario::Instances(a) => &a.output,
         Scenario::Outage(a) => &a.output,
+        Scenario::Prefetch(a) => &a.output,
     }
 }
 

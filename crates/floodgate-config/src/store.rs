@@ -9,20 +9,27 @@
 //!
 //! A Redis store is opened as the [`Survival`] settings say: inside a circuit
 //! [`Breaker`], inside a [`Fallback`] that decides the `local` rules on an in-process memory store
-//! while Redis fails. [`AnyStore::fallback`] gives the fallback (to set its instances, replay what
-//! it admitted, read its stats), [`AnyStore::breaker`] the breaker.
+//! while Redis fails, inside a [`Prefetch`] that serves the rules with `prefetch` from batch
+//! leases. [`AnyStore::fallback`] gives the fallback (to set its instances, replay what it
+//! admitted, read its stats), [`AnyStore::breaker`] the breaker, [`AnyStore::prefetch`] the
+//! prefetch wrapper (to return ended leases, flush them on a reload). The memory store decides
+//! every request itself: `prefetch` has no effect on it.
 
 use floodgate::core::{Clock, Grant, SystemClock};
 use floodgate::store::{
-    Applied, Breaker, BreakerState, Fallback, FallbackConfig, Mode, OnChange, OnFallback, Op,
+    Applied, Breaker, BreakerState, Fallback, FallbackConfig, Mode, OnChange, OnFallback, Op, Prefetch,
 };
 use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
 
 use crate::{Instances, StoreConfig, Survival};
 
-/// A Redis store as it is run: its breaker inside, the local fallback outside.
-pub type Guarded<C = SystemClock> = Fallback<Breaker<RedisStore, C>, C>;
+/// A Redis store inside its breaker and the local fallback.
+pub type FallbackStore<C = SystemClock> = Fallback<Breaker<RedisStore, C>, C>;
+
+/// A Redis store as it is run: its breaker inside, then the local fallback, then prefetch outside
+/// (a batch is taken through the breaker and the fallback like any check).
+pub type Guarded<C = SystemClock> = Prefetch<FallbackStore<C>, C>;
 
 /// The configured store. Cheap to clone (clones share the store).
 #[derive(Debug, Clone)]
@@ -102,7 +109,7 @@ impl AnyStore<SystemClock> {
     }
 }
 
-/// `store` inside the breaker and the fallback `survival` describes.
+/// `store` inside the breaker and the fallback `survival` describes, inside prefetch.
 pub fn guard<C: Clock + Clone>(
     store: RedisStore,
     survival: &Survival,
@@ -111,8 +118,8 @@ pub fn guard<C: Clock + Clone>(
     hooks: Hooks,
 ) -> Guarded<C> {
     let breaker = match hooks.breaker {
-        Some(on_change) => Breaker::on_change(store, survival.breaker.clone(), clock, on_change),
-        None => Breaker::with_clock(store, survival.breaker.clone(), clock),
+        Some(on_change) => Breaker::on_change(store, survival.breaker.clone(), clock.clone(), on_change),
+        None => Breaker::with_clock(store, survival.breaker.clone(), clock.clone()),
     };
     let instances = match survival.instances {
         Instances::Fixed(n) => n,
@@ -120,10 +127,11 @@ pub fn guard<C: Clock + Clone>(
     };
     let config =
         FallbackConfig { local_factor: survival.local_factor, instances, ..FallbackConfig::default() };
-    match hooks.fallback {
+    let fallback = match hooks.fallback {
         Some(on_change) => Fallback::on_change(breaker, local, config, on_change),
         None => Fallback::new(breaker, local, config),
-    }
+    };
+    Prefetch::new(fallback, clock)
 }
 
 impl<C: Clock> AnyStore<C> {
@@ -137,7 +145,7 @@ impl<C: Clock> AnyStore<C> {
     pub fn kind(&self) -> &'static str {
         match self {
             AnyStore::Memory(_) => "memory",
-            AnyStore::Redis(store) if store.inner().inner().is_cluster() => "redis_cluster",
+            AnyStore::Redis(store) if store.inner().inner().inner().is_cluster() => "redis_cluster",
             AnyStore::Redis(_) => "redis",
         }
     }
@@ -146,12 +154,20 @@ impl<C: Clock> AnyStore<C> {
     pub fn redis(&self) -> Option<&RedisStore> {
         match self {
             AnyStore::Memory(_) => None,
-            AnyStore::Redis(store) => Some(store.inner().inner()),
+            AnyStore::Redis(store) => Some(store.inner().inner().inner()),
         }
     }
 
     /// A Redis store's fallback.
-    pub fn fallback(&self) -> Option<&Guarded<C>> {
+    pub fn fallback(&self) -> Option<&FallbackStore<C>> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(store) => Some(store.inner()),
+        }
+    }
+
+    /// A Redis store's prefetch wrapper (the store as it is run).
+    pub fn prefetch(&self) -> Option<&Guarded<C>> {
         match self {
             AnyStore::Memory(_) => None,
             AnyStore::Redis(store) => Some(store),
@@ -162,7 +178,7 @@ impl<C: Clock> AnyStore<C> {
     pub fn breaker(&self) -> Option<BreakerState> {
         match self {
             AnyStore::Memory(_) => None,
-            AnyStore::Redis(store) => Some(store.inner().state()),
+            AnyStore::Redis(store) => Some(store.inner().inner().state()),
         }
     }
 
@@ -186,7 +202,7 @@ impl<C: Clock> AnyStore<C> {
     pub async fn ready(&self) -> Readiness {
         match self {
             AnyStore::Memory(_) => Readiness::Ready,
-            AnyStore::Redis(store) => store.inner().inner().ready().await,
+            AnyStore::Redis(store) => store.inner().inner().inner().ready().await,
         }
     }
 }

@@ -583,6 +583,7 @@ impl RedisStore {
             cost: grant.cost,
             enforce: true,
             on_error: OnStoreError::FailOpen,
+            prefetch: None,
         };
         let ops = [op];
         let prepared = self.prepare(&ops);

@@ -11,6 +11,10 @@
 //!   charged to it ([`Fallback::replay`](floodgate::store::Fallback::replay)).
 //! - decisions on local shares are logged when they start and when they stop, with how many were
 //!   made: once per outage, not per request.
+//!
+//! Every [`LEASE_TICK`], the unspent units of ended prefetch leases go back to the store
+//! ([`Prefetch::return_due`](floodgate::store::Prefetch::return_due)); after a reload, and at
+//! the stop, every lease is returned ([`Prefetch::flush`](floodgate::store::Prefetch::flush)).
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
@@ -24,6 +28,8 @@ use crate::state::{Shared, stopped};
 
 /// How often the task runs.
 pub const TICK: Duration = Duration::from_secs(1);
+/// How often ended prefetch leases are returned to the store.
+pub const LEASE_TICK: Duration = Duration::from_millis(100);
 /// How long an instance counts as live after its last heartbeat.
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(5);
 
@@ -56,17 +62,33 @@ fn instance_name() -> String {
 /// memory store.
 pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let store = shared.control.store().clone();
-    let (Some(fallback), Some(redis)) = (store.fallback(), store.redis()) else { return };
+    let (Some(fallback), Some(redis), Some(prefetch)) = (store.fallback(), store.redis(), store.prefetch())
+    else {
+        return;
+    };
     let kind = store.kind();
     let discover = shared.control.current().survival.instances == Instances::Discover;
     let instance = instance_name();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leases = tokio::time::interval(LEASE_TICK);
+    leases.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut version = shared.control.current().version;
     let mut local_before = fallback.stats().local_decisions;
     let mut outage_from: Option<u64> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            _ = leases.tick() => {
+                let current = shared.control.current().version;
+                if current == version {
+                    prefetch.return_due().await;
+                } else {
+                    version = current;
+                    prefetch.flush().await;
+                }
+                continue;
+            }
             () = stopped(&mut stop) => break,
         }
         // A cold store connects and loads its scripts before the first burst of decisions would
@@ -127,6 +149,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
         }
     }
+    prefetch.flush().await;
     if discover && let Err(e) = redis.leave(&instance).await {
         tracing::debug!(store = kind, error = %e, "could not leave the fleet; the others stop counting this instance once its heartbeat expires");
     }

@@ -62,6 +62,7 @@ impl TestKey {
             cost,
             enforce: true,
             on_error: OnStoreError::FailOpen,
+            prefetch: None,
         }
     }
 

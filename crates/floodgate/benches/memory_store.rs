@@ -99,6 +99,7 @@ fn bytes_per_key() {
                 cost: 1,
                 enforce: true,
                 on_error: OnStoreError::FailOpen,
+                prefetch: None,
             };
             store.apply_now(&[op], Mode::Check, &mut out).unwrap();
         }
@@ -140,6 +141,7 @@ fn bench(c: &mut Criterion, sizes: &[usize]) {
                         cost: 1,
                         enforce: true,
                         on_error: OnStoreError::FailOpen,
+                        prefetch: None,
                     };
                     store.apply_now(&[op], Mode::Check, &mut out).unwrap();
                 }
@@ -154,6 +156,7 @@ fn bench(c: &mut Criterion, sizes: &[usize]) {
                         cost: 1,
                         enforce: true,
                         on_error: OnStoreError::FailOpen,
+                        prefetch: None,
                     };
                     store.apply_now(&[op], Mode::Check, &mut out).unwrap();
                     black_box(&out);

@@ -8,8 +8,8 @@ use floodgate_core::{CostError, Decision, Grant, Timestamp};
 use smallvec::SmallVec;
 
 use crate::key::push_field;
-use crate::rule::{CompiledRule, Policy};
-use crate::store::{Applied, Mode, Op, Store, StoreError};
+use crate::rule::{CompiledRule, Policy, Shards};
+use crate::store::{Applied, Mode, Op, PrefetchBatch, Store, StoreError};
 use crate::{Action, Descriptors, Limit, MemoryStore, OnStoreError};
 
 /// What happened to one limit, as counted in metrics (`floodgate_decisions_total{result}`).
@@ -265,6 +265,9 @@ struct Merged<'p> {
     cost: u64,
     enforce: bool,
     on_error: OnStoreError,
+    prefetch: Option<PrefetchBatch>,
+    /// A sharded rule's shards, and the one this op is on (the key's last two bytes).
+    shard: Option<(&'p Shards, u16)>,
 }
 
 /// A request being decided: its keys, the limits that apply and the store ops they make.
@@ -287,8 +290,46 @@ impl<'p> Request<'p> {
                 cost: m.cost,
                 enforce: m.enforce,
                 on_error: m.on_error,
+                prefetch: m.prefetch,
             })
             .collect()
+    }
+
+    /// After a denial in [`Mode::Check`]: when only sharded limits denied, moves each of them to
+    /// its next shard (once per request: the caller asks the store again at most once) and returns
+    /// true.
+    fn next_shards(&mut self, applied: &Applied) -> bool {
+        if applied.degraded.is_some() || applied.results.len() != self.merged.len() {
+            return false;
+        }
+        let denies = |i: usize, m: &Merged<'_>| m.enforce && !applied.results[i].decision.allowed;
+        let mut sharded_denials = false;
+        for (i, m) in self.merged.iter().enumerate() {
+            if denies(i, m) {
+                if m.shard.is_none() {
+                    return false;
+                }
+                sharded_denials = true;
+            }
+        }
+        if !sharded_denials {
+            return false;
+        }
+        for i in 0..self.merged.len() {
+            let Some((shards, shard)) = self.merged[i].shard.filter(|_| denies(i, &self.merged[i])) else {
+                continue;
+            };
+            let next = shards.after(shard);
+            let m = &mut self.merged[i];
+            self.buf[m.key.end - 2..m.key.end].copy_from_slice(&next.to_be_bytes());
+            m.limit = &shards.limits[usize::from(next)];
+            m.shard = Some((shards, next));
+            let limit = m.limit;
+            for p in self.planned.iter_mut().filter(|p| p.op == i) {
+                p.limit = limit;
+            }
+        }
+        true
     }
 
     /// The verdict from what the store answered.
@@ -439,9 +480,16 @@ impl Policy {
             Some(store_mode) => store_mode,
             None => return Ok(Verdict { allowed: true, ..Verdict::default() }),
         };
-        let ops = request.ops();
         let mut applied = Applied::default();
-        let result = store.apply(&ops, store_mode, &mut applied).await;
+        let mut result = {
+            let ops = request.ops();
+            store.apply(&ops, store_mode, &mut applied).await
+        };
+        // A sharded limit's shard was empty: its next shard is asked, once.
+        if store_mode == Mode::Check && result.is_ok() && request.next_shards(&applied) {
+            let ops = request.ops();
+            result = store.apply(&ops, store_mode, &mut applied).await;
+        }
         Ok(request.verdict(result, &applied))
     }
 
@@ -462,9 +510,15 @@ impl Policy {
             Ok(None) => return Some(Ok(Verdict { allowed: true, ..Verdict::default() })),
             Err(e) => return Some(Err(e)),
         };
-        let ops = request.ops();
         let mut applied = Applied::default();
-        let result = store.try_apply_now(&ops, store_mode, &mut applied)?;
+        let mut result = {
+            let ops = request.ops();
+            store.try_apply_now(&ops, store_mode, &mut applied)?
+        };
+        if store_mode == Mode::Check && result.is_ok() && request.next_shards(&applied) {
+            let ops = request.ops();
+            result = store.try_apply_now(&ops, store_mode, &mut applied)?;
+        }
         Some(Ok(request.verdict(result, &applied)))
     }
 
@@ -516,6 +570,15 @@ impl Policy {
                 }
                 let key = start..buf.len();
                 let enforce = action == Action::Deny && in_rollout(&buf[key.clone()], compiled.rollout_bp);
+                // A sharded rule: the next shard's number ends the key, and its share is the limit.
+                let (limit, key, shard) = match &compiled.shards {
+                    Some(shards) => {
+                        let i = shards.next();
+                        push_shard(buf, i);
+                        (&shards.limits[usize::from(i)], start..buf.len(), Some((shards, i)))
+                    }
+                    None => (limit, key, None),
+                };
                 // The same key for an earlier hit: one op of the summed cost.
                 let shared = planned
                     .iter()
@@ -569,6 +632,8 @@ impl Policy {
                             cost,
                             enforce,
                             on_error: compiled.rule.on_store_error,
+                            prefetch: compiled.rule.prefetch,
+                            shard,
                         });
                     }
                 }
@@ -619,11 +684,19 @@ impl Policy {
             }
             let Some(hit) = hits.get(l.hit) else { continue };
             let Some(compiled) = self.rule_of(l) else { continue };
-            let Some((limit, _)) = compiled.rule.select(hit.descriptors) else { continue };
+            let Some((mut limit, _)) = compiled.rule.select(hit.descriptors) else { continue };
             buf.clear();
-            if build_key(compiled, hit.descriptors, &mut buf) {
-                store.refund(&buf, limit, grant).await?;
+            if !build_key(compiled, hit.descriptors, &mut buf) {
+                continue;
             }
+            // A sharded rule's refund goes to the shard the next request takes: the shards' total
+            // stays exact.
+            if let Some(shards) = &compiled.shards {
+                let i = shards.next();
+                push_shard(&mut buf, i);
+                limit = &shards.limits[usize::from(i)];
+            }
+            store.refund(&buf, limit, grant).await?;
         }
         Ok(())
     }
@@ -641,7 +714,16 @@ impl Policy {
         if !build_key(compiled, descriptors, &mut buf) {
             return Ok(false);
         }
-        store.reset(&buf).await
+        let Some(shards) = &compiled.shards else { return store.reset(&buf).await };
+        // Every shard of a sharded rule.
+        let base = buf.len();
+        let mut existed = false;
+        for i in 0..shards.limits.len() {
+            buf.truncate(base);
+            push_shard(&mut buf, i as u16);
+            existed |= store.reset(&buf).await?;
+        }
+        Ok(existed)
     }
 
     /// The rule a limit outcome came from: by its position when this is the policy that decided
@@ -715,6 +797,13 @@ fn build_key(compiled: &CompiledRule, descriptors: &Descriptors, buf: &mut KeyBu
         }
     }
     true
+}
+
+/// Ends a sharded rule's key with shard `i`: a field of fixed width whose last two bytes are the
+/// shard's number, so that moving a planned key to another shard rewrites them in place.
+fn push_shard(buf: &mut KeyBuf, i: u16) {
+    let [hi, lo] = i.to_be_bytes();
+    push_field(buf, &[b'#', hi, lo]);
 }
 
 /// Whether a key falls in the enforced share of a rollout: a stable FNV-1a hash of the key, so the

@@ -95,6 +95,18 @@ impl LimitKind {
         }
     }
 
+    /// Whether a rule of this algorithm may prefetch (batch leases, see
+    /// [`Prefetch`](crate::store::Prefetch)): units taken from the store early must be worth the
+    /// same when spent later. True for counts over windows that a lease never outlives
+    /// (`fixed_window`, `sliding_window`, `quota`: a lease ends with the window it was taken in)
+    /// and for buckets (`token_bucket`, `gcra`: tokens taken are tokens gone, and what is unspent
+    /// is refunded). False for `sliding_log`, which forgets each unit one window after the instant
+    /// it was *taken*, so a unit spent later would be forgotten too early, and for `concurrency`,
+    /// whose units are permits held by one request each.
+    pub const fn prefetches(self) -> bool {
+        !matches!(self, LimitKind::SlidingLog | LimitKind::Concurrency)
+    }
+
     /// The kind named `name` (exactly as [`LimitKind::name`] writes it).
     pub fn from_name(name: &str) -> Option<LimitKind> {
         LimitKind::ALL.into_iter().find(|k| k.name() == name)
@@ -194,6 +206,51 @@ impl Limit {
             Limit::Concurrency(_) => None,
         };
         shared.unwrap_or_else(|| self.clone())
+    }
+
+    /// This limit spread over `n` keys (a sharded global limit): `n` limits of the same algorithm
+    /// and window whose counts sum to exactly this limit's — `⌊count / n⌋` each, the remainder one
+    /// more to the first shards, never rounded up — for every count it has (a window's limit, a
+    /// bucket's burst and the count of its rate). `None` when a shard would get nothing (a count
+    /// below `n`) or for a concurrency limit (a permit is released by the key it was taken on).
+    ///
+    /// ```
+    /// use std::num::NonZeroU64;
+    /// use std::time::Duration;
+    /// use floodgate::Limit;
+    /// use floodgate_core::FixedWindow;
+    ///
+    /// let limit: Limit = FixedWindow::try_new(NonZeroU64::new(10).unwrap(), Duration::from_secs(1))?.into();
+    /// let shards = limit.split(4).unwrap();
+    /// assert_eq!(shards.iter().map(Limit::capacity).collect::<Vec<_>>(), [3, 3, 2, 2]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn split(&self, n: u16) -> Option<Vec<Limit>> {
+        let n64 = u64::from(n.max(1));
+        let part = |count: u64, i: u64| NonZeroU64::new(count / n64 + u64::from(i < count % n64));
+        (0..n64)
+            .map(|i| match self {
+                Limit::FixedWindow(a) => {
+                    FixedWindow::try_new(part(a.capacity(), i)?, a.window()).ok().map(Limit::from)
+                }
+                Limit::SlidingWindow(a) => {
+                    SlidingWindow::try_new(part(a.capacity(), i)?, a.window()).ok().map(Limit::from)
+                }
+                Limit::SlidingLog(a) => {
+                    SlidingLog::try_new(part(a.capacity(), i)?, a.window()).ok().map(Limit::from)
+                }
+                Limit::TokenBucket(a) => {
+                    let rate = Rate::try_new(part(a.rate().count(), i)?, a.rate().period()).ok()?;
+                    TokenBucket::try_new(rate, part(a.burst(), i)?).ok().map(Limit::from)
+                }
+                Limit::Gcra(a) => {
+                    let rate = Rate::try_new(part(a.rate().count(), i)?, a.rate().period()).ok()?;
+                    Gcra::try_new(rate, part(a.burst(), i)?).ok().map(Limit::from)
+                }
+                Limit::Quota(a) => Some(Quota::new(part(a.limit(), i)?, a.calendar().clone()).into()),
+                Limit::Concurrency(_) => None,
+            })
+            .collect()
     }
 
     /// Whether admitted requests hold a permit that must be released ([`Limit::Concurrency`]).

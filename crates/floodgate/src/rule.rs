@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::Limit;
 use crate::key::push_field;
+use crate::store::PrefetchBatch;
 
 /// What a rule does when its limit would deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -158,6 +159,24 @@ pub enum RuleError {
         /// The rule.
         rule: String,
     },
+    /// A rule asks for batch leases on an algorithm where they could not be exact.
+    #[error(
+        "rule {rule:?}: prefetch is not available for the {algorithm} algorithm (units taken early would not be worth the same when spent later); it is for fixed_window, sliding_window, token_bucket, gcra and quota"
+    )]
+    PrefetchUnsupported {
+        /// The rule.
+        rule: String,
+        /// Its algorithm.
+        algorithm: crate::LimitKind,
+    },
+    /// A rule's `shards` cannot split its limit exactly.
+    #[error("rule {rule:?}: shards: {reason}")]
+    Shards {
+        /// The rule.
+        rule: String,
+        /// Why not.
+        reason: String,
+    },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
     UnknownReplaced {
@@ -198,6 +217,10 @@ pub struct Rule {
     pub(crate) on_store_error: OnStoreError,
     /// Rules this one replaces when both apply to one request (envoyproxy/ratelimit's `replaces`).
     pub(crate) replaces: Vec<Arc<str>>,
+    /// Batch leases for a hot key (see [`Rule::prefetch`]).
+    pub(crate) prefetch: Option<PrefetchBatch>,
+    /// Keys the limit is spread over (see [`Rule::shards`]).
+    pub(crate) shards: Option<u16>,
 }
 
 impl Rule {
@@ -214,6 +237,8 @@ impl Rule {
             rollout: 100.0,
             on_store_error: OnStoreError::FailOpen,
             replaces: Vec::new(),
+            prefetch: None,
+            shards: None,
         }
     }
 
@@ -291,6 +316,37 @@ impl Rule {
     pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
         self.on_store_error = policy;
         self
+    }
+
+    /// Lets a [`Prefetch`](crate::store::Prefetch) store take up to `batch.size()` units of this
+    /// rule's limit in one store call and spend them locally (hot keys). Only for algorithms
+    /// where units taken early are worth the same when spent later
+    /// ([`LimitKind::prefetches`](crate::LimitKind::prefetches)); [`Policy::new`] refuses it on
+    /// the others.
+    pub fn prefetch(mut self, batch: PrefetchBatch) -> Self {
+        self.prefetch = Some(batch);
+        self
+    }
+
+    /// Spreads the limit over `n` store keys (at least 2) — for a hot global limit, so that one
+    /// Redis key (one cluster slot) does not take every request. Each key holds a share of the
+    /// limit ([`Limit::split`]: the shares sum to exactly the limit); a request takes the next
+    /// shard in turn (round robin, per instance) and, when that shard denies, tries the next one
+    /// once. A request's cost must fit one shard. Not for `concurrency`, nor with limits that vary
+    /// by a descriptor; [`Policy::new`] refuses them.
+    pub fn shards(mut self, n: u16) -> Self {
+        self.shards = Some(n);
+        self
+    }
+
+    /// The keys the limit is spread over, if sharded.
+    pub fn shard_count(&self) -> Option<u16> {
+        self.shards
+    }
+
+    /// The rule's batch leases, if any.
+    pub fn prefetch_batch(&self) -> Option<PrefetchBatch> {
+        self.prefetch
     }
 
     /// The rule's name.
@@ -373,10 +429,53 @@ impl ByDescriptor {
     }
 }
 
+/// A sharded rule's keys: one limit per shard, and the next shard to take.
+#[derive(Debug)]
+pub(crate) struct Shards {
+    pub(crate) limits: Box<[Limit]>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Shards {
+    /// The shard the next request takes (round robin).
+    pub(crate) fn next(&self) -> u16 {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.limits.len();
+        i as u16
+    }
+
+    /// The shard after `i`.
+    pub(crate) fn after(&self, i: u16) -> u16 {
+        ((usize::from(i) + 1) % self.limits.len()) as u16
+    }
+}
+
+fn compile_shards(rule: &Rule, n: u16) -> Result<Shards, RuleError> {
+    let refuse = |reason: String| RuleError::Shards { rule: rule.name.to_string(), reason };
+    if n < 2 {
+        return Err(refuse(format!("{n} is not a split: at least 2")));
+    }
+    if rule.by.is_some() {
+        return Err(refuse("not available with a limit that varies by a descriptor".into()));
+    }
+    if rule.limit.holds_permits() {
+        return Err(refuse(
+            "not available for the concurrency algorithm (a permit must be released on the key it was taken on)"
+                .into(),
+        ));
+    }
+    let limits = rule.limit.split(n).ok_or_else(|| {
+        refuse(format!(
+            "{n} shards would leave some with nothing: every count of the limit must be at least {n}"
+        ))
+    })?;
+    Ok(Shards { limits: limits.into_boxed_slice(), next: std::sync::atomic::AtomicUsize::new(0) })
+}
+
 /// A rule ready for matching: its key prefix encoded once.
 #[derive(Debug)]
 pub(crate) struct CompiledRule {
     pub(crate) rule: Rule,
+    pub(crate) shards: Option<Shards>,
     /// The encoded rule name and key descriptor names (see the `key` module).
     pub(crate) scope: Box<[u8]>,
     /// Enforced share of keys in basis points (10 000 = 100 %).
@@ -427,6 +526,14 @@ impl Policy {
             if rule.on_store_error == OnStoreError::Local && rule.limits().any(Limit::holds_permits) {
                 return Err(RuleError::LocalConcurrency { rule: rule.name.to_string() });
             }
+            if rule.prefetch.is_some()
+                && let Some(limit) = rule.limits().find(|l| !l.kind().prefetches())
+            {
+                return Err(RuleError::PrefetchUnsupported {
+                    rule: rule.name.to_string(),
+                    algorithm: limit.kind(),
+                });
+            }
             let rollout_bp = (rule.rollout * 100.0).round() as u16;
             for (i, d) in rule.key.iter().enumerate() {
                 if rule.key[..i].contains(d) {
@@ -447,7 +554,11 @@ impl Policy {
             for d in &rule.key {
                 push_field(&mut scope, d.as_bytes());
             }
-            compiled.push(CompiledRule { rule, scope: scope.into_boxed_slice(), rollout_bp });
+            let shards = match rule.shards {
+                None => None,
+                Some(n) => Some(compile_shards(&rule, n)?),
+            };
+            compiled.push(CompiledRule { rule, shards, scope: scope.into_boxed_slice(), rollout_bp });
         }
         for c in &compiled {
             if let Some(replaced) = c

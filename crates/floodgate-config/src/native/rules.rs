@@ -2,11 +2,14 @@
 
 use std::sync::LazyLock;
 
+use floodgate::store::PrefetchBatch;
 use floodgate::{Action, Condition, LimitKind, OnStoreError, Pattern, Rule};
 
 use super::descriptors::Vocabulary;
 use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
+use super::store::positive_duration;
 use crate::algorithm::{self, Algorithm};
+use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
 use crate::yaml::{Item, Value, did_you_mean};
@@ -15,7 +18,7 @@ use crate::yaml::{Item, Value, did_you_mean};
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let mut fields = vec!["name", "match", "key", "algorithm"];
     fields.extend(algorithm::all_parameters());
-    fields.extend(["overage", "action", "rollout", "on_store_error"]);
+    fields.extend(["overage", "action", "rollout", "on_store_error", "prefetch", "shards"]);
     fields
 });
 
@@ -166,7 +169,74 @@ pub(crate) fn compile(
     };
     rule = rule.on_store_error(on_store_error);
 
+    if let Some(p) = fields.get("prefetch").filter(|i| !i.is_null()) {
+        let batch = prefetch(p, algorithm.kind)?;
+        canonical.field("prefetch", (batch.size(), duration::format(batch.ttl())));
+        rule = rule.prefetch(batch);
+    }
+
+    if let Some(item) = fields.get("shards").filter(|i| !i.is_null()) {
+        let n = shards(&item, &rule)?;
+        canonical.field("shards", n);
+        rule = rule.shards(n);
+    }
+
     Ok((rule, canonical.hash()))
+}
+
+/// `prefetch: { batch: N, ttl: DURATION }`: batch leases, for the algorithms where a unit taken
+/// early is worth the same when spent later.
+fn prefetch(item: Item<'_>, kind: LimitKind) -> Result<PrefetchBatch, Invalid> {
+    if !kind.prefetches() {
+        let why = match kind {
+            LimitKind::Concurrency => {
+                "a concurrency unit is a permit held by one request (its lifetime is `lease`), not a count to \
+                 spend later"
+            }
+            _ => {
+                "a sliding log forgets each unit one window after it is taken, so a unit spent later would be \
+                  forgotten too early"
+            }
+        };
+        return Err(item.error(format!(
+            "prefetch is not available for the {kind} algorithm: {why}; it is for {}",
+            LimitKind::ALL
+                .into_iter()
+                .filter(|k| k.prefetches())
+                .map(LimitKind::name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let fields = item.fields("prefetch (e.g. { batch: 20, ttl: 1s })", Some(&["batch", "ttl"]))?;
+    let batch_item =
+        fields.require("batch", "prefetch needs batch: the most units taken in one store call, e.g. 20")?;
+    let size = batch_item.u64_at_least("prefetch batch", 2)?;
+    let ttl_item = fields.require("ttl", "prefetch needs ttl: how long a batch is spent from, e.g. 1s")?;
+    let ttl = positive_duration(ttl_item.clone(), "prefetch ttl")?;
+    PrefetchBatch::try_new(size, ttl).map_err(|e| item.error(e.to_string()))
+}
+
+/// `shards: N`: the limit spread over N keys, for the algorithms whose limit splits exactly.
+fn shards(item: &Item<'_>, rule: &Rule) -> Result<u16, Invalid> {
+    let n = item.u64_at_least("shards", 2)?;
+    let n = u16::try_from(n).map_err(|_| item.error(format!("invalid shards {n}: at most {}", u16::MAX)))?;
+    let kind = rule.limit().kind();
+    if kind == LimitKind::Concurrency {
+        return Err(item.error(
+            "shards is not available for the concurrency algorithm: a permit must be released on the key it was \
+             taken on",
+        ));
+    }
+    if rule.limits().count() > 1 {
+        return Err(item.error("shards is not available with a limit that varies by a descriptor"));
+    }
+    if rule.limit().split(n).is_none() {
+        return Err(item.error(format!(
+            "invalid shards {n}: some shards would get nothing (every count of the limit must be at least {n})"
+        )));
+    }
+    Ok(n)
 }
 
 /// Refuses parameters of other algorithms, and requires the algorithm's own required ones.

@@ -7,6 +7,8 @@ mod envoy;
 mod errors;
 mod garbage;
 mod native;
+mod prefetch;
+mod shards;
 
 use std::path::PathBuf;
 

@@ -117,3 +117,30 @@ async fn a_configured_tls_store_reaches_a_tls_server_with_its_client_certificate
     let readiness = store.ready().await;
     assert!(!readiness.is_ready(), "{readiness:?}");
 }
+
+/// A configuration with a `prefetch` rule, opened on Redis as the server opens it: the rule's
+/// checks are served from batches, and a flush gives the unspent units back.
+#[tokio::test]
+async fn a_configured_prefetch_rule_is_served_from_batches_on_redis() {
+    let server = RedisServer::shared();
+    let name = format!(
+        "prefetched-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap()
+    );
+    let yaml = format!(
+        "store:\n  kind: redis\n  url: {:?}\n  deadline: 5s\nrules:\n  - name: {name}\n    key: []\n    algorithm: fixed_window\n    limit: 100\n    window: 1h\n    prefetch: {{ batch: 10, ttl: 1h }}\n",
+        server.url()
+    );
+    let config = floodgate_config::parse("prefetch.yaml", &yaml).unwrap();
+    let store = AnyStore::open(&config.store, &config.survival).unwrap();
+    let engine = floodgate::Engine::new(config.policy, store);
+    for _ in 0..10 {
+        assert!(engine.check(&floodgate::Descriptors::new(), 1).await.unwrap().allowed);
+    }
+    let prefetch = engine.store().prefetch().expect("a Redis store runs inside prefetch");
+    let stats = prefetch.stats();
+    assert_eq!((stats.batches, stats.store_calls, stats.local_decisions), (1, 1, 9));
+    assert!(engine.check(&floodgate::Descriptors::new(), 1).await.unwrap().allowed);
+    assert_eq!(prefetch.flush().await.units, 9, "the second batch's unspent units go back");
+}

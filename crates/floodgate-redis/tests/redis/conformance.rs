@@ -13,3 +13,14 @@ mod cluster {
         move |clock| store.with_clock(clock)
     });
 }
+
+/// The Redis store inside [`Prefetch`](floodgate::store::Prefetch): a check without a
+/// prefetching rule is the store's own, so the suite passes through it.
+mod prefetch {
+    floodgate_testkit::conformance_tests!({
+        let store = crate::node_store().await;
+        move |clock: floodgate::core::ManualClock| {
+            floodgate::store::Prefetch::new(store.with_clock(clock.clone()), clock)
+        }
+    });
+}

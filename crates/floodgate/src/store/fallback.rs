@@ -346,6 +346,7 @@ impl<S: Store, C: Clock> Fallback<S, C> {
                     cost: owing.units,
                     enforce: true,
                     on_error: OnStoreError::FailOpen,
+                    prefetch: None,
                 })
                 .collect();
             if self.inner.apply(&ops, Mode::Report, &mut applied).await.is_err() {

@@ -8,6 +8,7 @@
 mod breaker;
 mod fallback;
 mod memory;
+mod prefetch;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use smallvec::SmallVec;
 pub use breaker::{Breaker, BreakerConfig, BreakerState, OnChange};
 pub use fallback::{Fallback, FallbackConfig, FallbackStats, OnFallback, Replayed};
 pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull};
+pub use prefetch::{Prefetch, PrefetchBatch, PrefetchError, PrefetchStats, Returned};
 
 use crate::{Limit, OnStoreError};
 
@@ -39,6 +41,9 @@ pub struct Op<'a> {
     /// What the rule does when the store fails: a [`Fallback`] decides the ops that fall back
     /// locally ([`Op::falls_back`]); the engine applies the others' policy.
     pub on_error: OnStoreError,
+    /// The rule's batch leases: a [`Prefetch`] wrapper takes up to `batch` units in one store call
+    /// and spends them locally for later requests on the same key. Other stores ignore it.
+    pub prefetch: Option<PrefetchBatch>,
 }
 
 impl Op<'_> {

@@ -3,3 +3,4 @@
 
 mod breaker;
 mod fallback;
+mod prefetch;

@@ -25,7 +25,7 @@ fn store() -> (MemoryStore<ManualClock>, ManualClock) {
 }
 
 fn op<'a>(key: &'a [u8], limit: &'a Limit, cost: u64) -> Op<'a> {
-    Op { key, scope_len: 0, limit, cost, enforce: true, on_error: OnStoreError::FailOpen }
+    Op { key, scope_len: 0, limit, cost, enforce: true, on_error: OnStoreError::FailOpen, prefetch: None }
 }
 
 fn apply<C: Clock>(store: &MemoryStore<C>, ops: &[Op<'_>], mode: Mode) -> Applied {

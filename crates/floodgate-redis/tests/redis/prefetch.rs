@@ -1,0 +1,243 @@
+//! Prefetch (batch leases) over a real Redis: several instances, each with its own connection and
+//! its own [`Prefetch`] wrapper, sharing one hot key, on a manual clock.
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use floodgate::store::{Prefetch, PrefetchBatch};
+use floodgate::{Descriptors, Engine, Limit, Policy, Rule};
+use floodgate_core::{FixedWindow, ManualClock, Rate, Timestamp, TokenBucket};
+use floodgate_redis::RedisStore;
+
+/// A whole minute: windows of a second or a minute start here.
+const START: Timestamp = Timestamp::from_secs(1_800_000_000);
+
+type Instance = Engine<Prefetch<RedisStore, ManualClock>>;
+
+fn nz(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).expect("not zero")
+}
+
+fn fixed(limit: u64, window: Duration) -> Limit {
+    FixedWindow::try_new(nz(limit), window).expect("a window").into()
+}
+
+/// `limit` tokens a day, starting full: nothing refills while a test runs.
+fn per_day(limit: u64) -> Limit {
+    let rate = Rate::try_new(nz(limit), Duration::from_secs(86_400)).expect("a rate");
+    TokenBucket::try_new(rate, nz(limit)).expect("a bucket").into()
+}
+
+fn batch(size: u64, ttl: Duration) -> PrefetchBatch {
+    PrefetchBatch::try_new(size, ttl).expect("a batch")
+}
+
+fn unique(name: &str) -> String {
+    format!(
+        "{name}-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap_or_default()
+    )
+}
+
+/// `n` instances with their own connections and wrappers, deciding `rules` on one clock.
+async fn instances(n: usize, rules: &[Rule], clock: &ManualClock) -> Vec<Arc<Instance>> {
+    let mut engines = Vec::new();
+    for _ in 0..n {
+        let store = RedisStore::connect(super::node_config(floodgate_testkit::redis::RedisServer::shared()))
+            .await
+            .expect("connect");
+        let store = Prefetch::new(store.with_clock(clock.clone()), clock.clone());
+        engines.push(Arc::new(Engine::new(Policy::new(rules.iter().cloned()).expect("a policy"), store)));
+    }
+    engines
+}
+
+/// What the store itself (no lease) says remains for `rule`'s global key: a peek without prefetch.
+async fn store_remaining(rule: &Rule, clock: &ManualClock) -> u64 {
+    let plain = Rule::new(rule.name().to_owned(), rule.limit().clone());
+    let store = super::node_store().await.with_clock(clock.clone());
+    let engine = Engine::new(Policy::new([plain]).expect("a policy"), store);
+    let verdict = engine.peek(&Descriptors::new(), 1).await.expect("a peek");
+    // An allowed peek says what would remain after it.
+    let decision = verdict.limits[0].decision;
+    decision.remaining + u64::from(decision.allowed)
+}
+
+/// Runs `attempts` checks of cost 1 through every instance × `tasks` tasks; how many passed.
+async fn hammer(engines: &[Arc<Instance>], tasks: usize, attempts: usize) -> usize {
+    let tickets = Arc::new(AtomicUsize::new(0));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut running = Vec::new();
+    for engine in engines {
+        for _ in 0..tasks {
+            let (engine, tickets, admitted) =
+                (Arc::clone(engine), Arc::clone(&tickets), Arc::clone(&admitted));
+            running.push(tokio::spawn(async move {
+                while tickets.fetch_add(1, Ordering::Relaxed) < attempts {
+                    let verdict = engine.check(&Descriptors::new(), 1).await.expect("a valid request");
+                    assert_eq!(verdict.store_error, None, "no store errors under load");
+                    if verdict.allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for task in running {
+        task.await.expect("a task");
+    }
+    admitted.load(Ordering::Relaxed)
+}
+
+async fn never_over_admits(limit: Limit) {
+    let clock = ManualClock::new(START);
+    let rule = Rule::new(unique("hot"), limit).prefetch(batch(20, Duration::from_secs(1)));
+    let engines = instances(3, std::slice::from_ref(&rule), &clock).await;
+    let admitted = hammer(&engines, 32, 2_000).await;
+    let held: u64 = engines.iter().map(|e| e.store().held_units()).sum();
+    assert!(admitted <= 500, "admitted {admitted} of a limit of 500");
+    assert_eq!(admitted as u64 + held, 500, "what was not admitted is held in leases ({held})");
+    assert_eq!(store_remaining(&rule, &clock).await, 0);
+    let calls: u64 = engines.iter().map(|e| e.store().stats().store_calls).sum();
+    assert!(calls < 2_000 / 4, "{calls} store calls for 2000 decisions");
+    for engine in &engines {
+        engine.store().flush().await;
+    }
+    assert_eq!(store_remaining(&rule, &clock).await, held, "flushed leases went back to the store");
+    let more = hammer(&engines, 4, 1_000).await;
+    assert_eq!(more as u64 + engines.iter().map(|e| e.store().held_units()).sum::<u64>(), held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_never_over_admits_a_fixed_window_across_instances() {
+    never_over_admits(fixed(500, Duration::from_secs(3_600))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_never_over_admits_a_token_bucket_across_instances() {
+    never_over_admits(per_day(500)).await;
+}
+
+#[tokio::test]
+async fn unused_units_go_back_when_the_ttl_ends() {
+    let clock = ManualClock::new(START);
+    let rule = Rule::new(unique("ttl"), fixed(100, Duration::from_secs(60)))
+        .prefetch(batch(20, Duration::from_secs(1)));
+    let engines = instances(1, std::slice::from_ref(&rule), &clock).await;
+    let one = &engines[0];
+    for _ in 0..5 {
+        assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    }
+    assert_eq!(one.store().stats().store_calls, 1, "one batch served five requests");
+    assert_eq!(store_remaining(&rule, &clock).await, 80);
+    assert_eq!(one.store().return_due().await.units, 0, "the lease is live");
+    clock.advance(Duration::from_secs(1));
+    let returned = one.store().return_due().await;
+    assert_eq!((returned.units, returned.expired), (15, 0));
+    assert_eq!(store_remaining(&rule, &clock).await, 95, "exactly the five admitted stay counted");
+    assert_eq!(one.store().held_units(), 0);
+}
+
+#[tokio::test]
+async fn a_token_bucket_gets_back_what_is_unspent() {
+    let clock = ManualClock::new(START);
+    let rule = Rule::new(unique("bucket"), per_day(100)).prefetch(batch(10, Duration::from_millis(500)));
+    let engines = instances(1, std::slice::from_ref(&rule), &clock).await;
+    for _ in 0..3 {
+        assert!(engines[0].check(&Descriptors::new(), 1).await.unwrap().allowed);
+    }
+    assert_eq!(store_remaining(&rule, &clock).await, 90);
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(engines[0].store().return_due().await.units, 7);
+    assert_eq!(store_remaining(&rule, &clock).await, 97);
+}
+
+#[tokio::test]
+async fn a_lease_never_outlives_its_window() {
+    // The ttl (10 s) is longer than the window (1 s): the window ends the lease.
+    let clock = ManualClock::new(START.saturating_add(Duration::from_millis(900)));
+    let rule = Rule::new(unique("window"), fixed(100, Duration::from_secs(1)))
+        .prefetch(batch(20, Duration::from_secs(10)));
+    let engines = instances(1, std::slice::from_ref(&rule), &clock).await;
+    let one = &engines[0];
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    assert_eq!(one.store().stats().batches, 1);
+    clock.advance(Duration::from_millis(100));
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    assert_eq!(one.store().stats().batches, 2, "the next window's request took a new batch");
+    let returned = one.store().return_due().await;
+    assert_eq!(
+        (returned.units, returned.expired),
+        (0, 18),
+        "last window's units are worth nothing: not refunded"
+    );
+    assert_eq!(store_remaining(&rule, &clock).await, 80, "this window holds only its own batch");
+}
+
+#[tokio::test]
+async fn flush_returns_every_lease_and_a_changed_limit_drops_it() {
+    let clock = ManualClock::new(START);
+    let name = unique("flush");
+    let rule = Rule::new(name.clone(), fixed(100, Duration::from_secs(60)))
+        .prefetch(batch(20, Duration::from_secs(30)));
+    let engines = instances(1, std::slice::from_ref(&rule), &clock).await;
+    let one = &engines[0];
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    assert_eq!(one.store().flush().await.units, 19);
+    assert_eq!(store_remaining(&rule, &clock).await, 99);
+
+    // A reload changes the limit: the old lease is not spent on the new rule, and goes back.
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    let reloaded =
+        Rule::new(name, fixed(50, Duration::from_secs(60))).prefetch(batch(20, Duration::from_secs(30)));
+    one.set_policy(Policy::new([reloaded.clone()]).unwrap());
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    assert_eq!(one.store().stats().batches, 3, "the reloaded rule took a batch of its own");
+    assert_eq!(one.store().return_due().await.units, 19, "the old lease went back");
+    assert_eq!(store_remaining(&reloaded, &clock).await, 50 - 2 - 20);
+}
+
+#[tokio::test]
+async fn a_denied_request_consumes_no_leased_unit() {
+    let clock = ManualClock::new(START);
+    let hot = Rule::new(unique("hot"), fixed(100, Duration::from_secs(60)))
+        .prefetch(batch(20, Duration::from_secs(30)));
+    let strict = Rule::new(unique("strict"), fixed(1, Duration::from_secs(60)));
+    let engines = instances(1, &[hot.clone(), strict], &clock).await;
+    let one = &engines[0];
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    assert_eq!(one.store().held_units(), 19);
+    for _ in 0..3 {
+        let verdict = one.check(&Descriptors::new(), 1).await.unwrap();
+        assert!(!verdict.allowed, "the strict rule denies");
+        assert_eq!(one.store().held_units(), 19, "the denied request gave its reserved unit back");
+    }
+    assert_eq!(one.store().flush().await.units, 19);
+    assert_eq!(store_remaining(&hot, &clock).await, 99, "only the admitted request counts");
+}
+
+#[tokio::test]
+async fn near_the_limit_each_request_is_decided_at_its_own_cost() {
+    let clock = ManualClock::new(START);
+    let ttl = Duration::from_secs(1);
+    let rule = Rule::new(unique("near"), fixed(25, Duration::from_secs(3_600))).prefetch(batch(20, ttl));
+    let engines = instances(2, std::slice::from_ref(&rule), &clock).await;
+    let (x, y) = (&engines[0], &engines[1]);
+    assert!(x.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    // 5 remain: less than a batch, so each of y's requests takes only its own unit.
+    for _ in 0..5 {
+        assert!(y.check(&Descriptors::new(), 1).await.unwrap().allowed);
+    }
+    assert_eq!(y.store().stats().batches, 0);
+    let denied = y.check(&Descriptors::new(), 1).await.unwrap();
+    assert!(!denied.allowed, "the store is empty; x holds 19 (the under-admission bound)");
+    assert!(denied.retry_after().is_some());
+    // x's lease ends and goes back; y's remembered denial lapses with its ttl.
+    clock.advance(ttl);
+    assert_eq!(x.store().return_due().await.units, 19);
+    assert!(y.check(&Descriptors::new(), 1).await.unwrap().allowed);
+}
