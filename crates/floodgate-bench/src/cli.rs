@@ -502,7 +502,7 @@ pub struct OutageArgs {
     #[arg(long, value_enum, default_value_t = OnStoreError::FailOpen)]
     pub on_store_error: OnStoreError,
     /// The store deadline (`store.deadline`; whole milliseconds).
-    #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = parse_duration)]
     pub deadline: Duration,
     /// `--fault slow`: how long the proxy holds each request.
     #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = parse_duration)]

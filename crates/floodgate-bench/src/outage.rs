@@ -791,7 +791,11 @@ impl RedisNode {
         for _ in 0..5 {
             // A port free now; another process could take it before the server binds it, which
             // the launch detects (the server answering is not ours).
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let port = if extra.is_empty() {
+                std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
+            } else {
+                cluster_port()?
+            };
             match RedisNode::launch(program, port, extra).await {
                 Ok(node) => return Ok(node),
                 Err(e) => last = e,
@@ -908,6 +912,20 @@ impl RedisNode {
             }
         }
     }
+}
+
+/// A free port for a cluster node: below 55536, with its cluster bus port (the port + 10000) free
+/// too.
+fn cluster_port() -> std::io::Result<u16> {
+    let seed = u64::from(std::process::id()) ^ wall_micros();
+    for i in 0..1000u64 {
+        let port = 20_000 + ((seed.wrapping_mul(6364136223846793005).wrapping_add(i * 7919)) % 25_000) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other("no free port pair for a cluster node below 55536"))
 }
 
 /// Whether the server on `port` answers `command` with a reply containing `needle` (raw RESP,

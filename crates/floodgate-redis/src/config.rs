@@ -45,7 +45,8 @@ pub struct RedisConfig {
     pub prefix: String,
     /// The longest a call may take, waiting for a free slot included; past it the call fails with
     /// [`StoreError::Timeout`](floodgate::StoreError::Timeout) and the rules' failure policies
-    /// decide (default 5 ms).
+    /// decide (default 50 ms: a healthy node or cluster under load on a small machine never missed
+    /// it; 20 ms did, at 256 calls in flight — see BENCHMARKS.md, "The store deadline").
     pub deadline: Duration,
     /// The longest a connection attempt may take (default 1 s). Calls never wait for it longer
     /// than their deadline.
@@ -85,7 +86,7 @@ impl Default for RedisConfig {
         RedisConfig {
             target: Target::Node("redis://127.0.0.1:6379".into()),
             prefix: "floodgate".into(),
-            deadline: Duration::from_millis(5),
+            deadline: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
             max_in_flight: 1024,
             hash_tag: HashTag::Key,

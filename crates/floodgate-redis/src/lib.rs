@@ -58,7 +58,7 @@
 //!   below 2^53 (e.g. 10^6 per hour, or 10^5 per day), or the store answers with a permanent error.
 //!   Divisions are corrected to be exact.
 //! - **Deadline and errors.** Every call (waiting for one of the `max_in_flight` slots included)
-//!   ends within [`RedisConfig::deadline`] (default 5 ms) or fails with
+//!   ends within [`RedisConfig::deadline`] (default 50 ms) or fails with
 //!   [`StoreError::Timeout`](floodgate::StoreError::Timeout); errors say whether they are transient
 //!   (connection, loading, failover, cluster resharding) so the engine applies each rule's
 //!   `on_store_error`. The connection is one multiplexed, auto-pipelining connection (per cluster
@@ -83,8 +83,8 @@
 //!   the estimate lags Redis's clock by at most the margin. Hence a script Redis runs within its
 //!   call's deadline is never stale, and one it runs more than deadline + 2 × margin after the call
 //!   started always is. In between lies what remains: the calls that timed out in about the last
-//!   margin before Redis comes back may still count (with the default 5 ms deadline, those sent
-//!   50 ms or so before the resume; without the guard, all those of the outage). The margin is
+//!   margin before Redis comes back may still count (with the default 50 ms deadline, those sent
+//!   100 ms or so before the resume; without the guard, all those of the outage). The margin is
 //!   not smaller because a busy client reads replies late (its estimate then lags), and because
 //!   the nodes of a cluster must agree with the estimate: **their clocks must agree within the
 //!   margin** (NTP does, by far); a node ahead by more turns calls it runs in time into timeouts.

@@ -52,7 +52,7 @@ fn store_kinds() {
     // The Redis store's own defaults are the configuration's: one prefix, one deadline.
     assert_eq!(redis.store, StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:6379")));
     let StoreConfig::Redis(node) = &redis.store else { panic!("a Redis store") };
-    assert_eq!((node.prefix.as_str(), node.deadline), ("floodgate", Duration::from_millis(5)));
+    assert_eq!((node.prefix.as_str(), node.deadline), ("floodgate", Duration::from_millis(50)));
     let cluster =
         compile_text("store:\n  kind: redis_cluster\n  urls: ['redis://a:1', 'redis://b:2']\n  prefix: fg\n  deadline: 20ms\n")
             .unwrap();
