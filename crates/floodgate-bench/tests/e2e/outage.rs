@@ -217,3 +217,47 @@ async fn a_slowed_redis_past_the_deadline_is_a_failure_the_policy_decides() {
     let max = u(&v, "max_admitted_per_key_window");
     assert!((1..=5).contains(&max), "a slow store never over-admits: {max}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_killed_fails_over_to_its_replica_and_the_store_decides_again() {
+    // A cluster of 3 masters with a replica each; one master is killed at 1 s and stays down. Its
+    // replica is promoted after the 1 s node timeout; from then on the store decides every request
+    // again, the lost master's keys included: the last verdict it did not make was sent well before
+    // the run's end (the kill is at 1 s of 9 s).
+    let v = bench(&[
+        "outage",
+        "--fault",
+        "master-kill",
+        "--on-store-error",
+        "fail_closed",
+        "--at",
+        "1s",
+        "--for",
+        "1s",
+        "-d",
+        "9s",
+        "-c",
+        "8",
+        "--keys",
+        "12",
+        "--limit",
+        "5",
+        "--window",
+        "1s",
+        "--deadline",
+        "20ms",
+        "--open-for",
+        "200ms",
+    ])
+    .await;
+    assert_common(&v, "outage");
+    assert_eq!(v["fault"].as_str(), Some("master-kill"));
+    assert_store_decides(&v, "before");
+    assert_store_decides(&v, "after");
+    let during = &v["phases"]["during"];
+    assert_eq!(u(during, "passed_by_fail_open") + u(during, "http_5xx"), 0, "{during}");
+    let failover = f(&v, "last_store_error_after_ms");
+    assert!(failover < 6500.0, "the failover took {failover} ms from the kill: {v}");
+    let max = u(&v, "max_admitted_per_key_window");
+    assert!((1..=5).contains(&max), "a failover never over-admits: {max}");
+}
