@@ -19,7 +19,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// The series the server emits (DESIGN.md §4); the histogram as its three exposed series.
-const METRICS: [&str; 12] = [
+const METRICS: [&str; 14] = [
     "floodgate_decisions_total",
     "floodgate_decision_duration_seconds_bucket",
     "floodgate_decision_duration_seconds_sum",
@@ -29,6 +29,8 @@ const METRICS: [&str; 12] = [
     "floodgate_store_breaker_state",
     "floodgate_fallback_instances",
     "floodgate_fallback_units_total",
+    "floodgate_prefetch_decisions_total",
+    "floodgate_prefetch_units_total",
     "floodgate_keys",
     "floodgate_config_version",
     "floodgate_config_reloads_total",

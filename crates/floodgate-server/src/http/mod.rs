@@ -71,6 +71,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         keys: store.keys(),
         breaker: store.breaker(),
         fallback: store.fallback().map(|f| f.stats()),
+        prefetch: store.prefetch().map(|p| p.stats()),
     };
     let text = shared.metrics.render(status);
     ([(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], text)

@@ -19,6 +19,8 @@
 //! | `floodgate_fallback_active` | gauge (0/1): 1 while the store fails, for the rules with `on_store_error: local` | `rule` |
 //! | `floodgate_store_breaker_state` | gauge: 0 closed, 1 open, 2 half-open (Redis stores) | `store` |
 //! | `floodgate_fallback_instances` | gauge: the instances local shares are computed for (Redis stores) | `store` |
+//! | `floodgate_prefetch_decisions_total` | counter: checks of `prefetch` rules decided from a lease (`source` = `lease`: a batch taken earlier, or a denial remembered), and the store calls made for the others (`source` = `store`; near the limit a check may make two) (Redis stores) | `store`, `source` |
+//! | `floodgate_prefetch_units_total` | counter: unspent leased units, by `outcome` = `returned` (refunded to the store) or `expired` (their window ended first) (Redis stores) | `store`, `outcome` |
 //! | `floodgate_fallback_units_total` | counter: units admitted locally, by `outcome` = `charged` (to the store, on recovery), `expired`, `dropped` (Redis stores) | `store`, `outcome` |
 //! | `floodgate_keys` | gauge, read from the store on each scrape (memory store only: Redis is not scanned) | `store` |
 //! | `floodgate_config_version` | gauge | — |
@@ -41,7 +43,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::Weak;
 
-use floodgate::store::{BreakerState, FallbackStats};
+use floodgate::store::{BreakerState, FallbackStats, PrefetchStats};
 use floodgate::{Descriptors, Hit, OnStoreError, Outcome, Rule, Verdict};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
@@ -62,6 +64,10 @@ pub const BREAKER_STATE: &str = "floodgate_store_breaker_state";
 pub const FALLBACK_INSTANCES: &str = "floodgate_fallback_instances";
 /// `floodgate_fallback_units_total`.
 pub const FALLBACK_UNITS_TOTAL: &str = "floodgate_fallback_units_total";
+/// `floodgate_prefetch_decisions_total`.
+pub const PREFETCH_DECISIONS_TOTAL: &str = "floodgate_prefetch_decisions_total";
+/// `floodgate_prefetch_units_total`.
+pub const PREFETCH_UNITS_TOTAL: &str = "floodgate_prefetch_units_total";
 /// `floodgate_config_version`.
 pub const CONFIG_VERSION: &str = "floodgate_config_version";
 /// `floodgate_config_reloads_total`.
@@ -146,6 +152,10 @@ struct SurvivalSeries {
     charged: Counter,
     expired: Counter,
     dropped: Counter,
+    prefetch_store: Counter,
+    prefetch_lease: Counter,
+    prefetch_returned: Counter,
+    prefetch_expired: Counter,
 }
 
 /// What the store says of itself on a scrape.
@@ -157,6 +167,8 @@ pub struct StoreStatus {
     pub breaker: Option<BreakerState>,
     /// A Redis store's fallback.
     pub fallback: Option<FallbackStats>,
+    /// A Redis store's prefetch leases.
+    pub prefetch: Option<PrefetchStats>,
 }
 
 /// The front doors counted in `floodgate_requests_total{api}`.
@@ -272,6 +284,12 @@ impl Metrics {
             series.charged.absolute(fallback.charged_units);
             series.expired.absolute(fallback.expired_units);
             series.dropped.absolute(fallback.dropped_units);
+            if let Some(prefetch) = store.prefetch {
+                series.prefetch_store.absolute(prefetch.store_calls);
+                series.prefetch_lease.absolute(prefetch.local_decisions);
+                series.prefetch_returned.absolute(prefetch.returned_units);
+                series.prefetch_expired.absolute(prefetch.expired_units);
+            }
         }
         self.flush(store.fallback.is_some_and(|f| f.degraded));
         let mut text = self.inner.handle.render();
@@ -290,7 +308,17 @@ impl Metrics {
             counter.increment(0);
             counter
         };
+        let labelled = |name: &'static str, label: &'static str, value: &'static str| {
+            let counter = r
+                .register_counter(&Key::from_parts(name, vec![store(), Label::new(label, value)]), &METADATA);
+            counter.increment(0);
+            counter
+        };
         SurvivalSeries {
+            prefetch_store: labelled(PREFETCH_DECISIONS_TOTAL, "source", "store"),
+            prefetch_lease: labelled(PREFETCH_DECISIONS_TOTAL, "source", "lease"),
+            prefetch_returned: labelled(PREFETCH_UNITS_TOTAL, "outcome", "returned"),
+            prefetch_expired: labelled(PREFETCH_UNITS_TOTAL, "outcome", "expired"),
             breaker: r.register_gauge(&Key::from_parts(BREAKER_STATE, vec![store()]), &METADATA),
             instances: r.register_gauge(&Key::from_parts(FALLBACK_INSTANCES, vec![store()]), &METADATA),
             charged: units("charged"),
@@ -588,6 +616,16 @@ fn describe(r: &PrometheusRecorder) {
         FALLBACK_UNITS_TOTAL,
         None,
         "Units admitted by local fallbacks, by what became of them: charged to the store on recovery, expired (their window ended, their bucket refilled) or dropped (too many keys owed).",
+    );
+    d(
+        PREFETCH_DECISIONS_TOTAL,
+        None,
+        "Checks of prefetch rules decided from a lease (a batch taken earlier, or a remembered denial), and store calls made for the others.",
+    );
+    d(
+        PREFETCH_UNITS_TOTAL,
+        None,
+        "Unspent leased units of prefetch rules: returned to the store, or expired with their window.",
     );
     d(REQUESTS_TOTAL, None, "API requests by API and response code.");
     let g = |name: &'static str, help: &'static str| {

@@ -243,3 +243,31 @@ async fn discovered_instances_set_the_share_and_one_that_stops_is_no_longer_coun
     a.stop().await;
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetch_rules_say_on_metrics_how_many_checks_their_leases_decided() {
+    let redis = blocking(RedisServer::start);
+    let config = format!(
+        "store: {{ kind: redis, url: \"{}\", deadline: 1s, instances: 1 }}
+rules:
+  - name: hot
+    key: []
+    algorithm: fixed_window
+    limit: 1000
+    window: 1h
+    prefetch: {{ batch: 10, ttl: 1h }}
+",
+        redis.url()
+    );
+    let server = TestServer::start(parse(&config)).await;
+    for _ in 0..10 {
+        assert_eq!(server.check(&[("user", "u1")]).await.status, 200);
+    }
+    // One batch of 10 from the store, then nine checks decided from it.
+    let store = r#"floodgate_prefetch_decisions_total{store="redis",source="store"}"#;
+    let lease = r#"floodgate_prefetch_decisions_total{store="redis",source="lease"}"#;
+    assert_eq!((metric(&server, store).await, metric(&server, lease).await), (Some(1.0), Some(9.0)));
+    let returned = r#"floodgate_prefetch_units_total{store="redis",outcome="returned"}"#;
+    assert_eq!(metric(&server, returned).await, Some(0.0), "nothing returned while the lease lasts");
+    server.stop().await;
+}
