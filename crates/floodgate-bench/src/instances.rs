@@ -88,17 +88,17 @@ impl LocalServer {
 /// The `store` section of a configuration on the Redis node `url`, with a `deadline` when given
 /// (written in whole milliseconds, the configuration's finest unit; at least 1 ms).
 pub fn redis_store_yaml(url: &str, deadline: Option<Duration>) -> String {
-    let mut yaml = format!("store:\n  kind: redis\n  url: {url:?}\n");
-    if let Some(deadline) = deadline {
-        yaml.push_str(&format!("  deadline: {}ms\n", deadline.as_millis().max(1)));
-    }
-    yaml
+    with_deadline(format!("store:\n  kind: redis\n  url: {url:?}\n"), deadline)
 }
 
-/// The `store:` section of a Redis Cluster at `urls` (seed nodes), with `deadline` if given.
+/// The `store` section of a configuration on the Redis Cluster with seed nodes `urls`, with a
+/// `deadline` when given (as [`redis_store_yaml`] writes it).
 pub fn redis_cluster_store_yaml(urls: &[String], deadline: Option<Duration>) -> String {
     let list: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
-    let mut yaml = format!("store:\n  kind: redis_cluster\n  urls: [{}]\n", list.join(", "));
+    with_deadline(format!("store:\n  kind: redis_cluster\n  urls: [{}]\n", list.join(", ")), deadline)
+}
+
+fn with_deadline(mut yaml: String, deadline: Option<Duration>) -> String {
     if let Some(deadline) = deadline {
         yaml.push_str(&format!("  deadline: {}ms\n", deadline.as_millis().max(1)));
     }

@@ -73,10 +73,7 @@ pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
     // `master-kill`: a cluster of 3 masters with a replica each; `node` is the master to kill, the
     // others stay in `cluster` until the run ends.
     let (mut node, cluster) = match args.fault {
-        Fault::MasterKill => {
-            let (master, others) = start_cluster(&args.redis_server).await?;
-            (master, others)
-        }
+        Fault::MasterKill => start_cluster(&args.redis_server).await?,
         _ => (RedisNode::start(&args.redis_server, &[]).await?, Vec::new()),
     };
     let proxy = match args.fault {
@@ -344,9 +341,7 @@ async fn drive(
         errors_after_recovery: recovery.errors_after,
         last_store_error_after_ms: events
             .iter()
-            .filter(|e| {
-                e.sent_us >= span.start_us && (e.store_error() || matches!(e.outcome, Outcome::Error(_)))
-            })
+            .filter(|e| e.sent_us >= span.start_us && matches!(e.outcome, Outcome::Error(_)))
             .map(|e| e.sent_us - span.start_us)
             .max()
             .map(ms),
@@ -641,28 +636,31 @@ fn recovery(events: &[Event], end_us: u64) -> Recovery {
 /// answer, wall-clock µs from `wall0_us` — falls inside the window: the store decided each of
 /// them within it. Admissions that straddle a boundary are left out, so this never overstates.
 fn max_admitted_per_key_window(events: &[Event], wall0_us: u64, window_us: u64) -> u64 {
-    let mut counts: HashMap<(u32, u64), u64> = HashMap::new();
-    for e in events.iter().filter(|e| e.outcome == Outcome::Allowed) {
-        let sent = wall0_us + e.sent_us;
-        let answered = sent + e.latency_ns.div_ceil(1000);
-        let window = sent / window_us;
-        if answered < (window + 1) * window_us {
-            *counts.entry((e.key, window)).or_default() += 1;
-        }
-    }
-    counts.into_values().max().unwrap_or(0)
+    max_per_window(events, Outcome::Allowed, |_| 0, wall0_us, window_us)
 }
 
 /// The most admissions by one server's local share (`store_local_allowed`) of one key within one
 /// fixed window, counted as [`max_admitted_per_key_window`] counts.
 fn max_local_admitted(events: &[Event], wall0_us: u64, window_us: u64) -> u64 {
+    max_per_window(events, Outcome::Error(STORE_ERRORS[2]), |e| e.instance, wall0_us, window_us)
+}
+
+/// The most events with `outcome` of one key (and one `group`) within one fixed window, counting
+/// only those whose send and answer both fall inside it.
+fn max_per_window(
+    events: &[Event],
+    outcome: Outcome,
+    group: impl Fn(&Event) -> u16,
+    wall0_us: u64,
+    window_us: u64,
+) -> u64 {
     let mut counts: HashMap<(u16, u32, u64), u64> = HashMap::new();
-    for e in events.iter().filter(|e| e.outcome == Outcome::Error(STORE_ERRORS[2])) {
+    for e in events.iter().filter(|e| e.outcome == outcome) {
         let sent = wall0_us + e.sent_us;
         let answered = sent + e.latency_ns.div_ceil(1000);
         let window = sent / window_us;
         if answered < (window + 1) * window_us {
-            *counts.entry((e.instance, e.key, window)).or_default() += 1;
+            *counts.entry((group(e), e.key, window)).or_default() += 1;
         }
     }
     counts.into_values().max().unwrap_or(0)

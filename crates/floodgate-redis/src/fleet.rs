@@ -50,12 +50,7 @@ impl RedisStore {
         let key = self.fleet_key();
         let mut invocation = HEARTBEAT.prepare_invoke();
         invocation.key(key.as_slice()).arg(instance).arg(ttl_ms);
-        let timeout = self.probe().timeout();
-        match self.probe().run::<u32>(&invocation).await {
-            Some(Ok(live)) => Ok(live.max(1)),
-            Some(Err(e)) => Err(classify(e, timeout)),
-            None => Err(StoreError::Timeout(timeout)),
-        }
+        self.on_probe::<u32>(&invocation).await.map(|live| live.max(1))
     }
 
     /// Removes `instance` from the fleet (on a clean stop), so that the others' shares follow at once.
@@ -63,9 +58,17 @@ impl RedisStore {
         let key = self.fleet_key();
         let mut invocation = LEAVE.prepare_invoke();
         invocation.key(key.as_slice()).arg(instance);
+        self.on_probe::<i64>(&invocation).await.map(drop)
+    }
+
+    /// Runs `invocation` on the probe's connection, within its timeout.
+    async fn on_probe<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
         let timeout = self.probe().timeout();
-        match self.probe().run::<i64>(&invocation).await {
-            Some(Ok(_)) => Ok(()),
+        match self.probe().run::<T>(invocation).await {
+            Some(Ok(value)) => Ok(value),
             Some(Err(e)) => Err(classify(e, timeout)),
             None => Err(StoreError::Timeout(timeout)),
         }
