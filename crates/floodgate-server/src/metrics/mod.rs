@@ -19,7 +19,7 @@
 //! | `floodgate_fallback_active` | gauge (0/1): 1 while the store fails, for the rules with `on_store_error: local` | `rule` |
 //! | `floodgate_store_breaker_state` | gauge: 0 closed, 1 open, 2 half-open (Redis stores) | `store` |
 //! | `floodgate_fallback_instances` | gauge: the instances local shares are computed for (Redis stores) | `store` |
-//! | `floodgate_prefetch_decisions_total` | counter: checks of `prefetch` rules decided from a lease (`source` = `lease`: a batch taken earlier, or a denial remembered), and the store calls made for the others (`source` = `store`; near the limit a check may make two) (Redis stores) | `store`, `source` |
+//! | `floodgate_prefetch_decisions_total` | counter: checks decided from a `prefetch` lease (`source` = `lease`: a batch taken earlier, or a denial remembered), and the calls that went to the store for checks no lease decided, of any rule (`source` = `store`; near the limit a prefetch check may make two) (Redis stores) | `store`, `source` |
 //! | `floodgate_prefetch_units_total` | counter: unspent leased units, by `outcome` = `returned` (refunded to the store) or `expired` (their window ended first) (Redis stores) | `store`, `outcome` |
 //! | `floodgate_fallback_units_total` | counter: units admitted locally, by `outcome` = `charged` (to the store, on recovery), `expired`, `dropped` (Redis stores) | `store`, `outcome` |
 //! | `floodgate_keys` | gauge, read from the store on each scrape (memory store only: Redis is not scanned) | `store` |
@@ -620,7 +620,7 @@ fn describe(r: &PrometheusRecorder) {
     d(
         PREFETCH_DECISIONS_TOTAL,
         None,
-        "Checks of prefetch rules decided from a lease (a batch taken earlier, or a remembered denial), and store calls made for the others.",
+        "Checks decided from a prefetch lease (a batch taken earlier, or a remembered denial), and store calls for the checks no lease decided, of any rule.",
     );
     d(
         PREFETCH_UNITS_TOTAL,
