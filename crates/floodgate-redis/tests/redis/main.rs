@@ -56,3 +56,37 @@ async fn cluster_store_with(hash_tag: HashTag) -> RedisStore {
     };
     RedisStore::connect(config).await.expect("connect to the shared cluster")
 }
+
+/// Runs `attempts` checks of cost 1 (no descriptors) through every engine × `tasks` tasks, each
+/// answered by the store without error; how many were admitted.
+async fn hammer<S: floodgate::Store>(
+    engines: &[std::sync::Arc<floodgate::Engine<S>>],
+    tasks: usize,
+    attempts: usize,
+) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tickets = Arc::new(AtomicUsize::new(0));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut running = Vec::new();
+    for engine in engines {
+        for _ in 0..tasks {
+            let (engine, tickets, admitted) =
+                (Arc::clone(engine), Arc::clone(&tickets), Arc::clone(&admitted));
+            running.push(tokio::spawn(async move {
+                while tickets.fetch_add(1, Ordering::Relaxed) < attempts {
+                    let verdict =
+                        engine.check(&floodgate::Descriptors::new(), 1).await.expect("a valid request");
+                    assert_eq!(verdict.store_error, None, "no store errors under load");
+                    if verdict.allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for task in running {
+        task.await.expect("a task");
+    }
+    admitted.load(Ordering::Relaxed)
+}

@@ -3,7 +3,6 @@
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use floodgate::store::{Prefetch, PrefetchBatch};
@@ -66,37 +65,11 @@ async fn store_remaining(rule: &Rule, clock: &ManualClock) -> u64 {
     decision.remaining + u64::from(decision.allowed)
 }
 
-/// Runs `attempts` checks of cost 1 through every instance × `tasks` tasks; how many passed.
-async fn hammer(engines: &[Arc<Instance>], tasks: usize, attempts: usize) -> usize {
-    let tickets = Arc::new(AtomicUsize::new(0));
-    let admitted = Arc::new(AtomicUsize::new(0));
-    let mut running = Vec::new();
-    for engine in engines {
-        for _ in 0..tasks {
-            let (engine, tickets, admitted) =
-                (Arc::clone(engine), Arc::clone(&tickets), Arc::clone(&admitted));
-            running.push(tokio::spawn(async move {
-                while tickets.fetch_add(1, Ordering::Relaxed) < attempts {
-                    let verdict = engine.check(&Descriptors::new(), 1).await.expect("a valid request");
-                    assert_eq!(verdict.store_error, None, "no store errors under load");
-                    if verdict.allowed {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }));
-        }
-    }
-    for task in running {
-        task.await.expect("a task");
-    }
-    admitted.load(Ordering::Relaxed)
-}
-
 async fn never_over_admits(limit: Limit) {
     let clock = ManualClock::new(START);
     let rule = Rule::new(unique("hot"), limit).prefetch(batch(20, Duration::from_secs(1)));
     let engines = instances(3, std::slice::from_ref(&rule), &clock).await;
-    let admitted = hammer(&engines, 32, 2_000).await;
+    let admitted = super::hammer(&engines, 32, 2_000).await;
     let held: u64 = engines.iter().map(|e| e.store().held_units()).sum();
     assert!(admitted <= 500, "admitted {admitted} of a limit of 500");
     assert_eq!(admitted as u64 + held, 500, "what was not admitted is held in leases ({held})");
@@ -107,7 +80,7 @@ async fn never_over_admits(limit: Limit) {
         engine.store().flush().await;
     }
     assert_eq!(store_remaining(&rule, &clock).await, held, "flushed leases went back to the store");
-    let more = hammer(&engines, 4, 1_000).await;
+    let more = super::hammer(&engines, 4, 1_000).await;
     assert_eq!(more as u64 + engines.iter().map(|e| e.store().held_units()).sum::<u64>(), held);
 }
 

@@ -3,7 +3,6 @@
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use floodgate::{Descriptors, Engine, Limit, Policy, Rule};
@@ -31,37 +30,12 @@ async fn engines(n: usize, rule: &Rule) -> Vec<Arc<Engine<RedisStore>>> {
     engines
 }
 
-async fn hammer(engines: &[Arc<Engine<RedisStore>>], tasks: usize, attempts: usize) -> usize {
-    let tickets = Arc::new(AtomicUsize::new(0));
-    let admitted = Arc::new(AtomicUsize::new(0));
-    let mut running = Vec::new();
-    for engine in engines {
-        for _ in 0..tasks {
-            let (engine, tickets, admitted) =
-                (Arc::clone(engine), Arc::clone(&tickets), Arc::clone(&admitted));
-            running.push(tokio::spawn(async move {
-                while tickets.fetch_add(1, Ordering::Relaxed) < attempts {
-                    let verdict = engine.check(&Descriptors::new(), 1).await.unwrap();
-                    assert_eq!(verdict.store_error, None);
-                    if verdict.allowed {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }));
-        }
-    }
-    for task in running {
-        task.await.unwrap();
-    }
-    admitted.load(Ordering::Relaxed)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sharded_limit_admits_exactly_the_limit() {
     // 103 over 4 shards: 26, 26, 26, 25.
     let rule = Rule::new(unique("sharded"), per_hour(103)).shards(4);
     let engines = engines(3, &rule).await;
-    assert_eq!(hammer(&engines, 16, 1_000).await, 103);
+    assert_eq!(super::hammer(&engines, 16, 1_000).await, 103);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,7 +44,7 @@ async fn a_sharded_bucket_admits_exactly_its_burst() {
     let bucket: Limit = TokenBucket::try_new(rate, NonZeroU64::new(50).unwrap()).unwrap().into();
     let rule = Rule::new(unique("sharded-bucket"), bucket).shards(3);
     let engines = engines(2, &rule).await;
-    assert_eq!(hammer(&engines, 8, 400).await, 50);
+    assert_eq!(super::hammer(&engines, 8, 400).await, 50);
 }
 
 #[tokio::test]
@@ -90,5 +64,5 @@ async fn an_empty_shard_sends_the_request_to_the_next_one_once() {
     assert!(!denied.allowed, "both shards are empty");
     assert!(denied.retry_after().is_some());
     assert!(b.reset(rule.name(), &Descriptors::new()).await.unwrap(), "a reset forgets every shard");
-    assert_eq!(hammer(&engines, 2, 20).await, 4);
+    assert_eq!(super::hammer(&engines, 2, 20).await, 4);
 }
