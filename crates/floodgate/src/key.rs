@@ -25,9 +25,9 @@ pub(crate) fn push_field(out: &mut impl Extend<u8>, bytes: &[u8]) {
     out.extend(bytes.iter().copied());
 }
 
-/// A key's last part when the memory store is full and aggregates new keys of a rule into one:
-/// it cannot be mistaken for a field, since fields begin with a digit.
-pub(crate) const OVERFLOW_FIELD: &[u8] = b"*";
+/// The first byte of the memory store's overflow counters' keys (`*`, a rule's scope, a number):
+/// no key begins with it, since fields begin with a digit.
+pub(crate) const OVERFLOW_MARK: u8 = b'*';
 
 /// Splits an encoded key back into its fields; `None` if it is not a valid encoding.
 pub fn decode(mut key: &[u8]) -> Option<Vec<&[u8]>> {
@@ -88,13 +88,15 @@ mod tests {
         }
 
         #[test]
-        fn an_overflow_key_never_equals_a_real_key(
+        fn an_overflow_counter_key_never_equals_a_real_key(
             fields in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..8), 1..4),
+            number in any::<u32>(),
         ) {
-            let mut overflow = encode(&fields[..1]);
-            overflow.extend_from_slice(OVERFLOW_FIELD);
-            prop_assert!(decode(&overflow).is_none());
-            prop_assert_ne!(overflow, encode(&fields));
+            let mut counter = vec![OVERFLOW_MARK];
+            counter.extend_from_slice(&encode(&fields[..1]));
+            counter.extend_from_slice(&number.to_be_bytes());
+            prop_assert!(decode(&counter).is_none());
+            prop_assert_ne!(counter, encode(&fields));
         }
     }
 }

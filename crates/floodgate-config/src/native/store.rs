@@ -16,6 +16,7 @@ const STORE_FIELDS: &[&str] = &[
     "kind",
     "max_keys",
     "on_full",
+    "overflow_counters",
     "sweep_interval",
     "url",
     "urls",
@@ -29,7 +30,7 @@ const STORE_FIELDS: &[&str] = &[
     "instances",
     "local_factor",
 ];
-const MEMORY_FIELDS: &[&str] = &["kind", "max_keys", "on_full", "sweep_interval"];
+const MEMORY_FIELDS: &[&str] = &["kind", "max_keys", "on_full", "overflow_counters", "sweep_interval"];
 const REDIS_FIELDS: &[&str] = &[
     "kind",
     "url",
@@ -246,6 +247,10 @@ fn failure_rate(item: Item<'_>) -> Result<f64, Invalid> {
     }
 }
 
+/// The most overflow counters a rule may have: their number is written in 4 bytes of their keys,
+/// and 16 M counters (about 2 GB per rule) is beyond any sensible memory bound.
+const MAX_OVERFLOW_COUNTERS: usize = 1 << 24;
+
 fn memory(fields: &Fields<'_>) -> Result<MemoryConfig, Invalid> {
     let mut config = MemoryConfig::default();
     if let Some(max) = fields.get("max_keys") {
@@ -263,6 +268,20 @@ fn memory(fields: &Fields<'_>) -> Result<MemoryConfig, Invalid> {
                 )));
             }
         };
+    }
+    if let Some(counters) = fields.get("overflow_counters") {
+        if config.on_full == OnFull::Reject {
+            return Err(counters.error(
+                "overflow_counters applies to on_full: aggregate only: with on_full: reject a full store refuses new keys",
+            ));
+        }
+        let n = counters.u64_at_least("overflow_counters", 1)?;
+        config.overflow_counters =
+            usize::try_from(n).ok().filter(|n| *n <= MAX_OVERFLOW_COUNTERS).ok_or_else(|| {
+                counters.error(format!(
+                    "overflow_counters {n} is too large: at most {MAX_OVERFLOW_COUNTERS} per rule"
+                ))
+            })?;
     }
     if let Some(sweep) = fields.get("sweep_interval") {
         config.sweep_interval = positive_duration(sweep, "sweep_interval")?;

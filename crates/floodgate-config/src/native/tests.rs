@@ -45,9 +45,17 @@ fn store_kinds() {
         StoreConfig::Memory(MemoryConfig {
             max_keys: 10,
             on_full: OnFull::Reject,
-            sweep_interval: Duration::from_secs(1)
+            sweep_interval: Duration::from_secs(1),
+            ..MemoryConfig::default()
         })
     );
+    let spread = compile_text(
+        "store: {kind: memory, max_keys: 10, overflow_counters: 4096}
+",
+    )
+    .unwrap();
+    let StoreConfig::Memory(spread) = spread.store else { panic!("a memory store") };
+    assert_eq!((spread.on_full, spread.overflow_counters), (OnFull::Aggregate, 4096));
     let redis = compile_text("store: {kind: redis, url: 'redis://127.0.0.1:6379'}\n").unwrap();
     // The Redis store's own defaults are the configuration's: one prefix, one deadline.
     assert_eq!(redis.store, StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:6379")));
@@ -104,6 +112,12 @@ fn store_settings_must_fit_the_kind() {
     assert!(e.message.contains("invalid max_keys 0"), "{}", e.message);
     let e = error("store: {on_full: evict}\n");
     assert!(e.message.contains("unknown on_full \"evict\""), "{}", e.message);
+    let e = error("store: {overflow_counters: 0}\n");
+    assert_eq!(e.field.as_deref(), Some("store.overflow_counters"));
+    let e = error("store: {on_full: reject, overflow_counters: 16}\n");
+    assert!(e.message.contains("applies to on_full: aggregate only"), "{}", e.message);
+    let e = error("store: {overflow_counters: 100000000}\n");
+    assert!(e.message.contains("too large: at most 16777216 per rule"), "{}", e.message);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The embedded memory store: the default, with no setup.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -9,14 +10,14 @@ use smallvec::SmallVec;
 
 use super::{Applied, Mode, Op, OpResult, Store, StoreError};
 use crate::Limit;
-use crate::key::OVERFLOW_FIELD;
+use crate::key::OVERFLOW_MARK;
 use crate::limit::with_algorithm;
 
 mod key;
 mod slot;
 
 use key::{KeyHashing, StoredKey, spilled};
-use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, consume, decide, refund, report, status};
+use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, State, consume, decide, refund, report, status};
 
 /// What the memory store does with a *new* key once it holds `max_keys` keys.
 ///
@@ -27,8 +28,12 @@ pub enum OnFull {
     /// Fail the request with [`StoreError::Full`]; each rule's store-failure policy
     /// (fail open or closed) decides what the client sees.
     Reject,
-    /// Count every new key of a rule under one shared overflow key of that rule: new clients share
-    /// one limit (stricter for them, never looser) until idle keys expire and make room.
+    /// Count each new key of a rule on one of the rule's `overflow_counters` shared counters,
+    /// chosen by a hash of the key keyed at random per store (so clients cannot aim at one): a
+    /// newcomer shares its limit with a small random group rather than with every other new key,
+    /// until idle keys expire and make room. Each counter enforces the rule's own limit, so a key
+    /// is never counted more loosely than alone; when room returns, a key moving into the table
+    /// starts from its counter's state, not afresh.
     #[default]
     Aggregate,
 }
@@ -40,6 +45,11 @@ pub struct MemoryConfig {
     pub max_keys: usize,
     /// What to do with new keys when full (default [`OnFull::Aggregate`]).
     pub on_full: OnFull,
+    /// The shared counters per rule that [`OnFull::Aggregate`] spreads new keys over (default
+    /// 65 536; at least 1). A counter takes a table entry like a key, but is not counted in
+    /// `max_keys`: it is created when a new key first lands on it and dropped by the sweeper
+    /// once its state expires, so at most `overflow_counters` per rule are held.
+    pub overflow_counters: usize,
     /// How often the background sweeper drops expired keys (default 10 s).
     pub sweep_interval: Duration,
 }
@@ -49,6 +59,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             max_keys: 1_000_000,
             on_full: OnFull::Aggregate,
+            overflow_counters: 65_536,
             sweep_interval: Duration::from_secs(10),
         }
     }
@@ -61,16 +72,32 @@ pub struct MemoryStats {
     pub keys: usize,
     /// An estimate of the memory they use, in bytes (slots, keys and table overhead).
     pub bytes_estimate: usize,
-    /// Keys refused or aggregated because the store was full, since start.
+    /// The most keys held at once (`max_keys`).
+    pub max_keys: usize,
+    /// Overflow counters held, over all rules (not counted in `keys`).
+    pub overflow_counters: usize,
+    /// Requests for new keys refused or decided on overflow counters because the store was full,
+    /// since start.
     pub overflows: usize,
 }
 
-/// The key that new keys of the rule owning `key` share when the store is full and aggregating.
-fn overflow_key(key: &[u8], scope_len: usize) -> SmallVec<[u8; 128]> {
-    let mut overflow = SmallVec::new();
-    overflow.extend_from_slice(&key[..scope_len.min(key.len())]);
-    overflow.extend_from_slice(OVERFLOW_FIELD);
-    overflow
+/// One rule's overflow, by its scope (see [`MemoryStore::overflow`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverflowStats {
+    /// The leading bytes of the rule's keys ([`Op::scope_len`]).
+    pub scope: Box<[u8]>,
+    /// Requests decided on the rule's overflow counters, since start.
+    pub decisions: u64,
+}
+
+/// The key of overflow counter `i` of the rule whose keys begin with `scope`: [`OVERFLOW_MARK`],
+/// the scope, and `i` in 4 bytes.
+fn counter_key(scope: &[u8], i: u32) -> SmallVec<[u8; 64]> {
+    let mut key = SmallVec::new();
+    key.push(OVERFLOW_MARK);
+    key.extend_from_slice(scope);
+    key.extend_from_slice(&i.to_be_bytes());
+    key
 }
 
 /// The embedded store: per-key state in a lock-free concurrent map, each key behind its own small
@@ -110,6 +137,12 @@ struct Inner<C> {
     /// Heap bytes of keys too long to be stored inline.
     key_bytes: AtomicUsize,
     overflows: AtomicUsize,
+    /// Overflow counters held (in `map`, beside the keys, not counted in `len`).
+    counters: AtomicUsize,
+    /// Overflow decisions, per scope of a rule that has overflowed.
+    overflowed: papaya::HashMap<Box<[u8]>, AtomicU64>,
+    /// Chooses a new key's overflow counter: SipHash, keyed at random per store.
+    overflow_hashing: RandomState,
     sweeper_running: AtomicBool,
 }
 
@@ -131,8 +164,9 @@ impl Default for MemoryStore<SystemClock> {
 }
 
 impl<C: Clock> MemoryStore<C> {
-    /// A store with `config`, reading time from `clock`.
-    pub fn with_config(config: MemoryConfig, clock: C) -> Self {
+    /// A store with `config`, reading time from `clock`. An `overflow_counters` of 0 counts as 1.
+    pub fn with_config(mut config: MemoryConfig, clock: C) -> Self {
+        config.overflow_counters = config.overflow_counters.max(1);
         let hashing = KeyHashing::default();
         let map = papaya::HashMap::builder().hasher(hashing.clone()).build();
         MemoryStore {
@@ -144,6 +178,9 @@ impl<C: Clock> MemoryStore<C> {
                 len: AtomicUsize::new(0),
                 key_bytes: AtomicUsize::new(0),
                 overflows: AtomicUsize::new(0),
+                counters: AtomicUsize::new(0),
+                overflowed: papaya::HashMap::new(),
+                overflow_hashing: RandomState::new(),
                 sweeper_running: AtomicBool::new(false),
             }),
         }
@@ -157,12 +194,25 @@ impl<C: Clock> MemoryStore<C> {
     /// Key count and memory estimate, for metrics.
     pub fn stats(&self) -> MemoryStats {
         let keys = self.inner.len.load(Ordering::Relaxed);
+        let counters = self.inner.counters.load(Ordering::Relaxed);
         let per_entry = std::mem::size_of::<(StoredKey, Slot)>() + ENTRY_OVERHEAD;
         MemoryStats {
             keys,
-            bytes_estimate: keys * per_entry + self.inner.key_bytes.load(Ordering::Relaxed),
+            bytes_estimate: (keys + counters) * per_entry + self.inner.key_bytes.load(Ordering::Relaxed),
+            max_keys: self.inner.config.max_keys,
+            overflow_counters: counters,
             overflows: self.inner.overflows.load(Ordering::Relaxed),
         }
+    }
+
+    /// The rules that have overflowed, with their overflow decisions since start.
+    pub fn overflow(&self) -> Vec<OverflowStats> {
+        let guard = self.inner.overflowed.guard();
+        self.inner
+            .overflowed
+            .iter(&guard)
+            .map(|(scope, n)| OverflowStats { scope: scope.clone(), decisions: n.load(Ordering::Relaxed) })
+            .collect()
     }
 
     /// Drops every key whose state has expired by the clock's `now`; returns how many it dropped.
@@ -184,7 +234,9 @@ impl<C: Clock> MemoryStore<C> {
             // `Dead` and looks the key up again, so no update can land in a removed slot.
             s.kill();
             if let Ok(Some(_)) = inner.map.remove_if(key, |_, v| std::ptr::eq(v, slot), &guard) {
-                inner.len.fetch_sub(1, Ordering::Relaxed);
+                let held =
+                    if key.as_bytes().first() == Some(&OVERFLOW_MARK) { &inner.counters } else { &inner.len };
+                held.fetch_sub(1, Ordering::Relaxed);
                 inner.key_bytes.fetch_sub(spilled(key.as_bytes().len()), Ordering::Relaxed);
                 removed += 1;
             }
@@ -246,11 +298,21 @@ impl<C: Clock> MemoryStore<C> {
             return match (full(), inner.config.on_full) {
                 (false, _) => Ok(None),
                 (true, OnFull::Reject) => Err(StoreError::Full { max_keys: inner.config.max_keys }),
-                (true, OnFull::Aggregate) => {
-                    Ok(inner.map.get(&inner.hashing.lookup(&overflow_key(key, scope_len)), guard))
-                }
+                (true, OnFull::Aggregate) => Ok(self.overflow_counter(key, scope_len, false, guard)),
             };
         }
+        // Full: the key is new unless a twin request just inserted it. A twin counts its key
+        // after inserting it (`AcqRel`), so if its count is what made the store full, its insert
+        // is visible here; if another key's count did, the twin is over the cap too.
+        if inner.len.load(Ordering::Acquire) >= inner.config.max_keys {
+            return match inner.map.get(&inner.hashing.lookup(key), guard) {
+                Some(slot) => Ok(Some(slot)),
+                None => self.overflowed(key, scope_len, guard),
+            };
+        }
+        // A key that was counted on an overflow counter starts from that counter's state: it
+        // spent from it, and must not get its limit afresh by moving into the table.
+        let inherited = self.inherited(key, scope_len, guard);
         // Insert first, then count: a request racing to create the same key finds it and waits
         // for the verdict on it, so a key that fits is never refused because of its own twin.
         let slot = match inner.map.try_insert(StoredKey::new(key), Slot::reserved(), guard) {
@@ -258,9 +320,12 @@ impl<C: Clock> MemoryStore<C> {
             Err(occupied) => return Ok(Some(occupied.current)),
         };
         let mut s = slot.lock();
-        if inner.len.fetch_add(1, Ordering::Relaxed) < inner.config.max_keys {
+        if inner.len.fetch_add(1, Ordering::AcqRel) < inner.config.max_keys {
             inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
-            s.open();
+            match inherited {
+                Some((state, expires_secs)) => s.open_as(state, expires_secs),
+                None => s.open(),
+            }
             drop(s);
             return Ok(Some(slot));
         }
@@ -269,27 +334,88 @@ impl<C: Clock> MemoryStore<C> {
         s.kill();
         let _ = inner.map.remove_if(&inner.hashing.lookup(key), |_, v| std::ptr::eq(v, slot), guard);
         drop(s);
+        self.overflowed(key, scope_len, guard)
+    }
+
+    /// A new key that does not fit: refused, or on its overflow counter.
+    fn overflowed<'g>(
+        &self,
+        key: &[u8],
+        scope_len: usize,
+        guard: &'g impl papaya::Guard,
+    ) -> Result<Option<&'g Slot>, StoreError> {
+        let inner = &*self.inner;
         inner.overflows.fetch_add(1, Ordering::Relaxed);
         match inner.config.on_full {
             OnFull::Reject => Err(StoreError::Full { max_keys: inner.config.max_keys }),
-            OnFull::Aggregate => Ok(Some(self.insert(&overflow_key(key, scope_len), guard))),
+            OnFull::Aggregate => Ok(self.overflow_counter(key, scope_len, true, guard)),
         }
     }
 
-    /// Gets or inserts `key`, ignoring the cap (for the one overflow key per rule).
-    fn insert<'g>(&self, key: &[u8], guard: &'g impl papaya::Guard) -> &'g Slot {
+    /// Which of its rule's overflow counters `key` is decided on.
+    fn counter_of(&self, key: &[u8]) -> u32 {
+        let n = self.inner.config.overflow_counters as u64;
+        (self.inner.overflow_hashing.hash_one(key) % n) as u32
+    }
+
+    /// The overflow counter of `key`, created when `create` (and counted as an overflow
+    /// decision of its rule); `None` when not creating and the counter holds nothing.
+    fn overflow_counter<'g>(
+        &self,
+        key: &[u8],
+        scope_len: usize,
+        create: bool,
+        guard: &'g impl papaya::Guard,
+    ) -> Option<&'g Slot> {
         let inner = &*self.inner;
-        if let Some(slot) = inner.map.get(&inner.hashing.lookup(key), guard) {
-            return slot;
+        let scope = &key[..scope_len.min(key.len())];
+        let counter = counter_key(scope, self.counter_of(key));
+        let slot = match inner.map.get(&inner.hashing.lookup(&counter), guard) {
+            Some(slot) => slot,
+            None if create => match inner.map.try_insert(StoredKey::new(&counter), Slot::default(), guard) {
+                Ok(slot) => {
+                    inner.counters.fetch_add(1, Ordering::Relaxed);
+                    inner.key_bytes.fetch_add(spilled(counter.len()), Ordering::Relaxed);
+                    slot
+                }
+                Err(occupied) => occupied.current,
+            },
+            None => return None,
+        };
+        let decisions = inner.overflowed.guard();
+        match inner.overflowed.get(scope, &decisions) {
+            Some(n) => n.fetch_add(1, Ordering::Relaxed),
+            None => inner
+                .overflowed
+                .get_or_insert_with(scope.into(), || AtomicU64::new(0), &decisions)
+                .fetch_add(1, Ordering::Relaxed),
+        };
+        Some(slot)
+    }
+
+    /// The state of `key`'s overflow counter, when its rule has overflowed and the counter holds
+    /// one.
+    fn inherited(&self, key: &[u8], scope_len: usize, guard: &impl papaya::Guard) -> Option<(State, u32)> {
+        let inner = &*self.inner;
+        if inner.counters.load(Ordering::Relaxed) == 0 {
+            return None;
         }
-        match inner.map.try_insert(StoredKey::new(key), Slot::default(), guard) {
-            Ok(slot) => {
-                inner.len.fetch_add(1, Ordering::Relaxed);
-                inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
-                slot
-            }
-            Err(occupied) => occupied.current,
+        let scope = &key[..scope_len.min(key.len())];
+        let counter = counter_key(scope, self.counter_of(key));
+        inner.map.get(&inner.hashing.lookup(&counter), guard)?.lock().snapshot()
+    }
+
+    /// The overflow counter holding a key not in the table: that of the overflowed rule whose
+    /// scope `key` begins with.
+    fn counter_holding<'g>(&self, key: &[u8], guard: &'g impl papaya::Guard) -> Option<&'g Slot> {
+        let inner = &*self.inner;
+        if inner.counters.load(Ordering::Relaxed) == 0 {
+            return None;
         }
+        let scopes = inner.overflowed.guard();
+        let scope = inner.overflowed.keys(&scopes).find(|scope| key.starts_with(scope))?;
+        let counter = counter_key(scope, self.counter_of(key));
+        inner.map.get(&inner.hashing.lookup(&counter), guard)
     }
 
     /// Applies `ops` under the locks of their keys; the heart of [`Store::apply`].
@@ -441,7 +567,13 @@ impl<C: Clock> MemoryStore<C> {
     fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
-        if let Some(slot) = self.inner.map.get(&self.inner.hashing.lookup(key), &guard) {
+        // A key not in the table was granted on its overflow counter, if its rule overflowed.
+        let slot = self
+            .inner
+            .map
+            .get(&self.inner.hashing.lookup(key), &guard)
+            .or_else(|| self.counter_holding(key, &guard));
+        if let Some(slot) = slot {
             let mut s = slot.lock();
             if !s.state().is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));

@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 
 pub use breaker::{Breaker, BreakerConfig, BreakerState, OnChange};
 pub use fallback::{Fallback, FallbackConfig, FallbackStats, OnFallback, Replayed};
-pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull};
+pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull, OverflowStats};
 pub use prefetch::{Prefetch, PrefetchBatch, PrefetchError, PrefetchStats, Returned};
 
 use crate::{Limit, OnStoreError};

@@ -33,7 +33,7 @@ use smallvec::SmallVec;
 use crate::store::{Mode, OpResult};
 
 /// Per-key state: which algorithm's state the key holds.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) enum State {
     #[default]
     Empty,
@@ -204,6 +204,20 @@ impl Held<'_> {
     /// Counts the key in: a request finding it no longer waits.
     pub(super) fn open(&mut self) {
         *self.state = State::Empty;
+    }
+
+    /// [`Held::open`], starting from `state`, which expires at `expires_secs`.
+    pub(super) fn open_as(&mut self, state: State, expires_secs: u32) {
+        *self.state = state;
+        self.expires_secs = expires_secs;
+    }
+
+    /// A copy of the state and its expiry; `None` when there is none to copy.
+    pub(super) fn snapshot(&self) -> Option<(State, u32)> {
+        match *self.state {
+            State::Empty | State::Dead | State::Reserved => None,
+            ref state => Some((state.clone(), self.expires_secs)),
+        }
     }
 }
 
