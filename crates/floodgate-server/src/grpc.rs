@@ -89,8 +89,12 @@ impl RateLimitService for Rls {
             .collect();
         let hits: SmallVec<[Hit<'_>; 4]> =
             descriptors.iter().map(|(_, d, cost)| Hit::new(d, *cost)).collect();
-        // With Impossible::Deny the engine never errs but for a zero cost, which `max(1)` rules out.
-        let verdict = self.shared.path.decide(policy, Api::Grpc, &hits).await.unwrap_or_default();
+        // With Impossible::Deny the engine errs on no cost (`max(1)` rules out a zero one), only on
+        // a descriptor value a rule cannot key by.
+        let verdict = match self.shared.path.decide(policy, Api::Grpc, &hits).await {
+            Ok(verdict) => verdict,
+            Err(error) => return Err(tonic::Status::invalid_argument(error.to_string())),
+        };
 
         let mut statuses = vec![
             DescriptorStatus { code: Code::Ok as i32, ..DescriptorStatus::default() };

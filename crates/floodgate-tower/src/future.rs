@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+use floodgate::EngineError;
 use floodgate_http::{HeaderStyle, PROBLEM_CONTENT_TYPE, Problem, rate_limit_headers, tag_header};
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -69,7 +70,13 @@ where
                     let (info, permit) = match checked {
                         Checked::NeverAllowed(error) => {
                             this.state.set(State::Done);
-                            let mut response = problem_response(&Problem::never_allowed());
+                            let problem = match &error {
+                                EngineError::Descriptor { descriptor, expected, .. } => Problem::invalid(
+                                    format!("The request's {descriptor} descriptor is not {expected}."),
+                                ),
+                                EngineError::Cost { .. } => Problem::never_allowed(),
+                            };
+                            let mut response = problem_response(&problem);
                             // For outer layers (logs): which rule, and why. Not in the body.
                             response.extensions_mut().insert(error);
                             return Poll::Ready(Ok(response));

@@ -8,9 +8,9 @@ use floodgate_core::{CostError, Decision, Grant, Timestamp};
 use smallvec::SmallVec;
 
 use crate::key::push_field;
-use crate::rule::{CompiledRule, Policy, Shards};
+use crate::rule::{CompiledRule, IP, Policy, Shards};
 use crate::store::{Applied, Mode, Op, PrefetchBatch, Store, StoreError};
-use crate::{Action, Descriptors, Limit, MemoryStore, OnStoreError};
+use crate::{Action, Descriptors, Limit, MemoryStore, NotAnAddress, OnStoreError};
 
 /// What happened to one limit, as counted in metrics (`floodgate_decisions_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -199,6 +199,19 @@ pub enum EngineError {
         /// Why.
         #[source]
         source: CostError,
+    },
+    /// A descriptor's value is not what the rule needs: an `ip` that is not an IP address, for a
+    /// rule that groups addresses by prefix ([`Rule::ip_prefix`](crate::Rule::ip_prefix)).
+    #[error("rule {rule:?}: descriptor {descriptor:?} is {value:?}, which is not {expected}")]
+    Descriptor {
+        /// The rule.
+        rule: Arc<str>,
+        /// The descriptor's name.
+        descriptor: &'static str,
+        /// Its value.
+        value: String,
+        /// What the rule needs, e.g. "an IP address".
+        expected: &'static str,
     },
 }
 
@@ -564,9 +577,16 @@ impl Policy {
                 }
                 let Some((limit, action)) = compiled.rule.select(hit.descriptors) else { continue };
                 let start = buf.len();
-                if !build_key(compiled, hit.descriptors, buf) {
-                    buf.truncate(start);
-                    continue;
+                match build_key(compiled, hit.descriptors, buf) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        buf.truncate(start);
+                        continue;
+                    }
+                    Err(error) => {
+                        buf.truncate(start);
+                        return Err(error);
+                    }
                 }
                 let key = start..buf.len();
                 let enforce = action == Action::Deny && in_rollout(&buf[key.clone()], compiled.rollout_bp);
@@ -686,7 +706,7 @@ impl Policy {
             let Some(compiled) = self.rule_of(l) else { continue };
             let Some((mut limit, _)) = compiled.rule.select(hit.descriptors) else { continue };
             buf.clear();
-            if !build_key(compiled, hit.descriptors, &mut buf) {
+            if !matches!(build_key(compiled, hit.descriptors, &mut buf), Ok(true)) {
                 continue;
             }
             // A sharded rule's refund goes to the shard the next request takes: the shards' total
@@ -711,7 +731,8 @@ impl Policy {
     ) -> Result<bool, StoreError> {
         let Some(compiled) = self.rules.iter().find(|c| &*c.rule.name == rule) else { return Ok(false) };
         let mut buf = KeyBuf::new();
-        if !build_key(compiled, descriptors, &mut buf) {
+        // A value the rule cannot key by (an `ip` that is no address) has no state.
+        if !matches!(build_key(compiled, descriptors, &mut buf), Ok(true)) {
             return Ok(false);
         }
         let Some(shards) = &compiled.shards else { return store.reset(&buf).await };
@@ -788,15 +809,29 @@ fn matches(compiled: &CompiledRule, descriptors: &Descriptors) -> bool {
 }
 
 /// Appends the rule's key for `descriptors`; false when a key descriptor is missing.
-fn build_key(compiled: &CompiledRule, descriptors: &Descriptors, buf: &mut KeyBuf) -> bool {
+fn build_key(
+    compiled: &CompiledRule,
+    descriptors: &Descriptors,
+    buf: &mut KeyBuf,
+) -> Result<bool, EngineError> {
     buf.extend_from_slice(&compiled.scope);
     for name in &compiled.rule.key {
-        match descriptors.get(name) {
-            Some(value) => push_field(buf, value.as_bytes()),
-            None => return false,
+        let Some(value) = descriptors.get(name) else { return Ok(false) };
+        match compiled.rule.ip_prefix {
+            Some(prefix) if name == IP => {
+                let mut group: SmallVec<[u8; 48]> = SmallVec::new();
+                prefix.write_group(value, &mut group).map_err(|NotAnAddress| EngineError::Descriptor {
+                    rule: compiled.rule.name.clone(),
+                    descriptor: IP,
+                    value: value.to_owned(),
+                    expected: "an IP address (the rule groups addresses by prefix)",
+                })?;
+                push_field(buf, &group);
+            }
+            _ => push_field(buf, value.as_bytes()),
         }
     }
-    true
+    Ok(true)
 }
 
 /// Ends a sharded rule's key with shard `i`: a field of fixed width whose last two bytes are the

@@ -36,6 +36,7 @@
 
 mod descriptors;
 mod engine;
+mod ip;
 pub mod key;
 mod limit;
 mod rule;
@@ -44,6 +45,7 @@ pub mod store;
 pub use descriptors::Descriptors;
 pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Verdict};
 pub use floodgate_core as core;
+pub use ip::{IpPrefix, NotAnAddress};
 pub use limit::{Limit, LimitKind};
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Policy, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};

@@ -2,8 +2,11 @@
 
 use std::sync::Arc;
 
-use crate::Limit;
 use crate::key::push_field;
+use crate::{IpPrefix, Limit};
+
+/// The descriptor [`Rule::ip_prefix`] groups.
+pub(crate) const IP: &str = "ip";
 use crate::store::PrefetchBatch;
 
 /// What a rule does when its limit would deny.
@@ -177,6 +180,12 @@ pub enum RuleError {
         /// Why not.
         reason: String,
     },
+    /// A rule groups `ip` by prefix but its key does not name `ip`.
+    #[error("rule {rule:?}: ip_prefix groups the ip descriptor, but the rule's key does not name ip")]
+    IpPrefixWithoutIp {
+        /// The rule.
+        rule: String,
+    },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
     UnknownReplaced {
@@ -221,6 +230,8 @@ pub struct Rule {
     pub(crate) prefetch: Option<PrefetchBatch>,
     /// Keys the limit is spread over (see [`Rule::shards`]).
     pub(crate) shards: Option<u16>,
+    /// The `ip` descriptor grouped by network prefix (see [`Rule::ip_prefix`]).
+    pub(crate) ip_prefix: Option<IpPrefix>,
 }
 
 impl Rule {
@@ -239,6 +250,7 @@ impl Rule {
             replaces: Vec::new(),
             prefetch: None,
             shards: None,
+            ip_prefix: None,
         }
     }
 
@@ -337,6 +349,22 @@ impl Rule {
     pub fn shards(mut self, n: u16) -> Self {
         self.shards = Some(n);
         self
+    }
+
+    /// Keys the `ip` descriptor by its network (`address/length`, host bits cleared) rather than
+    /// by the whole address, so that the addresses of one network share one counter: the usual
+    /// practice for IPv6, where one client holds a whole /64. IPv4 addresses written as IPv6
+    /// (`::ffff:a.b.c.d`) count as IPv4. A request whose `ip` is not an address fails with
+    /// [`EngineError::Descriptor`](crate::EngineError::Descriptor). The key must name `ip`;
+    /// [`Policy::new`] refuses it otherwise.
+    pub fn ip_prefix(mut self, prefix: IpPrefix) -> Self {
+        self.ip_prefix = Some(prefix);
+        self
+    }
+
+    /// How the rule groups the `ip` descriptor, if it does.
+    pub fn ip_grouping(&self) -> Option<IpPrefix> {
+        self.ip_prefix
     }
 
     /// The keys the limit is spread over, if sharded.
@@ -533,6 +561,9 @@ impl Policy {
                     rule: rule.name.to_string(),
                     algorithm: limit.kind(),
                 });
+            }
+            if rule.ip_prefix.is_some() && !rule.key.iter().any(|d| d == IP) {
+                return Err(RuleError::IpPrefixWithoutIp { rule: rule.name.to_string() });
             }
             let rollout_bp = (rule.rollout * 100.0).round() as u16;
             for (i, d) in rule.key.iter().enumerate() {

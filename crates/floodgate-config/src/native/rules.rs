@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use floodgate::store::PrefetchBatch;
-use floodgate::{Action, Condition, LimitKind, OnStoreError, Pattern, Rule};
+use floodgate::{Action, Condition, IpPrefix, LimitKind, OnStoreError, Pattern, Rule};
 
 use super::descriptors::Vocabulary;
 use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
@@ -18,7 +18,7 @@ use crate::yaml::{Item, Value, did_you_mean};
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let mut fields = vec!["name", "match", "key", "algorithm"];
     fields.extend(algorithm::all_parameters());
-    fields.extend(["overage", "action", "rollout", "on_store_error", "prefetch", "shards"]);
+    fields.extend(["overage", "action", "rollout", "on_store_error", "prefetch", "shards", "ip_prefix"]);
     fields
 });
 
@@ -181,7 +181,37 @@ pub(crate) fn compile(
         rule = rule.shards(n);
     }
 
+    if let Some(item) = fields.get("ip_prefix").filter(|i| !i.is_null()) {
+        let prefix = ip_prefix(&item, &rule)?;
+        canonical.field("ip_prefix", (prefix.v4(), prefix.v6()));
+        rule = rule.ip_prefix(prefix);
+    }
+
     Ok((rule, canonical.hash()))
+}
+
+/// `ip_prefix: { v4: 24, v6: 64 }`: the `ip` descriptor keyed by its network. A family left out
+/// is keyed by the whole address (32 or 128).
+fn ip_prefix(item: &Item<'_>, rule: &Rule) -> Result<IpPrefix, Invalid> {
+    if !rule.key_descriptors().iter().any(|d| d == "ip") {
+        return Err(item.error(
+            "ip_prefix groups the ip descriptor by network, but the rule's key does not name ip: add ip to key",
+        ));
+    }
+    let fields = item.fields("ip_prefix (e.g. { v4: 32, v6: 64 })", Some(&["v4", "v6"]))?;
+    let length = |name: &str, max: u64| -> Result<Option<u8>, Invalid> {
+        let Some(l) = fields.get(name) else { return Ok(None) };
+        let n = l.u64_at_least(&format!("ip_prefix {name} length"), 1)?;
+        if n > max {
+            return Err(l.error(format!("invalid ip_prefix {name} length {n}: at most {max}")));
+        }
+        Ok(Some(n as u8))
+    };
+    let (v4, v6) = (length("v4", 32)?, length("v6", 128)?);
+    if v4.is_none() && v6.is_none() {
+        return Err(item.error("ip_prefix needs v4, v6 or both, e.g. ip_prefix: { v6: 64 }"));
+    }
+    IpPrefix::new(v4.unwrap_or(32), v6.unwrap_or(128)).ok_or_else(|| item.error("invalid ip_prefix lengths"))
 }
 
 /// `prefetch: { batch: N, ttl: DURATION }`: batch leases, for the algorithms where a unit taken

@@ -403,3 +403,26 @@ fn bad_tls_settings_are_located() {
     assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("store.tls.key")), "{}", e.message);
     assert!(e.message.contains("the client key") && e.message.contains("no private key"), "{}", e.message);
 }
+
+#[test]
+fn ip_prefixes() {
+    let rule = "    algorithm: fixed_window\n    limit: 10\n    window: 1m\n";
+    let native = one_rule(&format!("{rule}    key: [ip]\n    ip_prefix: {{v4: 24, v6: 64}}\n")).unwrap();
+    let prefix = native.rules[0].ip_grouping().expect("grouped");
+    assert_eq!((prefix.v4(), prefix.v6()), (24, 64));
+    let native = one_rule(&format!("{rule}    key: [ip]\n    ip_prefix: {{v6: 56}}\n")).unwrap();
+    let prefix = native.rules[0].ip_grouping().unwrap();
+    assert_eq!((prefix.v4(), prefix.v6()), (32, 56), "a family left out is keyed by the whole address");
+
+    for (fields, message) in [
+        ("key: [user]\n    ip_prefix: {v6: 64}", "the rule's key does not name ip"),
+        ("key: [ip]\n    ip_prefix: {v6: 129}", "invalid ip_prefix v6 length 129: at most 128"),
+        ("key: [ip]\n    ip_prefix: {v4: 0}", "must be at least 1"),
+        ("key: [ip]\n    ip_prefix: {}", "ip_prefix needs v4, v6 or both"),
+        ("key: [ip]\n    ip_prefix: {v7: 8}", "v7"),
+    ] {
+        let e = one_rule(&format!("{rule}    {fields}\n")).expect_err(fields);
+        assert!(e.message.contains(message), "{fields}: {}", e.message);
+        assert!(e.field.as_deref().is_some_and(|f| f.contains("ip_prefix")), "{fields}: {:?}", e.field);
+    }
+}

@@ -94,12 +94,15 @@ pub(crate) fn as_domain_sees_them(
     }
 }
 
-/// 422 naming the rule that can never grant the cost.
+/// 422 naming the rule that can never grant the cost, or that cannot key by a descriptor's value.
 fn never_allowed(error: &EngineError) -> Response {
-    problem(Problem::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        NEVER_ALLOWED_TYPE,
-        "Request Can Never Be Allowed",
-        format!("The request can never be allowed: {error}."),
-    ))
+    problem(match error {
+        EngineError::Cost { .. } => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            NEVER_ALLOWED_TYPE,
+            "Request Can Never Be Allowed",
+            format!("The request can never be allowed: {error}."),
+        ),
+        EngineError::Descriptor { .. } => Problem::invalid(format!("Invalid descriptor: {error}.")),
+    })
 }

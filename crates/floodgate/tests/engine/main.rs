@@ -5,6 +5,7 @@ mod actions;
 mod cost;
 mod failure;
 mod hits;
+mod ip_prefix;
 mod matching;
 mod model;
 mod protocol_free;
