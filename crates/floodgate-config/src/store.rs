@@ -17,7 +17,8 @@
 
 use floodgate::core::{Clock, Grant, SystemClock};
 use floodgate::store::{
-    Applied, Breaker, BreakerState, Fallback, FallbackConfig, Mode, OnChange, OnFallback, Op, Prefetch,
+    Applied, Breaker, BreakerState, Fallback, FallbackConfig, MemoryStats, Mode, OnChange, OnFallback, Op,
+    OverflowStats, Prefetch,
 };
 use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
@@ -191,9 +192,22 @@ impl<C: Clock> AnyStore<C> {
     /// store does; Redis is not asked (counting would mean `DBSIZE`, which counts other data too, or
     /// a `SCAN` on every scrape).
     pub fn keys(&self) -> Option<usize> {
+        self.memory_stats().map(|stats| stats.keys)
+    }
+
+    /// The memory store's counts (keys, its cap, overflow counters); `None` for Redis.
+    pub fn memory_stats(&self) -> Option<MemoryStats> {
         match self {
-            AnyStore::Memory(store) => Some(store.stats().keys),
+            AnyStore::Memory(store) => Some(store.stats()),
             AnyStore::Redis(_) => None,
+        }
+    }
+
+    /// The rules whose new keys found the memory store full, with their overflow decisions.
+    pub fn overflow(&self) -> Vec<OverflowStats> {
+        match self {
+            AnyStore::Memory(store) => store.overflow(),
+            AnyStore::Redis(_) => Vec::new(),
         }
     }
 

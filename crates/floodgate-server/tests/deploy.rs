@@ -19,7 +19,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// The series the server emits (DESIGN.md §4); the histogram as its three exposed series.
-const METRICS: [&str; 14] = [
+const METRICS: [&str; 17] = [
     "floodgate_decisions_total",
     "floodgate_decision_duration_seconds_bucket",
     "floodgate_decision_duration_seconds_sum",
@@ -32,6 +32,9 @@ const METRICS: [&str; 14] = [
     "floodgate_prefetch_decisions_total",
     "floodgate_prefetch_units_total",
     "floodgate_keys",
+    "floodgate_keys_fill_ratio",
+    "floodgate_overflow_counters",
+    "floodgate_overflow_decisions_total",
     "floodgate_config_version",
     "floodgate_config_reloads_total",
 ];

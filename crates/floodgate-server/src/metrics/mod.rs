@@ -23,6 +23,9 @@
 //! | `floodgate_prefetch_units_total` | counter: unspent leased units, by `outcome` = `returned` (refunded to the store) or `expired` (their window ended first) (Redis stores) | `store`, `outcome` |
 //! | `floodgate_fallback_units_total` | counter: units admitted locally, by `outcome` = `charged` (to the store, on recovery), `expired`, `dropped` (Redis stores) | `store`, `outcome` |
 //! | `floodgate_keys` | gauge, read from the store on each scrape (memory store only: Redis is not scanned) | `store` |
+//! | `floodgate_keys_fill_ratio` | gauge: `floodgate_keys` / `max_keys` (memory store) | `store` |
+//! | `floodgate_overflow_counters` | gauge: overflow counters held, over all rules (memory store; not in `floodgate_keys`) | `store` |
+//! | `floodgate_overflow_decisions_total` | counter: requests of new keys decided on their rule's overflow counters because the memory store was full (from the first overflow of a rule on) | `rule` |
 //! | `floodgate_config_version` | gauge | — |
 //! | `floodgate_config_reloads_total` | counter | `result` = `applied`, `rejected` |
 //! | `floodgate_requests_total` | counter | `api` = `check`, `peek`, `report`, `grpc`; `code` = HTTP status or `OK`/`OVER_LIMIT` |
@@ -43,7 +46,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::Weak;
 
-use floodgate::store::{BreakerState, FallbackStats, PrefetchStats};
+use floodgate::store::{BreakerState, FallbackStats, MemoryStats, PrefetchStats};
 use floodgate::{Descriptors, Hit, OnStoreError, Outcome, Rule, Verdict};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
@@ -58,6 +61,12 @@ pub const STORE_ERRORS_TOTAL: &str = "floodgate_store_errors_total";
 pub const FALLBACK_ACTIVE: &str = "floodgate_fallback_active";
 /// `floodgate_keys`.
 pub const KEYS: &str = "floodgate_keys";
+/// `floodgate_keys_fill_ratio`.
+pub const KEYS_FILL_RATIO: &str = "floodgate_keys_fill_ratio";
+/// `floodgate_overflow_counters`.
+pub const OVERFLOW_COUNTERS: &str = "floodgate_overflow_counters";
+/// `floodgate_overflow_decisions_total`.
+pub const OVERFLOW_DECISIONS_TOTAL: &str = "floodgate_overflow_decisions_total";
 /// `floodgate_store_breaker_state`.
 pub const BREAKER_STATE: &str = "floodgate_store_breaker_state";
 /// `floodgate_fallback_instances`.
@@ -133,6 +142,9 @@ struct Inner {
     /// `None` when the store does not count its keys cheaply (Redis): no series at all, rather
     /// than a misleading 0.
     keys: Option<Gauge>,
+    /// `floodgate_keys_fill_ratio` and `floodgate_overflow_counters`, with `keys`.
+    fill_ratio: Option<Gauge>,
+    overflow_counters: Option<Gauge>,
     config_version: Gauge,
     reloads_applied: Counter,
     reloads_rejected: Counter,
@@ -159,10 +171,12 @@ struct SurvivalSeries {
 }
 
 /// What the store says of itself on a scrape.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StoreStatus {
-    /// Keys held (the memory store).
-    pub keys: Option<usize>,
+    /// The memory store's counts.
+    pub memory: Option<MemoryStats>,
+    /// The rules whose new keys overflowed (the memory store), by their metric label.
+    pub overflow: Vec<(String, u64)>,
     /// A Redis store's breaker.
     pub breaker: Option<BreakerState>,
     /// A Redis store's fallback.
@@ -240,6 +254,10 @@ impl Metrics {
             decision_duration: Arc::new(Sharded::new(DURATION_BUCKETS.len() + 2)),
             store_errors: r.register_counter(&Key::from_parts(STORE_ERRORS_TOTAL, store_label()), &METADATA),
             keys: counts_keys.then(|| r.register_gauge(&Key::from_parts(KEYS, store_label()), &METADATA)),
+            fill_ratio: counts_keys
+                .then(|| r.register_gauge(&Key::from_parts(KEYS_FILL_RATIO, store_label()), &METADATA)),
+            overflow_counters: counts_keys
+                .then(|| r.register_gauge(&Key::from_parts(OVERFLOW_COUNTERS, store_label()), &METADATA)),
             config_version: r.register_gauge(&Key::from_static_name(CONFIG_VERSION), &METADATA),
             reloads_applied: r.register_counter(
                 &Key::from_parts(CONFIG_RELOADS_TOTAL, vec![Label::new("result", "applied")]),
@@ -274,8 +292,19 @@ impl Metrics {
     /// The Prometheus text exposition of every series, with what the store says of itself
     /// (`floodgate_keys`, the breaker's state, the fallback's).
     pub fn render(&self, store: StoreStatus) -> String {
-        if let (Some(gauge), Some(keys)) = (&self.inner.keys, store.keys) {
-            gauge.set(keys as f64);
+        if let Some(memory) = store.memory {
+            let set = |gauge: &Option<Gauge>, value: f64| {
+                if let Some(gauge) = gauge {
+                    gauge.set(value);
+                }
+            };
+            set(&self.inner.keys, memory.keys as f64);
+            set(&self.inner.fill_ratio, memory.keys as f64 / memory.max_keys.max(1) as f64);
+            set(&self.inner.overflow_counters, memory.overflow_counters as f64);
+        }
+        for (rule, decisions) in &store.overflow {
+            let key = Key::from_parts(OVERFLOW_DECISIONS_TOTAL, vec![Label::new("rule", rule.clone())]);
+            self.inner.recorder.register_counter(&key, &METADATA).absolute(*decisions);
         }
         if let (Some(breaker), Some(fallback)) = (store.breaker, store.fallback) {
             let series = self.inner.survival.get_or_init(|| self.survival_series());
@@ -628,6 +657,11 @@ fn describe(r: &PrometheusRecorder) {
         "Unspent leased units of prefetch rules: returned to the store, or expired with their window.",
     );
     d(REQUESTS_TOTAL, None, "API requests by API and response code.");
+    d(
+        OVERFLOW_DECISIONS_TOTAL,
+        None,
+        "Requests of new keys decided on their rule's overflow counters because the memory store was full.",
+    );
     let g = |name: &'static str, help: &'static str| {
         r.describe_gauge(KeyName::from_const_str(name), None, SharedString::const_str(help));
     };
@@ -635,6 +669,8 @@ fn describe(r: &PrometheusRecorder) {
     g(BREAKER_STATE, "The store's circuit breaker: 0 closed, 1 open, 2 half-open.");
     g(FALLBACK_INSTANCES, "The instances each rule's local share is computed for.");
     g(KEYS, "Keys held by the store.");
+    g(KEYS_FILL_RATIO, "Keys held by the memory store over its max_keys.");
+    g(OVERFLOW_COUNTERS, "Overflow counters the memory store holds for rules whose new keys found it full.");
     g(CONFIG_VERSION, "Version of the running configuration (1 at start, +1 per applied change).");
 }
 

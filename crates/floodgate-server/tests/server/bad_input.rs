@@ -77,6 +77,20 @@ async fn cost_zero_is_a_422() {
 }
 
 #[tokio::test]
+async fn an_ip_that_is_no_address_under_a_prefix_rule_is_a_422_naming_the_rule_and_value() {
+    let rule =
+        Rule::new("per-net", per_minute(10)).key(["ip"]).ip_prefix(floodgate::IpPrefix::new(24, 64).unwrap());
+    let s = TestServer::start(from_rules([rule])).await;
+    assert_eq!(s.post("/v1/check", r#"{"descriptors": {"ip": "192.0.2.7"}}"#).await.status, 200);
+    assert_problem(
+        &s.post("/v1/check", r#"{"descriptors": {"ip": "192.0.2.7:443"}}"#).await,
+        422,
+        &["\"per-net\"", "\"192.0.2.7:443\"", "not an IP address"],
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn too_many_descriptors_is_a_422() {
     let s = server().await;
     let many: serde_json::Map<String, serde_json::Value> =

@@ -349,3 +349,25 @@ descriptors:
     assert_eq!(detailed("path_/files/b.csv", "allowed").as_deref(), Some("1"));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_ip_that_is_no_address_under_a_prefix_rule_is_an_invalid_argument_not_an_ok() {
+    let rule =
+        Rule::new("per-net", per_minute(2)).key(["ip"]).ip_prefix(floodgate::IpPrefix::new(24, 64).unwrap());
+    let server = TestServer::start(from_rules([rule])).await;
+    let mut rls = client(&server).await;
+    let net: &[(&str, &str)] = &[("ip", "2001:db8::1")];
+    assert_eq!(ask(&mut rls, request("d", &[net], 0)).await.statuses[0].limit_remaining, 1);
+    let other_host: &[(&str, &str)] = &[("ip", "2001:db8::ffff")];
+    assert_eq!(ask(&mut rls, request("d", &[other_host], 0)).await.overall_code, Code::Ok as i32);
+    assert_eq!(
+        ask(&mut rls, request("d", &[other_host], 0)).await.overall_code,
+        Code::OverLimit as i32,
+        "one /64"
+    );
+    let bad: &[(&str, &str)] = &[("ip", "garbage")];
+    let status = rls.should_rate_limit(request("d", &[bad], 0)).await.expect_err("no verdict for a bad ip");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("\"garbage\""), "{}", status.message());
+    server.stop().await;
+}

@@ -86,3 +86,29 @@ async fn apps_in_one_process_keep_their_series_apart() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_full_memory_store_reports_its_fill_ratio_and_each_rules_overflow_decisions() {
+    let server = TestServer::start(crate::support::parse(
+        "store: {kind: memory, max_keys: 2, overflow_counters: 16}\n\
+         rules:\n  - {name: per-user, algorithm: fixed_window, limit: 5, window: 1m, key: [user]}\n",
+    ))
+    .await;
+    for user in ["a", "b", "c", "d", "e"] {
+        assert_eq!(server.check(&[("user", user)]).await.status, 200, "{user}");
+    }
+    let text = server.get("/metrics").await.body;
+    for line in [
+        r#"floodgate_keys{store="memory"} 2"#,
+        r#"floodgate_keys_fill_ratio{store="memory"} 1"#,
+        r#"floodgate_overflow_decisions_total{rule="per-user"} 3"#,
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let counters =
+        text.lines().find(|l| l.starts_with("floodgate_overflow_counters{")).expect("the counters' gauge");
+    let held: f64 = counters.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((1.0..=3.0).contains(&held), "{counters}");
+    assert!(!text.contains("\"c\"") && !text.contains("user=\"c\""), "a key leaked into a label");
+    server.stop().await;
+}
