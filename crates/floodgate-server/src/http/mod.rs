@@ -89,7 +89,7 @@ fn overflow_label(scope: &[u8]) -> Option<String> {
     let fields = floodgate::key::decode(scope)?;
     let text = |f: &[u8]| String::from_utf8_lossy(f).into_owned();
     match fields.as_slice() {
-        [first, ns, rule, ..] if first.is_empty() => Some(format!("{}/{}", text(ns), text(rule))),
+        [[], ns, rule, ..] => Some(format!("{}/{}", text(ns), text(rule))),
         [rule, ..] if !rule.is_empty() => Some(text(rule)),
         _ => None,
     }
