@@ -38,6 +38,7 @@ pub mod plot;
 pub mod prefetch;
 pub mod progress;
 mod proxy;
+mod redis_node;
 pub mod report;
 pub mod target;
 pub mod throughput;
