@@ -240,6 +240,28 @@ pub(crate) async fn answers(port: u16, command: &[&str], needle: &str) -> bool {
     matches!(tokio::time::timeout(Duration::from_millis(500), ask).await, Ok(Some(())))
 }
 
+/// The reply of the server on `port` to `command` (raw RESP, within 500 ms): a simple string, an
+/// integer or a bulk string, as text; `None` for an error reply, no answer or another type.
+pub(crate) async fn query(port: u16, command: &[&str]) -> Option<String> {
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        stream.write_all(&resp_command(command)).await.ok()?;
+        let (mut reply, mut buf) = (Vec::new(), [0u8; 4096]);
+        loop {
+            match parse_reply(&reply) {
+                Reply::Complete(value) => return value,
+                Reply::Partial => {}
+            }
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_millis(500), ask).await.ok().flatten()
+}
+
 /// `command` as a RESP array of bulk strings.
 fn resp_command(command: &[&str]) -> Vec<u8> {
     let mut request = format!("*{}\r\n", command.len());
@@ -247,4 +269,46 @@ fn resp_command(command: &[&str]) -> Vec<u8> {
         request.push_str(&format!("${}\r\n{part}\r\n", part.len()));
     }
     request.into_bytes()
+}
+
+/// A RESP reply read so far.
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    /// Not all of it yet.
+    Partial,
+    /// All of it: its text, or `None` for an error or a type [`query`] does not read.
+    Complete(Option<String>),
+}
+
+fn parse_reply(bytes: &[u8]) -> Reply {
+    let Some(end) = bytes.windows(2).position(|w| w == b"\r\n") else { return Reply::Partial };
+    let line = String::from_utf8_lossy(&bytes[1..end]).into_owned();
+    match bytes.first() {
+        Some(b'+' | b':') => Reply::Complete(Some(line)),
+        Some(b'$') => {
+            let Ok(len) = line.parse::<usize>() else { return Reply::Complete(None) };
+            let start = end + 2;
+            if bytes.len() < start + len + 2 {
+                return Reply::Partial;
+            }
+            Reply::Complete(Some(String::from_utf8_lossy(&bytes[start..start + len]).into_owned()))
+        }
+        _ => Reply::Complete(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_read_whole_and_errors_are_none() {
+        assert_eq!(parse_reply(b":42"), Reply::Partial);
+        assert_eq!(parse_reply(b":42\r\n"), Reply::Complete(Some("42".into())));
+        assert_eq!(parse_reply(b"+PONG\r\n"), Reply::Complete(Some("PONG".into())));
+        assert_eq!(parse_reply(b"$11\r\nused_memory"), Reply::Partial);
+        assert_eq!(parse_reply(b"$13\r\nused_memory:1\r\n"), Reply::Complete(Some("used_memory:1".into())));
+        assert_eq!(parse_reply(b"-ERR unknown command\r\n"), Reply::Complete(None));
+        assert_eq!(resp_command(&["INFO", "memory"]), b"*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n");
+    }
 }
