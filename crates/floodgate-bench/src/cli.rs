@@ -42,6 +42,11 @@ pub enum Scenario {
     /// One hot key through M in-process engines sharing a Redis, without and with batch leases
     /// (`prefetch`): store calls per decision, and the most admitted in any window versus the limit.
     Prefetch(PrefetchArgs),
+    /// A flood of distinct keys (a new user id per request) beside normal users who stay under
+    /// their limit, on the memory store (capped at `max_keys`) or a Redis this run starts: the
+    /// normal users' false rejections, known users and newcomers apart, their latency, and what
+    /// the store holds.
+    Flood(FloodArgs),
 }
 
 /// Output flags, on every scenario.
@@ -570,6 +575,96 @@ pub struct PrefetchArgs {
     pub output: Output,
 }
 
+/// The store of a `flood` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FloodStore {
+    /// The in-process server's memory store, capped at `--max-keys`.
+    Memory,
+    /// A `redis-server` this run starts.
+    Redis,
+}
+
+impl FloodStore {
+    /// The store's `kind` in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloodStore::Memory => "memory",
+            FloodStore::Redis => "redis",
+        }
+    }
+}
+
+/// `flood`.
+#[derive(Debug, Clone, Args)]
+pub struct FloodArgs {
+    /// The store: `memory` (`max_keys: --max-keys`, `on_full: aggregate`) or `redis` (a
+    /// `redis-server` this run starts).
+    #[arg(long, value_enum, default_value_t = FloodStore::Memory)]
+    pub store: FloodStore,
+    /// The memory store's `max_keys` (default 10 000).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_keys: Option<u64>,
+    /// A field of the store section, `NAME=VALUE`, written `NAME: VALUE` (repeatable): a field the
+    /// run writes (`max_keys`, `on_full`, `url`) is replaced, any other appended, e.g.
+    /// `--store-field on_full=reject`, `--store-field sweep_interval=1s`.
+    #[arg(long = "store-field", value_name = "NAME=VALUE", value_parser = parse_pair)]
+    pub store_fields: Vec<(String, String)>,
+    /// The policy (native or envoyproxy/ratelimit YAML): its rules; the store is the run's. Its
+    /// rules must key normal users by --key-descriptor and leave them under their limits.
+    /// Default: one rule, --algorithm, --limit per --window per user.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The algorithm of the built-in rule.
+    #[arg(long, value_parser = Algorithm::parse, default_value = "fixed_window", conflicts_with = "config")]
+    pub algorithm: Algorithm,
+    /// The built-in rule's limit per window, per user.
+    #[arg(long, default_value_t = 100, conflicts_with = "config", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+    /// The built-in rule's window.
+    #[arg(long, value_name = "DURATION", default_value = "1m", conflicts_with = "config", value_parser = parse_duration)]
+    pub window: Duration,
+    /// The descriptor whose value is the user id.
+    #[arg(long, value_name = "NAME", default_value = "user")]
+    pub key_descriptor: String,
+    /// Normal users: the first half are known (they send from the start), the others newcomers
+    /// (they join one by one during the flood, evenly spread over it).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(2..=10_000_000))]
+    pub users: u64,
+    /// Normal requests per second once every user sends, open loop: each user sends
+    /// --normal-rate / --users per second, evenly spaced, the known users from the start and each
+    /// newcomer from when it joins (so the total reaches --normal-rate at the flood's end).
+    #[arg(long, value_name = "PER_SEC", default_value_t = 2_000.0)]
+    pub normal_rate: f64,
+    /// Flood requests per second, open loop, each from a user id never seen before
+    /// (`flood-<n>`).
+    #[arg(long, value_name = "PER_SEC", default_value_t = 20_000.0)]
+    pub flood_rate: f64,
+    /// A closed-loop flood instead: this many callers, each with one request in flight.
+    #[arg(long, value_name = "N", conflicts_with = "flood_rate", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub flood_concurrency: Option<u64>,
+    /// The open-loop flood's requests in flight beyond this are not sent and count as `dropped`
+    /// flood errors (each request in flight holds a connection of the bench's client: past the
+    /// machine's ceiling, a higher bound measures the client's connection churn, not the store).
+    /// Normal users' requests are always sent.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub flood_max_in_flight: u64,
+    /// How long the known users send alone, before the flood.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub before: Duration,
+    /// How long the flood lasts, beside every normal user.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub during: Duration,
+    /// `--store redis`: the `redis-server` to run (default: the one on PATH).
+    #[arg(long, value_name = "PATH", default_value = "redis-server")]
+    pub redis_server: PathBuf,
+    /// Per-request timeout of the bench's HTTP client.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
 /// The longest run a scenario accepts.
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 
@@ -621,6 +716,35 @@ mod tests {
             Cli::try_parse_from(["floodgate-bench", "throughput", "--target", "http://x", "--in-process"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn flood_takes_a_store_its_fields_and_an_open_or_closed_flood() {
+        let cli = Cli::try_parse_from([
+            "floodgate-bench",
+            "flood",
+            "--store-field",
+            "on_full=reject",
+            "--store-field",
+            "sweep_interval=1s",
+            "--flood-concurrency",
+            "8",
+        ])
+        .unwrap();
+        let Scenario::Flood(f) = cli.scenario else { panic!() };
+        assert_eq!((f.store, f.max_keys, f.flood_concurrency), (FloodStore::Memory, None, Some(8)));
+        assert_eq!(
+            f.store_fields,
+            [("on_full".into(), "reject".into()), ("sweep_interval".into(), "1s".into())]
+        );
+        assert_eq!((f.before, f.during), (Duration::from_secs(5), Duration::from_secs(10)));
+        assert_eq!((f.algorithm, f.limit, f.window), (Algorithm::FIXED_WINDOW, 100, Duration::from_secs(60)));
+        let both = ["floodgate-bench", "flood", "--flood-rate", "10", "--flood-concurrency", "2"];
+        assert!(Cli::try_parse_from(both).is_err());
+        assert!(
+            Cli::try_parse_from(["floodgate-bench", "flood", "--config", "x.yaml", "--limit", "5"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["floodgate-bench", "flood", "--store-field", "no-equals"]).is_err());
     }
 
     #[test]

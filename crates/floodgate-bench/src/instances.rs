@@ -19,7 +19,7 @@ use crate::Usage;
 use crate::cli::{InstancesArgs, MAX_DURATION};
 use crate::math::over_admission_ratio;
 use crate::progress::{Batch, Live, Progress};
-use crate::report::{Report, Tally};
+use crate::report::{Outcome, Report, Tally};
 use crate::target::{Shape, Target};
 use crate::units::{millis, nanos};
 
@@ -39,6 +39,11 @@ impl LocalServer {
     /// `127.0.0.1:0`.
     pub async fn start(yaml: &str) -> anyhow::Result<LocalServer> {
         let config = floodgate_config::parse("floodgate-bench", yaml).map_err(|e| Usage(e.to_string()))?;
+        LocalServer::start_config(config).await
+    }
+
+    /// Starts a server with a loaded `config`, HTTP and gRPC on `127.0.0.1:0`.
+    pub async fn start_config(config: floodgate_config::Config) -> anyhow::Result<LocalServer> {
         let app = App::new(config, ServeOptions::default())?;
         let http = TcpListener::bind("127.0.0.1:0").await?;
         let grpc = TcpListener::bind("127.0.0.1:0").await?;
@@ -69,6 +74,46 @@ impl LocalServer {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false
+    }
+
+    /// Waits until the server is ready and its store has made a decision (a check of the key
+    /// `warm-up` of the descriptor `user`: a Redis store connects on its first call), at most
+    /// `limit`; so that a measured load starts on a working store.
+    pub async fn wait_deciding(&self, limit: Duration) -> anyhow::Result<()> {
+        let addr = self.addr;
+        if !self.wait_ready(limit).await {
+            anyhow::bail!("the server on {addr} did not become ready (it cannot reach its store)");
+        }
+        let target = Target::http(&self.url(), Duration::from_secs(2), false)?;
+        let shape = Shape::default();
+        let deadline = Instant::now() + limit;
+        loop {
+            if matches!(target.check(&shape, "warm-up", 1).await, Outcome::Allowed | Outcome::Denied) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("the server on {addr} did not get a decision from its store within {limit:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The server's `/metrics` page (Prometheus text), or `None` if it did not answer 200 within
+    /// 2 s.
+    pub async fn scrape_metrics(&self) -> Option<String> {
+        use http_body_util::BodyExt as _;
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let uri: http::Uri = format!("{}/metrics", self.url()).parse().ok()?;
+        let scrape = async {
+            let response = client.get(uri).await.ok()?;
+            if response.status() != http::StatusCode::OK {
+                return None;
+            }
+            let body = response.into_body().collect().await.ok()?.to_bytes();
+            Some(String::from_utf8_lossy(&body).into_owned())
+        };
+        tokio::time::timeout(Duration::from_secs(2), scrape).await.ok().flatten()
     }
 
     /// `http://127.0.0.1:PORT`.

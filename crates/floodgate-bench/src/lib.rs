@@ -14,6 +14,9 @@
 //!   and after the fault, and how long the store took to decide again.
 //! - [`prefetch`]: one hot key through M engines sharing a Redis, without and with batch leases;
 //!   store calls per decision and the most admitted in any window versus the limit.
+//! - [`flood`]: a flood of distinct keys beside normal users under their limits, on the memory
+//!   store (capped) or a Redis; the normal users' false rejections (known users and newcomers
+//!   apart), their latency, and what the store holds.
 //!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
 //! `--plot PATH.svg` on request. The report math lives in [`math`]:
@@ -30,6 +33,7 @@
 pub mod boundary;
 pub mod cli;
 pub mod fairness;
+pub mod flood;
 pub mod instances;
 pub mod keys;
 pub mod math;
@@ -38,6 +42,7 @@ pub mod plot;
 pub mod prefetch;
 pub mod progress;
 mod proxy;
+mod redis_node;
 pub mod report;
 pub mod target;
 pub mod throughput;
@@ -62,6 +67,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Instances(a) => instances::run(a).await,
         Scenario::Outage(a) => outage::run(a).await,
         Scenario::Prefetch(a) => prefetch::run(a).await,
+        Scenario::Flood(a) => flood::run(a).await,
     }
 }
 
@@ -74,6 +80,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Instances(a) => &a.output,
         Scenario::Outage(a) => &a.output,
         Scenario::Prefetch(a) => &a.output,
+        Scenario::Flood(a) => &a.output,
     }
 }
 

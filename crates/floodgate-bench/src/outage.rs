@@ -28,13 +28,10 @@
 //! again after the fault is the recovery.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-use serde::Serialize;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::Usage;
 use crate::cli::{Fault, OnStoreError, OutageArgs};
@@ -44,9 +41,11 @@ use crate::math::{self, Percentiles};
 use crate::plot::{Band, Overlay};
 use crate::progress::{Batch, Live, Progress};
 use crate::proxy::{FaultProxy, Link};
+use crate::redis_node::{RedisNode, STARTUP, answers};
 use crate::report::{BUCKET_MS, Errors, Grid, Outcome, Report, Tally, human_us};
 use crate::target::{Shape, Target};
 use crate::units::{micros, millis, nanos, wall_micros};
+use serde::Serialize;
 
 /// The longest `outage` run: every decision is kept in memory (about 48 bytes each).
 pub const MAX_OUTAGE_DURATION: Duration = Duration::from_secs(600);
@@ -57,12 +56,6 @@ const STORE_ERRORS: [&str; 4] =
 
 /// The servers' `local_factor` (the default).
 const LOCAL_FACTOR: u64 = 2;
-
-/// How long a `redis-server` or a `floodgate` server may take to be ready.
-const STARTUP: Duration = Duration::from_secs(10);
-
-/// What to tell when there is no `redis-server`.
-const INSTALL: &str = "install it (apt-get install -y redis-server) or pass --redis-server PATH";
 
 // === the run ===
 
@@ -212,23 +205,12 @@ fn validate(args: &OutageArgs) -> Result<(), Usage> {
 /// store connects on the first one), so that the measured load starts on a working fleet.
 async fn start_server(yaml: &str) -> anyhow::Result<LocalServer> {
     let server = LocalServer::start(yaml).await?;
-    let addr = server.addr;
-    if !server.wait_ready(STARTUP).await {
-        server.stop().await;
-        anyhow::bail!("the server on {addr} did not become ready (it cannot reach Redis)");
-    }
-    let target = Target::http(&server.url(), Duration::from_secs(2), false)?;
-    let shape = Shape::default();
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        if matches!(target.check(&shape, "warm-up", 1).await, Outcome::Allowed | Outcome::Denied) {
-            return Ok(server);
-        }
-        if Instant::now() > deadline {
+    match server.wait_deciding(STARTUP).await {
+        Ok(()) => Ok(server),
+        Err(e) => {
             server.stop().await;
-            anyhow::bail!("the server on {addr} did not get a decision from Redis within {STARTUP:?}");
+            Err(e)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -722,233 +704,6 @@ fn breaker_timing(samples: &[BreakerSample], span: Span) -> BreakerTiming {
         opened_after_us: Some(opened.at_us - span.start_us),
         closed_after_us: closed.map(|s| s.at_us - span.end_us),
     }
-}
-
-// === impl RedisNode ===
-
-/// A `redis-server` of this run: loopback, on a port of its own, in a directory of its own, no
-/// persistence. A watchdog shell starts it and reads this process's end of a pipe: a line there is
-/// a signal to send the server (the shell's `kill` builtin: delivered within microseconds, no
-/// process to start at the moment of the fault); when the pipe closes — the node dropped, or this
-/// process ended in any way, a return, an error, Ctrl-C, a kill — the shell kills the server and
-/// removes its directory.
-#[derive(Debug)]
-struct RedisNode {
-    program: PathBuf,
-    /// Arguments beyond the defaults (a cluster node's).
-    extra: Vec<String>,
-    port: u16,
-    pid: u32,
-    watchdog: Option<Watchdog>,
-}
-
-/// The watchdog shell and the pipes to it.
-#[derive(Debug)]
-struct Watchdog {
-    /// Never waited for: it exits on its own once the pipe closes (Tokio reaps it).
-    _shell: tokio::process::Child,
-    commands: tokio::process::ChildStdin,
-    replies: tokio::io::BufReader<tokio::process::ChildStdout>,
-}
-
-/// The watchdog: `sh -c WATCHDOG sh DIR PROGRAM ARGS…`. Prints the server's pid, then for each
-/// signal name read, sends it and answers `ok` or `failed`. It ignores the signals a terminal or a
-/// supervisor sends the whole process group (Ctrl-C is SIGINT to every process of the job), so it
-/// outlives this process and cleans up once the pipe closes.
-const WATCHDOG: &str = r#"dir="$1"; program="$2"; shift 2
-trap '' INT TERM HUP QUIT
-"$program" "$@" >/dev/null 2>&1 &
-pid=$!
-echo "$pid"
-while read -r signal; do
-  if kill -"$signal" "$pid" 2>/dev/null; then echo ok; else echo failed; fi
-done
-kill -9 "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-rm -rf "$dir""#;
-
-impl RedisNode {
-    /// Starts `program` on a free loopback port.
-    async fn start(program: &Path, extra: &[&str]) -> anyhow::Result<RedisNode> {
-        match std::process::Command::new(program)
-            .arg("--version")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-        {
-            Ok(status) if status.success() => {}
-            Ok(status) => {
-                return Err(Usage(format!("{}: `--version` failed ({status})", program.display())).into());
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Usage(format!("{} not found: {INSTALL}", program.display())).into());
-            }
-            Err(e) => return Err(Usage(format!("cannot run {}: {e}; {INSTALL}", program.display())).into()),
-        }
-        let mut last = String::new();
-        for _ in 0..5 {
-            // A port free now; another process could take it before the server binds it, which
-            // the launch detects (the server answering is not ours).
-            let port = if extra.is_empty() {
-                std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
-            } else {
-                cluster_port()?
-            };
-            match RedisNode::launch(program, port, extra).await {
-                Ok(node) => return Ok(node),
-                Err(e) => last = e,
-            }
-        }
-        anyhow::bail!("redis-server did not start: {last}")
-    }
-
-    /// Starts `program` on `port` and waits until it answers.
-    async fn launch(program: &Path, port: u16, extra: &[&str]) -> Result<RedisNode, String> {
-        use std::sync::atomic::AtomicU64;
-        use tokio::io::AsyncBufReadExt as _;
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "floodgate-bench-outage-{}-{}-{port}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let (dir_arg, log) = (dir.display().to_string(), dir.join("redis.log"));
-        let shell = tokio::process::Command::new("sh")
-            .args(["-c", WATCHDOG, "sh", &dir_arg])
-            .arg(program)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir", &dir_arg])
-            .arg("--logfile")
-            .arg(&log)
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(extra)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        let mut shell = match shell {
-            Ok(shell) => shell,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(format!("cannot start the watchdog shell: {e}"));
-            }
-        };
-        let (Some(commands), Some(replies)) = (shell.stdin.take(), shell.stdout.take()) else {
-            return Err("the watchdog shell has no pipes".into());
-        };
-        let watchdog = Watchdog { _shell: shell, commands, replies: tokio::io::BufReader::new(replies) };
-        // From here on, dropping the node stops the server and removes the directory.
-        let mut node = RedisNode {
-            program: program.to_owned(),
-            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
-            port,
-            pid: 0,
-            watchdog: Some(watchdog),
-        };
-        let mut line = String::new();
-        if let Some(w) = node.watchdog.as_mut() {
-            let _ = tokio::time::timeout(STARTUP, w.replies.read_line(&mut line)).await;
-        }
-        node.pid = line.trim().parse().map_err(|_| format!("the watchdog shell printed {line:?}"))?;
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let deadline = Instant::now() + STARTUP;
-        loop {
-            if answers(port, &["PING"], "+PONG").await {
-                // Ours only if its directory is ours: a server of another process on this port
-                // means ours could not bind it.
-                if answers(port, &["CONFIG", "GET", "dir"], &name).await {
-                    return Ok(node);
-                }
-                return Err(format!("port {port} is taken by another redis-server"));
-            }
-            if Instant::now() > deadline {
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
-                return Err(format!("port {port}: {}", log.lines().last().unwrap_or("no answer, no log")));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// `redis://127.0.0.1:PORT`.
-    fn url(&self) -> String {
-        format!("redis://{}", self.addr())
-    }
-
-    /// `127.0.0.1:PORT`.
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Sends the server `SIG<name>` (`STOP`, `CONT`, `KILL`) through the watchdog.
-    async fn signal(&mut self, name: &str) -> anyhow::Result<()> {
-        use tokio::io::AsyncBufReadExt as _;
-        let w = self.watchdog.as_mut().ok_or_else(|| anyhow::anyhow!("redis-server is not running"))?;
-        w.commands.write_all(format!("{name}\n").as_bytes()).await?;
-        w.commands.flush().await?;
-        let mut reply = String::new();
-        let _ = tokio::time::timeout(Duration::from_secs(5), w.replies.read_line(&mut reply)).await;
-        anyhow::ensure!(reply.trim() == "ok", "kill -{name} {} failed ({:?})", self.pid, reply.trim());
-        Ok(())
-    }
-
-    /// After a kill: a new, empty server on the same port (retrying while the port is still busy).
-    async fn restart(&mut self) -> anyhow::Result<()> {
-        // The old watchdog reaps the killed server and removes its directory.
-        self.watchdog = None;
-        let deadline = Instant::now() + STARTUP;
-        loop {
-            let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-            match RedisNode::launch(&self.program, self.port, &extra).await {
-                Ok(node) => {
-                    *self = node;
-                    return Ok(());
-                }
-                Err(e) if Instant::now() > deadline => {
-                    anyhow::bail!("redis-server did not restart on port {}: {e}", self.port)
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-}
-
-/// A free port for a cluster node: below 55536, with its cluster bus port (the port + 10000) free
-/// too.
-fn cluster_port() -> std::io::Result<u16> {
-    let seed = u64::from(std::process::id()) ^ wall_micros();
-    for i in 0..1000u64 {
-        let port = 20_000 + ((seed.wrapping_mul(6364136223846793005).wrapping_add(i * 7919)) % 25_000) as u16;
-        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 10_000) {
-            return Ok(port);
-        }
-    }
-    Err(std::io::Error::other("no free port pair for a cluster node below 55536"))
-}
-
-/// Whether the server on `port` answers `command` with a reply containing `needle` (raw RESP,
-/// within 500 ms).
-async fn answers(port: u16, command: &[&str], needle: &str) -> bool {
-    let ask = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        let mut request = format!("*{}\r\n", command.len());
-        for part in command {
-            request.push_str(&format!("${}\r\n{part}\r\n", part.len()));
-        }
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let (mut reply, mut buf) = (Vec::new(), [0u8; 512]);
-        loop {
-            let n = stream.read(&mut buf).await.ok()?;
-            if n == 0 {
-                return None;
-            }
-            reply.extend_from_slice(&buf[..n]);
-            if reply.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                return Some(());
-            }
-        }
-    };
-    matches!(tokio::time::timeout(Duration::from_millis(500), ask).await, Ok(Some(())))
 }
 
 #[cfg(test)]

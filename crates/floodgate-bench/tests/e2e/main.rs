@@ -1,7 +1,8 @@
 //! End to end: every scenario against a server this test starts (in-process `floodgate` on
 //! port 0), checking that the JSON report's fields are present and consistent; `outage` on a
-//! `redis-server` of its own ([`outage`]).
+//! `redis-server` of its own ([`outage`]); `flood` on the memory store ([`flood`]).
 
+mod flood;
 mod outage;
 
 use clap::Parser;

@@ -1,0 +1,116 @@
+//! What the store holds at a moment of a `flood` run: its keys, the memory they take, and the
+//! server's overflow series.
+
+use std::collections::BTreeMap;
+
+use crate::instances::LocalServer;
+use crate::redis_node::{self, RedisNode};
+
+/// The memory store's key count on `/metrics` (a gauge per store).
+const KEYS: &str = floodgate_server::metrics::KEYS;
+
+/// Decisions made on a memory store's overflow counters, on `/metrics` once the server exports
+/// them (a server without the series reports none: an empty map, not an error).
+pub(crate) const OVERFLOW_DECISIONS_TOTAL: &str = "floodgate_overflow_decisions_total";
+
+/// One look at the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Snapshot {
+    /// Keys held: `floodgate_keys` (memory store), or `DBSIZE` (Redis); `None` if unread.
+    pub(crate) keys: Option<u64>,
+    /// This process's resident memory (`VmRSS`; the server runs in it), in bytes.
+    pub(crate) rss_bytes: Option<u64>,
+    /// Redis's `used_memory`, in bytes.
+    pub(crate) redis_used_memory: Option<u64>,
+    /// Each `floodgate_overflow_decisions_total` series: its labels (`{rule="…"}`, or empty) and
+    /// value.
+    pub(crate) overflow_decisions: BTreeMap<String, u64>,
+}
+
+/// Looks at the store of `server` (on `node` for Redis).
+pub(crate) async fn take(server: &LocalServer, node: Option<&RedisNode>) -> Snapshot {
+    let metrics = server.scrape_metrics().await.unwrap_or_default();
+    let (keys, redis_used_memory) = match node {
+        None => {
+            let keys = series(&metrics, KEYS);
+            ((!keys.is_empty()).then(|| keys.values().sum::<f64>() as u64), None)
+        }
+        Some(node) => {
+            let keys = redis_node::query(node.port, &["DBSIZE"]).await.and_then(|n| n.trim().parse().ok());
+            let info = redis_node::query(node.port, &["INFO", "memory"]).await;
+            (keys, info.as_deref().and_then(|info| info_field(info, "used_memory")))
+        }
+    };
+    let overflow_decisions = series(&metrics, OVERFLOW_DECISIONS_TOTAL)
+        .into_iter()
+        .map(|(labels, v)| (labels, v as u64))
+        .collect();
+    Snapshot { keys, rss_bytes: resident_bytes(), redis_used_memory, overflow_decisions }
+}
+
+/// Every series of the metric `name` in a Prometheus text page: its labels (`{…}`, or empty)
+/// and value.
+fn series(text: &str, name: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels, value) = match rest.as_bytes().first() {
+                Some(b'{') => rest.split_at(rest.find('}')? + 1),
+                Some(b' ') => ("", rest),
+                _ => return None,
+            };
+            Some((labels.to_owned(), value.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A `name:value` field of a Redis `INFO` reply.
+fn info_field(info: &str, name: &str) -> Option<u64> {
+    info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+}
+
+/// This process's resident set size, from `/proc/self/status` (Linux).
+fn resident_bytes() -> Option<u64> {
+    vm_rss(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+fn vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: &str = "\
+# TYPE floodgate_keys gauge
+floodgate_keys{store=\"memory\"} 10001
+# TYPE floodgate_overflow_decisions_total counter
+floodgate_overflow_decisions_total{rule=\"per_user\",result=\"denied\"} 9512
+floodgate_overflow_decisions_total{rule=\"per_user\",result=\"allowed\"} 100
+floodgate_keys_other 3
+";
+
+    #[test]
+    fn series_are_read_by_exact_name_with_their_labels() {
+        let keys = series(PAGE, KEYS);
+        assert_eq!(keys.into_iter().collect::<Vec<_>>(), [("{store=\"memory\"}".to_owned(), 10001.0)]);
+        let overflow = series(PAGE, OVERFLOW_DECISIONS_TOTAL);
+        assert_eq!(overflow.len(), 2);
+        assert_eq!(overflow["{rule=\"per_user\",result=\"denied\"}"], 9512.0);
+        assert!(series("# nothing here\nfloodgate_decisions_total 4\n", OVERFLOW_DECISIONS_TOTAL).is_empty());
+        assert_eq!(series("floodgate_keys 7 1700000000000\n", KEYS)[""], 7.0);
+    }
+
+    #[test]
+    fn redis_info_and_the_resident_set_are_read_in_bytes() {
+        let info = "# Memory\r\nused_memory:1048576\r\nused_memory_human:1.00M\r\nused_memory_rss:2000\r\n";
+        assert_eq!(info_field(info, "used_memory"), Some(1_048_576));
+        assert_eq!(info_field(info, "used_memory_peak"), None);
+        assert_eq!(vm_rss("Name:\tfloodgate-bench\nVmRSS:\t   20480 kB\nRssAnon:\t 1 kB\n"), Some(20 << 20));
+        assert_eq!(vm_rss("Name:\tx\n"), None);
+        assert!(resident_bytes().is_some_and(|b| b > 0));
+    }
+}
