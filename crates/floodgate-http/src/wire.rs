@@ -3,8 +3,8 @@
 //!
 //! Request: `{"descriptors": {"user": "u1", "route": "POST /chat"}, "cost": 1, "domain": "envoy"}`
 //! — `descriptors` required (an object of strings, at most [`MAX_DESCRIPTORS`]), `cost` optional
-//! (an integer ≥ 1, default 1), `domain` optional (an Envoy domain's policy instead of the native
-//! one). Any other field is an error.
+//! (an integer from 1 to [`MAX_COST`], default 1), `domain` optional (an Envoy domain's policy
+//! instead of the native one; `null` is the same as leaving it out). Any other field is an error.
 //!
 //! ```
 //! use floodgate_http::wire::{CheckRequest, VerdictBody};
@@ -36,8 +36,12 @@ use crate::Problem;
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
 
-/// The fields a check body may have.
-const FIELDS: [&str; 3] = ["descriptors", "cost", "domain"];
+/// The largest cost one request may carry (`2^64 - 1`): a larger number is refused, naming this
+/// bound.
+pub const MAX_COST: u64 = u64::MAX;
+
+/// The fields a check body may have, in the order they are documented.
+pub const FIELDS: [&str; 3] = ["descriptors", "cost", "domain"];
 
 // === the request body ===
 
@@ -199,6 +203,10 @@ fn explain(value: &Value) -> Option<String> {
     if let Some(cost) = fields.get("cost")
         && cost.as_u64().is_none()
     {
+        // Without arbitrary precision, a whole number past u64 reads as a float at or above 2^64.
+        if cost.as_f64().is_some_and(|f| f >= 18_446_744_073_709_551_616.0 && f.fract() == 0.0) {
+            return Some(format!("\"cost\" must be at most {MAX_COST}"));
+        }
         return Some(format!("\"cost\" must be a whole number of at least 1, not {}", kind(cost)));
     }
     if let Some(domain) = fields.get("domain")
@@ -393,6 +401,10 @@ mod tests {
         assert_eq!(
             explained(r#"{"descriptors":{"user":"u"},"cost":-1}"#),
             r#""cost" must be a whole number of at least 1, not a number (-1)"#
+        );
+        assert_eq!(
+            explained(r#"{"descriptors":{"user":"u"},"cost":18446744073709551616}"#),
+            r#""cost" must be at most 18446744073709551615"#
         );
         assert_eq!(
             explained(r#"{"descriptors":[]}"#),
