@@ -91,6 +91,22 @@ pub fn reference<T: ToSchema>() -> RefOr<Schema> {
     RefOr::Ref(Ref::from_schema_name(T::name()))
 }
 
+impl PartialSchema for crate::HeaderStyle {
+    fn schema() -> RefOr<Schema> {
+        use crate::HeaderStyle::{Both, Ietf, Legacy, None};
+        string()
+            .enum_values(Some([Ietf, Legacy, Both, None].map(crate::HeaderStyle::as_str)))
+            .description(Some("Which rate-limit headers are sent: `ietf`, `legacy`, `both` or `none`."))
+            .into()
+    }
+}
+
+impl ToSchema for crate::HeaderStyle {
+    fn name() -> Cow<'static, str> {
+        "HeaderStyle".into()
+    }
+}
+
 // === the request body ===
 
 impl PartialSchema for CheckRequest {
