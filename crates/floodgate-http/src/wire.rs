@@ -97,7 +97,7 @@ fn cost<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
 /// [`MAX_COST`], is not).
 fn whole(n: f64) -> Option<u64> {
     // Truncation cannot happen: `n` is whole and below 2^64.
-    (n.fract() == 0.0 && (0.0..TWO_TO_THE_64).contains(&n)).then(|| n as u64)
+    (n.fract() == 0.0 && (0.0..TWO_TO_THE_64).contains(&n)).then_some(n as u64)
 }
 
 /// 2^64, exactly, as a float.
