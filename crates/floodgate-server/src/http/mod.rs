@@ -1,5 +1,6 @@
 //! The HTTP front door: the check API (`/v1/check`, `/v1/report`, `/v1/peek`), health and
-//! metrics, and the admin API under `/admin/`.
+//! metrics, the admin API under `/admin/`, and all of it as an OpenAPI document
+//! (`/openapi.json`, [`openapi`]).
 //!
 //! Every error is an `application/problem+json` body ([`Problem`]) saying what is wrong; no input
 //! makes a handler panic or answer 500.
