@@ -58,6 +58,67 @@ async fn the_listener_and_the_router_serve_the_same_document() {
     s.stop().await;
 }
 
+/// The listener sends the check API straight to its handler and the rest through the router;
+/// `App::router()` (for embedding) routes everything. Both answer alike.
+#[tokio::test]
+async fn the_listener_and_the_router_answer_alike() {
+    let rules = || from_rules([Rule::new("per-user", per_minute(2)).key(["user"])]);
+    let s = TestServer::start(rules()).await;
+    let app = App::new(rules(), ServeOptions::default()).unwrap();
+    let many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("d{i}"), "v".into())).collect();
+    let many = serde_json::json!({ "descriptors": many }).to_string();
+    let cases: Vec<(Method, &str, String)> = vec![
+        (Method::POST, "/v1/check", r#"{"descriptors": {"user": "a"}}"#.into()),
+        (Method::POST, "/v1/check", r#"{"descriptors": {"user": "a"}}"#.into()),
+        (Method::POST, "/v1/check", r#"{"descriptors": {"user": "a"}}"#.into()),
+        (Method::POST, "/v1/peek", r#"{"descriptors": {"user": "a"}, "cost": 3.0}"#.into()),
+        (Method::POST, "/v1/report", r#"{"descriptors": {"user": "a"}, "domain": null}"#.into()),
+        (Method::POST, "/v1/check", "not json".into()),
+        (Method::POST, "/v1/check", many),
+        (Method::POST, "/v1/check", r#"{"descriptors": {}, "cost": 18446744073709551616}"#.into()),
+        (Method::GET, "/v1/check", String::new()),
+        (Method::PUT, "/healthz", String::new()),
+        (Method::GET, "/nowhere", String::new()),
+    ];
+    for (method, path, body) in cases {
+        let listener = s.request(method.clone(), path, body.clone(), &[]).await;
+        let request = http::Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        let routed = app.router().oneshot(request).await.unwrap();
+        let status = routed.status().as_u16();
+        let headers = routed.headers().clone();
+        let body = http_body_util::BodyExt::collect(routed.into_body()).await.unwrap().to_bytes();
+        let what = format!("{method} {path}");
+        assert_eq!(listener.status, status, "{what}");
+        for name in ["content-type", "allow", "retry-after", "ratelimit", "x-ratelimit-remaining"] {
+            assert_eq!(
+                listener.header(name),
+                headers.get(name).map(|v| v.to_str().unwrap()),
+                "{what}: {name}"
+            );
+        }
+        let routed_body = String::from_utf8_lossy(&body);
+        if status == 429 || status == 200 && path.starts_with("/v1/") {
+            // The same decision, a few microseconds apart: compare all but the times.
+            let strip = |v: &str| {
+                let mut v: Value = serde_json::from_str(v).unwrap();
+                for l in v["limits"].as_array_mut().unwrap() {
+                    l.as_object_mut().unwrap().retain(|k, _| !k.ends_with("_ms"));
+                }
+                v.as_object_mut().unwrap().remove("retry_after_ms");
+                v
+            };
+            assert_eq!(strip(&listener.body), strip(&routed_body), "{what}");
+        } else {
+            assert_eq!(listener.body, routed_body, "{what}");
+        }
+    }
+    s.stop().await;
+}
+
 /// `(method, path)` of every `.route(...)` in `src/http/`, read from the sources.
 fn routes() -> BTreeSet<(String, String)> {
     let mut routes = BTreeSet::new();
