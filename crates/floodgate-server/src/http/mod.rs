@@ -57,7 +57,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 #[utoipa::path(
     get,
     path = "/healthz",
-    tag = openapi::TAG_HEALTH,
+    tag = openapi::TAG_OPERATIONS,
     operation_id = "healthz",
     responses((status = 200, description = "The process runs.", body = String, content_type = "text/plain", example = "ok\n")),
 )]
@@ -69,7 +69,7 @@ async fn healthz() -> &'static str {
 #[utoipa::path(
     get,
     path = "/readyz",
-    tag = openapi::TAG_HEALTH,
+    tag = openapi::TAG_OPERATIONS,
     operation_id = "readyz",
     responses(
         (status = 200, description = "Ready: the store answers (`ready`), or it does not but every rule decides on its local share.", body = String, content_type = "text/plain", example = "ready\n"),
@@ -91,7 +91,7 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
 #[utoipa::path(
     get,
     path = "/metrics",
-    tag = openapi::TAG_HEALTH,
+    tag = openapi::TAG_OPERATIONS,
     operation_id = "metrics",
     responses((status = 200, description = "Prometheus text exposition.", body = String, content_type = "text/plain", example = "floodgate_config_version 1\n")),
 )]

@@ -34,7 +34,7 @@ use super::MAX_BODY;
 /// The tag of `/v1/check`, `/v1/peek`, `/v1/report`.
 pub(super) const TAG_DECISIONS: &str = "decisions";
 /// The tag of `/healthz`, `/readyz`, `/metrics`, `/openapi.json`.
-pub(super) const TAG_HEALTH: &str = "operations";
+pub(super) const TAG_OPERATIONS: &str = "operations";
 /// The tag of `/admin/...`.
 pub(super) const TAG_ADMIN: &str = "admin";
 /// The media type of a configuration body.
@@ -71,7 +71,7 @@ pub(super) const YAML: &str = "application/yaml";
     modifiers(&AdminToken),
     tags(
         (name = TAG_DECISIONS, description = "May this request pass? Every answer carries the verdict of each rule that applied, and the rate-limit headers."),
-        (name = TAG_HEALTH, description = "Liveness, readiness, metrics and this document."),
+        (name = TAG_OPERATIONS, description = "Liveness, readiness, metrics and this document."),
         (name = TAG_ADMIN, description = "The running configuration, its audit log and key state. Loopback peers only when the server has no admin token; with one, every caller sends `Authorization: Bearer <token>`."),
     ),
 )]
@@ -128,7 +128,7 @@ impl Served {
 #[utoipa::path(
     get,
     path = "/openapi.json",
-    tag = TAG_HEALTH,
+    tag = TAG_OPERATIONS,
     operation_id = "openapi",
     responses((status = 200, description = "This document.", body = BTreeMap<String, Value>, content_type = "application/json")),
 )]
