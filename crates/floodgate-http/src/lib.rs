@@ -7,7 +7,9 @@
 //! - [`problem`]: RFC 9457 `application/problem+json` bodies, with stable `type` URIs;
 //! - [`wire`]: the JSON request body of the check API, read with precise errors, and the verdict
 //!   as JSON;
-//! - [`envoy`]: how an Envoy descriptor's entries become descriptors.
+//! - [`envoy`]: how an Envoy descriptor's entries become descriptors;
+//! - `openapi` (feature `openapi`): the OpenAPI 3.1 schemas of all of the above, for a front
+//!   door's document.
 //!
 //! The engine crate (`floodgate`) knows none of this: it decides, this crate says it.
 //!
@@ -29,6 +31,8 @@
 
 pub mod envoy;
 pub mod headers;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod problem;
 pub mod wire;
 

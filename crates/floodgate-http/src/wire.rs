@@ -3,8 +3,8 @@
 //!
 //! Request: `{"descriptors": {"user": "u1", "route": "POST /chat"}, "cost": 1, "domain": "envoy"}`
 //! — `descriptors` required (an object of strings, at most [`MAX_DESCRIPTORS`]), `cost` optional
-//! (an integer ≥ 1, default 1), `domain` optional (an Envoy domain's policy instead of the native
-//! one). Any other field is an error.
+//! (an integer from 1 to [`MAX_COST`], default 1), `domain` optional (an Envoy domain's policy
+//! instead of the native one; `null` is the same as leaving it out). Any other field is an error.
 //!
 //! ```
 //! use floodgate_http::wire::{CheckRequest, VerdictBody};
@@ -36,8 +36,12 @@ use crate::Problem;
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
 
-/// The fields a check body may have.
-const FIELDS: [&str; 3] = ["descriptors", "cost", "domain"];
+/// The largest cost one request may carry (`2^64 - 1`): a larger number is refused, naming this
+/// bound.
+pub const MAX_COST: u64 = u64::MAX;
+
+/// The fields a check body may have, in the order they are documented.
+pub const FIELDS: [&str; 3] = ["descriptors", "cost", "domain"];
 
 // === the request body ===
 
@@ -56,7 +60,7 @@ pub struct CheckRequest {
 #[serde(deny_unknown_fields)]
 struct Body {
     descriptors: DescriptorMap,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "cost")]
     cost: u64,
     #[serde(default)]
     domain: Option<String>,
@@ -65,6 +69,39 @@ struct Body {
 fn one() -> u64 {
     1
 }
+
+/// `cost`: a JSON number that is a whole number from 0 to [`MAX_COST`], however it is written
+/// (`2`, `2.0`, `2e0`: JSON, and JSON Schema's `integer`, do not tell them apart). 0 is refused
+/// after, with its own message.
+fn cost<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "a whole number from 1 to {MAX_COST}")
+        }
+
+        fn visit_u64<E: de::Error>(self, cost: u64) -> Result<u64, E> {
+            Ok(cost)
+        }
+
+        fn visit_f64<E: de::Error>(self, cost: f64) -> Result<u64, E> {
+            whole(cost).ok_or_else(|| E::invalid_value(de::Unexpected::Float(cost), &self))
+        }
+    }
+    deserializer.deserialize_any(V)
+}
+
+/// `n` as a `u64` when it is a whole number in range (2^64 itself, the first float past
+/// [`MAX_COST`], is not).
+fn whole(n: f64) -> Option<u64> {
+    // Truncation cannot happen: `n` is whole and below 2^64.
+    (n.fract() == 0.0 && (0.0..TWO_TO_THE_64).contains(&n)).then_some(n as u64)
+}
+
+/// 2^64, exactly, as a float.
+const TWO_TO_THE_64: f64 = 18_446_744_073_709_551_616.0;
 
 impl CheckRequest {
     /// Reads a body. On failure, the problem to answer: 400 for a body that is not JSON, 422 for
@@ -197,8 +234,12 @@ fn explain(value: &Value) -> Option<String> {
         }
     }
     if let Some(cost) = fields.get("cost")
-        && cost.as_u64().is_none()
+        && cost.as_u64().or_else(|| cost.as_f64().and_then(whole)).is_none()
     {
+        // Without arbitrary precision, a whole number past u64 reads as a float at or above 2^64.
+        if cost.as_f64().is_some_and(|f| f >= TWO_TO_THE_64 && f.fract() == 0.0) {
+            return Some(format!("\"cost\" must be at most {MAX_COST}"));
+        }
         return Some(format!("\"cost\" must be a whole number of at least 1, not {}", kind(cost)));
     }
     if let Some(domain) = fields.get("domain")
@@ -395,6 +436,10 @@ mod tests {
             r#""cost" must be a whole number of at least 1, not a number (-1)"#
         );
         assert_eq!(
+            explained(r#"{"descriptors":{"user":"u"},"cost":18446744073709551616}"#),
+            r#""cost" must be at most 18446744073709551615"#
+        );
+        assert_eq!(
             explained(r#"{"descriptors":[]}"#),
             r#""descriptors" must be an object of descriptor names to string values, not an array"#
         );
@@ -442,6 +487,29 @@ mod tests {
             let body = VerdictBody::from(&verdict);
             proptest::prop_assert_eq!(body.to_json(), serde_json::to_vec(&body).unwrap());
         }
+    }
+
+    #[test]
+    fn a_whole_cost_is_that_cost_however_it_is_written() {
+        for (written, cost) in [("2", 2), ("2.0", 2), ("2e0", 2), ("1e19", 10_000_000_000_000_000_000)] {
+            let body = format!(r#"{{"descriptors": {{}}, "cost": {written}}}"#);
+            assert_eq!(CheckRequest::parse(body.as_bytes()).unwrap().cost, cost, "{written}");
+        }
+        let max = format!(r#"{{"descriptors": {{}}, "cost": {MAX_COST}}}"#);
+        assert_eq!(CheckRequest::parse(max.as_bytes()).unwrap().cost, MAX_COST);
+        for refused in ["2.5", "-1", "-1.0", "18446744073709551616", "1.8446744073709552e19", "0.0"] {
+            let body = format!(r#"{{"descriptors": {{}}, "cost": {refused}}}"#);
+            assert_eq!(CheckRequest::parse(body.as_bytes()).unwrap_err().status, 422, "{refused}");
+        }
+        // A whole float is no reason to blame the cost for another field's fault.
+        let other = CheckRequest::parse(br#"{"descriptors": {}, "cost": 2.0, "domain": 1}"#).unwrap_err();
+        assert!(other.detail.contains("\"domain\" must be a string"), "{}", other.detail);
+    }
+
+    #[test]
+    fn a_null_domain_is_no_domain() {
+        let r = CheckRequest::parse(br#"{"descriptors": {"user": "u1"}, "domain": null}"#).unwrap();
+        assert_eq!(r.domain, None);
     }
 
     #[test]

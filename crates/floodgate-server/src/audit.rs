@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use floodgate_config::ConfigError;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// What triggered a configuration change (the audit record's `source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     /// The configuration loaded at start.
@@ -25,8 +26,9 @@ pub enum Trigger {
 }
 
 /// Whether a change was applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = ChangeResult)]
 pub enum Outcome {
     /// It is in force.
     Applied,
@@ -35,7 +37,7 @@ pub enum Outcome {
 }
 
 /// A configuration error as JSON: the message, and where.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ErrorReport {
     /// The full message (`file:line:col: field: what`).
     pub message: String,
@@ -68,7 +70,7 @@ impl ErrorReport {
 }
 
 /// One audit record: a configuration change, applied or rejected.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct AuditRecord {
     /// The version it became (`null` when rejected).
     pub version: Option<u64>,

@@ -1,5 +1,5 @@
-//! The command line: `floodgate serve` and `floodgate check-config` — their arguments, and what
-//! each does with a loaded configuration. `main.rs` only parses, loads and calls in here.
+//! The command line: `floodgate serve`, `floodgate check-config` and `floodgate openapi` — their
+//! arguments, and what each does with a loaded configuration. `main.rs` only parses, loads and calls in here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +35,9 @@ pub enum Command {
     /// Validates a configuration file or directory: exits 0, or 64 with the error (file, line,
     /// column, field).
     CheckConfig(CheckConfigArgs),
+    /// Prints the HTTP API's OpenAPI 3.1 document (what `GET /openapi.json` serves), e.g.
+    /// `floodgate openapi > docs/openapi.json`.
+    Openapi,
 }
 
 /// `floodgate serve`.
@@ -101,6 +104,12 @@ pub fn check_config(args: &CheckConfigArgs) -> ExitCode {
             exit(EXIT_CONFIG)
         }
     }
+}
+
+/// `floodgate openapi`: prints the document `GET /openapi.json` serves.
+pub fn openapi() -> ExitCode {
+    print!("{}", crate::http::openapi::json());
+    ExitCode::SUCCESS
 }
 
 /// The configuration `floodgate serve` runs: `--config`'s, or the built-in example. On an invalid

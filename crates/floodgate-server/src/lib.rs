@@ -4,7 +4,8 @@
 //! and serves it through front doors that all go down one decision path (descriptors → engine →
 //! observers → render; `decide.rs`):
 //! - the **HTTP API** (axum): `POST /v1/check`, `/v1/report`, `/v1/peek`, `GET /healthz`,
-//!   `/readyz`, `/metrics`, and the admin API under `/admin/` ([`http`]);
+//!   `/readyz`, `/metrics`, `/openapi.json` (the API as OpenAPI 3.1: [`http::openapi`]), and the
+//!   admin API under `/admin/` ([`http`]);
 //! - **Envoy RLS v3** gRPC (tonic): `ShouldRateLimit` ([`grpc`]).
 //!
 //! [`Server`] runs an app on listeners the caller bound (tests bind port 0), with graceful

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     cli::init_logging();
     match cli.command {
         Command::CheckConfig(args) => cli::check_config(&args),
+        Command::Openapi => cli::openapi(),
         Command::Serve(args) => match cli::load(&args) {
             Ok(config) => cli::serve(args, config),
             Err(code) => code,

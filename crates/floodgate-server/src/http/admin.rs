@@ -34,8 +34,12 @@ use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE, UNAUTHORIZ
 use floodgate_http::{Problem, ceil_ms};
 use http::{HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::api::as_domain_sees_them;
+use super::openapi::{
+    AdminAccess, BodyProblems, ConfigDocument, JsonProblems, KeyProblems, StoreProblem, TAG_ADMIN, YAML,
+};
 use super::{MAX_ADMIN_BODY, invalid, json, malformed, problem, read_body};
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Trigger};
 use crate::control::{ApplyError, Domain, Running};
@@ -99,18 +103,38 @@ async fn authorize(State(shared): State<Arc<Shared>>, request: Request, next: Ne
 
 // === configuration ===
 
-#[derive(Debug, Serialize)]
-struct ConfigView<'a> {
+/// The running configuration.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = RunningConfig)]
+pub(super) struct ConfigView<'a> {
+    /// 1 at start, +1 for every applied change (reloads and rollbacks).
     version: u64,
+    /// The content hash (FNV-1a 64, hex).
     hash: &'a str,
+    /// The file or directory it was read from (`null`: the built-in example or a posted text).
     path: Option<String>,
+    /// The rate-limit header style: `ietf`, `legacy`, `both` or `none`.
+    #[schema(value_type = floodgate_http::HeaderStyle)]
     headers: &'static str,
+    /// How many rules are in force, over all policies.
     rules: usize,
+    /// The Envoy domains, sorted.
     domains: Vec<&'a str>,
+    /// The configuration's text.
     text: &'a str,
 }
 
-async fn get_config(State(shared): State<Arc<Shared>>) -> Response {
+/// The running configuration: version, hash, path, header style, rule count, Envoy domains and
+/// text.
+#[utoipa::path(
+    get,
+    path = "/admin/config",
+    tag = TAG_ADMIN,
+    operation_id = "getConfig",
+    security((), ("adminToken" = [])),
+    responses((status = 200, description = "The running configuration.", body = ConfigView<'static>), AdminAccess),
+)]
+pub(super) async fn get_config(State(shared): State<Arc<Shared>>) -> Response {
     let running = shared.control.current();
     let mut domains: Vec<&str> = running.domains.keys().map(String::as_str).collect();
     domains.sort_unstable();
@@ -133,21 +157,50 @@ async fn config_text(request: Request) -> Result<String, Response> {
     String::from_utf8(body.to_vec()).map_err(|e| malformed(format!("The body is not UTF-8 text: {e}.")))
 }
 
-#[derive(Debug, Serialize)]
-struct Validation {
+/// Whether a configuration is valid: with what applying it would change, or its error.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Validation {
+    /// Whether it is valid (and could replace the running one).
     valid: bool,
+    /// How many rules it has, over all policies (when valid).
     #[serde(skip_serializing_if = "Option::is_none")]
     rules: Option<usize>,
+    /// Its Envoy domains (when valid).
     #[serde(skip_serializing_if = "Option::is_none")]
     domains: Option<Vec<String>>,
-    /// What applying it would change.
-    #[serde(skip_serializing_if = "Option::is_none", flatten)]
-    diff: Option<Diff>,
+    /// Rules applying it would add (when valid; Envoy rules as `domain/rule`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    added: Option<Vec<String>>,
+    /// Rules applying it would remove (when valid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    removed: Option<Vec<String>>,
+    /// Rules applying it would change (when valid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changed: Option<Vec<String>>,
+    /// Why it is not valid.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorReport>,
 }
 
-async fn validate_config(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+/// Validates a YAML configuration (native or envoyproxy/ratelimit) without applying it.
+#[utoipa::path(
+    post,
+    path = "/admin/config/validate",
+    tag = TAG_ADMIN,
+    operation_id = "validateConfig",
+    security((), ("adminToken" = [])),
+    request_body(
+        description = "A configuration, as a file holds it: YAML (JSON is YAML too), UTF-8, at most 4 MiB; read as YAML whatever the `content-type`.",
+        content((inline(ConfigDocument) = YAML), (inline(ConfigDocument) = "application/json")),
+    ),
+    responses(
+        (status = 200, description = "Valid: what applying it would change.", body = Validation),
+        (status = 422, description = "Not a valid configuration, or one that cannot replace the running one (a store change): the error with file, line, column and field.", body = Validation),
+        BodyProblems,
+        AdminAccess,
+    ),
+)]
+pub(super) async fn validate_config(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let text = match config_text(request).await {
         Ok(text) => text,
         Err(response) => return response,
@@ -157,67 +210,163 @@ async fn validate_config(State(shared): State<Arc<Shared>>, request: Request) ->
             let running = shared.control.current();
             let rules = config.policy.rules().count()
                 + config.domains.values().map(|p| p.rules().count()).sum::<usize>();
+            let Diff { added, removed, changed } = Diff::between(&running.fingerprints, &config.fingerprints);
             json(
                 StatusCode::OK,
                 &Validation {
                     valid: true,
                     rules: Some(rules),
                     domains: Some(config.domains.keys().cloned().collect()),
-                    diff: Some(Diff::between(&running.fingerprints, &config.fingerprints)),
+                    added: Some(added),
+                    removed: Some(removed),
+                    changed: Some(changed),
                     error: None,
                 },
             )
         }
         Err(error) => json(
             StatusCode::UNPROCESSABLE_ENTITY,
-            &Validation { valid: false, rules: None, domains: None, diff: None, error: Some(error.report()) },
+            &Validation {
+                valid: false,
+                rules: None,
+                domains: None,
+                added: None,
+                removed: None,
+                changed: None,
+                error: Some(error.report()),
+            },
         ),
     }
 }
 
-#[derive(Debug, Serialize)]
-struct ApplyView {
+/// What a change did: the version in force and the rules it changed, or why it was refused.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ApplyView {
+    /// Whether a new version is in force (`false` when refused, or when the text equals the
+    /// running configuration).
     applied: bool,
-    #[serde(flatten)]
-    result: Option<Applied>,
+    /// The version in force (unless refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<u64>,
+    /// Its content hash (unless refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hash: Option<String>,
+    /// Rules the change added (unless refused; Envoy rules as `domain/rule`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    added: Option<Vec<String>>,
+    /// Rules the change removed (unless refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    removed: Option<Vec<String>>,
+    /// Rules the change changed (unless refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changed: Option<Vec<String>>,
+    /// Why it was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorReport>,
 }
 
 fn apply_response(result: Result<Applied, ApplyError>) -> Response {
     match result {
-        Ok(applied) => {
-            json(StatusCode::OK, &ApplyView { applied: applied.changed, result: Some(applied), error: None })
-        }
+        Ok(Applied { version, hash, changed, diff: Diff { added, removed, changed: rules } }) => json(
+            StatusCode::OK,
+            &ApplyView {
+                applied: changed,
+                version: Some(version),
+                hash: Some(hash),
+                added: Some(added),
+                removed: Some(removed),
+                changed: Some(rules),
+                error: None,
+            },
+        ),
         Err(error) => {
             let status = match &error {
                 ApplyError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 ApplyError::Refused(_) | ApplyError::NoFile => StatusCode::CONFLICT,
                 ApplyError::UnknownVersion { .. } => StatusCode::NOT_FOUND,
             };
-            json(status, &ApplyView { applied: false, result: None, error: Some(error.report()) })
+            let refused = ApplyView {
+                applied: false,
+                version: None,
+                hash: None,
+                added: None,
+                removed: None,
+                changed: None,
+                error: Some(error.report()),
+            };
+            json(status, &refused)
         }
     }
 }
 
-async fn apply_config(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+/// Validates and applies a YAML configuration: in force until the next reload.
+#[utoipa::path(
+    post,
+    path = "/admin/config",
+    tag = TAG_ADMIN,
+    operation_id = "applyConfig",
+    security((), ("adminToken" = [])),
+    request_body(
+        description = "A configuration, as a file holds it: YAML (JSON is YAML too), UTF-8, at most 4 MiB; read as YAML whatever the `content-type`.",
+        content((inline(ConfigDocument) = YAML), (inline(ConfigDocument) = "application/json")),
+    ),
+    responses(
+        (status = 200, description = "Applied (or equal to the running configuration: `applied` false).", body = ApplyView),
+        (status = 409, description = "Valid, but it changes the store: restart to change stores.", body = ApplyView),
+        (status = 422, description = "Not a valid configuration: the error with file, line, column and field.", body = ApplyView),
+        BodyProblems,
+        AdminAccess,
+    ),
+)]
+pub(super) async fn apply_config(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     match config_text(request).await {
         Ok(text) => apply_response(shared.control.apply_text(&text).await),
         Err(response) => response,
     }
 }
 
-async fn reload(State(shared): State<Arc<Shared>>) -> Response {
+/// Reloads the configuration from the `--config` file.
+#[utoipa::path(
+    post,
+    path = "/admin/reload",
+    tag = TAG_ADMIN,
+    operation_id = "reloadConfig",
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "Reloaded (or unchanged: `applied` false).", body = ApplyView),
+        (status = 409, description = "No file to reload from (started without `--config`), or the file changes the store.", body = ApplyView),
+        (status = 422, description = "The file is not a valid configuration now; the running one stays.", body = ApplyView),
+        AdminAccess,
+    ),
+)]
+pub(super) async fn reload(State(shared): State<Arc<Shared>>) -> Response {
     apply_response(shared.control.reload(Trigger::File).await)
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Which version to put back.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RollbackBody {
+pub(super) struct RollbackBody {
+    /// The version whose configuration to restore (`null` or absent: the one before the current).
     version: Option<u64>,
 }
 
-async fn rollback(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+/// Puts a kept version's configuration back in force, as a new version.
+#[utoipa::path(
+    post,
+    path = "/admin/rollback",
+    tag = TAG_ADMIN,
+    operation_id = "rollback",
+    security((), ("adminToken" = [])),
+    request_body(content = Option<RollbackBody>, description = "`{\"version\": n}`, or no body for the version before the current one.", example = json!({"version": 1})),
+    responses(
+        (status = 200, description = "Restored, as a new version.", body = ApplyView),
+        (status = 404, description = "That version is not kept (the last 32 are).", body = ApplyView),
+        JsonProblems,
+        AdminAccess,
+    ),
+)]
+pub(super) async fn rollback(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let body = match read_body(request, super::MAX_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -225,8 +374,9 @@ async fn rollback(State(shared): State<Arc<Shared>>, request: Request) -> Respon
     let target = if body.iter().all(u8::is_ascii_whitespace) {
         RollbackBody::default()
     } else {
-        match serde_json::from_slice::<RollbackBody>(&body) {
-            Ok(target) => target,
+        // `null`, like no body, is the version before the current one.
+        match serde_json::from_slice::<Option<RollbackBody>>(&body) {
+            Ok(target) => target.unwrap_or_default(),
             Err(e) if e.is_data() => return invalid(format!("Expected {{\"version\": n}} or no body: {e}.")),
             Err(e) => return malformed(format!("The body is not valid JSON: {e}.")),
         }
@@ -234,11 +384,24 @@ async fn rollback(State(shared): State<Arc<Shared>>, request: Request) -> Respon
     apply_response(shared.control.rollback(target.version).await)
 }
 
-async fn audit(State(shared): State<Arc<Shared>>) -> Response {
-    #[derive(Serialize)]
-    struct AuditView {
-        records: Vec<AuditRecord>,
-    }
+/// The audit log.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = AuditLog)]
+pub(super) struct AuditView {
+    /// Every configuration change kept (the last 1000), applied or rejected, oldest first.
+    records: Vec<AuditRecord>,
+}
+
+/// Every configuration change, applied or rejected.
+#[utoipa::path(
+    get,
+    path = "/admin/audit",
+    tag = TAG_ADMIN,
+    operation_id = "getAudit",
+    security((), ("adminToken" = [])),
+    responses((status = 200, description = "The audit log.", body = AuditView), AdminAccess),
+)]
+pub(super) async fn audit(State(shared): State<Arc<Shared>>) -> Response {
     json(StatusCode::OK, &AuditView { records: shared.control.audit() })
 }
 
@@ -262,16 +425,36 @@ fn key_query(params: Vec<(String, String)>) -> Result<(String, Option<String>, D
     Ok((rule, domain, descriptors))
 }
 
-#[derive(Debug, Serialize)]
-struct KeyView {
+/// The query of `/admin/keys`: the rule, its domain, and the descriptors that make its key.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read as a list of pairs (`key_query`); this says what the pairs may be
+pub(super) struct KeyQuery {
+    /// The rule whose key to address.
+    #[param(example = "per-user")]
     rule: String,
+    /// The Envoy domain the rule belongs to (absent: the native policy).
+    domain: Option<String>,
+}
+
+/// A key's state, as a request of cost 1 would see it now.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = KeyState)]
+pub(super) struct KeyView {
+    /// The rule.
+    rule: String,
+    /// Its capacity.
     limit: u64,
     /// What is left now.
     remaining: u64,
+    /// Milliseconds until fully replenished, rounded up.
     reset_after_ms: u64,
     /// Whether a request of cost 1 would pass now.
     allowed: bool,
+    /// When it would not: milliseconds until it would, rounded up.
     retry_after_ms: Option<u64>,
+    /// What the rule would do with a request of cost 1 (as a verdict's `outcome`).
+    #[schema(value_type = String)]
     outcome: &'static str,
 }
 
@@ -306,7 +489,26 @@ impl KeyTarget {
     }
 }
 
-async fn inspect_key(
+/// A key's state (limit, remaining, reset, whether a request of 1 would pass) without consuming.
+#[utoipa::path(
+    get,
+    path = "/admin/keys",
+    tag = TAG_ADMIN,
+    operation_id = "inspectKey",
+    security((), ("adminToken" = [])),
+    params(
+        KeyQuery,
+        ("descriptors" = Option<std::collections::HashMap<String, String>>, Query, style = Form, explode,
+            description = "Every other query parameter is a descriptor: the rule's key descriptors, and those its `match` conditions need (with `domain`, one Envoy descriptor's entries in query order).",
+            example = json!({"user": "u1"})),
+    ),
+    responses(
+        (status = 200, description = "The key's state.", body = KeyView),
+        KeyProblems,
+        AdminAccess,
+    ),
+)]
+pub(super) async fn inspect_key(
     State(shared): State<Arc<Shared>>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Response {
@@ -347,7 +549,27 @@ async fn inspect_key(
     )
 }
 
-async fn reset_key(
+/// Forgets a key's state: its next request starts afresh.
+#[utoipa::path(
+    delete,
+    path = "/admin/keys",
+    tag = TAG_ADMIN,
+    operation_id = "resetKey",
+    security((), ("adminToken" = [])),
+    params(
+        KeyQuery,
+        ("descriptors" = Option<std::collections::HashMap<String, String>>, Query, style = Form, explode,
+            description = "Every other query parameter is a descriptor: the rule's key descriptors, and those its `match` conditions need (with `domain`, one Envoy descriptor's entries in query order).",
+            example = json!({"user": "u1"})),
+    ),
+    responses(
+        (status = 200, description = "Forgotten (`reset` false: it had no state).", body = Reset),
+        KeyProblems,
+        StoreProblem,
+        AdminAccess,
+    ),
+)]
+pub(super) async fn reset_key(
     State(shared): State<Arc<Shared>>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Response {
@@ -359,12 +581,6 @@ async fn reset_key(
     if let Some(missing) = target.definition.key_descriptors().iter().find(|d| descriptors.get(d).is_none()) {
         return invalid(format!("Missing key descriptor {missing:?} of rule {rule:?}."));
     }
-    #[derive(Serialize)]
-    struct Reset {
-        rule: String,
-        /// Whether the key had state.
-        reset: bool,
-    }
     match target.policy().policy.reset(shared.control.store(), &rule, descriptors).await {
         Ok(existed) => json(StatusCode::OK, &Reset { rule, reset: existed }),
         Err(e) => problem(Problem::new(
@@ -374,6 +590,16 @@ async fn reset_key(
             format!("The key could not be reset: {e}."),
         )),
     }
+}
+
+/// A key forgotten.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = KeyReset)]
+pub(super) struct Reset {
+    /// The rule.
+    rule: String,
+    /// Whether the key had state.
+    reset: bool,
 }
 
 fn no_rule(rule: &str) -> Response {

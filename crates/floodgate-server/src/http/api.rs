@@ -22,19 +22,49 @@ use floodgate_http::wire::{CheckRequest, VerdictBody};
 use floodgate_http::{Problem, rate_limit_headers, tag_header};
 use http::StatusCode;
 
+use super::openapi::{Decided, Reported, TAG_DECISIONS};
 use super::{MAX_BODY, json_bytes, problem, read_body};
 use crate::control::Running;
 use crate::metrics::Api;
 use crate::state::Shared;
 
+/// Decides a request: allowed only if every enforced rule that applies allows, and then its cost
+/// is consumed from each; a denied request consumes nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/check",
+    tag = TAG_DECISIONS,
+    operation_id = "check",
+    request_body(content = CheckRequest, description = "The request to decide. Read as JSON whatever the `content-type`; at most 64 KiB."),
+    responses(Decided),
+)]
 pub(super) async fn check(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     handle(&shared, request, Api::Check).await
 }
 
+/// What `check` would answer, consuming nothing: which limits this request would hit.
+#[utoipa::path(
+    post,
+    path = "/v1/peek",
+    tag = TAG_DECISIONS,
+    operation_id = "peek",
+    request_body(content = CheckRequest, description = "The request to look at. Read as JSON whatever the `content-type`; at most 64 KiB."),
+    responses(Decided),
+)]
 pub(super) async fn peek(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     handle(&shared, request, Api::Peek).await
 }
 
+/// Consumes a cost after the fact (e.g. LLM tokens known once a response is done); never denies,
+/// also past the limit.
+#[utoipa::path(
+    post,
+    path = "/v1/report",
+    tag = TAG_DECISIONS,
+    operation_id = "report",
+    request_body(content = CheckRequest, description = "What was spent. Read as JSON whatever the `content-type`; at most 64 KiB."),
+    responses(Reported),
+)]
 pub(super) async fn report(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     handle(&shared, request, Api::Report).await
 }

@@ -1,11 +1,13 @@
 //! The HTTP front door: the check API (`/v1/check`, `/v1/report`, `/v1/peek`), health and
-//! metrics, and the admin API under `/admin/`.
+//! metrics, the admin API under `/admin/`, and all of it as an OpenAPI document
+//! (`/openapi.json`, [`openapi`]).
 //!
 //! Every error is an `application/problem+json` body ([`Problem`]) saying what is wrong; no input
 //! makes a handler panic or answer 500.
 
 mod admin;
 mod api;
+pub mod openapi;
 mod serve;
 
 pub(crate) use serve::serve;
@@ -15,11 +17,11 @@ pub use admin::admitted;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use bytes::Bytes;
 use floodgate_http::problem::NOT_FOUND_TYPE;
 use floodgate_http::{PROBLEM_CONTENT_TYPE, Problem};
@@ -43,17 +45,37 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/peek", post(api::peek))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics));
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi::openapi_json).layer(Extension(openapi::Served::new())));
     api.merge(admin::router(Arc::clone(&shared)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(shared)
 }
 
+/// Whether the process runs: `ok`.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = openapi::TAG_OPERATIONS,
+    operation_id = "healthz",
+    responses((status = 200, description = "The process runs.", body = String, content_type = "text/plain", example = "ok\n")),
+)]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
+/// Whether the server can decide: its store answers, or every rule decides on a local share.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = openapi::TAG_OPERATIONS,
+    operation_id = "readyz",
+    responses(
+        (status = 200, description = "Ready: the store answers (`ready`), or it does not but every rule decides on its local share.", body = String, content_type = "text/plain", example = "ready\n"),
+        (status = 503, description = "Not ready: the store does not answer (and some rule fails open or closed), or the server is shutting down.", body = String, content_type = "text/plain", example = "store unavailable\n"),
+    ),
+)]
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     if shared.draining.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
@@ -65,6 +87,14 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     }
 }
 
+/// The server's metrics, in the Prometheus text format (0.0.4).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = openapi::TAG_OPERATIONS,
+    operation_id = "metrics",
+    responses((status = 200, description = "Prometheus text exposition.", body = String, content_type = "text/plain", example = "floodgate_config_version 1\n")),
+)]
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let store = shared.control.store();
     let status = StoreStatus {

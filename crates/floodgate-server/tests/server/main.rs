@@ -7,6 +7,7 @@ mod bad_input;
 mod binary;
 mod grpc;
 mod metrics;
+mod openapi;
 mod redis;
 mod reload;
 mod support;

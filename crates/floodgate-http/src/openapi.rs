@@ -1,0 +1,509 @@
+//! OpenAPI 3.1 schemas of this crate's vocabulary (feature `openapi`): the check API's request
+//! body ([`CheckRequest`]), the verdict ([`VerdictBody`]), problem bodies ([`Problem`]) and the
+//! rate-limit headers.
+//!
+//! Each is built from what the parser and the renderers themselves use — [`FIELDS`],
+//! [`MAX_DESCRIPTORS`], [`MAX_COST`], the problem `type` URIs, the header names, every
+//! [`Outcome`] — so that a front door's document says what this crate does. A server puts them
+//! in its document with `utoipa` (`request_body = CheckRequest`, `body = Problem`, …) and adds
+//! the headers with [`decision_headers`].
+//!
+//! ```
+//! use floodgate_http::Problem;
+//! use floodgate_http::wire::CheckRequest;
+//! use utoipa::PartialSchema;
+//!
+//! let schema = serde_json::to_value(CheckRequest::schema())?;
+//! assert_eq!(schema["properties"]["descriptors"]["maxProperties"], 64);
+//! assert_eq!(schema["properties"]["cost"]["maximum"], u64::MAX);
+//! assert_eq!(schema["properties"]["domain"]["type"], serde_json::json!(["string", "null"]));
+//! assert_eq!(schema["additionalProperties"], false);
+//! let problem = serde_json::to_value(Problem::schema())?;
+//! assert_eq!(problem["required"], serde_json::json!(["type", "title", "status", "detail"]));
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+use std::borrow::Cow;
+
+use floodgate::Outcome;
+use http::HeaderName;
+use serde_json::{Value, json};
+use utoipa::openapi::header::{Header, HeaderBuilder};
+use utoipa::openapi::schema::{
+    AdditionalProperties, AllOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaFormat, SchemaType, Type,
+};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::headers::{
+    RATELIMIT, RATELIMIT_POLICY, TAG_HEADER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
+use crate::problem::{
+    INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE, RATE_LIMITED_TYPE,
+    STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
+};
+use crate::wire::{CheckRequest, FIELDS, MAX_COST, MAX_DESCRIPTORS, VerdictBody};
+use crate::{PROBLEM_CONTENT_TYPE, Problem};
+
+/// Every `outcome` a limit of a verdict can have, as [`Outcome::as_str`] names it.
+pub const OUTCOMES: [Outcome; 8] = [
+    Outcome::Allowed,
+    Outcome::Denied,
+    Outcome::ShadowDenied,
+    Outcome::Tagged,
+    Outcome::ErrorAllowed,
+    Outcome::ErrorDenied,
+    Outcome::LocalAllowed,
+    Outcome::LocalDenied,
+];
+
+/// Every problem `type` URI a front door answers with.
+pub const PROBLEM_TYPES: [&str; 9] = [
+    MALFORMED_TYPE,
+    INVALID_TYPE,
+    NEVER_ALLOWED_TYPE,
+    TOO_LARGE_TYPE,
+    NOT_FOUND_TYPE,
+    UNAUTHORIZED_TYPE,
+    STORE_UNAVAILABLE_TYPE,
+    RATE_LIMITED_TYPE,
+    QUOTA_EXCEEDED_TYPE,
+];
+
+fn integer(minimum: u64) -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(minimum))
+}
+
+fn nullable(types: Type) -> SchemaType {
+    SchemaType::from_iter([types, Type::Null])
+}
+
+fn string() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::String)
+}
+
+fn boolean() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Boolean)
+}
+
+/// A reference to the component schema `T`.
+pub fn reference<T: ToSchema>() -> RefOr<Schema> {
+    RefOr::Ref(Ref::from_schema_name(T::name()))
+}
+
+impl PartialSchema for crate::HeaderStyle {
+    fn schema() -> RefOr<Schema> {
+        use crate::HeaderStyle::{Both, Ietf, Legacy, None};
+        string()
+            .enum_values(Some([Ietf, Legacy, Both, None].map(crate::HeaderStyle::as_str)))
+            .description(Some("Which rate-limit headers are sent: `ietf`, `legacy`, `both` or `none`."))
+            .into()
+    }
+}
+
+impl ToSchema for crate::HeaderStyle {
+    fn name() -> Cow<'static, str> {
+        "HeaderStyle".into()
+    }
+}
+
+// === the request body ===
+
+impl PartialSchema for CheckRequest {
+    fn schema() -> RefOr<Schema> {
+        let [descriptors, cost, domain] = FIELDS;
+        ObjectBuilder::new()
+            .description(Some(
+                "What a request is (its descriptors), what it costs, and which policy decides it. \
+                 Any other field is refused (422).",
+            ))
+            .property(
+                descriptors,
+                ObjectBuilder::new()
+                    .description(Some(format!(
+                        "Descriptor name → string value (`user`, `tenant`, `ip`, `route`, `method`, \
+                         `api_key`, `plan`, `session`, `header.<name>`, or any name a rule keys \
+                         by), at most {MAX_DESCRIPTORS}, each name once. With `domain` naming an \
+                         Envoy domain, the members in the order written are that Envoy \
+                         descriptor's entries."
+                    )))
+                    .additional_properties(Some(string()))
+                    .max_properties(Some(MAX_DESCRIPTORS))
+                    .examples([json!({"user": "u1", "route": "POST /chat"})]),
+            )
+            .required(descriptors)
+            .property(
+                cost,
+                integer(1).maximum(Some(MAX_COST)).default(Some(json!(1))).description(Some(format!(
+                    "What the request costs, a whole number from 1 to {MAX_COST} (default 1). \
+                         A cost some enforced rule can never grant at once is refused \
+                         (422 `never-allowed`)."
+                ))),
+            )
+            .property(
+                domain,
+                ObjectBuilder::new().schema_type(nullable(Type::String)).description(Some(
+                    "The Envoy domain (an envoyproxy/ratelimit file) whose policy decides, instead \
+                     of the native rules; a domain no file defines gets the native rules. `null` \
+                     is the same as leaving it out.",
+                )),
+            )
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .examples([
+                json!({"descriptors": {"user": "u1", "route": "POST /chat"}}),
+                json!({"descriptors": {"tenant": "t1"}, "cost": 1200}),
+            ])
+            .into()
+    }
+}
+
+impl ToSchema for CheckRequest {
+    fn name() -> Cow<'static, str> {
+        "CheckRequest".into()
+    }
+}
+
+// === the verdict ===
+
+/// One limit of a [`VerdictBody`]: what one rule decided.
+#[derive(Debug)]
+pub struct LimitBody;
+
+impl PartialSchema for LimitBody {
+    fn schema() -> RefOr<Schema> {
+        let ms = |what: &str| integer(0).description(Some(what.to_owned()));
+        ObjectBuilder::new()
+            .description(Some("What one rule that applied decided."))
+            .property("name", string().description(Some("The rule's name.")))
+            .property("limit", ms("The rule's capacity."))
+            .property("remaining", ms("What is left after this request (a denied request consumes nothing)."))
+            .property("reset_after_ms", ms("Milliseconds until the limit is fully replenished, rounded up."))
+            .property(
+                "retry_after_ms",
+                ObjectBuilder::new().schema_type(nullable(Type::Integer)).minimum(Some(0)).description(Some(
+                    "When the rule denied: milliseconds until the same request would pass, rounded \
+                     up (exact: it passes then and not a millisecond earlier); otherwise `null`.",
+                )),
+            )
+            .property("allowed", boolean().description(Some("Whether this rule allowed the request.")))
+            .property(
+                "outcome",
+                string().enum_values(Some(OUTCOMES.map(Outcome::as_str))).description(Some(
+                    "What the rule did: `allowed`, `denied`; `shadow_denied` / `tagged` (a \
+                         shadow or tag rule that would have denied: the request passes); \
+                         `error_allowed` / `error_denied` (the store failed, the rule fails open \
+                         or closed); `local_allowed` / `local_denied` (the store failed, decided \
+                         on this instance's share).",
+                )),
+            )
+            .required("name")
+            .required("limit")
+            .required("remaining")
+            .required("reset_after_ms")
+            .required("retry_after_ms")
+            .required("allowed")
+            .required("outcome")
+            .into()
+    }
+}
+
+impl ToSchema for LimitBody {
+    fn name() -> Cow<'static, str> {
+        "Limit".into()
+    }
+}
+
+impl PartialSchema for VerdictBody<'_> {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .description(Some(
+                "The verdict: allowed only if every enforced rule allowed. One entry per rule that \
+                 applied (shadow and tag rules included).",
+            ))
+            .property("allowed", boolean())
+            .property(
+                "retry_after_ms",
+                ObjectBuilder::new().schema_type(nullable(Type::Integer)).minimum(Some(0)).description(Some(
+                    "When denied: milliseconds until the same request would pass (the longest \
+                     wait of the denying rules), rounded up; `null` when allowed.",
+                )),
+            )
+            .property("limits", ArrayBuilder::new().items(reference::<LimitBody>()))
+            .required("allowed")
+            .required("retry_after_ms")
+            .required("limits")
+            .examples([json!({
+                "allowed": false,
+                "retry_after_ms": 23997,
+                "limits": [{
+                    "name": "chat-per-user", "limit": 10, "remaining": 0, "reset_after_ms": 77997,
+                    "retry_after_ms": 23997, "allowed": false, "outcome": "denied"
+                }]
+            })])
+            .into()
+    }
+}
+
+impl ToSchema for VerdictBody<'_> {
+    fn name() -> Cow<'static, str> {
+        "Verdict".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((LimitBody::name().into_owned(), LimitBody::schema()));
+    }
+}
+
+// === problems ===
+
+impl PartialSchema for Problem {
+    fn schema() -> RefOr<Schema> {
+        let optional = |what: &str| integer(0).description(Some(what.to_owned()));
+        ObjectBuilder::new()
+            .description(Some(format!(
+                "An RFC 9457 problem (`{PROBLEM_CONTENT_TYPE}`): a stable `type` to branch on, a \
+                 `title` naming the kind, a `detail` saying what happened this time. The rate-limit \
+                 fields appear only on a 429 problem, and never name rules, keys, stores or \
+                 algorithms."
+            )))
+            .property(
+                "type",
+                string()
+                    .format(Some(SchemaFormat::Custom("uri".to_owned())))
+                    .enum_values(Some(PROBLEM_TYPES))
+                    .description(Some("A URI naming the kind of problem.")),
+            )
+            .property("title", string().description(Some("A short summary of the kind of problem.")))
+            .property("status", integer(100).maximum(Some(599u64)).description(Some("The HTTP status code.")))
+            .property("detail", string().description(Some("What happened this time, for humans.")))
+            .property("retry_after", optional("Seconds until the same request may pass (429)."))
+            .property("limit", optional("The capacity of the denying limit (429)."))
+            .property("remaining", optional("What is left of the denying limit (429)."))
+            .property("reset", optional("When the denying limit is fully replenished, Unix seconds (429)."))
+            .required("type")
+            .required("title")
+            .required("status")
+            .required("detail")
+            .into()
+    }
+}
+
+impl ToSchema for Problem {
+    fn name() -> Cow<'static, str> {
+        "Problem".into()
+    }
+}
+
+/// A [`Problem`] whose `type` is one of `types`, and whose `status` is `status`.
+pub fn problem_of(status: u16, types: &[&'static str]) -> Schema {
+    AllOfBuilder::new()
+        .item(reference::<Problem>())
+        .item(
+            ObjectBuilder::new()
+                .property("type", string().enum_values(Some(types.iter().copied())))
+                .property("status", integer(0).enum_values(Some([status]))),
+        )
+        .into()
+}
+
+/// An example problem body of `status` and `type_uri`.
+pub fn problem_example(status: u16, type_uri: &str, title: &str, detail: &str) -> Value {
+    json!({"type": type_uri, "title": title, "status": status, "detail": detail})
+}
+
+// === headers ===
+
+/// A response header: its name as sent, and whether it is always there.
+#[derive(Clone)]
+pub struct DocumentedHeader {
+    /// The name, in the case the documents show it (`RateLimit-Policy`).
+    pub name: &'static str,
+    /// Whether every response of its kind carries it.
+    pub required: bool,
+    /// Its schema and description.
+    pub header: Header,
+}
+
+impl std::fmt::Debug for DocumentedHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DocumentedHeader")
+            .field("name", &self.name)
+            .field("required", &self.required)
+            .finish()
+    }
+}
+
+/// `shown` is `name` as the documents spell it (a test keeps the two the same name).
+fn documented(
+    name: HeaderName,
+    shown: &'static str,
+    required: bool,
+    schema: ObjectBuilder,
+    what: &str,
+) -> DocumentedHeader {
+    debug_assert!(name.as_str().eq_ignore_ascii_case(shown), "{name} is not {shown}");
+    DocumentedHeader {
+        name: shown,
+        required,
+        header: HeaderBuilder::new().schema(schema).description(Some(what)).build(),
+    }
+}
+
+/// An RFC 8941 sf-string as the headers write a rule name: quoted, `"` and `\` escaped.
+const SF_STRING: &str = r#""(?:[^"\\]|\\.)*""#;
+
+/// The headers of a decision (`/v1/check`, `/v1/peek`, `/v1/report`), `denied` for a 429: the
+/// rate-limit headers of the configured style (present when an enforced limit applied),
+/// `Retry-After` on every denial, `floodgate-tag` when a tag rule flagged the request.
+pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
+    let mut headers = vec![
+        documented(
+            RATELIMIT_POLICY,
+            "RateLimit-Policy",
+            false,
+            string()
+                .pattern(Some(format!("^{SF_STRING};q=[0-9]+;w=[0-9]+(, {SF_STRING};q=[0-9]+;w=[0-9]+)*$"))),
+            "IETF draft (`headers: ietf` or `both`): every enforced limit as `\"<rule>\";q=<limit>;w=<window \
+             seconds>`, the most restrictive first. Present when an enforced rule applied.",
+        ),
+        documented(
+            RATELIMIT,
+            "RateLimit",
+            false,
+            string().pattern(Some(format!("^{SF_STRING};r=[0-9]+;t=[0-9]+$"))),
+            "IETF draft: the most restrictive limit as `\"<rule>\";r=<remaining>;t=<seconds until fully \
+             replenished>`. Present when an enforced rule applied.",
+        ),
+        documented(
+            X_RATELIMIT_LIMIT,
+            "X-RateLimit-Limit",
+            false,
+            integer(0),
+            "Legacy (`headers: legacy` or `both`): the capacity of the most restrictive limit.",
+        ),
+        documented(
+            X_RATELIMIT_REMAINING,
+            "X-RateLimit-Remaining",
+            false,
+            integer(0),
+            "Legacy: what is left of the most restrictive limit.",
+        ),
+        documented(
+            X_RATELIMIT_RESET,
+            "X-RateLimit-Reset",
+            false,
+            integer(0),
+            "Legacy: when the most restrictive limit is fully replenished, in Unix seconds.",
+        ),
+        documented(
+            TAG_HEADER,
+            "floodgate-tag",
+            false,
+            string(),
+            "The names of the `tag` rules that flagged the request, comma separated.",
+        ),
+    ];
+    if denied {
+        headers.insert(
+            0,
+            documented(
+                http::header::RETRY_AFTER,
+                "Retry-After",
+                true,
+                integer(1),
+                "Seconds until the same request would pass, rounded up, at least 1. On every denial.",
+            ),
+        );
+    }
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use floodgate::{LimitOutcome, Verdict};
+    use floodgate_core::Decision;
+
+    use super::*;
+
+    fn keys(value: &Value) -> Vec<String> {
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    fn properties<T: PartialSchema>() -> Value {
+        serde_json::to_value(T::schema()).unwrap()["properties"].clone()
+    }
+
+    fn denied() -> Verdict {
+        let limit = LimitOutcome {
+            rule: "per-user".into(),
+            index: 0,
+            hit: 0,
+            decision: Decision {
+                allowed: false,
+                limit: 10,
+                remaining: 0,
+                reset_after: Duration::from_secs(30),
+                retry_after: Some(Duration::from_secs(3)),
+            },
+            outcome: Outcome::Denied,
+            enforced: true,
+            window: Duration::from_secs(60),
+            quota: false,
+            grant: None,
+            permit: false,
+        };
+        Verdict { allowed: false, limits: [limit].into_iter().collect(), ..Verdict::default() }
+    }
+
+    /// Every field the renderer writes is in the schema, and nothing else.
+    #[test]
+    fn the_verdict_schema_names_every_field_written() {
+        let written: Value = serde_json::from_slice(&VerdictBody::from(&denied()).to_json()).unwrap();
+        assert_eq!(keys(&written), keys(&properties::<VerdictBody<'_>>()));
+        assert_eq!(keys(&written["limits"][0]), keys(&properties::<LimitBody>()));
+    }
+
+    #[test]
+    fn the_problem_schema_names_every_field_of_a_429() {
+        let problem = serde_json::to_value(Problem::from_verdict(&denied()).unwrap()).unwrap();
+        assert_eq!(keys(&problem), keys(&properties::<Problem>()));
+    }
+
+    #[test]
+    fn the_request_schema_names_the_parsers_fields() {
+        let mut fields = FIELDS.map(str::to_owned).to_vec();
+        fields.sort();
+        assert_eq!(keys(&properties::<CheckRequest>()), fields);
+    }
+
+    #[test]
+    fn every_outcome_is_listed_once() {
+        // A new outcome fails to compile here until it is added to `OUTCOMES`.
+        for outcome in OUTCOMES {
+            match outcome {
+                Outcome::Allowed
+                | Outcome::Denied
+                | Outcome::ShadowDenied
+                | Outcome::Tagged
+                | Outcome::ErrorAllowed
+                | Outcome::ErrorDenied
+                | Outcome::LocalAllowed
+                | Outcome::LocalDenied => {}
+            }
+        }
+        let names: std::collections::BTreeSet<_> = OUTCOMES.map(Outcome::as_str).into_iter().collect();
+        assert_eq!(names.len(), OUTCOMES.len());
+    }
+
+    #[test]
+    fn only_a_denial_always_carries_retry_after() {
+        let denied = decision_headers(true);
+        assert_eq!(denied[0].name, "Retry-After");
+        assert!(denied[0].required && denied[1..].iter().all(|h| !h.required));
+        assert!(decision_headers(false).iter().all(|h| !h.required && h.name != "Retry-After"));
+    }
+}

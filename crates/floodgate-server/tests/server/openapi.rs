@@ -1,0 +1,269 @@
+//! `GET /openapi.json` and `docs/openapi.json`: the served document is the committed one, lists
+//! every route the server has, is the same through the listener and the router; and the
+//! behaviours schemathesis (`scripts/api-fuzz`) found where the server and the document disagreed.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use floodgate::Rule;
+use floodgate_server::{App, ServeOptions};
+use http::Method;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use crate::support::{TestServer, from_rules, parse, per_minute};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Set to rewrite `docs/openapi.json` from the server rather than compare.
+const WRITE: &str = "FLOODGATE_WRITE_OPENAPI";
+
+async fn server() -> TestServer {
+    TestServer::start(from_rules([Rule::new("per-user", per_minute(10)).key(["user"])])).await
+}
+
+#[tokio::test]
+async fn the_served_document_is_the_committed_one() {
+    let s = server().await;
+    let served = s.get("/openapi.json").await;
+    assert_eq!(served.status, 200);
+    assert_eq!(served.content_type(), "application/json");
+    let committed = workspace().join("docs/openapi.json");
+    if std::env::var_os(WRITE).is_some() {
+        std::fs::write(&committed, &served.body).unwrap();
+    }
+    let text = std::fs::read_to_string(&committed).unwrap_or_default();
+    assert!(
+        text == served.body,
+        "docs/openapi.json is not the document the server serves: regenerate it with \
+         `cargo run -p floodgate-server -- openapi > docs/openapi.json` (or run this test with \
+         {WRITE}=1), and commit it"
+    );
+    assert_eq!(served.body, floodgate_server::http::openapi::json(), "`floodgate openapi` prints it");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_listener_and_the_router_serve_the_same_document() {
+    let s = server().await;
+    let served = s.get("/openapi.json").await;
+    let app = App::new(from_rules([]), ServeOptions::default()).unwrap();
+    let request = http::Request::get("/openapi.json").body(axum::body::Body::empty()).unwrap();
+    let response = app.router().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    assert_eq!(served.body.as_bytes(), &body[..]);
+    s.stop().await;
+}
+
+/// The listener sends the check API straight to its handler and the rest through the router;
+/// `App::router()` (for embedding) routes everything. Both answer alike.
+#[tokio::test]
+async fn the_listener_and_the_router_answer_alike() {
+    let rules = || from_rules([Rule::new("per-user", per_minute(2)).key(["user"])]);
+    let s = TestServer::start(rules()).await;
+    let app = App::new(rules(), ServeOptions::default()).unwrap();
+    let many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("d{i}"), "v".into())).collect();
+    let many = serde_json::json!({ "descriptors": many }).to_string();
+    let cases: Vec<(Method, &str, String)> = vec![
+        (Method::POST, "/v1/check", r#"{"descriptors": {"user": "a"}}"#.into()),
+        (Method::POST, "/v1/check", r#"{"descriptors": {"user": "a"}}"#.into()),
+        (Method::POST, "/v1/check", r#"{"descriptors": {"user": "a"}}"#.into()),
+        (Method::POST, "/v1/peek", r#"{"descriptors": {"user": "a"}, "cost": 3.0}"#.into()),
+        (Method::POST, "/v1/report", r#"{"descriptors": {"user": "a"}, "domain": null}"#.into()),
+        (Method::POST, "/v1/check", "not json".into()),
+        (Method::POST, "/v1/check", many),
+        (Method::POST, "/v1/check", r#"{"descriptors": {}, "cost": 18446744073709551616}"#.into()),
+        (Method::GET, "/v1/check", String::new()),
+        (Method::PUT, "/healthz", String::new()),
+        (Method::GET, "/nowhere", String::new()),
+    ];
+    for (method, path, body) in cases {
+        let listener = s.request(method.clone(), path, body.clone(), &[]).await;
+        let request = http::Request::builder()
+            .method(method.clone())
+            .uri(path)
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        let routed = app.router().oneshot(request).await.unwrap();
+        let status = routed.status().as_u16();
+        let headers = routed.headers().clone();
+        let body = http_body_util::BodyExt::collect(routed.into_body()).await.unwrap().to_bytes();
+        let what = format!("{method} {path}");
+        assert_eq!(listener.status, status, "{what}");
+        for name in ["content-type", "allow", "x-ratelimit-limit", "x-ratelimit-remaining"] {
+            assert_eq!(
+                listener.header(name),
+                headers.get(name).map(|v| v.to_str().unwrap()),
+                "{what}: {name}"
+            );
+        }
+        // Seconds rounded up, a few microseconds apart: present on both, not always equal.
+        for name in ["retry-after", "ratelimit", "ratelimit-policy"] {
+            assert_eq!(listener.header(name).is_some(), headers.contains_key(name), "{what}: {name}");
+        }
+        let routed_body = String::from_utf8_lossy(&body);
+        if status == 429 || status == 200 && path.starts_with("/v1/") {
+            // The same decision, a few microseconds apart: compare all but the times.
+            let strip = |v: &str| {
+                let mut v: Value = serde_json::from_str(v).unwrap();
+                for l in v["limits"].as_array_mut().unwrap() {
+                    l.as_object_mut().unwrap().retain(|k, _| !k.ends_with("_ms"));
+                }
+                v.as_object_mut().unwrap().remove("retry_after_ms");
+                v
+            };
+            assert_eq!(strip(&listener.body), strip(&routed_body), "{what}");
+        } else {
+            assert_eq!(listener.body, routed_body, "{what}");
+        }
+    }
+    s.stop().await;
+}
+
+/// `(method, path)` of every `.route(...)` in `src/http/`, read from the sources.
+fn routes() -> BTreeSet<(String, String)> {
+    let mut routes = BTreeSet::new();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for (start, _) in text.match_indices(".route(\"") {
+            let rest = &text[start + ".route(\"".len()..];
+            let path = &rest[..rest.find('"').unwrap()];
+            // The route's methods: `get(`, `post(`, `.delete(` … up to the end of its line.
+            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
+            for method in ["get", "post", "put", "delete", "patch"] {
+                let called = line.match_indices(&format!("{method}(")).any(|(i, _)| {
+                    i == 0
+                        || !line.as_bytes()[i - 1].is_ascii_alphanumeric() && line.as_bytes()[i - 1] != b'_'
+                });
+                if called {
+                    routes.insert((method.to_owned(), path.to_owned()));
+                }
+            }
+        }
+    }
+    routes
+}
+
+#[tokio::test]
+async fn the_document_has_every_route_and_no_other() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let documented: BTreeSet<(String, String)> = document["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, ops)| ops.as_object().unwrap().keys().map(move |m| (m.clone(), path.clone())))
+        .collect();
+    let routes = routes();
+    assert!(routes.len() >= 14, "{routes:?}");
+    assert_eq!(documented, routes);
+
+    // And each answers (no 404 or 405 for what the document lists).
+    let s = server().await;
+    for (method, path) in &documented {
+        let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let reply = s.request(method.clone(), path, "{}", &[]).await;
+        assert!(![404, 405].contains(&reply.status), "{method} {path}: {}", reply.status);
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_document_states_the_bounds_of_a_check() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let body = &document["components"]["schemas"]["CheckRequest"];
+    assert_eq!(body["properties"]["descriptors"]["maxProperties"], floodgate_http::wire::MAX_DESCRIPTORS);
+    assert_eq!(body["properties"]["descriptors"]["additionalProperties"]["type"], "string");
+    assert_eq!(body["properties"]["cost"]["minimum"], 1);
+    assert_eq!(body["properties"]["cost"]["maximum"], floodgate_http::wire::MAX_COST);
+    assert_eq!(body["properties"]["domain"]["type"], serde_json::json!(["string", "null"]));
+    assert_eq!(body["additionalProperties"], false);
+    let denied = &document["paths"]["/v1/check"]["post"]["responses"]["429"];
+    assert_eq!(denied["headers"]["Retry-After"]["required"], true);
+    for header in [
+        "RateLimit",
+        "RateLimit-Policy",
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+        "floodgate-tag",
+    ] {
+        assert!(denied["headers"][header].is_object(), "{header}");
+    }
+    assert_eq!(document["components"]["securitySchemes"]["adminToken"]["scheme"], "bearer");
+}
+
+// === behaviours schemathesis found ===
+
+#[tokio::test]
+async fn a_whole_cost_written_with_a_fraction_or_an_exponent_is_that_cost() {
+    let s = server().await;
+    for (i, cost) in ["3.0", "3e0", "0.3e1"].iter().enumerate() {
+        let body = format!(r#"{{"descriptors": {{"user": "u{i}"}}, "cost": {cost}}}"#);
+        let reply = s.post("/v1/check", body).await;
+        assert_eq!(reply.status, 200, "{cost}: {}", reply.body);
+        assert_eq!(reply.json()["limits"][0]["remaining"], 7, "{cost}");
+    }
+    let half = s.post("/v1/check", r#"{"descriptors": {"user": "u"}, "cost": 2.5}"#).await;
+    assert_eq!(half.status, 422);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_cost_above_the_maximum_is_refused_naming_the_maximum() {
+    let s = server().await;
+    let max = floodgate_http::wire::MAX_COST;
+    let reported =
+        s.post("/v1/report", format!(r#"{{"descriptors": {{"user": "u"}}, "cost": {max}}}"#)).await;
+    assert_eq!(reported.status, 200, "{}", reported.body);
+    let over = s.post("/v1/report", r#"{"descriptors": {"user": "u"}, "cost": 18446744073709551616}"#).await;
+    assert_eq!(over.status, 422);
+    assert_eq!(over.json()["detail"], format!("\"cost\" must be at most {max}."));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_null_domain_is_the_native_policy() {
+    let s = server().await;
+    let reply = s.post("/v1/check", r#"{"descriptors": {"user": "u1"}, "domain": null}"#).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["limits"][0]["name"], "per-user");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_null_rollback_body_is_the_version_before_the_current() {
+    let s = TestServer::start(parse(
+        "rules:\n  - {name: a, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n",
+    ))
+    .await;
+    let v2 = "rules:\n  - {name: b, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n";
+    assert_eq!(s.request(Method::POST, "/admin/config", v2, &[]).await.status, 200);
+    let back = s.request(Method::POST, "/admin/rollback", "null", &[]).await;
+    assert_eq!(back.status, 200, "{}", back.body);
+    assert_eq!(
+        (back.json()["version"].clone(), back.json()["added"].clone()),
+        (3.into(), serde_json::json!(["a"]))
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_apply_answer_names_each_field_once() {
+    let s = server().await;
+    let v2 = "rules:\n  - {name: b, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n";
+    let applied = s.request(Method::POST, "/admin/config", v2, &[]).await;
+    assert_eq!(applied.status, 200);
+    assert_eq!(applied.body.matches("\"changed\"").count(), 1, "{}", applied.body);
+    let body = applied.json();
+    assert_eq!(body["applied"], true);
+    assert_eq!(
+        (body["added"].clone(), body["removed"].clone()),
+        (serde_json::json!(["b"]), serde_json::json!(["per-user"]))
+    );
+    assert_eq!(body["changed"], serde_json::json!([]));
+    s.stop().await;
+}
