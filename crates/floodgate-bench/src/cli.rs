@@ -594,6 +594,45 @@ impl FloodStore {
     }
 }
 
+/// The limiter a `flood` run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FloodPeer {
+    /// An in-process `floodgate` server on `--store`.
+    Floodgate,
+    /// A `limitador-server` this run starts (`--limitador-server`): its memory storage, with a
+    /// cache of `--max-keys` counters, driven over Envoy RLS.
+    Limitador,
+}
+
+impl FloodPeer {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloodPeer::Floodgate => "floodgate",
+            FloodPeer::Limitador => "limitador",
+        }
+    }
+}
+
+/// How a `flood` run's requests reach the limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FloodTransport {
+    /// Floodgate's `POST /v1/check` (HTTP/1.1 keep-alive).
+    Http,
+    /// Envoy RLS v3 `ShouldRateLimit` (gRPC, a few HTTP/2 connections).
+    Grpc,
+}
+
+impl FloodTransport {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloodTransport::Http => "http",
+            FloodTransport::Grpc => "grpc",
+        }
+    }
+}
+
 /// `flood`.
 #[derive(Debug, Clone, Args)]
 pub struct FloodArgs {
@@ -601,7 +640,7 @@ pub struct FloodArgs {
     /// `redis-server` this run starts).
     #[arg(long, value_enum, default_value_t = FloodStore::Memory)]
     pub store: FloodStore,
-    /// The memory store's `max_keys` (default 10 000).
+    /// The memory store's `max_keys`, or limitador's `--cache` (default 10 000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_keys: Option<u64>,
     /// A field of the store section, `NAME=VALUE`, written `NAME: VALUE` (repeatable): a field the
@@ -654,15 +693,53 @@ pub struct FloodArgs {
     /// How long the flood lasts, beside every normal user.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub during: Duration,
+    /// Limited users: before the run, each sends --limit requests (all must be admitted) and one
+    /// more (it must be denied); then each sends --limited-probe-rate probes a second through both
+    /// phases. A probe admitted before the limit legitimately resets is a **freed** limited user:
+    /// a counter lost or reset. Default: 100 with the built-in rule on `fixed_window` or
+    /// `sliding_log`; 0 otherwise (other algorithms refill within the run, and the limits of
+    /// --config are not the bench's to know).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub limited_users: Option<u64>,
+    /// Probes per second of each limited user, evenly spaced, open loop.
+    #[arg(long, value_name = "PER_SEC", default_value_t = 1.0)]
+    pub limited_probe_rate: f64,
+    /// The limiter measured: `floodgate` (in-process, on --store) or `limitador` (a
+    /// limitador-server this run starts: memory storage, `--cache` = --max-keys, the built-in rule
+    /// as its limit, over Envoy RLS; `fixed_window` only).
+    #[arg(long, value_enum, default_value_t = FloodPeer::Floodgate)]
+    pub peer: FloodPeer,
+    /// `--peer limitador`: the `limitador-server` to run (relative to the working directory).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "LIMITADOR_SERVER",
+        default_value = "../shared/peers/limitador-server"
+    )]
+    pub limitador_server: PathBuf,
+    /// How requests reach the limiter: `http` (Floodgate's `/v1/check`; the default on Floodgate)
+    /// or `grpc` (Envoy RLS; the default, and the only one, on limitador).
+    #[arg(long, value_enum)]
+    pub transport: Option<FloodTransport>,
     /// `--store redis`: the `redis-server` to run (default: the one on PATH).
     #[arg(long, value_name = "PATH", default_value = "redis-server")]
     pub redis_server: PathBuf,
-    /// Per-request timeout of the bench's HTTP client.
+    /// Per-request timeout of the bench's HTTP and gRPC clients.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub timeout: Duration,
     /// Output.
     #[command(flatten)]
     pub output: Output,
+}
+
+impl FloodArgs {
+    /// The transport: `--transport`, else `grpc` on limitador and `http` on Floodgate.
+    pub fn transport(&self) -> FloodTransport {
+        self.transport.unwrap_or(match self.peer {
+            FloodPeer::Floodgate => FloodTransport::Http,
+            FloodPeer::Limitador => FloodTransport::Grpc,
+        })
+    }
 }
 
 /// The longest run a scenario accepts.
@@ -745,6 +822,28 @@ mod tests {
             Cli::try_parse_from(["floodgate-bench", "flood", "--config", "x.yaml", "--limit", "5"]).is_err()
         );
         assert!(Cli::try_parse_from(["floodgate-bench", "flood", "--store-field", "no-equals"]).is_err());
+        assert_eq!(
+            (f.peer, f.transport(), f.limited_users, f.limited_probe_rate),
+            (FloodPeer::Floodgate, FloodTransport::Http, None, 1.0)
+        );
+    }
+
+    #[test]
+    fn flood_takes_a_peer_a_transport_and_limited_users() {
+        let argv = ["floodgate-bench", "flood", "--peer", "limitador", "--limited-users", "7"];
+        let cli = Cli::try_parse_from([&argv[..], &["--limitador-server", "/opt/limitador-server"]].concat())
+            .unwrap();
+        let Scenario::Flood(f) = cli.scenario else { panic!() };
+        assert_eq!(
+            (f.peer, f.transport(), f.limited_users),
+            (FloodPeer::Limitador, FloodTransport::Grpc, Some(7))
+        );
+        assert_eq!(f.limitador_server, PathBuf::from("/opt/limitador-server"));
+        let cli = Cli::try_parse_from(["floodgate-bench", "flood", "--transport", "grpc"]).unwrap();
+        let Scenario::Flood(f) = cli.scenario else { panic!() };
+        assert_eq!((f.peer, f.transport()), (FloodPeer::Floodgate, FloodTransport::Grpc));
+        assert!(Cli::try_parse_from(["floodgate-bench", "flood", "--peer", "governor"]).is_err());
+        assert!(Cli::try_parse_from(["floodgate-bench", "flood", "--limited-users", "100001"]).is_err());
     }
 
     #[test]

@@ -101,19 +101,11 @@ impl LocalServer {
     /// The server's `/metrics` page (Prometheus text), or `None` if it did not answer 200 within
     /// 2 s.
     pub async fn scrape_metrics(&self) -> Option<String> {
-        use http_body_util::BodyExt as _;
-        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http::<http_body_util::Empty<bytes::Bytes>>();
-        let uri: http::Uri = format!("{}/metrics", self.url()).parse().ok()?;
-        let scrape = async {
-            let response = client.get(uri).await.ok()?;
-            if response.status() != http::StatusCode::OK {
-                return None;
-            }
-            let body = response.into_body().collect().await.ok()?.to_bytes();
-            Some(String::from_utf8_lossy(&body).into_owned())
-        };
-        tokio::time::timeout(Duration::from_secs(2), scrape).await.ok().flatten()
+        let url = format!("{}/metrics", self.url());
+        match crate::target::http_get(&url, Duration::from_secs(2)).await? {
+            (http::StatusCode::OK, body) => Some(String::from_utf8_lossy(&body).into_owned()),
+            _ => None,
+        }
     }
 
     /// `http://127.0.0.1:PORT`.

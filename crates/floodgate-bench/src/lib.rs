@@ -47,6 +47,7 @@ pub mod report;
 pub mod target;
 pub mod throughput;
 mod units;
+mod watchdog;
 
 use anyhow::Context as _;
 

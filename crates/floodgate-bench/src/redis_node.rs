@@ -1,5 +1,5 @@
 //! `redis-server`s a run starts for itself (`outage`, `flood`): loopback, a free port, no
-//! persistence, a directory of their own, held by a watchdog shell that kills the server and
+//! persistence, a directory of their own, held by a [`Watched`] watchdog that kills the server and
 //! removes its directory when the run ends in any way — and the few raw RESP commands the bench
 //! sends them.
 
@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::Usage;
 use crate::units::wall_micros;
+use crate::watchdog::Watched;
 
 /// How long a `redis-server` may take to be ready.
 pub(crate) const STARTUP: Duration = Duration::from_secs(10);
@@ -19,11 +20,8 @@ pub(crate) const STARTUP: Duration = Duration::from_secs(10);
 const INSTALL: &str = "install it (apt-get install -y redis-server) or pass --redis-server PATH";
 
 /// A `redis-server` of this run: loopback, on a port of its own, in a directory of its own, no
-/// persistence. A watchdog shell starts it and reads this process's end of a pipe: a line there is
-/// a signal to send the server (the shell's `kill` builtin: delivered within microseconds, no
-/// process to start at the moment of the fault); when the pipe closes — the node dropped, or this
-/// process ended in any way, a return, an error, Ctrl-C, a kill — the shell kills the server and
-/// removes its directory.
+/// persistence, held by a [`Watched`] watchdog (stopped and its directory removed when the node is
+/// dropped or this process ends in any way).
 #[derive(Debug)]
 pub(crate) struct RedisNode {
     program: PathBuf,
@@ -31,34 +29,8 @@ pub(crate) struct RedisNode {
     extra: Vec<String>,
     /// Its port on 127.0.0.1.
     pub(crate) port: u16,
-    pid: u32,
-    watchdog: Option<Watchdog>,
+    watchdog: Option<Watched>,
 }
-
-/// The watchdog shell and the pipes to it.
-#[derive(Debug)]
-struct Watchdog {
-    /// Never waited for: it exits on its own once the pipe closes (Tokio reaps it).
-    _shell: tokio::process::Child,
-    commands: tokio::process::ChildStdin,
-    replies: tokio::io::BufReader<tokio::process::ChildStdout>,
-}
-
-/// The watchdog: `sh -c WATCHDOG sh DIR PROGRAM ARGS…`. Prints the server's pid, then for each
-/// signal name read, sends it and answers `ok` or `failed`. It ignores the signals a terminal or a
-/// supervisor sends the whole process group (Ctrl-C is SIGINT to every process of the job), so it
-/// outlives this process and cleans up once the pipe closes.
-const WATCHDOG: &str = r#"dir="$1"; program="$2"; shift 2
-trap '' INT TERM HUP QUIT
-"$program" "$@" >/dev/null 2>&1 &
-pid=$!
-echo "$pid"
-while read -r signal; do
-  if kill -"$signal" "$pid" 2>/dev/null; then echo ok; else echo failed; fi
-done
-kill -9 "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-rm -rf "$dir""#;
 
 impl RedisNode {
     /// Starts `program` on a free loopback port.
@@ -98,7 +70,6 @@ impl RedisNode {
     /// Starts `program` on `port` and waits until it answers.
     async fn launch(program: &Path, port: u16, extra: &[&str]) -> Result<RedisNode, String> {
         use std::sync::atomic::AtomicU64;
-        use tokio::io::AsyncBufReadExt as _;
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "floodgate-bench-redis-{}-{}-{port}",
@@ -107,42 +78,21 @@ impl RedisNode {
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let (dir_arg, log) = (dir.display().to_string(), dir.join("redis.log"));
-        let shell = tokio::process::Command::new("sh")
-            .args(["-c", WATCHDOG, "sh", &dir_arg])
-            .arg(program)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir", &dir_arg])
-            .arg("--logfile")
-            .arg(&log)
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(extra)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        let mut shell = match shell {
-            Ok(shell) => shell,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(format!("cannot start the watchdog shell: {e}"));
-            }
-        };
-        let (Some(commands), Some(replies)) = (shell.stdin.take(), shell.stdout.take()) else {
-            return Err("the watchdog shell has no pipes".into());
-        };
-        let watchdog = Watchdog { _shell: shell, commands, replies: tokio::io::BufReader::new(replies) };
+        let port_arg = port.to_string();
+        let args = ["--port", &port_arg, "--bind", "127.0.0.1", "--dir", &dir_arg, "--logfile"]
+            .into_iter()
+            .map(std::ffi::OsStr::new)
+            .chain([log.as_os_str()])
+            .chain(["--save", "", "--appendonly", "no", "--daemonize", "no"].map(std::ffi::OsStr::new))
+            .chain(extra.iter().map(std::ffi::OsStr::new));
+        let watchdog = Watched::spawn(&dir, program, args).await?;
         // From here on, dropping the node stops the server and removes the directory.
-        let mut node = RedisNode {
+        let node = RedisNode {
             program: program.to_owned(),
             extra: extra.iter().map(|a| (*a).to_owned()).collect(),
             port,
-            pid: 0,
             watchdog: Some(watchdog),
         };
-        let mut line = String::new();
-        if let Some(w) = node.watchdog.as_mut() {
-            let _ = tokio::time::timeout(STARTUP, w.replies.read_line(&mut line)).await;
-        }
-        node.pid = line.trim().parse().map_err(|_| format!("the watchdog shell printed {line:?}"))?;
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let deadline = Instant::now() + STARTUP;
         loop {
@@ -174,14 +124,8 @@ impl RedisNode {
 
     /// Sends the server `SIG<name>` (`STOP`, `CONT`, `KILL`) through the watchdog.
     pub(crate) async fn signal(&mut self, name: &str) -> anyhow::Result<()> {
-        use tokio::io::AsyncBufReadExt as _;
         let w = self.watchdog.as_mut().ok_or_else(|| anyhow::anyhow!("redis-server is not running"))?;
-        w.commands.write_all(format!("{name}\n").as_bytes()).await?;
-        w.commands.flush().await?;
-        let mut reply = String::new();
-        let _ = tokio::time::timeout(Duration::from_secs(5), w.replies.read_line(&mut reply)).await;
-        anyhow::ensure!(reply.trim() == "ok", "kill -{name} {} failed ({:?})", self.pid, reply.trim());
-        Ok(())
+        w.signal(name).await
     }
 
     /// After a kill: a new, empty server on the same port (retrying while the port is still busy).

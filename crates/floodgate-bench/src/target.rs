@@ -316,6 +316,20 @@ async fn exchange(
     tokio::time::timeout(timeout, exchange).await.unwrap_or(Err("timeout"))
 }
 
+/// `GET url` (loopback HTTP): its status and whole body, or `None` without an answer within
+/// `timeout`. For the pages a run reads beside its load (`/metrics`, a peer's counters).
+pub(crate) async fn http_get(url: &str, timeout: Duration) -> Option<(http::StatusCode, Bytes)> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<http_body_util::Empty<Bytes>>();
+    let uri: http::Uri = url.parse().ok()?;
+    let get = async {
+        let response = client.get(uri).await.ok()?;
+        let status = response.status();
+        let body = response.into_body().collect().await.ok()?.to_bytes();
+        Some((status, body))
+    };
+    tokio::time::timeout(timeout, get).await.ok().flatten()
+}
+
 fn http_client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);

@@ -5,7 +5,9 @@
 //! sleeps to the next scheduled send, catches up in a batch when late, and spawns the request on
 //! the runtime; latency counts from the scheduled time. The normal users' stream sends every
 //! request; the flood's, with `--flood-max-in-flight` requests in flight, does not send more:
-//! those count as `dropped` errors.
+//! those count as `dropped` errors. The limited users exhaust their limits first
+//! ([`limited::exhaust`]), before the run's clock starts; their probes go with the normal users'
+//! stream.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,15 +15,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::Plan;
-use super::probe::{self, Snapshot};
+use super::limited::{self, Exhaustion};
+use super::plan::Plan;
+use super::probe::{self, Holder, Snapshot};
 use crate::cli::FloodArgs;
-use crate::instances::LocalServer;
 use crate::progress::{Batch, Live, Progress};
-use crate::redis_node::RedisNode;
 use crate::report::{Outcome, Tally};
 use crate::target::{Shape, Target};
-use crate::units::{micros, millis, nanos};
+use crate::units::{micros, millis, nanos, wall_micros};
 
 /// Who sent a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,15 +33,18 @@ pub(crate) enum Caller {
     Newcomer(u32),
     /// The flood's `n`th request, `flood-<n>`: a key of its own.
     Flood(u64),
+    /// A limited user, `limited-<i>`: exhausted its limit before the run, then probes it.
+    Limited(u32),
 }
 
 impl Caller {
     /// The user id it sends.
-    fn key(self) -> String {
+    pub(crate) fn key(self) -> String {
         match self {
             Caller::Known(i) => format!("known-{i}"),
             Caller::Newcomer(i) => format!("new-{i}"),
             Caller::Flood(n) => format!("flood-{n}"),
+            Caller::Limited(i) => format!("limited-{i}"),
         }
     }
 }
@@ -70,10 +74,14 @@ pub(crate) struct PhaseTally {
     pub(crate) newcomers: Tally,
     /// The flood's (their latency is not reported).
     pub(crate) flood: Tally,
+    /// The limited users' probes (their latency is not reported).
+    pub(crate) limited: Tally,
     /// Per known user, whether one of their requests was rejected.
     pub(crate) known_rejected: Vec<bool>,
     /// Per newcomer, whether one of their requests was rejected.
     pub(crate) newcomers_rejected: Vec<bool>,
+    /// Per limited user, whether one of their probes was admitted: freed.
+    pub(crate) limited_admitted: Vec<bool>,
 }
 
 impl PhaseTally {
@@ -82,8 +90,10 @@ impl PhaseTally {
             known: Tally::default(),
             newcomers: Tally::default(),
             flood: Tally::default(),
+            limited: Tally::default(),
             known_rejected: vec![false; plan.known as usize],
             newcomers_rejected: vec![false; plan.newcomers as usize],
+            limited_admitted: vec![false; plan.limited as usize],
         }
     }
 
@@ -94,6 +104,15 @@ impl PhaseTally {
             Caller::Newcomer(i) => (&mut self.newcomers, &mut self.newcomers_rejected, i),
             Caller::Flood(_) => {
                 self.flood.record(a.outcome, a.latency_ns, at_ms);
+                return;
+            }
+            Caller::Limited(i) => {
+                self.limited.record(a.outcome, a.latency_ns, at_ms);
+                if a.outcome == Outcome::Allowed
+                    && let Some(freed) = self.limited_admitted.get_mut(i as usize)
+                {
+                    *freed = true;
+                }
                 return;
             }
         };
@@ -128,6 +147,13 @@ pub(crate) struct Run {
     pub(crate) known_decided_at_flood: u64,
     /// From the start to the last answer.
     pub(crate) wall: Duration,
+    /// The limited users' exhaustion, before the start.
+    pub(crate) exhaustion: Exhaustion,
+    /// When the limited users' limits reset by the rule itself, µs from the start (`u64::MAX`
+    /// without limited users).
+    pub(crate) limited_reset_us: u64,
+    /// Probes sent at or after that: not in the phases.
+    pub(crate) probes_after_reset: Tally,
 }
 
 // === the schedules ===
@@ -260,33 +286,39 @@ fn closed_loop(sending: Sending, started: Instant, until: Instant, callers: u64)
     }
 }
 
-/// Runs the normal users and the flood against `target` (the in-process `server`, on `node` for
-/// Redis), and takes the snapshots.
+/// Exhausts the limited users' limits, then runs the normal users, the limited users' probes and
+/// the flood against `target` (the limiter `holder` holds the counters), and takes the snapshots.
 pub(crate) async fn run(
     args: &FloodArgs,
     plan: &Plan,
     target: &Target,
     shape: Shape,
-    server: &LocalServer,
-    node: Option<&RedisNode>,
+    holder: Holder<'_>,
 ) -> Run {
+    let shape = Arc::new(shape);
+    let exhaustion = limited::exhaust(plan, target, &shape, args.timeout, args.output.quiet).await;
     let flood = match args.flood_concurrency {
         Some(c) => format!("{c} callers"),
         None => format!("{}/s", args.flood_rate),
     };
     let progress = Progress::new(
-        &format!("flood ({} store, {flood} from {:?}; normal users)", args.store.name(), plan.before),
+        &format!("flood ({}, {flood} from {:?}; normal users)", holder.name(), plan.before),
         millis(plan.before + plan.during),
         args.output.quiet,
     );
     let live = Arc::new(Live::default());
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::unbounded_channel::<Answer>();
-    let sending =
-        Sending { target: target.clone(), shape: Arc::new(shape), answers: tx, max_in_flight: u64::MAX };
-    let started = Instant::now();
+    let sending = Sending { target: target.clone(), shape, answers: tx, max_in_flight: u64::MAX };
+    let (started, started_wall_us) = (Instant::now(), wall_micros());
+    let limited_reset_us = if exhaustion.users.is_empty() {
+        u64::MAX
+    } else {
+        plan.reset.at(exhaustion.started_wall_us).saturating_sub(started_wall_us)
+    };
     let ticker = progress.tick_timed(started, Arc::clone(&live), Arc::clone(&stop));
-    let normal = open_loop(sending.clone(), started, normal_schedule(plan));
+    let schedule = in_time_order(normal_schedule(plan), limited::probe_schedule(plan, exhaustion.limited()));
+    let normal = open_loop(sending.clone(), started, schedule);
     let sending = Sending { max_in_flight: args.flood_max_in_flight, ..sending };
 
     // Known users are the ones the store holds when the flood starts: it waits until each has had
@@ -302,7 +334,7 @@ pub(crate) async fn run(
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let known_decided_at_flood = known_decided.load(Ordering::Relaxed);
-            let at_flood = probe::take(server, node).await;
+            let at_flood = probe::take(holder).await;
             let flood_started_us = micros(started.elapsed());
             let dispatcher = match args.flood_concurrency {
                 None => Some(open_loop(sending, started, flood_schedule(plan, args.flood_rate))),
@@ -317,10 +349,15 @@ pub(crate) async fn run(
     let before_us = micros(plan.before);
     let collect = async {
         let mut phases = [PhaseTally::new(plan), PhaseTally::new(plan)];
+        let mut probes_after_reset = Tally::default();
         let mut batch = Batch::default();
         let mut decided = vec![false; plan.known as usize];
         // Every request is answered within its timeout; the channel closes when the last one is.
         while let Some(a) = rx.recv().await {
+            if matches!(a.caller, Caller::Limited(_)) && a.at_us >= limited_reset_us {
+                probes_after_reset.record(a.outcome, a.latency_ns, a.at_us / 1000);
+                continue;
+            }
             phases[usize::from(a.at_us >= before_us)].record(&a);
             if let (Caller::Known(i), Outcome::Allowed | Outcome::Denied) = (a.caller, a.outcome)
                 && let Some(seen) = decided.get_mut(i as usize)
@@ -329,14 +366,14 @@ pub(crate) async fn run(
                 *seen = true;
                 known_decided.fetch_add(1, Ordering::Relaxed);
             }
-            if !matches!(a.caller, Caller::Flood(_)) {
+            if matches!(a.caller, Caller::Known(_) | Caller::Newcomer(_)) {
                 batch.count(a.outcome, &live);
             }
         }
         batch.flush(&live);
-        phases
+        (phases, probes_after_reset)
     };
-    let ((at_flood, flood_started_us, known_decided_at_flood, dispatcher), phases) =
+    let ((at_flood, flood_started_us, known_decided_at_flood, dispatcher), (phases, probes_after_reset)) =
         tokio::join!(flood, collect);
     let wall = started.elapsed();
     // Both have sent everything by now: the channel closed when they ended.
@@ -347,8 +384,18 @@ pub(crate) async fn run(
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.await;
     progress.finish();
-    let after_flood = probe::take(server, node).await;
-    Run { phases, at_flood, after_flood, flood_started_us, known_decided_at_flood, wall }
+    let after_flood = probe::take(holder).await;
+    Run {
+        phases,
+        at_flood,
+        after_flood,
+        flood_started_us,
+        known_decided_at_flood,
+        wall,
+        exhaustion,
+        limited_reset_us,
+        probes_after_reset,
+    }
 }
 
 #[cfg(test)]
@@ -437,7 +484,12 @@ mod tests {
         phase.record(&answer(Caller::Newcomer(1), Outcome::Error("store_fail_closed")));
         phase.record(&answer(Caller::Newcomer(0), Outcome::Error("timeout")));
         phase.record(&answer(Caller::Flood(9), Outcome::Denied));
+        phase.record(&answer(Caller::Limited(0), Outcome::Denied));
+        phase.record(&answer(Caller::Limited(1), Outcome::Allowed));
+        phase.record(&answer(Caller::Limited(2), Outcome::Error("timeout")));
         assert_eq!((phase.known.sent(), phase.newcomers.sent(), phase.flood.sent()), (1, 3, 1));
+        assert_eq!((phase.limited.sent(), phase.limited.allowed), (3, 1));
+        assert_eq!(phase.limited_admitted[..3], [false, true, false]);
         assert_eq!(phase.known_rejected, [false, false]);
         assert_eq!(phase.newcomers_rejected, [false, true]);
         assert_eq!(phase.normal().sent(), 4);

@@ -7,7 +7,13 @@
 //! as `outage` runs it). `--store-field NAME=VALUE` writes further fields into the store section,
 //! or replaces the run's own, so the same command measures other store settings. The policy is
 //! one rule per user (`--algorithm`, `--limit` per `--window`; default a fixed window of 100 a
-//! minute), or the rules of `--config FILE`.
+//! minute), or the rules of `--config FILE`. Requests go over HTTP (`/v1/check`) or, with
+//! `--transport grpc`, Envoy RLS.
+//!
+//! With `--peer limitador` the same traffic goes to a `limitador-server` the run starts instead
+//! ([`limitador`]): its memory storage with a cache of `--max-keys` counters, the built-in rule as
+//! its one limit (a fixed window), over Envoy RLS — the peer measured side by side in the same
+//! conditions.
 //!
 //! `--users` normal users, each sending `--normal-rate / --users` requests a second, evenly
 //! spaced, open loop (latency from the scheduled time, so stalls are not hidden), far under the
@@ -22,6 +28,10 @@
 //!    `--flood-rate` requests a second (open loop; or `--flood-concurrency` closed-loop callers),
 //!    each from a new user id, `flood-<n>`.
 //!
+//! Beside them, `--limited-users` **limited** users ([`limited`]) spend their whole limit before
+//! the run, then probe it through both phases: a probe admitted before the limit resets by the
+//! rule itself is a **freed** limited user, whose counter the limiter lost (evicted) or reset.
+//!
 //! When the memory store is full, a new key of a rule is counted on the rule's overflow counter
 //! (`on_full: aggregate`), shared with every other new key: newcomers then share a limit with the
 //! flood, while known users keep their own counters. The report gives, per phase, the normal
@@ -29,30 +39,62 @@
 //! decisions; and, as the flood starts and after it, the store's keys (`floodgate_keys` from the
 //! server's `/metrics`, or Redis's `DBSIZE`), the process's resident memory (the server runs in
 //! it), Redis's `used_memory` and the memory per key, and any `floodgate_overflow_decisions_total`
-//! series the server exports.
+//! series the server exports; on limitador, its live counters and its own resident memory.
 
+mod limitador;
+mod limited;
 mod load;
+mod plan;
 mod probe;
 mod report;
 
-use std::time::Duration;
+pub use plan::DEFAULT_LIMITED_USERS;
 
+use self::limitador::Limitador;
+use self::plan::Plan;
+use self::probe::Holder;
 use crate::Usage;
-use crate::cli::{FloodArgs, FloodStore, MAX_DURATION};
+use crate::cli::{FloodArgs, FloodPeer, FloodStore, FloodTransport};
 use crate::instances::LocalServer;
 use crate::redis_node::{RedisNode, STARTUP};
 use crate::report::Report;
 use crate::target::{Shape, Target};
 
-/// The memory store's `max_keys` unless `--max-keys` says otherwise.
+/// The memory store's `max_keys` (and limitador's `--cache`) unless `--max-keys` says otherwise.
 pub const DEFAULT_MAX_KEYS: u64 = 10_000;
 
 /// The name of the built-in rule.
 const RULE: &str = "per_user";
 
+/// What a run measured, for its report.
+#[derive(Debug)]
+pub(crate) struct Setup {
+    /// `floodgate` or `limitador`.
+    pub(crate) peer: FloodPeer,
+    /// How the requests reached it.
+    pub(crate) transport: FloodTransport,
+    /// The store section's fields (Floodgate), or limitador's storage and cache.
+    pub(crate) section: Vec<(String, String)>,
+    /// The target, as the report names it.
+    pub(crate) target: String,
+    /// `limitador-server --version`.
+    pub(crate) peer_version: Option<String>,
+    /// Where keys and memory were read.
+    pub(crate) keys_from: &'static str,
+    pub(crate) rss_from: &'static str,
+}
+
 /// Runs `flood`.
 pub async fn run(args: &FloodArgs) -> anyhow::Result<Report> {
     let plan = Plan::new(args)?;
+    match args.peer {
+        FloodPeer::Floodgate => on_floodgate(args, &plan).await,
+        FloodPeer::Limitador => on_limitador(args, &plan).await,
+    }
+}
+
+/// The run on an in-process Floodgate server, on its memory store or on a Redis it starts.
+async fn on_floodgate(args: &FloodArgs, plan: &Plan) -> anyhow::Result<Report> {
     let node = match args.store {
         FloodStore::Memory => None,
         FloodStore::Redis => Some(RedisNode::start(&args.redis_server, &[]).await?),
@@ -72,10 +114,28 @@ pub async fn run(args: &FloodArgs) -> anyhow::Result<Report> {
                 )
             }
         }
-        let target = Target::http(&server.url(), args.timeout, false)?;
+        let transport = args.transport();
+        let target = match transport {
+            FloodTransport::Http => Target::http(&server.url(), args.timeout, false)?,
+            FloodTransport::Grpc => Target::grpc(&server.grpc_addr.to_string(), args.timeout, false).await?,
+        };
         let shape = Shape { key_descriptor: args.key_descriptor.clone(), with: Vec::new(), domain: None };
-        let run = load::run(args, &plan, &target, shape, &server, node.as_ref()).await;
-        Ok(report::report(args, &plan, &section, node.as_ref(), run))
+        let holder = Holder::Floodgate(&server, node.as_ref());
+        let run = load::run(args, plan, &target, shape, holder).await;
+        let place = match &node {
+            Some(node) => format!("on redis-server {}", node.addr()),
+            None => "(memory store)".to_owned(),
+        };
+        let setup = Setup {
+            peer: FloodPeer::Floodgate,
+            transport,
+            section,
+            target: format!("1 in-process server {place}, over {}", target.describe()),
+            peer_version: None,
+            keys_from: holder.keys_from(),
+            rss_from: holder.rss_from(),
+        };
+        Ok(report::report(args, plan, &setup, run))
     }
     .await;
     server.stop().await;
@@ -83,89 +143,30 @@ pub async fn run(args: &FloodArgs) -> anyhow::Result<Report> {
     result
 }
 
-// === the plan ===
-
-/// Who sends what, worked out from the flags (and checked).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Plan {
-    /// Normal users sending from the start: `known-0` … (the first half).
-    pub(crate) known: u64,
-    /// Normal users whose first request is sent during the flood: `new-0` ….
-    pub(crate) newcomers: u64,
-    /// Requests per second of each normal user.
-    pub(crate) per_user_rate: f64,
-    /// The `before` phase.
-    pub(crate) before: Duration,
-    /// The `during` phase.
-    pub(crate) during: Duration,
-}
-
-impl Plan {
-    /// The plan of `args`, or why it cannot be run.
-    pub(crate) fn new(args: &FloodArgs) -> Result<Plan, Usage> {
-        if args.before.is_zero() || args.during.is_zero() || args.before + args.during > MAX_DURATION {
-            return Err(Usage("--before and --during must be above zero and at most 1h together".into()));
-        }
-        for (flag, rate) in [("--normal-rate", args.normal_rate), ("--flood-rate", args.flood_rate)] {
-            if !(rate.is_finite() && rate > 0.0 && rate <= 10_000_000.0) {
-                return Err(Usage(format!("{flag} must be between 0 and 10 000 000 per second")));
-            }
-        }
-        if args.timeout.is_zero() {
-            return Err(Usage("--timeout must be above zero".into()));
-        }
-        if args.store == FloodStore::Redis && args.max_keys.is_some() {
-            return Err(Usage("--max-keys is a memory store setting; Redis holds every key".into()));
-        }
-        let known = args.users / 2;
-        let per_user_rate = args.normal_rate / args.users as f64;
-        // Known users send in each phase (newcomers send once they join, whatever the rate).
-        for (flag, phase) in [("--before", args.before), ("--during", args.during)] {
-            if per_user_rate * phase.as_secs_f64() < 1.0 {
-                return Err(Usage(format!(
-                    "each user sends --normal-rate / --users = {per_user_rate:.3} requests a second: not \
-                     one within {flag} ({phase:?}); raise --normal-rate or {flag}, or lower --users"
-                )));
-            }
-        }
-        let plan = Plan {
-            known,
-            newcomers: args.users - known,
-            per_user_rate,
-            before: args.before,
-            during: args.during,
-        };
-        if args.config.is_none() {
-            let most = plan.most_per_user_in(args.window);
-            if most > args.limit {
-                return Err(Usage(format!(
-                    "a normal user may send {most} requests within a --window of {:?}, over the --limit \
-                     of {}: their denials would not be false rejections; lower --normal-rate or raise \
-                     --users or --limit",
-                    args.window, args.limit
-                )));
-            }
-        }
-        Ok(plan)
-    }
-
-    /// Every normal user.
-    pub(crate) fn users(&self) -> u64 {
-        self.known + self.newcomers
-    }
-
-    /// The most requests one normal user can send within any span of `window` (one every
-    /// `1 / per_user_rate`; a known user sends over the whole run).
-    pub(crate) fn most_per_user_in(&self, window: Duration) -> u64 {
-        let r = self.per_user_rate;
-        let in_window = (r * window.as_secs_f64()).ceil() as u64 + 1;
-        in_window.min(self.known_requests_each())
-    }
-
-    /// The requests of one known user over the run (at most).
-    pub(crate) fn known_requests_each(&self) -> u64 {
-        (self.per_user_rate * (self.before + self.during).as_secs_f64()).ceil() as u64
-    }
+/// The run on a `limitador-server` it starts (killed at the end, however the run ends).
+async fn on_limitador(args: &FloodArgs, plan: &Plan) -> anyhow::Result<Report> {
+    let limits = limitador::limits_yaml(&args.key_descriptor, args.limit, args.window)?;
+    let cache = args.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
+    let server = Limitador::start(&args.limitador_server, &limits, cache).await?;
+    let target = Target::grpc(&server.rls_addr(), args.timeout, false).await?;
+    let shape = Shape {
+        key_descriptor: args.key_descriptor.clone(),
+        with: Vec::new(),
+        domain: Some(limitador::NAMESPACE.into()),
+    };
+    let holder = Holder::Limitador(&server);
+    let run = load::run(args, plan, &target, shape, holder).await;
+    let setup = Setup {
+        peer: FloodPeer::Limitador,
+        transport: FloodTransport::Grpc,
+        section: vec![("storage".into(), "memory".into()), ("cache".into(), cache.to_string())],
+        target: format!("limitador-server (memory, --cache {cache}), over {}", target.describe()),
+        peer_version: Some(server.version.clone()),
+        keys_from: holder.keys_from(),
+        rss_from: holder.rss_from(),
+    };
+    drop(server);
+    Ok(report::report(args, plan, &setup, run))
 }
 
 // === the configuration ===
@@ -228,6 +229,8 @@ fn policy(args: &FloodArgs, section: &[(String, String)]) -> anyhow::Result<floo
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn args(extra: &[&str]) -> FloodArgs {
@@ -235,34 +238,6 @@ mod tests {
         let cli = crate::cli::Cli::try_parse_from([&["floodgate-bench", "flood"], extra].concat()).unwrap();
         let crate::cli::Scenario::Flood(args) = cli.scenario else { panic!("not flood") };
         args
-    }
-
-    #[test]
-    fn the_default_plan_sends_each_user_one_request_a_second() {
-        let plan = Plan::new(&args(&[])).unwrap();
-        assert_eq!((plan.known, plan.newcomers, plan.users()), (1000, 1000, 2000));
-        assert_eq!(plan.per_user_rate, 1.0);
-        // A minute's window holds the whole run of 15 s: at most 15 requests of a user.
-        assert_eq!((plan.known_requests_each(), plan.most_per_user_in(Duration::from_secs(60))), (15, 15));
-        assert_eq!(plan.most_per_user_in(Duration::from_secs(5)), 6);
-        let odd = Plan::new(&args(&["--users", "5", "--normal-rate", "5"])).unwrap();
-        assert_eq!((odd.known, odd.newcomers), (2, 3));
-    }
-
-    #[test]
-    fn a_plan_where_normal_users_could_reach_their_limit_or_send_nothing_is_refused() {
-        let e = Plan::new(&args(&["--limit", "10"])).unwrap_err();
-        assert!(e.0.contains("may send 15 requests") && e.0.contains("false rejections"), "{e}");
-        assert!(Plan::new(&args(&["--limit", "15"])).is_ok());
-        // With a policy file, what its rules allow is the caller's to know.
-        assert!(Plan::new(&args(&["--config", "policy.yaml"])).is_ok());
-        let e = Plan::new(&args(&["--normal-rate", "100"])).unwrap_err();
-        assert!(e.0.contains("not one within --before"), "{e}");
-        assert!(Plan::new(&args(&["--before", "0s"])).is_err());
-        assert!(Plan::new(&args(&["--flood-rate", "0"])).is_err());
-        assert!(Plan::new(&args(&["--before", "50m", "--during", "20m"])).is_err());
-        let e = Plan::new(&args(&["--store", "redis", "--max-keys", "5"])).unwrap_err();
-        assert!(e.0.contains("memory store setting"), "{e}");
     }
 
     #[test]

@@ -3,8 +3,47 @@
 
 use std::collections::BTreeMap;
 
+use super::limitador::Limitador;
 use crate::instances::LocalServer;
 use crate::redis_node::{self, RedisNode};
+
+/// The limiter a run measures, where its counters are looked at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Holder<'a> {
+    /// The in-process server, on its memory store or on the Redis `node`.
+    Floodgate(&'a LocalServer, Option<&'a RedisNode>),
+    /// A `limitador-server` of this run.
+    Limitador(&'a Limitador),
+}
+
+impl Holder<'_> {
+    /// `floodgate memory`, `floodgate redis`, `limitador memory`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Holder::Floodgate(_, None) => "floodgate memory",
+            Holder::Floodgate(_, Some(_)) => "floodgate redis",
+            Holder::Limitador(_) => "limitador memory",
+        }
+    }
+
+    /// Where [`Snapshot::keys`] is read: `floodgate_keys`, `dbsize` or `limitador_counters`.
+    pub(crate) fn keys_from(&self) -> &'static str {
+        match self {
+            Holder::Floodgate(_, None) => "floodgate_keys",
+            Holder::Floodgate(_, Some(_)) => "dbsize",
+            Holder::Limitador(_) => "limitador_counters",
+        }
+    }
+
+    /// Whose memory [`Snapshot::rss_bytes`] is: `bench_process` (the in-process server's) or
+    /// `limitador_server`.
+    pub(crate) fn rss_from(&self) -> &'static str {
+        match self {
+            Holder::Floodgate(..) => "bench_process",
+            Holder::Limitador(_) => "limitador_server",
+        }
+    }
+}
 
 /// The memory store's key count on `/metrics` (a gauge per store).
 const KEYS: &str = floodgate_server::metrics::KEYS;
@@ -16,9 +55,11 @@ pub(crate) const OVERFLOW_DECISIONS_TOTAL: &str = "floodgate_overflow_decisions_
 /// One look at the store.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Snapshot {
-    /// Keys held: `floodgate_keys` (memory store), or `DBSIZE` (Redis); `None` if unread.
+    /// Keys held: `floodgate_keys` (memory store), `DBSIZE` (Redis), or limitador's live
+    /// counters; `None` if unread.
     pub(crate) keys: Option<u64>,
-    /// This process's resident memory (`VmRSS`; the server runs in it), in bytes.
+    /// The resident memory (`VmRSS`) of this process (a Floodgate server runs in it), or of
+    /// `limitador-server`, in bytes.
     pub(crate) rss_bytes: Option<u64>,
     /// Redis's `used_memory`, in bytes.
     pub(crate) redis_used_memory: Option<u64>,
@@ -27,8 +68,15 @@ pub(crate) struct Snapshot {
     pub(crate) overflow_decisions: BTreeMap<String, u64>,
 }
 
-/// Looks at the store of `server` (on `node` for Redis).
-pub(crate) async fn take(server: &LocalServer, node: Option<&RedisNode>) -> Snapshot {
+/// Looks at the counters of `holder`.
+pub(crate) async fn take(holder: Holder<'_>) -> Snapshot {
+    let (server, node) = match holder {
+        Holder::Floodgate(server, node) => (server, node),
+        Holder::Limitador(limitador) => {
+            let keys = limitador.counters().await;
+            return Snapshot { keys, rss_bytes: limitador.rss_bytes(), ..Snapshot::default() };
+        }
+    };
     let metrics = server.scrape_metrics().await.unwrap_or_default();
     let (keys, redis_used_memory) = match node {
         None => {
@@ -74,7 +122,8 @@ fn resident_bytes() -> Option<u64> {
     vm_rss(&std::fs::read_to_string("/proc/self/status").ok()?)
 }
 
-fn vm_rss(status: &str) -> Option<u64> {
+/// `VmRSS` of a `/proc/<pid>/status` page, in bytes.
+pub(crate) fn vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
     let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
     Some(kb * 1024)

@@ -4,23 +4,32 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::limited::Exhausted;
 use super::load::{PhaseTally, Run, rejected};
-use super::{Plan, store_line};
+use super::plan::Plan;
+use super::{Setup, store_line};
 use crate::cli::FloodArgs;
 use crate::math::{self, Percentiles};
 use crate::plot::{Band, Overlay};
-use crate::redis_node::RedisNode;
 use crate::report::{Errors, Grid, Outcome, Report, Tally, human_us};
 use crate::units::micros;
 
 /// The scenario's own JSON fields (docs/bench.md).
 #[derive(Debug, Serialize)]
 struct Details {
+    /// The limiter measured: `floodgate` or `limitador`.
+    peer: &'static str,
+    /// `limitador-server --version`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_version: Option<String>,
+    /// How requests reached it: `http` (`/v1/check`) or `grpc` (Envoy RLS).
+    transport: &'static str,
     /// `memory` or `redis`.
     store: &'static str,
-    /// The store section, on one line: `kind: memory, max_keys: 10000, on_full: aggregate`.
+    /// The store section, on one line: `kind: memory, max_keys: 10000, on_full: aggregate`; on
+    /// limitador `storage: memory, cache: 10000`.
     store_section: String,
-    /// The memory store's `max_keys`.
+    /// The memory store's `max_keys`, or limitador's `--cache`.
     #[serde(skip_serializing_if = "Option::is_none")]
     max_keys: Option<u64>,
     /// `fixed_window 100 per 60000 ms per user`, or the `--config` file.
@@ -55,12 +64,49 @@ struct Details {
     known_false_rejection_rate: f64,
     /// Newcomers' rejections over all their requests (all sent during the flood).
     newcomer_false_rejection_rate: f64,
-    /// `floodgate_keys` (memory) or `dbsize` (Redis): where `keys_*` were read.
+    /// Limited users: each spent its limit before the run, then probes it.
+    limited_users: u64,
+    /// Probes per second of each.
+    limited_probe_rate: f64,
+    /// Those whose `limit` requests were all admitted and the next denied: the ones who probe.
+    limited_users_exhausted: u64,
+    /// Those denied before their limit was spent (their counter already held requests).
+    limited_users_denied_before_limit: u64,
+    /// Those admitted past their limit: the limiter did not hold it even before the flood.
+    limited_users_admitted_past_limit: u64,
+    /// Those with a failed request (timeout, transport): not known.
+    limited_users_failed: u64,
+    /// The exhaustion's requests, before the run.
+    limited_exhaust_sent: u64,
+    limited_exhaust_allowed: u64,
+    limited_exhaust_denied: u64,
+    limited_exhaust_errors: Errors,
+    limited_exhaust_ms: f64,
+    /// How long the run waited before it, for a window holding the whole run (windows aligned
+    /// to the epoch).
+    limited_window_wait_ms: f64,
+    /// When the limited users' limits reset by the rule itself, ms from the start (after the
+    /// run unless the exhaustion ran late); `null` without limited users.
+    limited_reset_at_ms: Option<f64>,
+    /// Probes sent before that, both phases, and those admitted (0 if no counter is lost).
+    limited_probes_sent: u64,
+    limited_probes_admitted: u64,
+    /// Probes sent at or after it: not counted.
+    limited_probes_after_reset: u64,
+    /// Exhausted limited users with at least one admitted probe: counters lost or reset.
+    limited_users_freed: u64,
+    /// `limited_users_freed / limited_users_exhausted`.
+    limited_users_freed_share: f64,
+    /// `floodgate_keys` (memory), `dbsize` (Redis) or `limitador_counters` (`GET
+    /// /counters/{namespace}`): where `keys_*` were read.
     keys_from: &'static str,
     /// The store's keys as the flood started, and after it (`null` if unread).
     keys_before_flood: Option<u64>,
     keys_after_flood: Option<u64>,
-    /// This process's resident memory (the server runs in it), in bytes.
+    /// Whose resident memory `rss_*` is: `bench_process` (the in-process server runs in it) or
+    /// `limitador_server`.
+    rss_from: &'static str,
+    /// Its resident memory, in bytes.
     rss_before_flood_bytes: Option<u64>,
     rss_after_flood_bytes: Option<u64>,
     /// Redis's `used_memory`, in bytes.
@@ -120,6 +166,15 @@ struct PhaseReport {
     flood_allowed: u64,
     flood_denied: u64,
     flood_errors: Errors,
+    /// The limited users' probes (before their limits reset by the rule): every admission is a
+    /// counter lost.
+    limited_probes_sent: u64,
+    limited_probes_admitted: u64,
+    limited_probes_denied: u64,
+    limited_probe_errors: Errors,
+    /// Exhausted limited users with an admitted probe in the phase, and their share.
+    limited_users_freed: u64,
+    limited_users_freed_share: f64,
 }
 
 /// The false rejections among a tally's requests.
@@ -136,12 +191,12 @@ fn errors(t: &Tally) -> Errors {
 }
 
 impl PhaseReport {
-    fn new(phase: &PhaseTally, from_us: u64, to_us: u64) -> Self {
+    fn new(phase: &PhaseTally, from_us: u64, to_us: u64, exhausted: u64) -> Self {
         let span_s = to_us.saturating_sub(from_us) as f64 / 1e6;
         let per_sec = |n: u64| if span_s > 0.0 { n as f64 / span_s } else { 0.0 };
         let normal = phase.normal();
         let (known, newcomers) = (&phase.known, &phase.newcomers);
-        let users_rejected = |flags: &[bool]| flags.iter().filter(|r| **r).count() as u64;
+        let users_flagged = |flags: &[bool]| flags.iter().filter(|r| **r).count() as u64;
         PhaseReport {
             from_ms: from_us as f64 / 1000.0,
             to_ms: to_us as f64 / 1000.0,
@@ -155,23 +210,29 @@ impl PhaseReport {
             known_sent: known.sent(),
             known_false_rejections: false_rejections(known),
             known_false_rejection_rate: rate(false_rejections(known), known.sent()),
-            known_users_with_a_rejection: users_rejected(&phase.known_rejected),
+            known_users_with_a_rejection: users_flagged(&phase.known_rejected),
             newcomer_sent: newcomers.sent(),
             newcomer_false_rejections: false_rejections(newcomers),
             newcomer_false_rejection_rate: rate(false_rejections(newcomers), newcomers.sent()),
-            newcomers_with_a_rejection: users_rejected(&phase.newcomers_rejected),
+            newcomers_with_a_rejection: users_flagged(&phase.newcomers_rejected),
             latency: math::percentiles(&normal.latency),
             flood_sent: phase.flood.sent(),
             flood_sent_per_sec: per_sec(phase.flood.sent()),
             flood_allowed: phase.flood.allowed,
             flood_denied: phase.flood.denied,
             flood_errors: errors(&phase.flood),
+            limited_probes_sent: phase.limited.sent(),
+            limited_probes_admitted: phase.limited.allowed,
+            limited_probes_denied: phase.limited.denied,
+            limited_probe_errors: errors(&phase.limited),
+            limited_users_freed: users_flagged(&phase.limited_admitted),
+            limited_users_freed_share: rate(users_flagged(&phase.limited_admitted), exhausted),
         }
     }
 }
 
-/// The phases side by side, for the table.
-fn phase_grid(phases: &Phases) -> Grid {
+/// The phases side by side, for the table, under `head` (`floodgate memory, http`).
+fn phase_grid(head: String, phases: &Phases, exhausted: u64) -> Grid {
     let columns = [&phases.before, &phases.during];
     let row = |label: &str, cell: &dyn Fn(&PhaseReport) -> String| {
         (label.to_owned(), columns.iter().map(|p| cell(p)).collect::<Vec<_>>())
@@ -226,23 +287,32 @@ fn phase_grid(phases: &Phases) -> Grid {
             p.flood_errors.by_kind.get(&kind).copied().unwrap_or(0).to_string()
         }));
     }
-    Grid { head: "phase".into(), columns: vec!["before".into(), "during".into()], rows }
+    rows.extend([
+        row("limited probes sent", &|p| p.limited_probes_sent.to_string()),
+        row("limited probes admitted", &|p| p.limited_probes_admitted.to_string()),
+        row("limited probe errors", &|p| p.limited_probe_errors.total.to_string()),
+        row("limited users freed", &|p| {
+            format!("{} of {exhausted} ({})", p.limited_users_freed, percent(p.limited_users_freed_share))
+        }),
+    ]);
+    Grid { head, columns: vec!["before".into(), "during".into()], rows }
 }
 
 /// The report of a run.
-pub(crate) fn report(
-    args: &FloodArgs,
-    plan: &Plan,
-    section: &[(String, String)],
-    node: Option<&RedisNode>,
-    run: Run,
-) -> Report {
+pub(crate) fn report(args: &FloodArgs, plan: &Plan, setup: &Setup, run: Run) -> Report {
     let (before_us, end_us) = (micros(plan.before), micros(plan.before + plan.during));
     let [before, during] = &run.phases;
+    let exhaustion = &run.exhaustion;
+    let exhausted = exhaustion.count(|u| u == Exhausted::Yes);
     let phases = Phases {
-        before: PhaseReport::new(before, 0, before_us),
-        during: PhaseReport::new(during, before_us, end_us),
+        before: PhaseReport::new(before, 0, before_us, exhausted),
+        during: PhaseReport::new(during, before_us, end_us, exhausted),
     };
+    let mut probes = before.limited.clone();
+    probes.merge(&during.limited);
+    let freed =
+        before.limited_admitted.iter().zip(&during.limited_admitted).filter(|(a, b)| **a || **b).count()
+            as u64;
     let mut normal = before.normal();
     normal.merge(&during.normal());
     let (mut known, mut newcomers, mut flood) =
@@ -268,12 +338,16 @@ pub(crate) fn report(
         ),
     };
     let details = Details {
+        peer: setup.peer.name(),
+        peer_version: setup.peer_version.clone(),
+        transport: setup.transport.name(),
         store: args.store.name(),
-        store_section: store_line(section),
+        store_section: store_line(&setup.section),
         // As written in the section: a `--store-field max_keys=…` replaces `--max-keys`.
-        max_keys: section
+        max_keys: setup
+            .section
             .iter()
-            .find(|(name, _)| name == "max_keys")
+            .find(|(name, _)| name == "max_keys" || name == "cache")
             .and_then(|(_, v)| v.trim().parse().ok()),
         policy,
         users: plan.users(),
@@ -293,9 +367,28 @@ pub(crate) fn report(
         flood_denied: flood.denied,
         known_false_rejection_rate: rate(false_rejections(&known), known.sent()),
         newcomer_false_rejection_rate: rate(false_rejections(&newcomers), newcomers.sent()),
-        keys_from: if node.is_some() { "dbsize" } else { "floodgate_keys" },
+        limited_users: plan.limited,
+        limited_probe_rate: plan.probe_rate,
+        limited_users_exhausted: exhausted,
+        limited_users_denied_before_limit: exhaustion.count(|u| matches!(u, Exhausted::DeniedEarly(_))),
+        limited_users_admitted_past_limit: exhaustion.count(|u| u == Exhausted::AdmittedPastLimit),
+        limited_users_failed: exhaustion.count(|u| matches!(u, Exhausted::Failed(_))),
+        limited_exhaust_sent: exhaustion.tally.sent(),
+        limited_exhaust_allowed: exhaustion.tally.allowed,
+        limited_exhaust_denied: exhaustion.tally.denied,
+        limited_exhaust_errors: errors(&exhaustion.tally),
+        limited_exhaust_ms: millis_f(exhaustion.took),
+        limited_window_wait_ms: millis_f(exhaustion.waited),
+        limited_reset_at_ms: (run.limited_reset_us != u64::MAX).then(|| run.limited_reset_us as f64 / 1000.0),
+        limited_probes_sent: probes.sent(),
+        limited_probes_admitted: probes.allowed,
+        limited_probes_after_reset: run.probes_after_reset.sent(),
+        limited_users_freed: freed,
+        limited_users_freed_share: rate(freed, exhausted),
+        keys_from: setup.keys_from,
         keys_before_flood: at.keys,
         keys_after_flood: after.keys,
+        rss_from: setup.rss_from,
         rss_before_flood_bytes: at.rss_bytes,
         rss_after_flood_bytes: after.rss_bytes,
         redis_used_memory_before_flood: at.redis_used_memory,
@@ -305,17 +398,14 @@ pub(crate) fn report(
         overflow_decisions: after.overflow_decisions.clone(),
         phases,
     };
-    let target = match node {
-        Some(node) => format!("1 in-process server on redis-server {}", node.addr()),
-        None => "1 in-process server (memory store)".to_owned(),
-    };
     let wall = run.wall.as_secs_f64();
-    let grid = phase_grid(&details.phases);
+    let head = format!("{} {}, {}", details.peer, details.store, details.transport);
+    let grid = phase_grid(head, &details.phases, exhausted);
     let label = match args.flood_concurrency {
         Some(c) => format!("flood: {c} callers, a new key each request"),
         None => format!("flood: {}/s, a new key each request", args.flood_rate),
     };
-    let mut report = Report::new(normal.summary("flood", &target, wall, wall), details);
+    let mut report = Report::new(normal.summary("flood", &setup.target, wall, wall), details);
     report.grids.push(grid);
     report.overlay = Overlay {
         band: Some(Band { from_ms: before_us as f64 / 1000.0, to_ms: end_us as f64 / 1000.0, label }),
@@ -324,4 +414,9 @@ pub(crate) fn report(
     report.latency = Some(normal.latency.clone());
     report.timeline = Some(normal.timeline);
     report
+}
+
+/// Milliseconds, with their fraction.
+fn millis_f(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }

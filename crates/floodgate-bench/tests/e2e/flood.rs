@@ -1,10 +1,12 @@
-//! `flood` on the memory store, briefly: 1 s of known users alone, then 1 s of a flood of new keys
-//! beside them and the newcomers joining, on a table of 200 keys.
+//! `flood` on the memory store, briefly: 10 limited users spend their limit, then 1 s of known
+//! users alone, then 1 s of a flood of new keys beside them and the newcomers joining, on a table
+//! of 200 keys; over HTTP, and over Envoy RLS.
 //!
 //! It asserts only what holds whatever a full memory store does with new keys (one overflow
 //! counter per rule, or many chosen by a keyed hash): the counts add up, the known users — whose
-//! keys the table already holds — are never rejected, the flood sent what it was asked to, and the
-//! table stays bounded. (The flood waits for every known user's first decision, so no stall of
+//! keys the table already holds — are never rejected, the limited users are never freed (a full
+//! table evicts no live counter), the flood sent what it was asked to, and the table stays
+//! bounded. (The flood waits for every known user's first decision, so no stall of
 //! the machine can turn a known user into a newcomer.) How much the newcomers are hurt is what the scenario measures, and it
 //! depends on that design; it is not asserted. No assertion depends on timing: an open loop sends
 //! (or drops, as an error) every scheduled request, however slow the machine.
@@ -43,11 +45,59 @@ fn assert_phase_adds_up(name: &str, p: &Value) {
     );
 }
 
+/// The limited users' exhaustion and probes add up, and no probe was admitted: `phase`'s
+/// `limited_*` fields, and the run's.
+fn assert_limited_users_never_freed(v: &Value, users: u64, limit: u64, probes: u64) {
+    assert_eq!(u(v, "limited_users"), users, "{v}");
+    // Every limit was spent as asked: `limit` admitted, then one denied, in a table with room.
+    assert_eq!(u(v, "limited_users_exhausted"), users, "{v}");
+    for field in
+        ["limited_users_denied_before_limit", "limited_users_admitted_past_limit", "limited_users_failed"]
+    {
+        assert_eq!(u(v, field), 0, "{field}: {v}");
+    }
+    assert_eq!(
+        (u(v, "limited_exhaust_sent"), u(v, "limited_exhaust_allowed"), u(v, "limited_exhaust_denied")),
+        (users * (limit + 1), users * limit, users)
+    );
+    // Every probe is counted: in its phase, or apart if the exhaustion ran so late that the rule's
+    // own reset came within the run.
+    let (before, during) = (&v["phases"]["before"], &v["phases"]["during"]);
+    let in_phases = u(before, "limited_probes_sent") + u(during, "limited_probes_sent");
+    assert_eq!(in_phases, u(v, "limited_probes_sent"), "{v}");
+    assert_eq!(in_phases + u(v, "limited_probes_after_reset"), probes, "{v}");
+    for (name, p) in [("before", before), ("during", during)] {
+        assert_eq!(u(p, "limited_probes_admitted"), 0, "{name}: {p}");
+        assert_eq!(u(p, "limited_users_freed"), 0, "{name}: {p}");
+        let errors = u(&p["limited_probe_errors"], "total");
+        assert_eq!(u(p, "limited_probes_denied") + errors, u(p, "limited_probes_sent"), "{name}: {p}");
+    }
+    assert_eq!((u(v, "limited_probes_admitted"), u(v, "limited_users_freed")), (0, 0), "{v}");
+    assert_eq!(f(v, "limited_users_freed_share"), 0.0, "{v}");
+    assert!(f(v, "limited_reset_at_ms") > 0.0, "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_new_keys_never_rejects_known_users_and_the_table_stays_bounded() {
-    // 40 users (20 known, 20 newcomers) at 2 requests a second each, far under 100 a minute.
+async fn a_flood_of_new_keys_never_rejects_known_users_nor_frees_limited_ones_and_the_table_stays_bounded() {
+    flood_on_memory("http").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_envoy_rls_a_flood_of_new_keys_never_rejects_known_users_nor_frees_limited_ones() {
+    flood_on_memory("grpc").await;
+}
+
+async fn flood_on_memory(transport: &str) {
+    // 40 users (20 known, 20 newcomers) at 2 requests a second each, far under 100 a minute; 10
+    // limited users probing twice a second: 40 probes.
     let v = bench(&[
         "flood",
+        "--transport",
+        transport,
+        "--limited-users",
+        "10",
+        "--limited-probe-rate",
+        "2",
         "--max-keys",
         "200",
         "--users",
@@ -63,6 +113,8 @@ async fn a_flood_of_new_keys_never_rejects_known_users_and_the_table_stays_bound
     ])
     .await;
     assert_common(&v, "flood");
+    assert_eq!((v["peer"].as_str(), v["transport"].as_str()), (Some("floodgate"), Some(transport)));
+    assert!(v.get("peer_version").is_none(), "{v}");
     assert_eq!((v["store"].as_str(), u(&v, "max_keys")), (Some("memory"), 200));
     assert_eq!(v["store_section"], "kind: memory, max_keys: 200, on_full: aggregate");
     assert_eq!((u(&v, "known_users"), u(&v, "newcomers"), f(&v, "per_user_rate")), (20, 20, 2.0));
@@ -89,6 +141,7 @@ async fn a_flood_of_new_keys_never_rejects_known_users_and_the_table_stays_bound
     assert_eq!(f(&v, "known_false_rejection_rate"), 0.0, "{v}");
     assert!((0.0..=1.0).contains(&f(&v, "newcomer_false_rejection_rate")), "{v}");
     assert!(u(during, "newcomers_with_a_rejection") <= 20, "{during}");
+    assert_limited_users_never_freed(&v, 10, 100, 40);
 
     // The table held the known users as the flood started (it waits for their first decisions),
     // kept them, and stayed bounded.
@@ -96,9 +149,10 @@ async fn a_flood_of_new_keys_never_rejects_known_users_and_the_table_stays_bound
     let (at, after) = (u(&v, "keys_before_flood"), u(&v, "keys_after_flood"));
     let known = u(&v, "known_users_decided_before_flood");
     assert!(
-        known <= 20 && (known..=200).contains(&at),
-        "{known} known users, {at} keys as the flood started"
+        known <= 20 && (known + 10..=200).contains(&at),
+        "{known} known users and 10 limited ones, {at} keys as the flood started"
     );
+    assert_eq!(v["rss_from"], "bench_process");
     assert!(at <= after && after <= 200 + OVERFLOW_ALLOWANCE, "keys after the flood: {after}");
     assert!(u(&v, "rss_before_flood_bytes") > 0 && u(&v, "rss_after_flood_bytes") > 0, "{v}");
     // Present or not (a server may not export the series), the overflow decisions read cleanly.
