@@ -119,8 +119,8 @@ pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
 const CLUSTER_NODE_TIMEOUT_MS: u64 = 1000;
 
 /// Six nodes made into a cluster of 3 masters with one replica each (`redis-cli --cluster create`),
-/// once every node says the cluster is `ok` and every master has its replica: the first master,
-/// and the other five.
+/// once every node says the cluster is `ok`, every master has its replica and every replica has
+/// finished its first sync: the first master, and the other five.
 async fn start_cluster(program: &Path) -> anyhow::Result<(RedisNode, Vec<RedisNode>)> {
     let timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
     let extra = [
@@ -155,6 +155,10 @@ async fn start_cluster(program: &Path) -> anyhow::Result<(RedisNode, Vec<RedisNo
             ready &= answers(n.port, &["CLUSTER", "INFO"], "cluster_state:ok").await;
             if answers(n.port, &["ROLE"], "$6\r\nmaster").await {
                 ready &= answers(n.port, &["INFO", "replication"], "connected_slaves:1").await;
+            } else {
+                // A replica counts once its first sync is done: one killed before can never be
+                // failed over to (it holds no data), and the cluster would stay down.
+                ready &= answers(n.port, &["INFO", "replication"], "master_link_status:up").await;
             }
         }
         if ready {
