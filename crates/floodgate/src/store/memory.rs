@@ -311,7 +311,10 @@ impl<C: Clock> MemoryStore<C> {
             };
         }
         // A key that was counted on an overflow counter starts from that counter's state: it
-        // spent from it, and must not get its limit afresh by moving into the table.
+        // spent from it, and must not get its limit afresh by moving into the table. The state is
+        // copied before the key is inserted (locking the counter while holding the new slot could
+        // deadlock with a request holding both): a request of the same key racing with this one
+        // may still count on the counter after the copy, the one looseness this allows.
         let inherited = self.inherited(key, scope_len, guard);
         // Insert first, then count: a request racing to create the same key finds it and waits
         // for the verdict on it, so a key that fits is never refused because of its own twin.
