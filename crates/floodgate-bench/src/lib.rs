@@ -43,6 +43,7 @@ pub mod prefetch;
 pub mod progress;
 mod proxy;
 mod redis_node;
+pub mod replay;
 pub mod report;
 pub mod target;
 pub mod throughput;
