@@ -42,7 +42,7 @@ use crate::plot::{Band, Overlay};
 use crate::progress::{Batch, Live, Progress};
 use crate::proxy::{FaultProxy, Link};
 use crate::redis_node::{RedisNode, STARTUP, answers};
-use crate::report::{BUCKET_MS, Errors, Grid, Outcome, Report, Tally, human_us};
+use crate::report::{BUCKET_MS, Grid, Outcome, PhaseCounts, Report, Tally, human_us};
 use crate::target::{Shape, Target};
 use crate::units::{micros, millis, nanos, wall_micros};
 use serde::Serialize;
@@ -473,15 +473,8 @@ struct Phases {
 /// What the decisions sent in one phase came to.
 #[derive(Debug, Serialize)]
 struct PhaseReport {
-    /// The phase, by send time, in ms from the start of the load.
-    from_ms: f64,
-    to_ms: f64,
-    sent: u64,
-    /// Sent per second of the phase.
-    sent_per_sec: f64,
-    allowed: u64,
-    denied: u64,
-    errors: Errors,
+    #[serde(flatten)]
+    counts: PhaseCounts,
     /// `store_fail_open` errors: requests that passed, uncounted, because the store failed.
     passed_by_fail_open: u64,
     /// `store_fail_closed` errors: requests denied because the store failed.
@@ -498,19 +491,9 @@ struct PhaseReport {
 
 impl PhaseReport {
     fn new(tally: &Tally, from_us: u64, to_us: u64) -> Self {
-        let span_s = to_us.saturating_sub(from_us) as f64 / 1e6;
         let kind = |k: &str| tally.errors.get(k).copied().unwrap_or(0);
         PhaseReport {
-            from_ms: from_us as f64 / 1000.0,
-            to_ms: to_us as f64 / 1000.0,
-            sent: tally.sent(),
-            sent_per_sec: if span_s > 0.0 { tally.sent() as f64 / span_s } else { 0.0 },
-            allowed: tally.allowed,
-            denied: tally.denied,
-            errors: Errors {
-                total: tally.error_count(),
-                by_kind: tally.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
-            },
+            counts: tally.phase(from_us, to_us),
             passed_by_fail_open: kind(STORE_ERRORS[0]),
             denied_by_fail_closed: kind(STORE_ERRORS[1]),
             admitted_locally: kind(STORE_ERRORS[2]),
@@ -528,19 +511,19 @@ fn phase_grid(phases: &Phases) -> Grid {
         (label.to_owned(), columns.iter().map(|p| cell(p)).collect::<Vec<_>>())
     };
     let mut rows = vec![
-        row("span (s)", &|p| format!("{:.2}–{:.2}", p.from_ms / 1000.0, p.to_ms / 1000.0)),
-        row("sent", &|p| p.sent.to_string()),
-        row("sent/s", &|p| format!("{:.0}", p.sent_per_sec)),
-        row("allowed", &|p| p.allowed.to_string()),
-        row("denied", &|p| p.denied.to_string()),
-        row("errors", &|p| p.errors.total.to_string()),
+        row("span (s)", &|p| format!("{:.2}–{:.2}", p.counts.from_ms / 1000.0, p.counts.to_ms / 1000.0)),
+        row("sent", &|p| p.counts.sent.to_string()),
+        row("sent/s", &|p| format!("{:.0}", p.counts.sent_per_sec)),
+        row("allowed", &|p| p.counts.allowed.to_string()),
+        row("denied", &|p| p.counts.denied.to_string()),
+        row("errors", &|p| p.counts.errors.total.to_string()),
     ];
-    let mut kinds: Vec<&String> = columns.iter().flat_map(|p| p.errors.by_kind.keys()).collect();
+    let mut kinds: Vec<&String> = columns.iter().flat_map(|p| p.counts.errors.by_kind.keys()).collect();
     kinds.sort();
     kinds.dedup();
     for kind in kinds {
         rows.push(row(&format!("  {kind}"), &|p| {
-            p.errors.by_kind.get(kind).copied().unwrap_or(0).to_string()
+            p.counts.errors.by_kind.get(kind).copied().unwrap_or(0).to_string()
         }));
     }
     rows.push(row("latency p50", &|p| human_us(p.latency.p50_us)));
@@ -746,7 +729,10 @@ mod tests {
         let sent: u64 = [&before, &during, &after].iter().map(|t| t.sent()).sum();
         assert_eq!(sent, events.len() as u64);
         let during = PhaseReport::new(&during, SPAN.start_us, SPAN.end_us);
-        assert_eq!((during.from_ms, during.to_ms, during.sent_per_sec), (1000.0, 2000.0, 2.0));
+        assert_eq!(
+            (during.counts.from_ms, during.counts.to_ms, during.counts.sent_per_sec),
+            (1000.0, 2000.0, 2.0)
+        );
         assert_eq!((during.passed_by_fail_open, during.denied_by_fail_closed), (1, 0));
         assert!(during.latency.max_us >= 4_990_000.0, "{:?}", during.latency);
     }

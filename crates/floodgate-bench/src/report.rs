@@ -100,13 +100,52 @@ impl Tally {
             decisions_per_sec: if wall_s > 0.0 { (self.allowed + self.denied) as f64 / wall_s } else { 0.0 },
             allowed: self.allowed,
             denied: self.denied,
-            errors: Errors {
-                total: self.error_count(),
-                by_kind: self.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
-            },
+            errors: self.errors_report(),
             latency: math::percentiles(&self.latency),
         }
     }
+
+    /// The errors, for a report.
+    pub fn errors_report(&self) -> Errors {
+        Errors {
+            total: self.error_count(),
+            by_kind: self.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        }
+    }
+
+    /// The counts of a report's phase: this tally, sent from `from_us` to `to_us` (µs from the
+    /// start of the load).
+    pub fn phase(&self, from_us: u64, to_us: u64) -> PhaseCounts {
+        let span_s = to_us.saturating_sub(from_us) as f64 / 1e6;
+        PhaseCounts {
+            from_ms: from_us as f64 / 1000.0,
+            to_ms: to_us as f64 / 1000.0,
+            sent: self.sent(),
+            sent_per_sec: if span_s > 0.0 { self.sent() as f64 / span_s } else { 0.0 },
+            allowed: self.allowed,
+            denied: self.denied,
+            errors: self.errors_report(),
+        }
+    }
+}
+
+/// What the requests of one phase of a run came to (flattened into a scenario's phase report).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseCounts {
+    /// The phase, by send time, in ms from the start of the load.
+    pub from_ms: f64,
+    /// Its end.
+    pub to_ms: f64,
+    /// Requests sent in it.
+    pub sent: u64,
+    /// Sent per second of the phase.
+    pub sent_per_sec: f64,
+    /// Allowed.
+    pub allowed: u64,
+    /// Denied.
+    pub denied: u64,
+    /// Errors.
+    pub errors: Errors,
 }
 
 /// Errors: the total and the count per kind.

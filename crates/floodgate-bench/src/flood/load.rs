@@ -403,15 +403,18 @@ mod tests {
     use super::*;
 
     fn plan(users: u64, rate: f64, before_s: u64, during_s: u64) -> Plan {
-        use clap::Parser as _;
         let (users, rate) = (users.to_string(), rate.to_string());
         let (before, during) = (format!("{before_s}s"), format!("{during_s}s"));
-        let argv = ["floodgate-bench", "flood", "--users", &users, "--normal-rate", &rate];
-        let cli = crate::cli::Cli::try_parse_from(
-            [&argv[..], &["--before", &before, "--during", &during]].concat(),
-        )
-        .unwrap();
-        let crate::cli::Scenario::Flood(args) = cli.scenario else { panic!("not flood") };
+        let args = super::super::test_args(&[
+            "--users",
+            &users,
+            "--normal-rate",
+            &rate,
+            "--before",
+            &before,
+            "--during",
+            &during,
+        ]);
         Plan::new(&args).unwrap()
     }
 

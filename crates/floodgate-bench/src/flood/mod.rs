@@ -227,18 +227,21 @@ fn policy(args: &FloodArgs, section: &[(String, String)]) -> anyhow::Result<floo
     Ok(config)
 }
 
+/// `floodgate-bench flood` with `extra` on its command line, parsed.
+#[cfg(test)]
+fn test_args(extra: &[&str]) -> FloodArgs {
+    use clap::Parser as _;
+    let cli = crate::cli::Cli::try_parse_from([&["floodgate-bench", "flood"], extra].concat()).unwrap();
+    let crate::cli::Scenario::Flood(args) = cli.scenario else { panic!("not flood") };
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
+    use super::test_args as args;
     use super::*;
-
-    fn args(extra: &[&str]) -> FloodArgs {
-        use clap::Parser as _;
-        let cli = crate::cli::Cli::try_parse_from([&["floodgate-bench", "flood"], extra].concat()).unwrap();
-        let crate::cli::Scenario::Flood(args) = cli.scenario else { panic!("not flood") };
-        args
-    }
 
     #[test]
     fn store_fields_replace_the_runs_own_or_are_appended() {

@@ -258,14 +258,8 @@ fn check_peer(args: &FloodArgs) -> Result<(), Usage> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_args as args;
     use super::*;
-
-    fn args(extra: &[&str]) -> FloodArgs {
-        use clap::Parser as _;
-        let cli = crate::cli::Cli::try_parse_from([&["floodgate-bench", "flood"], extra].concat()).unwrap();
-        let crate::cli::Scenario::Flood(args) = cli.scenario else { panic!("not flood") };
-        args
-    }
 
     #[test]
     fn the_default_plan_sends_each_user_one_request_a_second() {

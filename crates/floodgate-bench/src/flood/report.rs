@@ -11,7 +11,7 @@ use super::{Setup, store_line};
 use crate::cli::FloodArgs;
 use crate::math::{self, Percentiles};
 use crate::plot::{Band, Overlay};
-use crate::report::{Errors, Grid, Outcome, Report, Tally, human_us};
+use crate::report::{Errors, Grid, Outcome, PhaseCounts, Report, Tally, human_us};
 use crate::units::micros;
 
 /// The scenario's own JSON fields (docs/bench.md).
@@ -137,14 +137,9 @@ struct Phases {
 /// (`sent = allowed + denied + errors.total`), then the flood's.
 #[derive(Debug, Serialize)]
 struct PhaseReport {
-    /// The phase, by scheduled send time, ms from the start.
-    from_ms: f64,
-    to_ms: f64,
-    sent: u64,
-    sent_per_sec: f64,
-    allowed: u64,
-    denied: u64,
-    errors: Errors,
+    /// The normal users' requests, by scheduled send time.
+    #[serde(flatten)]
+    normal: PhaseCounts,
     /// Denied, or denied by `on_store_error: fail_closed` (`store_fail_closed`): normal users stay
     /// under their limits, so every one is false.
     false_rejections: u64,
@@ -186,10 +181,6 @@ fn rate(part: u64, whole: u64) -> f64 {
     if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
 }
 
-fn errors(t: &Tally) -> Errors {
-    Errors { total: t.error_count(), by_kind: t.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect() }
-}
-
 impl PhaseReport {
     fn new(phase: &PhaseTally, from_us: u64, to_us: u64, exhausted: u64) -> Self {
         let span_s = to_us.saturating_sub(from_us) as f64 / 1e6;
@@ -198,13 +189,7 @@ impl PhaseReport {
         let (known, newcomers) = (&phase.known, &phase.newcomers);
         let users_flagged = |flags: &[bool]| flags.iter().filter(|r| **r).count() as u64;
         PhaseReport {
-            from_ms: from_us as f64 / 1000.0,
-            to_ms: to_us as f64 / 1000.0,
-            sent: normal.sent(),
-            sent_per_sec: per_sec(normal.sent()),
-            allowed: normal.allowed,
-            denied: normal.denied,
-            errors: errors(&normal),
+            normal: normal.phase(from_us, to_us),
             false_rejections: false_rejections(&normal),
             false_rejection_rate: rate(false_rejections(&normal), normal.sent()),
             known_sent: known.sent(),
@@ -220,11 +205,11 @@ impl PhaseReport {
             flood_sent_per_sec: per_sec(phase.flood.sent()),
             flood_allowed: phase.flood.allowed,
             flood_denied: phase.flood.denied,
-            flood_errors: errors(&phase.flood),
+            flood_errors: phase.flood.errors_report(),
             limited_probes_sent: phase.limited.sent(),
             limited_probes_admitted: phase.limited.allowed,
             limited_probes_denied: phase.limited.denied,
-            limited_probe_errors: errors(&phase.limited),
+            limited_probe_errors: phase.limited.errors_report(),
             limited_users_freed: users_flagged(&phase.limited_admitted),
             limited_users_freed_share: rate(users_flagged(&phase.limited_admitted), exhausted),
         }
@@ -245,16 +230,16 @@ fn phase_grid(head: String, phases: &Phases, exhausted: u64) -> Grid {
         kinds
     };
     let mut rows = vec![
-        row("span (s)", &|p| format!("{:.2}–{:.2}", p.from_ms / 1000.0, p.to_ms / 1000.0)),
-        row("normal sent", &|p| p.sent.to_string()),
-        row("normal sent/s", &|p| format!("{:.0}", p.sent_per_sec)),
-        row("allowed", &|p| p.allowed.to_string()),
-        row("denied", &|p| p.denied.to_string()),
-        row("errors", &|p| p.errors.total.to_string()),
+        row("span (s)", &|p| format!("{:.2}–{:.2}", p.normal.from_ms / 1000.0, p.normal.to_ms / 1000.0)),
+        row("normal sent", &|p| p.normal.sent.to_string()),
+        row("normal sent/s", &|p| format!("{:.0}", p.normal.sent_per_sec)),
+        row("allowed", &|p| p.normal.allowed.to_string()),
+        row("denied", &|p| p.normal.denied.to_string()),
+        row("errors", &|p| p.normal.errors.total.to_string()),
     ];
-    for kind in kinds(&|p| &p.errors) {
+    for kind in kinds(&|p| &p.normal.errors) {
         rows.push(row(&format!("  {kind}"), &|p| {
-            p.errors.by_kind.get(&kind).copied().unwrap_or(0).to_string()
+            p.normal.errors.by_kind.get(&kind).copied().unwrap_or(0).to_string()
         }));
     }
     rows.extend([
@@ -376,7 +361,7 @@ pub(crate) fn report(args: &FloodArgs, plan: &Plan, setup: &Setup, run: Run) -> 
         limited_exhaust_sent: exhaustion.tally.sent(),
         limited_exhaust_allowed: exhaustion.tally.allowed,
         limited_exhaust_denied: exhaustion.tally.denied,
-        limited_exhaust_errors: errors(&exhaustion.tally),
+        limited_exhaust_errors: exhaustion.tally.errors_report(),
         limited_exhaust_ms: millis_f(exhaustion.took),
         limited_window_wait_ms: millis_f(exhaustion.waited),
         limited_reset_at_ms: (run.limited_reset_us != u64::MAX).then(|| run.limited_reset_us as f64 / 1000.0),

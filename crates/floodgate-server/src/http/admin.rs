@@ -435,6 +435,9 @@ pub(super) struct KeyQuery {
     rule: String,
     /// The Envoy domain the rule belongs to (absent: the native policy).
     domain: Option<String>,
+    /// Every other query parameter is a descriptor: the rule's key descriptors, and those its `match` conditions need (with `domain`, one Envoy descriptor's entries in query order).
+    #[param(style = Form, explode, example = json!({"user": "u1"}))]
+    descriptors: Option<std::collections::HashMap<String, String>>,
 }
 
 /// A key's state, as a request of cost 1 would see it now.
@@ -498,9 +501,6 @@ impl KeyTarget {
     security((), ("adminToken" = [])),
     params(
         KeyQuery,
-        ("descriptors" = Option<std::collections::HashMap<String, String>>, Query, style = Form, explode,
-            description = "Every other query parameter is a descriptor: the rule's key descriptors, and those its `match` conditions need (with `domain`, one Envoy descriptor's entries in query order).",
-            example = json!({"user": "u1"})),
     ),
     responses(
         (status = 200, description = "The key's state.", body = KeyView),
@@ -558,9 +558,6 @@ pub(super) async fn inspect_key(
     security((), ("adminToken" = [])),
     params(
         KeyQuery,
-        ("descriptors" = Option<std::collections::HashMap<String, String>>, Query, style = Form, explode,
-            description = "Every other query parameter is a descriptor: the rule's key descriptors, and those its `match` conditions need (with `domain`, one Envoy descriptor's entries in query order).",
-            example = json!({"user": "u1"})),
     ),
     responses(
         (status = 200, description = "Forgotten (`reset` false: it had no state).", body = Reset),
