@@ -35,6 +35,23 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order: `Outcome::ALL[o as usize] == o`.
+    ///
+    /// ```
+    /// use floodgate::Outcome;
+    /// assert!(Outcome::ALL.iter().enumerate().all(|(i, o)| *o as usize == i));
+    /// ```
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Allowed,
+        Outcome::Denied,
+        Outcome::ShadowDenied,
+        Outcome::Tagged,
+        Outcome::ErrorAllowed,
+        Outcome::ErrorDenied,
+        Outcome::LocalAllowed,
+        Outcome::LocalDenied,
+    ];
+
     /// The metric label: `allowed`, `denied`, `shadow_denied`, `tagged`, `error_allowed`,
     /// `error_denied`, `local_allowed` or `local_denied`.
     pub fn as_str(self) -> &'static str {

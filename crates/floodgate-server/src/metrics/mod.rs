@@ -97,28 +97,11 @@ pub const DURATION_BUCKETS: [f64; 16] = [
 ];
 
 /// Every outcome, in the order of [`outcome_index`].
-const OUTCOMES: [Outcome; 8] = [
-    Outcome::Allowed,
-    Outcome::Denied,
-    Outcome::ShadowDenied,
-    Outcome::Tagged,
-    Outcome::ErrorAllowed,
-    Outcome::ErrorDenied,
-    Outcome::LocalAllowed,
-    Outcome::LocalDenied,
-];
+const OUTCOMES: [Outcome; 8] = Outcome::ALL;
 
 fn outcome_index(outcome: Outcome) -> usize {
-    match outcome {
-        Outcome::Allowed => 0,
-        Outcome::Denied => 1,
-        Outcome::ShadowDenied => 2,
-        Outcome::Tagged => 3,
-        Outcome::ErrorAllowed => 4,
-        Outcome::ErrorDenied => 5,
-        Outcome::LocalAllowed => 6,
-        Outcome::LocalDenied => 7,
-    }
+    // Outcomes number from 0 in declaration order, the order of `Outcome::ALL`.
+    outcome as usize
 }
 
 static METADATA: Metadata<'static> =
