@@ -518,14 +518,7 @@ fn phase_grid(phases: &Phases) -> Grid {
         row("denied", &|p| p.counts.denied.to_string()),
         row("errors", &|p| p.counts.errors.total.to_string()),
     ];
-    let mut kinds: Vec<&String> = columns.iter().flat_map(|p| p.counts.errors.by_kind.keys()).collect();
-    kinds.sort();
-    kinds.dedup();
-    for kind in kinds {
-        rows.push(row(&format!("  {kind}"), &|p| {
-            p.counts.errors.by_kind.get(kind).copied().unwrap_or(0).to_string()
-        }));
-    }
+    rows.extend(Grid::error_rows(&columns.map(|p| &p.counts.errors)));
     rows.push(row("latency p50", &|p| human_us(p.latency.p50_us)));
     rows.push(row("latency p99", &|p| human_us(p.latency.p99_us)));
     rows.push(row("latency max", &|p| human_us(p.latency.max_us)));

@@ -4,14 +4,13 @@
 //! sends them.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::Usage;
 use crate::units::wall_micros;
-use crate::watchdog::Watched;
+use crate::watchdog::{Watched, program_dir};
 
 /// How long a `redis-server` may take to be ready.
 pub(crate) const STARTUP: Duration = Duration::from_secs(10);
@@ -69,14 +68,7 @@ impl RedisNode {
 
     /// Starts `program` on `port` and waits until it answers.
     async fn launch(program: &Path, port: u16, extra: &[&str]) -> Result<RedisNode, String> {
-        use std::sync::atomic::AtomicU64;
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "floodgate-bench-redis-{}-{}-{port}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let dir = program_dir("redis", port)?;
         let (dir_arg, log) = (dir.display().to_string(), dir.join("redis.log"));
         let port_arg = port.to_string();
         let args = ["--port", &port_arg, "--bind", "127.0.0.1", "--dir", &dir_arg, "--logfile"]

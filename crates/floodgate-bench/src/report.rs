@@ -296,6 +296,21 @@ pub struct Grid {
 }
 
 impl Grid {
+    /// One row per error kind any of `columns` has (`  timeout`, …, in name order), with each
+    /// column's count.
+    pub fn error_rows(columns: &[&Errors]) -> Vec<(String, Vec<String>)> {
+        let mut kinds: Vec<&String> = columns.iter().flat_map(|e| e.by_kind.keys()).collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+            .into_iter()
+            .map(|kind| {
+                let cells = columns.iter().map(|e| e.by_kind.get(kind).copied().unwrap_or(0).to_string());
+                (format!("  {kind}"), cells.collect())
+            })
+            .collect()
+    }
+
     /// The grid, aligned: labels left, cells right.
     pub fn render(&self) -> String {
         let first = self.rows.iter().map(|(l, _)| l.chars().count()).chain([self.head.chars().count()]);

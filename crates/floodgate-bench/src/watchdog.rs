@@ -3,7 +3,8 @@
 //! directory when the run ends in any way.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
@@ -13,6 +14,16 @@ const SPAWN: Duration = Duration::from_secs(10);
 
 /// The file in the program's directory that holds its stdout and stderr.
 pub(crate) const OUTPUT: &str = "output.log";
+
+/// A new directory for one program of this run, named `floodgate-bench-<name>-<pid>-<n>-<port>`
+/// in the system's temporary directory: its watchdog removes it.
+pub(crate) fn program_dir(name: &str, port: u16) -> Result<PathBuf, String> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("floodgate-bench-{name}-{}-{n}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
 
 /// A program of this run, in a directory of its own. A watchdog shell starts it and reads this
 /// process's end of a pipe: a line there is a signal to send the program (the shell's `kill`

@@ -8,13 +8,12 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::probe::vm_rss;
 use crate::Usage;
 use crate::target::http_get;
-use crate::watchdog::{OUTPUT, Watched};
+use crate::watchdog::{OUTPUT, Watched, program_dir};
 
 /// The namespace of the limit (the Envoy RLS domain of every request).
 pub(crate) const NAMESPACE: &str = "floodgate-bench";
@@ -110,13 +109,7 @@ impl Limitador {
         rls_port: u16,
         http_port: u16,
     ) -> Result<Limitador, String> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "floodgate-bench-limitador-{}-{}-{rls_port}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let dir = program_dir("limitador", rls_port)?;
         let file = dir.join("limits.yaml");
         if let Err(e) = std::fs::write(&file, limits) {
             let _ = std::fs::remove_dir_all(&dir);

@@ -223,12 +223,6 @@ fn phase_grid(head: String, phases: &Phases, exhausted: u64) -> Grid {
         (label.to_owned(), columns.iter().map(|p| cell(p)).collect::<Vec<_>>())
     };
     let percent = |r: f64| format!("{:.2} %", r * 100.0);
-    let kinds = |errors: &dyn Fn(&PhaseReport) -> &Errors| {
-        let mut kinds: Vec<String> = columns.iter().flat_map(|p| errors(p).by_kind.keys().cloned()).collect();
-        kinds.sort();
-        kinds.dedup();
-        kinds
-    };
     let mut rows = vec![
         row("span (s)", &|p| format!("{:.2}–{:.2}", p.normal.from_ms / 1000.0, p.normal.to_ms / 1000.0)),
         row("normal sent", &|p| p.normal.sent.to_string()),
@@ -237,11 +231,7 @@ fn phase_grid(head: String, phases: &Phases, exhausted: u64) -> Grid {
         row("denied", &|p| p.normal.denied.to_string()),
         row("errors", &|p| p.normal.errors.total.to_string()),
     ];
-    for kind in kinds(&|p| &p.normal.errors) {
-        rows.push(row(&format!("  {kind}"), &|p| {
-            p.normal.errors.by_kind.get(&kind).copied().unwrap_or(0).to_string()
-        }));
-    }
+    rows.extend(Grid::error_rows(&columns.map(|p| &p.normal.errors)));
     rows.extend([
         row("false rejections", &|p| format!("{} ({})", p.false_rejections, percent(p.false_rejection_rate))),
         row("  known users", &|p| {
@@ -267,11 +257,7 @@ fn phase_grid(head: String, phases: &Phases, exhausted: u64) -> Grid {
         row("flood denied", &|p| p.flood_denied.to_string()),
         row("flood errors", &|p| p.flood_errors.total.to_string()),
     ]);
-    for kind in kinds(&|p| &p.flood_errors) {
-        rows.push(row(&format!("  {kind}"), &|p| {
-            p.flood_errors.by_kind.get(&kind).copied().unwrap_or(0).to_string()
-        }));
-    }
+    rows.extend(Grid::error_rows(&columns.map(|p| &p.flood_errors)));
     rows.extend([
         row("limited probes sent", &|p| p.limited_probes_sent.to_string()),
         row("limited probes admitted", &|p| p.limited_probes_admitted.to_string()),
