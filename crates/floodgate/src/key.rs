@@ -48,6 +48,17 @@ pub fn decode(mut key: &[u8]) -> Option<Vec<&[u8]>> {
     Some(fields)
 }
 
+/// The namespace (an Envoy domain, if any) and the rule name that an encoded key or scope begins
+/// with; `None` if it is not a valid encoding. A namespaced key begins with an empty field, then
+/// the namespace (see `Policy::in_namespace`).
+pub fn rule_of(key: &[u8]) -> Option<(Option<&[u8]>, &[u8])> {
+    match decode(key)?.as_slice() {
+        [[], namespace, rule, ..] => Some((Some(namespace), rule)),
+        [rule, ..] if !rule.is_empty() => Some((None, rule)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +76,15 @@ mod tests {
     fn reads_like_the_docs() {
         let k = encode(&[b"chat-per-user".to_vec(), b"user".to_vec(), b"u1".to_vec()]);
         assert_eq!(k, b"13:chat-per-user4:user2:u1");
+    }
+
+    #[test]
+    fn a_keys_rule_and_namespace_read_back() {
+        let plain = encode(&[b"per-user".to_vec(), b"user".to_vec(), b"u1".to_vec()]);
+        assert_eq!(rule_of(&plain), Some((None, b"per-user".as_slice())));
+        let namespaced = encode(&[b"".to_vec(), b"edge".to_vec(), b"per-ip".to_vec(), b"ip".to_vec()]);
+        assert_eq!(rule_of(&namespaced), Some((Some(b"edge".as_slice()), b"per-ip".as_slice())));
+        assert_eq!(rule_of(b"3:ab"), None);
     }
 
     #[test]

@@ -99,11 +99,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let store = shared.control.store();
     let status = StoreStatus {
         memory: store.memory_stats(),
-        overflow: store
-            .overflow()
-            .iter()
-            .filter_map(|o| overflow_label(&o.scope).map(|rule| (rule, o.decisions)))
-            .collect(),
+        overflow: store.overflow(),
         breaker: store.breaker(),
         fallback: store.fallback().map(|f| f.stats()),
         prefetch: store.prefetch().map(|p| p.stats()),
@@ -111,18 +107,6 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let text = shared.metrics.render(status);
     ([(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], text)
         .into_response()
-}
-
-/// The `rule` label of an overflowed rule's scope (see `floodgate::key`): its name, or
-/// `<domain>/<rule>` for a rule of an Envoy domain (a namespaced scope).
-fn overflow_label(scope: &[u8]) -> Option<String> {
-    let fields = floodgate::key::decode(scope)?;
-    let text = |f: &[u8]| String::from_utf8_lossy(f).into_owned();
-    match fields.as_slice() {
-        [[], ns, rule, ..] => Some(format!("{}/{}", text(ns), text(rule))),
-        [rule, ..] if !rule.is_empty() => Some(text(rule)),
-        _ => None,
-    }
 }
 
 async fn not_found() -> Response {

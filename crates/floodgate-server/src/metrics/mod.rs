@@ -46,7 +46,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::sync::Weak;
 
-use floodgate::store::{BreakerState, FallbackStats, MemoryStats, PrefetchStats};
+use floodgate::store::{BreakerState, FallbackStats, MemoryStats, OverflowStats, PrefetchStats};
 use floodgate::{Descriptors, Hit, OnStoreError, Outcome, Rule, Verdict};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
@@ -98,6 +98,14 @@ pub const DURATION_BUCKETS: [f64; 16] = [
 
 /// Every outcome, in the order of [`outcome_index`].
 const OUTCOMES: [Outcome; 8] = Outcome::ALL;
+
+/// A rule's `rule` label: its name, or `<domain>/<name>` for a rule of an Envoy domain.
+fn rule_label(domain: Option<&str>, rule: &str) -> String {
+    match domain {
+        Some(domain) => format!("{domain}/{rule}"),
+        None => rule.to_owned(),
+    }
+}
 
 fn outcome_index(outcome: Outcome) -> usize {
     // Outcomes number from 0 in declaration order, the order of `Outcome::ALL`.
@@ -158,8 +166,8 @@ struct SurvivalSeries {
 pub struct StoreStatus {
     /// The memory store's counts.
     pub memory: Option<MemoryStats>,
-    /// The rules whose new keys overflowed (the memory store), by their metric label.
-    pub overflow: Vec<(String, u64)>,
+    /// The rules whose new keys overflowed (the memory store).
+    pub overflow: Vec<OverflowStats>,
     /// A Redis store's breaker.
     pub breaker: Option<BreakerState>,
     /// A Redis store's fallback.
@@ -285,9 +293,12 @@ impl Metrics {
             set(&self.inner.fill_ratio, memory.keys as f64 / memory.max_keys.max(1) as f64);
             set(&self.inner.overflow_counters, memory.overflow_counters as f64);
         }
-        for (rule, decisions) in &store.overflow {
-            let key = Key::from_parts(OVERFLOW_DECISIONS_TOTAL, vec![Label::new("rule", rule.clone())]);
-            self.inner.recorder.register_counter(&key, &METADATA).absolute(*decisions);
+        for overflow in &store.overflow {
+            let Some((domain, rule)) = floodgate::key::rule_of(&overflow.scope) else { continue };
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            let label = rule_label(domain.map(text).as_deref(), &text(rule));
+            let key = Key::from_parts(OVERFLOW_DECISIONS_TOTAL, vec![Label::new("rule", label)]);
+            self.inner.recorder.register_counter(&key, &METADATA).absolute(overflow.decisions);
         }
         if let (Some(breaker), Some(fallback)) = (store.breaker, store.fallback) {
             let series = self.inner.survival.get_or_init(|| self.survival_series());
@@ -408,10 +419,7 @@ impl Metrics {
         let mut details = Vec::new();
         let mut fallback = Vec::new();
         for rule in rules {
-            let label: String = match domain {
-                Some(domain) => format!("{domain}/{}", rule.name()),
-                None => rule.name().to_owned(),
-            };
+            let label = rule_label(domain, rule.name());
             details.push(
                 detailed.contains(&label).then(|| Detail::new(label.clone(), rule, &self.inner.recorder)),
             );
