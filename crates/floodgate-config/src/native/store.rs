@@ -247,10 +247,6 @@ fn failure_rate(item: Item<'_>) -> Result<f64, Invalid> {
     }
 }
 
-/// The most overflow counters a rule may have: their number is written in 4 bytes of their keys,
-/// and 16 M counters (about 2 GB per rule) is beyond any sensible memory bound.
-const MAX_OVERFLOW_COUNTERS: usize = 1 << 24;
-
 fn memory(fields: &Fields<'_>) -> Result<MemoryConfig, Invalid> {
     let mut config = MemoryConfig::default();
     if let Some(max) = fields.get("max_keys") {
@@ -276,10 +272,13 @@ fn memory(fields: &Fields<'_>) -> Result<MemoryConfig, Invalid> {
             ));
         }
         let n = counters.u64_at_least("overflow_counters", 1)?;
-        config.overflow_counters =
-            usize::try_from(n).ok().filter(|n| *n <= MAX_OVERFLOW_COUNTERS).ok_or_else(|| {
+        config.overflow_counters = usize::try_from(n)
+            .ok()
+            .filter(|n| *n <= MemoryConfig::MAX_OVERFLOW_COUNTERS)
+            .ok_or_else(|| {
                 counters.error(format!(
-                    "overflow_counters {n} is too large: at most {MAX_OVERFLOW_COUNTERS} per rule"
+                    "overflow_counters {n} is too large: at most {} per rule",
+                    MemoryConfig::MAX_OVERFLOW_COUNTERS
                 ))
             })?;
     }

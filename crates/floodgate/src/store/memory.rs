@@ -54,6 +54,12 @@ pub struct MemoryConfig {
     pub sweep_interval: Duration,
 }
 
+impl MemoryConfig {
+    /// The most `overflow_counters` a rule may have: their number is written in 4 bytes of their
+    /// keys, and 16 M counters (about 2 GB per rule) is beyond any sensible memory bound.
+    pub const MAX_OVERFLOW_COUNTERS: usize = 1 << 24;
+}
+
 impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
@@ -164,9 +170,10 @@ impl Default for MemoryStore<SystemClock> {
 }
 
 impl<C: Clock> MemoryStore<C> {
-    /// A store with `config`, reading time from `clock`. An `overflow_counters` of 0 counts as 1.
+    /// A store with `config`, reading time from `clock`. `overflow_counters` is kept within 1 and
+    /// [`MemoryConfig::MAX_OVERFLOW_COUNTERS`] (the configuration file refuses values outside).
     pub fn with_config(mut config: MemoryConfig, clock: C) -> Self {
-        config.overflow_counters = config.overflow_counters.max(1);
+        config.overflow_counters = config.overflow_counters.clamp(1, MemoryConfig::MAX_OVERFLOW_COUNTERS);
         let hashing = KeyHashing::default();
         let map = papaya::HashMap::builder().hasher(hashing.clone()).build();
         MemoryStore {
@@ -372,17 +379,19 @@ impl<C: Clock> MemoryStore<C> {
     ) -> Option<&'g Slot> {
         let inner = &*self.inner;
         let scope = &key[..scope_len.min(key.len())];
-        let counter = counter_key(scope, self.counter_of(key));
-        let slot = match inner.map.get(&inner.hashing.lookup(&counter), guard) {
+        let slot = match self.counter_in_table(scope, key, guard) {
             Some(slot) => slot,
-            None if create => match inner.map.try_insert(StoredKey::new(&counter), Slot::default(), guard) {
-                Ok(slot) => {
-                    inner.counters.fetch_add(1, Ordering::Relaxed);
-                    inner.key_bytes.fetch_add(spilled(counter.len()), Ordering::Relaxed);
-                    slot
+            None if create => {
+                let counter = counter_key(scope, self.counter_of(key));
+                match inner.map.try_insert(StoredKey::new(&counter), Slot::default(), guard) {
+                    Ok(slot) => {
+                        inner.counters.fetch_add(1, Ordering::Relaxed);
+                        inner.key_bytes.fetch_add(spilled(counter.len()), Ordering::Relaxed);
+                        slot
+                    }
+                    Err(occupied) => occupied.current,
                 }
-                Err(occupied) => occupied.current,
-            },
+            }
             None => return None,
         };
         let decisions = inner.overflowed.guard();
@@ -403,9 +412,7 @@ impl<C: Clock> MemoryStore<C> {
         if inner.counters.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let scope = &key[..scope_len.min(key.len())];
-        let counter = counter_key(scope, self.counter_of(key));
-        inner.map.get(&inner.hashing.lookup(&counter), guard)?.lock().snapshot()
+        self.counter_in_table(&key[..scope_len.min(key.len())], key, guard)?.lock().snapshot()
     }
 
     /// The overflow counter holding a key not in the table: that of the overflowed rule whose
@@ -417,8 +424,18 @@ impl<C: Clock> MemoryStore<C> {
         }
         let scopes = inner.overflowed.guard();
         let scope = inner.overflowed.keys(&scopes).find(|scope| key.starts_with(scope))?;
+        self.counter_in_table(scope, key, guard)
+    }
+
+    /// `key`'s overflow counter among its rule's (`scope`), if the table holds it.
+    fn counter_in_table<'g>(
+        &self,
+        scope: &[u8],
+        key: &[u8],
+        guard: &'g impl papaya::Guard,
+    ) -> Option<&'g Slot> {
         let counter = counter_key(scope, self.counter_of(key));
-        inner.map.get(&inner.hashing.lookup(&counter), guard)
+        self.inner.map.get(&self.inner.hashing.lookup(&counter), guard)
     }
 
     /// Applies `ops` under the locks of their keys; the heart of [`Store::apply`].
