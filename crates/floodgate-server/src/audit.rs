@@ -25,6 +25,21 @@ pub enum Trigger {
     Rollback,
 }
 
+impl Trigger {
+    /// The name the audit log and the logs give it: `startup`, `watch`, `sighup`, `file`,
+    /// `admin`, `rollback`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Startup => "startup",
+            Trigger::Watch => "watch",
+            Trigger::Sighup => "sighup",
+            Trigger::File => "file",
+            Trigger::Admin => "admin",
+            Trigger::Rollback => "rollback",
+        }
+    }
+}
+
 /// Whether a change was applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -144,6 +159,20 @@ mod tests {
 
     fn fp(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
         pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn a_trigger_has_the_same_name_in_the_logs_and_the_audit_log() {
+        for trigger in [
+            Trigger::Startup,
+            Trigger::Watch,
+            Trigger::Sighup,
+            Trigger::File,
+            Trigger::Admin,
+            Trigger::Rollback,
+        ] {
+            assert_eq!(serde_json::to_value(trigger).unwrap(), trigger.as_str());
+        }
     }
 
     #[test]

@@ -17,14 +17,34 @@ pub const EXIT_CONFIG: i32 = 64;
 /// The exit code when a listener cannot be bound or the server fails while running.
 pub const EXIT_RUNTIME: i32 = 1;
 
+/// The version `floodgate --version` prints: the package version and the git commit the binary
+/// was built from (`unknown` for a build without git: see `build.rs`).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("FLOODGATE_COMMIT"), ")");
+
+/// The git commit the binary was built from, or `unknown`.
+pub const COMMIT: &str = env!("FLOODGATE_COMMIT");
+
 /// Floodgate: a rate-limit service. One engine; an HTTP check API, Envoy's RLS v3 gRPC, and an
 /// admin API.
 #[derive(Debug, Parser)]
-#[command(name = "floodgate", version, about)]
+#[command(name = "floodgate", version = VERSION, about)]
 pub struct Cli {
+    /// How log lines are written to stderr: `text` (human-readable, the default) or `json` (one
+    /// JSON object a line, every field at the top level, for log pipelines).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "FLOODGATE_LOG_FORMAT", global = true)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The format of log lines (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `2026-12-02T07:00:00.000000Z  INFO floodgate_server::control: configuration applied version=2 …`
+    Text,
+    /// `{"timestamp":"…","level":"INFO","event":"config_applied","version":2,…,"message":"configuration applied"}`
+    Json,
 }
 
 /// The subcommands.
@@ -59,6 +79,20 @@ pub struct ServeArgs {
     /// Do not watch the configuration file for changes (reload with SIGHUP or the admin API).
     #[arg(long)]
     pub no_watch: bool,
+    /// Logs this share of decisions, one line each (`event=decision`: front door, rules and
+    /// outcomes, descriptors): `0.001` logs about one in a thousand. 0 (the default) logs none;
+    /// 1 logs every decision (for debugging: a line per request).
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = sample_share)]
+    pub decision_log_sample: f64,
+}
+
+/// A share of decisions to log: a number from 0 to 1.
+fn sample_share(text: &str) -> Result<f64, String> {
+    let share: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number from 0 to 1"))?;
+    if !(0.0..=1.0).contains(&share) {
+        return Err(format!("{text} is not a share from 0 to 1 (0.001 logs one decision in a thousand)"));
+    }
+    Ok(share)
 }
 
 /// `floodgate check-config`.
@@ -69,16 +103,18 @@ pub struct CheckConfigArgs {
     pub path: PathBuf,
 }
 
-/// Logs to stderr, at `RUST_LOG`'s levels (default `info`), in colour on a terminal.
-pub fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+/// Logs to stderr, at `RUST_LOG`'s levels (default `info`): text (in colour on a terminal), or
+/// one JSON object a line with the event's fields at the top level.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => {
+            builder.json().flatten_event(true).with_current_span(false).with_span_list(false).init()
+        }
+    }
 }
 
 fn exit(code: i32) -> ExitCode {
@@ -137,6 +173,7 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
     let mut options = ServeOptions::default().sighup(true).watch(args.config.is_some() && !args.no_watch);
     options.config_path = args.config.clone();
     options.admin_token = args.admin_token.clone();
+    options.decision_log_sample = args.decision_log_sample;
 
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -185,7 +222,14 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
             }
         };
         let grpc = server.grpc_addr().map(|a| a.to_string()).unwrap_or_default();
-        tracing::info!(http = %server.http_addr(), grpc = %grpc, "floodgate serving");
+        tracing::info!(
+            event = "serving",
+            http = %server.http_addr(),
+            grpc = %grpc,
+            version = env!("CARGO_PKG_VERSION"),
+            commit = COMMIT,
+            "floodgate serving"
+        );
         match server.run(crate::shutdown_signal()).await {
             Ok(()) => {
                 tracing::info!("stopped");
@@ -216,6 +260,43 @@ mod tests {
         assert_eq!(args.http, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(args.grpc, "127.0.0.1:8081".parse().unwrap());
         assert!(args.config.is_none() && !args.no_watch);
+        assert_eq!(args.decision_log_sample, 0.0, "no decision is logged unless asked");
+        assert_eq!(cli.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn the_log_format_is_accepted_before_and_after_the_subcommand() {
+        for args in [
+            &["floodgate", "--log-format", "json", "serve"][..],
+            &["floodgate", "serve", "--log-format", "json"],
+        ] {
+            assert_eq!(Cli::try_parse_from(args).unwrap().log_format, LogFormat::Json);
+        }
+        assert!(Cli::try_parse_from(["floodgate", "--log-format", "xml", "serve"]).is_err());
+    }
+
+    #[test]
+    fn a_decision_log_share_outside_0_to_1_is_refused_with_the_reason() {
+        let parse = |share: &str| {
+            let flag = format!("--decision-log-sample={share}");
+            Cli::try_parse_from(["floodgate", "serve", flag.as_str()]).map(|cli| match cli.command {
+                Command::Serve(args) => args.decision_log_sample,
+                _ => unreachable!("serve"),
+            })
+        };
+        assert_eq!(parse("0.001").unwrap(), 0.001);
+        assert_eq!(parse("1").unwrap(), 1.0);
+        for bad in ["1.5", "-0.1", "NaN", "often"] {
+            let error = parse(bad).unwrap_err().to_string();
+            assert!(error.contains("from 0 to 1"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_version_names_the_package_version_and_a_commit() {
+        assert!(VERSION.starts_with(env!("CARGO_PKG_VERSION")), "{VERSION}");
+        assert!(COMMIT == "unknown" || COMMIT.bytes().all(|b| b.is_ascii_hexdigit()), "{COMMIT}");
+        assert!(VERSION.ends_with(&format!("(commit {COMMIT})")), "{VERSION}");
     }
 
     #[test]

@@ -186,6 +186,14 @@ impl Control {
             error: None,
             restored: None,
         };
+        tracing::info!(
+            event = "config_applied",
+            version = 1,
+            source = Trigger::Startup.as_str(),
+            hash = %running.source.hash,
+            added = ?record.added,
+            "configuration applied"
+        );
         let running = Arc::new(running);
         let history =
             History { versions: VecDeque::from([Arc::clone(&running)]), last_watch_rejection: None };
@@ -349,8 +357,10 @@ impl Control {
         self.metrics.config_version(running.version);
         self.metrics.reload(true);
         tracing::info!(
+            event = "config_applied",
             version = running.version,
-            source = ?trigger,
+            source = trigger.as_str(),
+            restored,
             hash = %running.source.hash,
             added = ?diff.added,
             removed = ?diff.removed,
@@ -383,7 +393,13 @@ impl Control {
             history.last_watch_rejection = Some(report.message.clone());
         }
         self.metrics.reload(false);
-        tracing::warn!(source = ?trigger, error = %report.message, "configuration rejected; the running one stays");
+        tracing::warn!(
+            event = "config_rejected",
+            version = self.current.load().version,
+            source = trigger.as_str(),
+            error = %report.message,
+            "configuration rejected; the running one stays"
+        );
         let path = match trigger {
             Trigger::Admin => None,
             _ => self.path.as_ref().map(|p| p.display().to_string()),

@@ -13,7 +13,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    cli::init_logging();
+    cli::init_logging(cli.log_format);
     match cli.command {
         Command::CheckConfig(args) => cli::check_config(&args),
         Command::Openapi => cli::openapi(),

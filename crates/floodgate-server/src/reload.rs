@@ -129,7 +129,9 @@ pub(crate) fn on_sighup(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) ->
                     if received.is_none() {
                         return;
                     }
-                    tracing::info!("SIGHUP: reloading the configuration");
+                    // The change itself is logged once, as `config_applied` (source `sighup`)
+                    // or `config_rejected`.
+                    tracing::debug!("SIGHUP: reloading the configuration");
                     reload_logged(&shared, Trigger::Sighup).await;
                 }
                 () = stopped(&mut stop) => return,
@@ -143,8 +145,8 @@ pub(crate) fn on_sighup(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) ->
 async fn reload_logged(shared: &Shared, trigger: Trigger) {
     match shared.control.reload(trigger).await {
         Ok(applied) if applied.changed => {}
-        Ok(_) => tracing::debug!(source = ?trigger, "configuration unchanged"),
-        Err(error) => tracing::debug!(source = ?trigger, %error, "reload rejected"),
+        Ok(_) => tracing::debug!(source = trigger.as_str(), "configuration unchanged"),
+        Err(error) => tracing::debug!(source = trigger.as_str(), %error, "reload rejected"),
     }
 }
 

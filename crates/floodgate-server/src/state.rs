@@ -28,6 +28,9 @@ pub struct ServeOptions {
     pub sighup: bool,
     /// How long events must be quiet before the watcher reloads (default 200 ms when zero).
     pub debounce: Duration,
+    /// The share of decisions logged, one line each (0 to 1; default 0: none). See
+    /// `floodgate serve --decision-log-sample`.
+    pub decision_log_sample: f64,
 }
 
 impl ServeOptions {
@@ -72,7 +75,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(control: Control, metrics: Metrics, options: ServeOptions) -> Shared {
-        let path = DecisionPath::new(control.store().clone(), metrics.clone());
+        let path = DecisionPath::new(control.store().clone(), metrics.clone(), options.decision_log_sample);
         Shared {
             control,
             path,
@@ -104,14 +107,20 @@ impl Shared {
                 _ => "no answer when last asked",
             };
             match answer {
-                Ready::Store => tracing::info!(store = kind, "store reachable: ready"),
+                Ready::Store => {
+                    tracing::info!(event = "readiness", store = kind, ready = true, "store reachable: ready")
+                }
                 Ready::Local => tracing::warn!(
+                    event = "readiness",
                     store = kind,
+                    ready = true,
                     error = %why,
                     "store unreachable: ready on local shares (every rule has on_store_error local)"
                 ),
                 Ready::No => tracing::warn!(
+                    event = "readiness",
                     store = kind,
+                    ready = false,
                     error = %why,
                     "store unreachable: not ready (rules follow on_store_error)"
                 ),

@@ -37,11 +37,25 @@ pub const HEARTBEAT_TTL: Duration = Duration::from_secs(5);
 pub(crate) fn breaker_log(store: &'static str) -> OnChange {
     Arc::new(move |state| match state {
         BreakerState::Open => tracing::warn!(
+            event = "breaker",
             store,
+            state = "open",
             "store breaker open: the store is not called for open_for; rules decide by on_store_error"
         ),
-        BreakerState::HalfOpen => tracing::info!(store, "store breaker half-open: one probe call"),
-        BreakerState::Closed => tracing::info!(store, "store breaker closed: the store answers again"),
+        BreakerState::HalfOpen => {
+            tracing::info!(
+                event = "breaker",
+                store,
+                state = "half_open",
+                "store breaker half-open: one probe call"
+            )
+        }
+        BreakerState::Closed => tracing::info!(
+            event = "breaker",
+            store,
+            state = "closed",
+            "store breaker closed: the store answers again"
+        ),
     })
 }
 
@@ -102,6 +116,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             match redis.heartbeat(&instance, HEARTBEAT_TTL).await {
                 Ok(live) if live != fallback.instances() => {
                     tracing::info!(
+                        event = "fleet",
                         store = kind,
                         instances = live,
                         "fleet: local shares now computed for {live} instances"
@@ -118,7 +133,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         match outage_from {
             None if stats.local_decisions > local_before => {
                 tracing::warn!(
+                    event = "fallback",
                     store = kind,
+                    state = "active",
                     instances = stats.instances,
                     "the store fails: rules with on_store_error local decide on this instance's share"
                 );
@@ -126,7 +143,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
             Some(from) if !stats.degraded => {
                 tracing::info!(
+                    event = "fallback",
                     store = kind,
+                    state = "inactive",
                     local_decisions = stats.local_decisions - from,
                     "the store answers again: back on it from local shares"
                 );
@@ -139,6 +158,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             let replayed = fallback.replay().await;
             if replayed.keys > 0 || replayed.expired > 0 {
                 tracing::info!(
+                    event = "fallback_charged",
                     store = kind,
                     keys = replayed.keys,
                     units = replayed.units,

@@ -36,13 +36,21 @@ struct Floodgate {
     child: Child,
     http: SocketAddr,
     stderr: mpsc::Receiver<String>,
+    /// The lines logged up to the address, not yet returned by [`Floodgate::log`].
+    early: std::sync::Mutex<Vec<String>>,
 }
 
 impl Floodgate {
     /// Starts `floodgate serve` on ports chosen by the system, with `args`, and waits until it
     /// logs its addresses.
     fn serve(args: &[&str]) -> Floodgate {
+        Floodgate::serve_with(&[], args)
+    }
+
+    /// [`Floodgate::serve`] with options before the subcommand (`--log-format json`).
+    fn serve_with(global: &[&str], args: &[&str]) -> Floodgate {
         let mut child = Command::new(BIN)
+            .args(global)
             .arg("serve")
             .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .args(args)
@@ -66,12 +74,18 @@ impl Floodgate {
             let line = rx
                 .recv_timeout(Duration::from_secs(30))
                 .unwrap_or_else(|_| panic!("no address logged: {log:?}"));
-            if let Some(rest) = line.split("http=").nth(1) {
-                break rest.split_whitespace().next().unwrap().parse().unwrap();
-            }
+            let address = match (line.split("http=").nth(1), line.split(r#""http":""#).nth(1)) {
+                (Some(text), _) => text.split_whitespace().next(),
+                (None, Some(json)) => json.split('"').next(),
+                (None, None) => None,
+            };
+            let address = address.map(|a| a.parse().unwrap());
             log.push(line);
+            if let Some(address) = address {
+                break address;
+            }
         };
-        Floodgate { child, http, stderr: rx }
+        Floodgate { child, http, stderr: rx, early: std::sync::Mutex::new(log) }
     }
 
     fn signal(&self, name: &str) {
@@ -90,8 +104,11 @@ impl Floodgate {
         panic!("floodgate did not exit within 15 s");
     }
 
+    /// The lines logged since the last call (the first call: from the start).
     fn log(&self) -> Vec<String> {
-        self.stderr.try_iter().collect()
+        let mut lines = std::mem::take(&mut *self.early.lock().unwrap());
+        lines.extend(self.stderr.try_iter());
+        lines
     }
 }
 
@@ -233,4 +250,123 @@ async fn sighup_reloads_the_file() {
 
     floodgate.signal("INT");
     assert_eq!(floodgate.wait(), 0);
+}
+
+#[test]
+fn version_prints_the_package_version_and_the_commit_it_was_built_from() {
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    // The commit build.rs embeds: FLOODGATE_GIT_COMMIT when the build was given one, else git's
+    // HEAD of this source tree, else "unknown" (a build from an export without .git).
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let commit = option_env!("FLOODGATE_GIT_COMMIT")
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| c.trim().to_owned())
+        .or(head)
+        .unwrap_or_else(|| "unknown".to_owned());
+    assert_eq!(printed.trim(), format!("floodgate {} (commit {commit})", env!("CARGO_PKG_VERSION")));
+    assert_eq!(run(&["-V"]).stdout, out.stdout);
+}
+
+/// The JSON objects of `lines`; panics on a line that is not one.
+fn json_lines(lines: &[String]) -> Vec<serde_json::Value> {
+    lines
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
+        .collect()
+}
+
+fn events<'a>(lines: &'a [serde_json::Value], event: &str) -> Vec<&'a serde_json::Value> {
+    lines.iter().filter(|l| l["event"] == event).collect()
+}
+
+/// Waits until the log has a line of `event` beyond `seen` of them, collecting into `log`.
+fn wait_for_event(floodgate: &Floodgate, log: &mut Vec<String>, event: &str, seen: usize) {
+    for _ in 0..100 {
+        log.extend(floodgate.log());
+        if events(&json_lines(log), event).len() > seen {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no new {event} line: {log:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_say_each_config_change_once_and_the_sampled_decisions() {
+    let dir = TempDir::new("json-logs");
+    let path = dir.write_atomic("floodgate.yaml", GOOD);
+    let path = path.to_str().unwrap();
+    let mut floodgate = Floodgate::serve_with(
+        &["--log-format", "json"],
+        &["--config", path, "--no-watch", "--decision-log-sample", "1"],
+    );
+    let http = floodgate.http;
+    let mut log = Vec::new();
+
+    // Every decision is sampled: one line each, with its rules, outcomes and descriptors.
+    for _ in 0..4 {
+        raw(http, "POST", "/v1/check", r#"{"descriptors": {"user": "u \"1\""}}"#).await;
+    }
+    wait_for_event(&floodgate, &mut log, "decision", 3);
+    let lines = json_lines(&log);
+    let decisions = events(&lines, "decision");
+    assert_eq!(decisions.len(), 4, "{decisions:#?}");
+    assert_eq!(decisions[0]["api"], "check");
+    assert_eq!(decisions[0]["allowed"], true);
+    assert_eq!(decisions[0]["limits"], "per-user:allowed");
+    assert_eq!(decisions[0]["descriptors"], r#"user="u \"1\"""#);
+    assert!(decisions[0]["took_us"].is_u64(), "{:?}", decisions[0]);
+    assert_eq!(decisions[3]["allowed"], false);
+    assert_eq!(decisions[3]["limits"], "per-user:denied");
+    assert_eq!(decisions[3]["level"], "INFO");
+
+    // A change through SIGHUP: one line, with what changed.
+    dir.write_atomic("floodgate.yaml", &GOOD.replace("limit: 3", "limit: 30"));
+    floodgate.signal("HUP");
+    wait_for_event(&floodgate, &mut log, "config_applied", 1);
+    // An invalid file: one line saying why; the running configuration stays.
+    dir.write_atomic("floodgate.yaml", BAD);
+    floodgate.signal("HUP");
+    wait_for_event(&floodgate, &mut log, "config_rejected", 0);
+
+    floodgate.signal("TERM");
+    assert_eq!(floodgate.wait(), 0);
+    log.extend(floodgate.log());
+    let lines = json_lines(&log);
+    let applied = events(&lines, "config_applied");
+    assert_eq!(applied.len(), 2, "the startup configuration and one change: {applied:#?}");
+    assert_eq!((&applied[0]["version"], &applied[0]["source"]), (&1.into(), &"startup".into()));
+    assert_eq!((&applied[1]["version"], &applied[1]["source"]), (&2.into(), &"sighup".into()));
+    assert_eq!(applied[1]["changed"], r#"["per-user"]"#);
+    let rejected = events(&lines, "config_rejected");
+    assert_eq!(rejected.len(), 1, "{rejected:#?}");
+    assert_eq!((&rejected[0]["source"], &rejected[0]["level"]), (&"sighup".into(), &"WARN".into()));
+    assert!(rejected[0]["error"].as_str().unwrap().contains("floodgate.yaml:5:"), "{:?}", rejected[0]);
+    let serving = events(&lines, "serving");
+    assert_eq!(serving.len(), 1);
+    assert_eq!(serving[0]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(serving[0]["commit"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_are_not_logged_unless_sampled() {
+    let mut floodgate = Floodgate::serve_with(&["--log-format", "json"], &[]);
+    for _ in 0..20 {
+        raw(floodgate.http, "POST", "/v1/check", r#"{"descriptors": {"user": "u1", "route": "POST /chat"}}"#)
+            .await;
+    }
+    floodgate.signal("TERM");
+    assert_eq!(floodgate.wait(), 0);
+    let log = floodgate.log();
+    let lines = json_lines(&log);
+    assert!(events(&lines, "decision").is_empty(), "{log:#?}");
+    assert_eq!(events(&lines, "config_applied").len(), 1, "{log:#?}");
 }
