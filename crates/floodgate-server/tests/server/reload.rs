@@ -119,14 +119,26 @@ async fn a_kubernetes_style_symlink_swap_is_seen() {
     let server = TestServer::with_options(loaded, options).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
 
-    let v2 = dir.path().join("..v2");
-    std::fs::create_dir(&v2).unwrap();
-    std::fs::write(v2.join("floodgate.yaml"), config(9)).unwrap();
-    std::os::unix::fs::symlink("..v2", dir.path().join("..data_tmp")).unwrap();
-    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
-
+    // As the kubelet updates a ConfigMap volume: the new data in a new directory, a `..data_tmp`
+    // link to it renamed over `..data`, then the old directory removed — twice, so that the watch
+    // outlives a swap.
+    let swap = |from: &str, to: &str, limit: u64| {
+        let next = dir.path().join(to);
+        std::fs::create_dir(&next).unwrap();
+        std::fs::write(next.join("floodgate.yaml"), config(limit)).unwrap();
+        std::os::unix::fs::symlink(to, dir.path().join("..data_tmp")).unwrap();
+        std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).unwrap();
+        std::fs::remove_dir_all(dir.path().join(from)).unwrap();
+    };
+    swap("..v1", "..v2", 9);
     assert!(eventually(Duration::from_secs(10), || async { version(&server).await == 2 }).await, "reloaded");
     assert_eq!(user_limit(&server.check(&[("user", "u1")]).await).0, 9);
+    swap("..v2", "..v3", 4);
+    assert!(
+        eventually(Duration::from_secs(10), || async { version(&server).await == 3 }).await,
+        "reloaded again"
+    );
+    assert_eq!(user_limit(&server.check(&[("user", "u2")]).await).0, 4);
     server.stop().await;
 }
 
