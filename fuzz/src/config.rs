@@ -1,0 +1,92 @@
+//! The properties of configuration loading, shared by the `config_native` and `config_envoy`
+//! targets.
+
+use floodgate::{Descriptors, Hit, Impossible, MemoryStore, Mode, Policy};
+use floodgate_config::ConfigError;
+
+/// Loads `text` as a configuration file and checks:
+///
+/// - nothing panics;
+/// - an error has a message and names a place inside the text: a line that exists (the line
+///   after the last for an error at the very end) and a column from 1;
+/// - a configuration that loads loads again the same (same hash, same rule fingerprints), and
+///   each of its policies decides a request on the memory store without an error (every rule's
+///   key descriptors given a value, so that every rule applies).
+pub fn check(text: &str) {
+    match floodgate_config::parse("fuzz.yaml", text) {
+        Err(error) => check_error(text, &error),
+        Ok(config) => {
+            let again =
+                floodgate_config::parse("fuzz.yaml", text).expect("a text that loaded once loads again");
+            assert_eq!(config.source.hash, again.source.hash);
+            assert_eq!(config.fingerprints, again.fingerprints);
+            decide(&config.policy);
+            for policy in config.domains.values() {
+                decide(policy);
+            }
+        }
+    }
+}
+
+fn check_error(text: &str, error: &ConfigError) {
+    assert!(!error.message.trim().is_empty(), "an error without a message: {error:?}");
+    let lines = text.lines().count().max(1);
+    if let Some(line) = error.line {
+        assert!((1..=lines + 1).contains(&line), "line {line} of a text of {lines} lines: {error}");
+    }
+    if let Some(column) = error.column {
+        assert!(column >= 1, "column {column}: {error}");
+        if let Some(line) = error.line
+            && let Some(content) = text.lines().nth(line - 1)
+        {
+            // A column may point just past the line's end (a missing value), not further.
+            assert!(
+                column <= content.chars().count() + 2,
+                "column {column} on line {line} of {} characters: {error}",
+                content.chars().count()
+            );
+        }
+    }
+}
+
+/// One request with every descriptor a rule of `policy` keys on or matches, checked and then
+/// peeked on a fresh memory store: the engine accepts it.
+fn decide(policy: &Policy) {
+    let mut descriptors = Descriptors::new();
+    for rule in policy.rules() {
+        for name in rule.key_descriptors() {
+            let value = if name == "ip" { "192.0.2.1" } else { "fuzz" };
+            descriptors.insert(name.clone(), value);
+        }
+    }
+    let store = MemoryStore::new();
+    let hits = [Hit::new(&descriptors, 1)];
+    for mode in [Mode::Check, Mode::Peek] {
+        let result = policy
+            .evaluate_now(&store, mode, &hits, Impossible::Deny)
+            .expect("the memory store answers at once");
+        if let Err(e) = result {
+            // A descriptor value the rule cannot read (an `ip_prefix` rule keyed on a
+            // non-address) is the one error a valid policy may give a valid request.
+            assert!(matches!(e, floodgate::EngineError::Descriptor { .. }), "{e}");
+        }
+    }
+}
+
+/// Loads `text` and, when it is an envoyproxy/ratelimit file (a top-level `domain`) that loads,
+/// checks that it defines that domain.
+pub fn check_envoy(text: &str) {
+    let Ok(config) = floodgate_config::parse("fuzz.yaml", text) else { return };
+    let domain =
+        text.lines().find_map(|l| l.strip_prefix("domain:")).map(|d| d.trim().trim_matches(['"', '\'']));
+    // Only a plain name is compared: YAML has many ways to write a scalar (escapes, tags, anchors).
+    let plain =
+        |d: &&str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if let Some(domain) = domain.filter(plain) {
+        assert!(
+            config.domains.contains_key(domain),
+            "the Envoy file's domain {domain:?} is not defined: {:?}",
+            config.domains.keys()
+        );
+    }
+}
