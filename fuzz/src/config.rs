@@ -73,16 +73,12 @@ fn decide(policy: &Policy) {
     }
 }
 
-/// Loads `text` and, when it is an envoyproxy/ratelimit file (a top-level `domain`) that loads,
-/// checks that it defines that domain.
+/// Loads `text` and, when it is an envoyproxy/ratelimit file (a top-level `domain`, as the YAML
+/// parser reads it) that loads, checks that it defines that domain.
 pub fn check_envoy(text: &str) {
     let Ok(config) = floodgate_config::parse("fuzz.yaml", text) else { return };
-    let domain =
-        text.lines().find_map(|l| l.strip_prefix("domain:")).map(|d| d.trim().trim_matches(['"', '\'']));
-    // Only a plain name is compared: YAML has many ways to write a scalar (escapes, tags, anchors).
-    let plain =
-        |d: &&str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if let Some(domain) = domain.filter(plain) {
+    let Ok(document) = serde_saphyr::from_str::<serde_json::Value>(text) else { return };
+    if let Some(domain) = document.get("domain").and_then(serde_json::Value::as_str) {
         assert!(
             config.domains.contains_key(domain),
             "the Envoy file's domain {domain:?} is not defined: {:?}",
