@@ -32,6 +32,7 @@ pub struct LocalServer {
     pub grpc_addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    app: App,
 }
 
 impl LocalServer {
@@ -48,13 +49,20 @@ impl LocalServer {
         let http = TcpListener::bind("127.0.0.1:0").await?;
         let grpc = TcpListener::bind("127.0.0.1:0").await?;
         let grpc_addr = grpc.local_addr()?;
-        let server = Server::new(app, http, Some(grpc))?;
+        let server = Server::new(app.clone(), http, Some(grpc))?;
         let addr = server.http_addr();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async {
             let _ = rx.await;
         }));
-        Ok(LocalServer { addr, grpc_addr, stop: Some(tx), task })
+        Ok(LocalServer { addr, grpc_addr, stop: Some(tx), task, app })
+    }
+
+    /// The memory store's keys, overflow counters and memory estimate (`None` on another store),
+    /// read in process: the same numbers `/metrics` gives as `floodgate_keys`, with the store's
+    /// estimate of its bytes.
+    pub fn memory_stats(&self) -> Option<floodgate::store::MemoryStats> {
+        self.app.control().store().memory_stats()
     }
 
     /// Waits until `/readyz` answers 200 (a Redis store connects lazily; until it answers,

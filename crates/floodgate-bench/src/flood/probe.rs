@@ -63,6 +63,11 @@ pub(crate) struct Snapshot {
     pub(crate) rss_bytes: Option<u64>,
     /// Redis's `used_memory`, in bytes.
     pub(crate) redis_used_memory: Option<u64>,
+    /// The memory store's own estimate of the bytes it holds (keys, slots, table overhead), read
+    /// in process; `None` on another store.
+    pub(crate) store_bytes: Option<u64>,
+    /// The memory store's overflow counters held (not in `keys`).
+    pub(crate) overflow_counters: Option<u64>,
     /// Each `floodgate_overflow_decisions_total` series: its labels (`{rule="…"}`, or empty) and
     /// value.
     pub(crate) overflow_decisions: BTreeMap<String, u64>,
@@ -93,7 +98,15 @@ pub(crate) async fn take(holder: Holder<'_>) -> Snapshot {
         .into_iter()
         .map(|(labels, v)| (labels, v as u64))
         .collect();
-    Snapshot { keys, rss_bytes: resident_bytes(), redis_used_memory, overflow_decisions }
+    let memory = server.memory_stats();
+    Snapshot {
+        keys,
+        rss_bytes: resident_bytes(),
+        redis_used_memory,
+        store_bytes: memory.as_ref().map(|m| m.bytes_estimate as u64),
+        overflow_counters: memory.as_ref().map(|m| m.overflow_counters as u64),
+        overflow_decisions,
+    }
 }
 
 /// Every series of the metric `name` in a Prometheus text page: its labels (`{…}`, or empty)

@@ -109,6 +109,20 @@ struct Details {
     /// Its resident memory, in bytes.
     rss_before_flood_bytes: Option<u64>,
     rss_after_flood_bytes: Option<u64>,
+    /// The memory store's own estimate of its bytes as the flood started and after it, its
+    /// overflow counters after it, and its configured bound (`max_keys` and every rule's overflow
+    /// counters, 120 bytes each: docs/configuration.md); on the memory store only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_bytes_before_flood: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_bytes_after_flood: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    overflow_counters_after_flood: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_bound_bytes: Option<u64>,
+    /// Whether the store's estimate stayed within the bound, after the flood.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_within_bound: Option<bool>,
     /// Redis's `used_memory`, in bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     redis_used_memory_before_flood: Option<u64>,
@@ -362,6 +376,11 @@ pub(crate) fn report(args: &FloodArgs, plan: &Plan, setup: &Setup, run: Run) -> 
         rss_from: setup.rss_from,
         rss_before_flood_bytes: at.rss_bytes,
         rss_after_flood_bytes: after.rss_bytes,
+        store_bytes_before_flood: at.store_bytes,
+        store_bytes_after_flood: after.store_bytes,
+        overflow_counters_after_flood: after.overflow_counters,
+        memory_bound_bytes: setup.memory_bound_bytes,
+        memory_within_bound: after.store_bytes.zip(setup.memory_bound_bytes).map(|(b, bound)| b <= bound),
         redis_used_memory_before_flood: at.redis_used_memory,
         redis_used_memory_after_flood: after.redis_used_memory,
         redis_bytes_per_key,

@@ -155,6 +155,14 @@ async fn flood_on_memory(transport: &str) {
     assert_eq!(v["rss_from"], "bench_process");
     assert!(at <= after && after <= 200 + OVERFLOW_ALLOWANCE, "keys after the flood: {after}");
     assert!(u(&v, "rss_before_flood_bytes") > 0 && u(&v, "rss_after_flood_bytes") > 0, "{v}");
+    // The store's own estimate of its memory stays within the configured bound: 200 keys and
+    // the rule's 65 536 overflow counters, 120 bytes each.
+    assert_eq!(u(&v, "memory_bound_bytes"), (200 + 65_536) * 120);
+    let (bytes_at, bytes_after) = (u(&v, "store_bytes_before_flood"), u(&v, "store_bytes_after_flood"));
+    assert!(0 < bytes_at && bytes_at <= bytes_after, "{bytes_at} then {bytes_after} bytes");
+    assert!(bytes_after <= u(&v, "memory_bound_bytes"), "{bytes_after} bytes: {v}");
+    assert_eq!(v["memory_within_bound"], true);
+    assert!(u(&v, "overflow_counters_after_flood") <= 2000, "at most one counter per flood key: {v}");
     // Present or not (a server may not export the series), the overflow decisions read cleanly.
     let series: u64 = v["overflow_decisions"].as_object().unwrap().values().filter_map(Value::as_u64).sum();
     assert_eq!(series, u(&v, "overflow_decisions_total"));
