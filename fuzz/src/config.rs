@@ -30,14 +30,18 @@ pub fn check(text: &str) {
 
 fn check_error(text: &str, error: &ConfigError) {
     assert!(!error.message.trim().is_empty(), "an error without a message: {error:?}");
-    let lines = text.lines().count().max(1);
+    let lines = yaml_lines(text);
     if let Some(line) = error.line {
-        assert!((1..=lines + 1).contains(&line), "line {line} of a text of {lines} lines: {error}");
+        assert!(
+            (1..=lines.len() + 1).contains(&line),
+            "line {line} of a text of {} lines: {error}",
+            lines.len()
+        );
     }
     if let Some(column) = error.column {
         assert!(column >= 1, "column {column}: {error}");
         if let Some(line) = error.line
-            && let Some(content) = text.lines().nth(line - 1)
+            && let Some(content) = lines.get(line - 1)
         {
             // A column may point just past the line's end (a missing value), not further.
             assert!(
@@ -47,6 +51,22 @@ fn check_error(text: &str, error: &ConfigError) {
             );
         }
     }
+}
+
+/// The lines of `text` as YAML counts them: a line ends at `\r\n`, `\r` or `\n` (YAML 1.2's line
+/// breaks; `str::lines` knows only the first and the last).
+fn yaml_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(['\r', '\n']) {
+        lines.push(&rest[..i]);
+        let skip = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
+        rest = &rest[i + skip..];
+    }
+    if !rest.is_empty() || lines.is_empty() {
+        lines.push(rest);
+    }
+    lines
 }
 
 /// One request with every descriptor a rule of `policy` keys on or matches, checked and then
@@ -84,5 +104,18 @@ pub fn check_envoy(text: &str) {
             "the Envoy file's domain {domain:?} is not defined: {:?}",
             config.domains.keys()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::yaml_lines;
+
+    #[test]
+    fn yaml_lines_end_at_every_line_break_yaml_knows() {
+        assert_eq!(yaml_lines("a\nb\r\nc\rd"), ["a", "b", "c", "d"]);
+        assert_eq!(yaml_lines("a\n"), ["a"]);
+        assert_eq!(yaml_lines(""), [""]);
+        assert_eq!(yaml_lines("\r\r"), ["", ""]);
     }
 }
