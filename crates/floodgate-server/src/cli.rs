@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Do not watch the configuration file for changes (reload with SIGHUP or the admin API).
     #[arg(long)]
     pub no_watch: bool,
+    /// Gateway listener, overriding the configuration's `gateway.listen` (only with a `gateway:`
+    /// section).
+    #[arg(long, value_name = "ADDR")]
+    pub gateway: Option<SocketAddr>,
 }
 
 /// `floodgate check-config`.
@@ -165,12 +169,21 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
         if let Err(e) = app.metrics().install_global() {
             tracing::warn!(error = %e, "metrics recorder already installed");
         }
+        let gateway_addr = app.control().current().gateway.as_ref().map(|g| args.gateway.unwrap_or(g.config.listen));
+        if gateway_addr.is_none() && args.gateway.is_some() {
+            eprintln!("floodgate: --gateway needs a configuration with a gateway section");
+            return exit(EXIT_CONFIG);
+        }
         let bound = async {
             let http = tokio::net::TcpListener::bind(args.http).await.map_err(|e| (args.http, e))?;
             let grpc = tokio::net::TcpListener::bind(args.grpc).await.map_err(|e| (args.grpc, e))?;
-            Ok::<_, (SocketAddr, std::io::Error)>((http, grpc))
+            let gateway = match gateway_addr {
+                Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| (addr, e))?),
+                None => None,
+            };
+            Ok::<_, (SocketAddr, std::io::Error)>((http, grpc, gateway))
         };
-        let (http, grpc) = match bound.await {
+        let (http, grpc, gateway) = match bound.await {
             Ok(listeners) => listeners,
             Err((addr, e)) => {
                 eprintln!("floodgate: cannot listen on {addr}: {e}");
@@ -184,6 +197,19 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
                 return exit(EXIT_CONFIG);
             }
         };
+        let server = match gateway {
+            Some(listener) => match server.gateway(listener) {
+                Ok(server) => server,
+                Err(e) => {
+                    eprintln!("floodgate: {e}");
+                    return exit(EXIT_CONFIG);
+                }
+            },
+            None => server,
+        };
+        if let Some(addr) = server.gateway_addr() {
+            tracing::info!(gateway = %addr, "gateway serving");
+        }
         let grpc = server.grpc_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(http = %server.http_addr(), grpc = %grpc, "floodgate serving");
         match server.run(crate::shutdown_signal()).await {

@@ -402,6 +402,11 @@ impl Rule {
         &self.limit
     }
 
+    /// The descriptor whose value chooses the rule's limit (see [`Rule::vary_by`]), if any.
+    pub fn varies_by(&self) -> Option<&str> {
+        self.by.as_ref().map(ByDescriptor::descriptor)
+    }
+
     /// The descriptors making the key.
     pub fn key_descriptors(&self) -> &[String] {
         &self.key
