@@ -168,8 +168,8 @@ impl Server {
             })
         });
 
-        let gateway_task =
-            gateway.map(|(gateway, listener, _)| tokio::spawn(gateway.serve(listener, PlainTcp, stop_rx.clone())));
+        let gateway_task = gateway
+            .map(|(gateway, listener, _)| tokio::spawn(gateway.serve(listener, PlainTcp, stop_rx.clone())));
 
         shutdown.await;
         tracing::info!("shutting down: no new connections; finishing requests in flight");

@@ -169,7 +169,8 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
         if let Err(e) = app.metrics().install_global() {
             tracing::warn!(error = %e, "metrics recorder already installed");
         }
-        let gateway_addr = app.control().current().gateway.as_ref().map(|g| args.gateway.unwrap_or(g.config.listen));
+        let gateway_addr =
+            app.control().current().gateway.as_ref().map(|g| args.gateway.unwrap_or(g.config.listen));
         if gateway_addr.is_none() && args.gateway.is_some() {
             eprintln!("floodgate: --gateway needs a configuration with a gateway section");
             return exit(EXIT_CONFIG);

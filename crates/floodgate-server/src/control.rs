@@ -520,7 +520,8 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
 
 /// The policies of `config`, with their metric handles.
 fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
-    let Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source } = config;
+    let Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source } =
+        config;
     let gateway = gateway.map(|g| Arc::new(GatewayPolicies::new(g, &policy, metrics, &detailed)));
     let native = Arc::new(domain(None, policy, metrics, &detailed));
     let domains = domains

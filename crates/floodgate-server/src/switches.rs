@@ -114,7 +114,10 @@ mod tests {
             SwitchChange { shed: Some(Shed::Normal), async_writes: Some(true), ..SwitchChange::default() },
             configured,
         );
-        assert_eq!(changed, ["gateway.switches.shed: low → normal", "gateway.switches.write: live → accept_async"]);
+        assert_eq!(
+            changed,
+            ["gateway.switches.shed: low → normal", "gateway.switches.write: live → accept_async"]
+        );
         let now = overrides.effective(configured);
         assert_eq!((now.shed, now.stale_reads, now.async_writes), (Shed::Normal, true, true));
         overrides.clear();

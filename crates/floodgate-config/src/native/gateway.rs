@@ -413,7 +413,10 @@ pub(crate) fn compile(item: Item<'_>) -> Result<GatewayConfig, Invalid> {
     if let Some(l) = fields.get("listen") {
         let text = l.text("an address such as 127.0.0.1:8000")?;
         config.listen = text.parse().map_err(|_| {
-            l.error(format!("invalid listen address {}: expected IP:port, e.g. 127.0.0.1:8000", l.node.describe()))
+            l.error(format!(
+                "invalid listen address {}: expected IP:port, e.g. 127.0.0.1:8000",
+                l.node.describe()
+            ))
         })?;
     }
     if let Some(t) = fields.get("trusted_proxies").filter(|i| !i.is_null()) {
@@ -479,7 +482,9 @@ pub(crate) fn compile(item: Item<'_>) -> Result<GatewayConfig, Invalid> {
             let route = route(element.clone())?;
             if let Some(line) = names.get(&route.name) {
                 let at = element.fields("a route", None)?.get("name").unwrap_or(element.clone());
-                return Err(at.error(format!("duplicate route name {:?} (first defined at line {line})", route.name)));
+                return Err(
+                    at.error(format!("duplicate route name {:?} (first defined at line {line})", route.name))
+                );
             }
             names.insert(route.name.clone(), element.node.line);
             check_overlap(&element, &route, &mut seen)?;
@@ -607,7 +612,8 @@ fn jwt(item: Item<'_>) -> Result<Jwt, Invalid> {
     }
     if let Some(f) = fields.get("jwks_file") {
         let path = f.str("a JWKS file path")?;
-        let text = std::fs::read_to_string(path).map_err(|e| f.error(format!("cannot read the JWKS file {path:?}: {e}")))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| f.error(format!("cannot read the JWKS file {path:?}: {e}")))?;
         let set: JwkSet = serde_json::from_str(&text)
             .map_err(|e| f.error(format!("the JWKS file {path:?} is not a JSON Web Key Set: {e}")))?;
         for (i, key) in set.keys.iter().enumerate() {
@@ -620,16 +626,20 @@ fn jwt(item: Item<'_>) -> Result<Jwt, Invalid> {
         jwt.jwks_file = Some(PathBuf::from(path));
     }
     if jwt.hs256_secret.is_none() && jwt.jwks.is_empty() {
-        return Err(item.error("jwt needs hs256_secret_env, jwks_file or both: the keys tokens are verified with"));
+        return Err(
+            item.error("jwt needs hs256_secret_env, jwks_file or both: the keys tokens are verified with")
+        );
     }
     if let Some(i) = fields.get("issuer") {
         jwt.issuer = Some(i.str("an issuer")?.to_owned());
     }
     if let Some(a) = fields.get("audience") {
         let values = match &a.node.value {
-            Value::Seq(_) => {
-                a.elements("a list of audiences")?.iter().map(|e| e.str("an audience").map(str::to_owned)).collect::<Result<Vec<_>, _>>()?
-            }
+            Value::Seq(_) => a
+                .elements("a list of audiences")?
+                .iter()
+                .map(|e| e.str("an audience").map(str::to_owned))
+                .collect::<Result<Vec<_>, _>>()?,
             _ => vec![a.str("an audience")?.to_owned()],
         };
         if values.is_empty() {
@@ -683,14 +693,18 @@ fn switches(item: Item<'_>) -> Result<Switches, Invalid> {
         switches.stale_reads = match r.str("live or stale_cache")? {
             "live" => false,
             "stale_cache" => true,
-            other => return Err(r.error(format!("unknown read switch {other:?}: expected live or stale_cache"))),
+            other => {
+                return Err(r.error(format!("unknown read switch {other:?}: expected live or stale_cache")));
+            }
         };
     }
     if let Some(w) = fields.get("write") {
         switches.async_writes = match w.str("live or accept_async")? {
             "live" => false,
             "accept_async" => true,
-            other => return Err(w.error(format!("unknown write switch {other:?}: expected live or accept_async"))),
+            other => {
+                return Err(w.error(format!("unknown write switch {other:?}: expected live or accept_async")));
+            }
         };
     }
     Ok(switches)
@@ -720,7 +734,9 @@ fn route(item: Item<'_>) -> Result<Route, Invalid> {
                 _ => vec![list.clone()],
             };
             if elements.is_empty() {
-                return Err(list.error("methods is an empty list: name at least one, or remove it for every method"));
+                return Err(
+                    list.error("methods is an empty list: name at least one, or remove it for every method")
+                );
             }
             for e in elements {
                 let text = e.str("a method")?;
@@ -785,7 +801,19 @@ fn route(item: Item<'_>) -> Result<Route, Invalid> {
         let at = fields.get("degrade").unwrap_or(item.clone());
         return Err(at.error("read: stale_cache keeps GET responses, and this route takes no GET"));
     }
-    Ok(Route { name, path, methods, upstream, priority, timeouts, retries, breaker, concurrency, fallback, degrade })
+    Ok(Route {
+        name,
+        path,
+        methods,
+        upstream,
+        priority,
+        timeouts,
+        retries,
+        breaker,
+        concurrency,
+        fallback,
+        degrade,
+    })
 }
 
 /// A template axum accepts without panicking: `/` first, `{name}` segments, one `{*rest}` last.
@@ -892,7 +920,8 @@ fn retries(item: Item<'_>) -> Result<Retries, Invalid> {
     let mut retries = Retries { on_connect_error: false, statuses: Vec::new(), ..Retries::default() };
     if let Some(a) = fields.get("attempts") {
         let n = a.u64_at_least("attempts", 1)?;
-        retries.attempts = u32::try_from(n).ok().filter(|n| *n <= 10).ok_or_else(|| a.error("attempts: at most 10"))?;
+        retries.attempts =
+            u32::try_from(n).ok().filter(|n| *n <= 10).ok_or_else(|| a.error("attempts: at most 10"))?;
     }
     match fields.get("on") {
         None => {
@@ -961,7 +990,8 @@ fn breaker(item: Item<'_>) -> Result<BreakerConfig, Invalid> {
     }
     if let Some(c) = fields.get("consecutive_failures") {
         let n = c.u64_at_least("consecutive_failures", 1)?;
-        config.consecutive_failures = u32::try_from(n).map_err(|_| c.error("consecutive_failures is too large"))?;
+        config.consecutive_failures =
+            u32::try_from(n).map_err(|_| c.error("consecutive_failures is too large"))?;
     }
     if let Some(w) = fields.get("window") {
         config.window = positive_duration(w, "window")?;
@@ -973,7 +1003,8 @@ fn breaker(item: Item<'_>) -> Result<BreakerConfig, Invalid> {
 }
 
 fn fallback(item: Item<'_>) -> Result<Fallback, Invalid> {
-    let fields = item.fields("the fallback response", Some(&["status", "body", "content_type", "retry_after"]))?;
+    let fields =
+        item.fields("the fallback response", Some(&["status", "body", "content_type", "retry_after"]))?;
     let status = match fields.get("status") {
         None => StatusCode::SERVICE_UNAVAILABLE,
         Some(s) => {
@@ -993,7 +1024,8 @@ fn fallback(item: Item<'_>) -> Result<Fallback, Invalid> {
         None => "text/plain; charset=utf-8".to_owned(),
         Some(c) => {
             let text = c.str("a content type")?;
-            http::HeaderValue::from_str(text).map_err(|_| c.error(format!("invalid content type {text:?}")))?;
+            http::HeaderValue::from_str(text)
+                .map_err(|_| c.error(format!("invalid content type {text:?}")))?;
             text.to_owned()
         }
     };
@@ -1016,7 +1048,9 @@ fn degrade(item: Item<'_>) -> Result<Degrade, Invalid> {
     if let Some(w) = fields.get("write") {
         match w.str("accept_async")? {
             "accept_async" => degrade.accept_async = true,
-            other => return Err(w.error(format!("unknown write degradation {other:?}: expected accept_async"))),
+            other => {
+                return Err(w.error(format!("unknown write degradation {other:?}: expected accept_async")));
+            }
         }
     }
     Ok(degrade)

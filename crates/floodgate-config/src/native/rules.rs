@@ -18,7 +18,16 @@ use crate::yaml::{Item, Value, did_you_mean};
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let mut fields = vec!["name", "match", "key", "algorithm"];
     fields.extend(algorithm::all_parameters());
-    fields.extend(["overage", "action", "max_wait", "rollout", "on_store_error", "prefetch", "shards", "ip_prefix"]);
+    fields.extend([
+        "overage",
+        "action",
+        "max_wait",
+        "rollout",
+        "on_store_error",
+        "prefetch",
+        "shards",
+        "ip_prefix",
+    ]);
     fields
 });
 

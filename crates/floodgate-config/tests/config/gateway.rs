@@ -50,15 +50,25 @@ fn a_full_gateway_section_is_read_into_its_settings() {
     assert_eq!(gateway.switches.shed, Shed::Low);
     assert!(gateway.switches.stale_reads && !gateway.switches.async_writes);
     let orders = &gateway.routes[0];
-    assert_eq!(orders.methods.as_ref().unwrap().iter().map(|m| m.as_str()).collect::<Vec<_>>(), ["GET", "POST"]);
+    assert_eq!(
+        orders.methods.as_ref().unwrap().iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+        ["GET", "POST"]
+    );
     assert_eq!(orders.priority, Priority::Critical);
     assert_eq!(orders.timeouts.total, Some(Duration::from_secs(30)));
     let retries = orders.retries.as_ref().unwrap();
-    assert_eq!((retries.attempts, retries.on_connect_error, &retries.statuses[..]), (2, true, &[502, 503][..]));
+    assert_eq!(
+        (retries.attempts, retries.on_connect_error, &retries.statuses[..]),
+        (2, true, &[502, 503][..])
+    );
     assert!((retries.budget - 0.2).abs() < 1e-9);
     let breaker = orders.breaker.as_ref().unwrap();
     assert_eq!((breaker.min_calls, breaker.open_for), (20, Duration::from_secs(30)));
-    assert_eq!(breaker.probe_timeout, Duration::from_secs(30), "a probe is bounded by the route's total timeout");
+    assert_eq!(
+        breaker.probe_timeout,
+        Duration::from_secs(30),
+        "a probe is bounded by the route's total timeout"
+    );
     assert_eq!(orders.fallback.as_ref().unwrap().body, r#"{"code":"DEGRADED"}"#);
     assert!(orders.degrade.stale_cache && orders.degrade.accept_async);
     assert!(gateway.routes[1].upstream.http2);

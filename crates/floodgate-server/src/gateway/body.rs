@@ -35,7 +35,11 @@ pub(super) struct RulePermits {
 
 impl RulePermits {
     /// The permits `verdict` holds, if any.
-    pub(super) fn of(engine: &Arc<Engine<AnyStore>>, descriptors: &Descriptors, verdict: &Verdict) -> Option<Self> {
+    pub(super) fn of(
+        engine: &Arc<Engine<AnyStore>>,
+        descriptors: &Descriptors,
+        verdict: &Verdict,
+    ) -> Option<Self> {
         verdict.holds_permits().then(|| RulePermits {
             engine: Arc::clone(engine),
             descriptors: descriptors.clone(),
@@ -107,7 +111,10 @@ impl Body for GatewayBody {
     type Data = Bytes;
     type Error = Box<dyn std::error::Error + Send + Sync>;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if let Some(deadline) = this.deadline.as_mut()
             && deadline.as_mut().poll(cx).is_ready()

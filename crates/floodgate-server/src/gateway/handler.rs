@@ -70,7 +70,9 @@ impl Gateway {
         let clients = super::upstream::Clients::default();
         let metrics = GatewayMetrics::new(&shared.metrics);
         let clock = SystemClock::new();
-        let Some(table) = RouteTable::build(running, None, &clients, &metrics, &clock) else { return Ok(None) };
+        let Some(table) = RouteTable::build(running, None, &clients, &metrics, &clock) else {
+            return Ok(None);
+        };
         if let Some(queue) = &queue {
             metrics.accepted_pending.set(queue.pending() as f64);
         }
@@ -111,7 +113,11 @@ impl Gateway {
     }
 
     /// One request from the listener.
-    pub(super) async fn dispatch(self: Arc<Self>, mut request: http::Request<Incoming>, peer: SocketAddr) -> Response {
+    pub(super) async fn dispatch(
+        self: Arc<Self>,
+        mut request: http::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response {
         if request.method() == Method::GET
             && let Some(id) = request.uri().path().strip_prefix(OWN_PREFIX)
         {
@@ -122,7 +128,11 @@ impl Gateway {
         }
         let table = self.table();
         request.extensions_mut().insert(ConnectInfo(peer));
-        request.extensions_mut().insert(Context { gateway: Arc::clone(&self), table: Arc::clone(&table), peer });
+        request.extensions_mut().insert(Context {
+            gateway: Arc::clone(&self),
+            table: Arc::clone(&table),
+            peer,
+        });
         match table.router.clone().oneshot(request.map(Body::new)).await {
             Ok(response) => response,
             Err(infallible) => match infallible {},
@@ -142,17 +152,22 @@ impl Gateway {
         let mut waited = Duration::ZERO;
         let mut slot = None;
         loop {
-            let verdict = match self.shared.path.decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
-                Ok(verdict) => verdict,
-                // A cost of 1 is always possible; an `ip` a prefix rule cannot read is the one error.
-                Err(_) => return Verdict { allowed: true, ..Verdict::default() },
-            };
+            let verdict =
+                match self.shared.path.decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
+                    Ok(verdict) => verdict,
+                    // A cost of 1 is always possible; an `ip` a prefix rule cannot read is the one error.
+                    Err(_) => return Verdict { allowed: true, ..Verdict::default() },
+                };
             let wait = if verdict.allowed { None } else { next_wait(&domain.policy, &verdict, waited) };
             let Some(wait) = wait else {
                 if let Some(slot) = slot.take() {
                     drop(slot);
                     self.metrics.waiting.set(self.waiting.waiting() as f64);
-                    let counter = if verdict.allowed { &self.metrics.delayed_passed } else { &self.metrics.delayed_denied };
+                    let counter = if verdict.allowed {
+                        &self.metrics.delayed_passed
+                    } else {
+                        &self.metrics.delayed_denied
+                    };
                     counter.increment(1);
                 }
                 return verdict;
@@ -204,7 +219,8 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
 
     // 2. Rules that need no identity: per ip, global, per route, per header.
     let (mut parts, body) = request.into_parts();
-    let mut descriptors = super::descriptors::before_identity(&parts, *peer, &table.client_ip, &table.headers);
+    let mut descriptors =
+        super::descriptors::before_identity(&parts, *peer, &table.client_ip, &table.headers);
     let before = gateway.gate(&table.policies.before, &descriptors).await;
     if !before.allowed {
         return respond::limited(&before, style);
@@ -241,7 +257,8 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let cache_key = (route.config.degrade.stale_cache && parts.method == Method::GET)
         .then(|| StaleCache::key(&route.config.name, &path_and_query));
-    let breaker_open = route.breaker.as_ref().is_some_and(|b| b.open_remaining().is_some_and(|r| !r.is_zero()));
+    let breaker_open =
+        route.breaker.as_ref().is_some_and(|b| b.open_remaining().is_some_and(|r| !r.is_zero()));
 
     // 5. Degradation: reads from the stale cache, writes accepted for later.
     if let Some(key) = &cache_key
@@ -302,7 +319,8 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
             if route.config.fallback.is_some() {
                 route.metrics.fallback.increment(1);
             }
-            let retry = route.breaker.as_ref().and_then(|b| b.open_remaining()).unwrap_or(Duration::from_secs(1));
+            let retry =
+                route.breaker.as_ref().and_then(|b| b.open_remaining()).unwrap_or(Duration::from_secs(1));
             return respond::breaker_open(route.config.fallback.as_ref(), retry);
         }
         Err(Failure::ConnectTimeout) => return respond::timeout("accept the connection"),
@@ -346,7 +364,11 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
 
 /// The request body to send: kept whole when the route retries and it is small enough (so that it
 /// can be sent again), else streamed as it arrives.
-async fn replayable(route: &RouteState, parts: &http::request::Parts, body: Body) -> Result<Outgoing, Response> {
+async fn replayable(
+    route: &RouteState,
+    parts: &http::request::Parts,
+    body: Body,
+) -> Result<Outgoing, Response> {
     let Some(retries) = route.config.retries.as_ref().filter(|_| upstream::idempotent(&parts.method)) else {
         return Ok(Outgoing::Streamed(Some(body)));
     };
@@ -397,7 +419,9 @@ async fn accept_write(
     let limit = table.policies.config.max_accepted_body;
     let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, limit)).await {
         Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return respond::too_large(limit),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return respond::too_large(limit);
+        }
         Err(e) => return respond::malformed(format!("the request body could not be read: {e}")),
     };
     let mut headers = parts.headers.clone();

@@ -104,10 +104,14 @@ impl Verifier {
             other => return Err(format!("algorithm {other:?} is not accepted")),
         };
         if candidates.is_empty() {
-            return Err(format!("no key for algorithm {:?}{}", header.alg, match &header.kid {
-                Some(kid) => format!(" and kid {kid:?}"),
-                None => String::new(),
-            }));
+            return Err(format!(
+                "no key for algorithm {:?}{}",
+                header.alg,
+                match &header.kid {
+                    Some(kid) => format!(" and kid {kid:?}"),
+                    None => String::new(),
+                }
+            ));
         }
         let mut validation = Validation::new(header.alg);
         validation.leeway = self.leeway;
@@ -161,7 +165,9 @@ pub(super) fn describe_identity(
     match identity {
         Identity::Verified(map) => {
             out.insert("authenticated", "true");
-            for (descriptor, claim) in [("user", &claims.user), ("tenant", &claims.tenant), ("plan", &claims.plan)] {
+            for (descriptor, claim) in
+                [("user", &claims.user), ("tenant", &claims.tenant), ("plan", &claims.plan)]
+            {
                 let value = match map.get(claim.as_str()) {
                     Some(Value::String(s)) => Some(s.clone()),
                     Some(Value::Number(n)) => Some(n.to_string()),

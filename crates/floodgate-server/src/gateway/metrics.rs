@@ -30,7 +30,8 @@ const DELAYED_TOTAL: &str = "floodgate_gateway_delayed_total";
 const WAITING: &str = "floodgate_gateway_waiting";
 const ACCEPTED_PENDING: &str = "floodgate_gateway_accepted_pending";
 
-static METADATA: Metadata<'static> = Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
 /// Status codes 100..=599, one slot each.
 const STATUSES: usize = 500;
@@ -131,7 +132,9 @@ impl RouteMetrics {
     /// Counts one answer with `status`.
     pub(super) fn answered(&self, status: http::StatusCode) {
         let code = status.as_u16();
-        let Some(slot) = usize::from(code).checked_sub(100).and_then(|i| self.statuses.get(i)) else { return };
+        let Some(slot) = usize::from(code).checked_sub(100).and_then(|i| self.statuses.get(i)) else {
+            return;
+        };
         slot.get_or_init(|| {
             let labels = vec![Label::new("route", self.name.clone()), Label::new("status", code.to_string())];
             recorder(&self.recorder).register_counter(&Key::from_parts(REQUESTS_TOTAL, labels), &METADATA)

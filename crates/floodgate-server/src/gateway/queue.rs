@@ -307,7 +307,9 @@ async fn deliver(gateway: &Gateway, accepted: &Accepted) -> Option<Delivered> {
     };
     let mut headers = HeaderMap::new();
     for (name, value) in &accepted.headers {
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value)) {
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value))
+        {
             headers.append(name, value);
         }
     }
@@ -322,8 +324,11 @@ async fn deliver(gateway: &Gateway, accepted: &Accepted) -> Option<Delivered> {
     match upstream::call(route, request, deadline).await {
         Ok(response) if !response.status().is_server_error() => {
             let status = response.status().as_u16();
-            let content_type =
-                response.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let content_type = response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let body = http_body_util::Limited::new(response.into_body(), KEPT_BODY)
                 .collect()
                 .await
@@ -402,7 +407,10 @@ fn read_records(mut bytes: &[u8]) -> Vec<Record> {
         records.push(record);
     }
     if !bytes.is_empty() {
-        tracing::warn!(bytes = bytes.len(), "gateway: the accepted-writes log ends with a torn record; it is dropped");
+        tracing::warn!(
+            bytes = bytes.len(),
+            "gateway: the accepted-writes log ends with a torn record; it is dropped"
+        );
     }
     records
 }
@@ -438,7 +446,8 @@ fn text(fields: &mut &[u8]) -> Option<String> {
 fn decode(kind: u8, fields: &mut &[u8]) -> Option<Record> {
     match kind {
         1 => {
-            let (id, route, method, path_and_query) = (text(fields)?, text(fields)?, text(fields)?, text(fields)?);
+            let (id, route, method, path_and_query) =
+                (text(fields)?, text(fields)?, text(fields)?, text(fields)?);
             let count = u32::from_le_bytes(take(fields, 4)?.try_into().ok()?) as usize;
             let mut headers = Vec::with_capacity(count.min(256));
             for _ in 0..count {
@@ -475,7 +484,8 @@ mod tests {
 
     #[test]
     fn records_read_back_and_a_torn_tail_is_dropped() {
-        let delivered = Delivered { status: 201, content_type: Some("text/plain".into()), body: "made".into() };
+        let delivered =
+            Delivered { status: 201, content_type: Some("text/plain".into()), body: "made".into() };
         let mut log = encode(&Record::Accepted(accepted("a")));
         log.extend(encode(&Record::Delivered("a".into(), delivered.clone())));
         log.extend(encode(&Record::Accepted(accepted("b"))));

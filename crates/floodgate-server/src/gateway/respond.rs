@@ -33,7 +33,12 @@ fn with_retry_after(mut response: Response, retry_after: Duration) -> Response {
 /// 429: `Retry-After`, the rate-limit headers and the problem of the denying limit.
 pub(super) fn limited(verdict: &Verdict, style: HeaderStyle) -> Response {
     let body = Problem::from_verdict(verdict).unwrap_or_else(|| {
-        Problem::new(StatusCode::TOO_MANY_REQUESTS, RATE_LIMITED_TYPE, "Too Many Requests", "Rate limit exceeded.")
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            RATE_LIMITED_TYPE,
+            "Too Many Requests",
+            "Rate limit exceeded.",
+        )
     });
     let mut response = problem(&body);
     rate_limit_headers(verdict, style, response.headers_mut());

@@ -91,9 +91,15 @@ impl RouteTable {
                         Arc::new(move |state: BreakerState| {
                             gauge.set(f64::from(state.gauge()));
                             match state {
-                                BreakerState::Open => tracing::warn!(route = %name, "gateway: route breaker open"),
-                                BreakerState::HalfOpen => tracing::info!(route = %name, "gateway: route breaker half-open: one probe"),
-                                BreakerState::Closed => tracing::info!(route = %name, "gateway: route breaker closed"),
+                                BreakerState::Open => {
+                                    tracing::warn!(route = %name, "gateway: route breaker open")
+                                }
+                                BreakerState::HalfOpen => {
+                                    tracing::info!(route = %name, "gateway: route breaker half-open: one probe")
+                                }
+                                BreakerState::Closed => {
+                                    tracing::info!(route = %name, "gateway: route breaker closed")
+                                }
                             }
                         }),
                     )))
@@ -233,7 +239,12 @@ impl Budget {
             if (current + 1) as f64 > allowed {
                 return None;
             }
-            match self.retries.compare_exchange_weak(current, current + 1, Ordering::AcqRel, Ordering::Acquire) {
+            match self.retries.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Some(RetrySlot(Arc::clone(self))),
                 Err(seen) => current = seen,
             }

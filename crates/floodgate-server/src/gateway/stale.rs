@@ -17,8 +17,15 @@ use parking_lot::Mutex;
 pub(super) const STALE_HEADER: HeaderName = HeaderName::from_static("floodgate-stale");
 
 /// The response headers kept with an entry (the representation's, not the connection's).
-const KEPT_HEADERS: [&str; 7] =
-    ["content-type", "content-encoding", "content-language", "etag", "last-modified", "cache-control", "vary"];
+const KEPT_HEADERS: [&str; 7] = [
+    "content-type",
+    "content-encoding",
+    "content-language",
+    "etag",
+    "last-modified",
+    "cache-control",
+    "vary",
+];
 
 /// A kept response.
 #[derive(Debug, Clone)]

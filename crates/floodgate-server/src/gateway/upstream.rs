@@ -208,7 +208,10 @@ impl Prepared {
 
 /// Whether `method` may be sent twice with the same effect (RFC 9110 §9.2.2).
 pub(super) fn idempotent(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE)
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
 }
 
 /// The outcome of a call: the upstream's response (whatever its status), or a failure.
@@ -304,7 +307,11 @@ fn retry_after<'a>(
 }
 
 /// Waits the backoff of retry `attempt` (full jitter); false when it would pass the deadline.
-async fn backoff(settings: &floodgate_config::gateway::Retries, attempt: u32, deadline: Option<Instant>) -> bool {
+async fn backoff(
+    settings: &floodgate_config::gateway::Retries,
+    attempt: u32,
+    deadline: Option<Instant>,
+) -> bool {
     let cap = settings
         .backoff
         .saturating_mul(1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX))

@@ -30,10 +30,17 @@ impl Clock for TokioClock {
 }
 
 fn app(max_wait: Duration, max_waiting: usize) -> (Router, RateLimitLayer<MemoryStore<TokioClock>>) {
-    let rule = Rule::new("smooth", FixedWindow::try_new(NonZeroU64::new(1).unwrap(), Duration::from_secs(1)).unwrap())
-        .action(Action::Delay { max_wait });
-    let store = MemoryStore::with_config(MemoryConfig::default(), TokioClock { started: tokio::time::Instant::now() });
-    let layer = RateLimitLayer::new(Engine::new(Policy::new([rule]).unwrap(), store)).max_waiting(max_waiting);
+    let rule = Rule::new(
+        "smooth",
+        FixedWindow::try_new(NonZeroU64::new(1).unwrap(), Duration::from_secs(1)).unwrap(),
+    )
+    .action(Action::Delay { max_wait });
+    let store = MemoryStore::with_config(
+        MemoryConfig::default(),
+        TokioClock { started: tokio::time::Instant::now() },
+    );
+    let layer =
+        RateLimitLayer::new(Engine::new(Policy::new([rule]).unwrap(), store)).max_waiting(max_waiting);
     (Router::new().route("/", get(|| async { "hi" })).layer(layer.clone()), layer)
 }
 

@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use floodgate_core::{Clock, Grant, SystemClock};
 
-pub use crate::breaker::{BreakerConfig, BreakerState, OnChange};
 use crate::breaker::{Admission, CircuitBreaker};
+pub use crate::breaker::{BreakerConfig, BreakerState, OnChange};
 
 use super::{Applied, Mode, Op, Store, StoreError};
 use crate::Limit;
