@@ -371,7 +371,7 @@ fn assemble(
             let policy = Policy::new(n.rules).map_err(|e| {
                 Invalid { field: Some("rules".into()), ..Invalid::unlocated(e.to_string()) }.in_file(file_ref)
             })?;
-            gateway = n.gateway;
+            gateway = n.gateway.map(|g| *g);
             (n.store, n.survival, n.headers, policy)
         }
         None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),

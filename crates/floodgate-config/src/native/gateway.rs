@@ -501,10 +501,13 @@ pub(crate) fn compile(item: Item<'_>) -> Result<GatewayConfig, Invalid> {
     Ok(config)
 }
 
+/// The routes of one template so far: their methods (`None`: all) and names.
+type SameTemplate = Vec<(Option<Vec<Method>>, String)>;
+
 /// The routes read so far, to refuse overlaps: by template, and as a router for conflicts.
 #[derive(Default)]
 struct Seen {
-    templates: BTreeMap<String, Vec<(Option<Vec<Method>>, String)>>,
+    templates: BTreeMap<String, SameTemplate>,
     matcher: matchit::Router<()>,
 }
 

@@ -34,8 +34,8 @@ pub(crate) struct Native {
     pub(crate) rules: Vec<Rule>,
     /// `(rule name, fingerprint)` in rule order.
     pub(crate) fingerprints: Vec<(String, u64)>,
-    /// The `gateway` section, if any.
-    pub(crate) gateway: Option<gateway::GatewayConfig>,
+    /// The `gateway` section, if any (boxed: most configurations have none).
+    pub(crate) gateway: Option<Box<gateway::GatewayConfig>>,
 }
 
 const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules", "gateway"];
@@ -70,7 +70,7 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         }
     }
     let gateway = match fields.get("gateway").filter(|i| !i.is_null()) {
-        Some(item) => Some(gateway::compile(item)?),
+        Some(item) => Some(Box::new(gateway::compile(item)?)),
         None => None,
     };
     Ok(Native { store, survival, headers, rules, fingerprints, gateway })

@@ -59,7 +59,8 @@ fn view(switches: Switches, overridden: bool) -> SwitchesView {
     }
 }
 
-/// The switches as configured, or `None` (answered 404) without a gateway.
+/// The switches as configured, or a 404 without a gateway.
+#[allow(clippy::result_large_err)] // a response, built only on the error path
 fn configured(shared: &Shared) -> Result<Switches, Response> {
     match &shared.control.current().gateway {
         Some(gateway) => Ok(gateway.config.switches),
@@ -109,6 +110,7 @@ pub(super) async fn get_switches(State(shared): State<Arc<Shared>>) -> Response 
         AdminAccess,
     ),
 )]
+#[allow(clippy::result_large_err)] // a response, built only on the error path
 pub(super) async fn set_switches(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let configured = match configured(&shared) {
         Ok(configured) => configured,
