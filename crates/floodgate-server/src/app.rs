@@ -101,7 +101,9 @@ impl Server {
     /// accepted-writes queue; refuses when the configuration has no gateway.
     pub fn gateway(mut self, listener: TcpListener) -> Result<Server, StartError> {
         let addr = listener.local_addr()?;
-        let gateway = Gateway::open(Arc::clone(&self.app.shared))?.ok_or(StartError::NoGateway)?;
+        let gateway = Gateway::open(Arc::clone(&self.app.shared))
+            .map_err(|e| StartError::Gateway(std::io::Error::other(e)))?
+            .ok_or(StartError::NoGateway)?;
         self.gateway = Some((gateway, listener, addr));
         Ok(self)
     }

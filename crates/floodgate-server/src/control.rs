@@ -214,7 +214,7 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     /// The gateway's accepted writes cannot be opened.
     #[error("gateway: {0}")]
-    Gateway(#[from] crate::gateway::QueueError),
+    Gateway(#[source] std::io::Error),
     /// A gateway listener was given, but the configuration has no `gateway:` section.
     #[error("a gateway listener was given, but the configuration has no gateway section")]
     NoGateway,

@@ -43,6 +43,7 @@ use super::api::as_domain_sees_them;
 use super::openapi::{
     AdminAccess, BodyProblems, ConfigDocument, JsonProblems, KeyProblems, StoreProblem, TAG_ADMIN, YAML,
 };
+use super::switches::{clear_switches, get_switches, set_switches};
 use super::{MAX_ADMIN_BODY, invalid, json, malformed, problem, read_body};
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Trigger};
 use crate::control::{ApplyError, Domain, Running};
@@ -56,12 +57,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/admin/rollback", post(rollback))
         .route("/admin/audit", get(audit))
         .route("/admin/keys", get(inspect_key).delete(reset_key))
-        .route(
-            "/admin/gateway/switches",
-            get(super::switches::get_switches)
-                .put(super::switches::set_switches)
-                .delete(super::switches::clear_switches),
-        )
+        .route("/admin/gateway/switches", get(get_switches).put(set_switches).delete(clear_switches))
         .route_layer(middleware::from_fn_with_state(shared, authorize))
 }
 

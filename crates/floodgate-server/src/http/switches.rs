@@ -59,15 +59,15 @@ fn view(switches: Switches, overridden: bool) -> SwitchesView {
     }
 }
 
-/// The switches as configured, or a 404 without a gateway.
+/// The switches as configured, or a 409 without a gateway.
 #[allow(clippy::result_large_err)] // a response, built only on the error path
 fn configured(shared: &Shared) -> Result<Switches, Response> {
     match &shared.control.current().gateway {
         Some(gateway) => Ok(gateway.config.switches),
         None => Err(problem(Problem::new(
-            StatusCode::NOT_FOUND,
+            StatusCode::CONFLICT,
             NOT_FOUND_TYPE,
-            "Not Found",
+            "Conflict",
             "The configuration has no gateway section.",
         ))),
     }
@@ -82,7 +82,7 @@ fn configured(shared: &Shared) -> Result<Switches, Response> {
     security((), ("adminToken" = [])),
     responses(
         (status = 200, description = "The switches in force.", body = SwitchesView),
-        (status = 404, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
         AdminAccess,
     ),
 )]
@@ -105,7 +105,7 @@ pub(super) async fn get_switches(State(shared): State<Arc<Shared>>) -> Response 
     request_body(content = SwitchesBody, description = "The switches to change: `shed`, `read`, `write`."),
     responses(
         (status = 200, description = "The switches in force now.", body = SwitchesView),
-        (status = 404, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
         BodyProblems,
         AdminAccess,
     ),
@@ -167,7 +167,7 @@ pub(super) async fn set_switches(State(shared): State<Arc<Shared>>, request: Req
     security((), ("adminToken" = [])),
     responses(
         (status = 200, description = "The switches in force now: the configuration's.", body = SwitchesView),
-        (status = 404, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
         AdminAccess,
     ),
 )]
