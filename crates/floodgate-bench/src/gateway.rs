@@ -28,11 +28,20 @@ use crate::cli::GatewayArgs;
 use crate::math::Percentiles;
 use crate::report::{Grid, Outcome, Report, Tally};
 
-/// A process this run started; killed when dropped.
+/// A process this run started; stopped when dropped. nginx is asked to stop with `SIGTERM` (its
+/// master then stops its workers: a `SIGKILL`ed master leaves them running, holding the port and
+/// whatever descriptors they inherited), and killed only if it has not stopped within 5 s.
 struct Process(Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        for _ in 0..100 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -439,7 +448,7 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
         allowed: floodgate_tally.allowed,
         denied: floodgate_tally.denied,
         errors: Default::default(),
-        latency: floodgate_tally.latency.clone(),
+        latency: floodgate_tally.latency,
     };
     let details = Details {
         connections,
