@@ -42,6 +42,10 @@ pub enum Scenario {
     /// One hot key through M in-process engines sharing a Redis, without and with batch leases
     /// (`prefetch`): store calls per decision, and the most admitted in any window versus the limit.
     Prefetch(PrefetchArgs),
+    /// Floodgate's gateway beside nginx (`limit_req` + `proxy_pass`) in front of the same upstream:
+    /// the latency each adds over the upstream, throughput on the allowed path, and what each admits
+    /// at the limit (a bursty client under it, a flood over it).
+    Gateway(GatewayArgs),
     /// A flood of distinct keys (a new user id per request) beside normal users who stay under
     /// their limit, on the memory store (capped at `max_keys`) or a Redis this run starts: the
     /// normal users' false rejections, known users and newcomers apart, their latency, and what
@@ -631,6 +635,32 @@ impl FloodTransport {
             FloodTransport::Grpc => "grpc",
         }
     }
+}
+
+/// `gateway`.
+#[derive(Debug, Clone, Args)]
+pub struct GatewayArgs {
+    /// The `floodgate` binary (default: beside `floodgate-bench`).
+    #[arg(long, value_name = "PATH")]
+    pub floodgate: Option<PathBuf>,
+    /// The `nginx` binary (Debian: `apt-get install -y nginx`).
+    #[arg(long, value_name = "PATH", default_value = "/usr/sbin/nginx")]
+    pub nginx: PathBuf,
+    /// Keep-alive connections of the allowed-path load.
+    #[arg(long, short = 'c', default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    pub connections: usize,
+    /// How long each allowed-path measurement lasts (after 1 s of warm-up).
+    #[arg(long, short, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// The per-IP limit of the at-the-limit phase, per second.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    pub limit: u64,
+    /// Requests sent at once by the bursty client (which stays at half the limit on average).
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    pub burst: usize,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
 }
 
 /// `flood`.

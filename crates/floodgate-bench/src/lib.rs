@@ -34,6 +34,7 @@ pub mod boundary;
 pub mod cli;
 pub mod fairness;
 pub mod flood;
+pub mod gateway;
 pub mod instances;
 pub mod keys;
 pub mod math;
@@ -70,6 +71,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Outage(a) => outage::run(a).await,
         Scenario::Prefetch(a) => prefetch::run(a).await,
         Scenario::Flood(a) => flood::run(a).await,
+        Scenario::Gateway(a) => gateway::run(a).await,
     }
 }
 
@@ -83,6 +85,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Outage(a) => &a.output,
         Scenario::Prefetch(a) => &a.output,
         Scenario::Flood(a) => &a.output,
+        Scenario::Gateway(a) => &a.output,
     }
 }
 

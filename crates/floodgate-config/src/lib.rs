@@ -50,6 +50,7 @@ use floodgate_redis::{RedisConfig, Target};
 use self::error::{Invalid, file_error, name_path};
 use self::yaml::{Item, Value};
 
+pub use self::native::gateway;
 pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
 
 /// Which store holds the counters, with the store's own settings type: its defaults are the only
@@ -111,6 +112,8 @@ pub struct Config {
     /// The Envoy rules (`domain/rule`) whose decisions are also counted per value of their key
     /// (`detailed_metric`, `value_to_metric`).
     pub detailed: BTreeSet<String>,
+    /// The gateway (`gateway:` section of the native file), if any: DESIGN.md §9.
+    pub gateway: Option<gateway::GatewayConfig>,
     /// Where it came from.
     pub source: Source,
 }
@@ -358,6 +361,7 @@ fn assemble(
             }
         }
     }
+    let mut gateway = None;
     let (store, survival, headers, policy) = match native {
         Some((file, n)) => {
             for (rule, fingerprint) in &n.fingerprints {
@@ -367,11 +371,12 @@ fn assemble(
             let policy = Policy::new(n.rules).map_err(|e| {
                 Invalid { field: Some("rules".into()), ..Invalid::unlocated(e.to_string()) }.in_file(file_ref)
             })?;
+            gateway = n.gateway.map(|g| *g);
             (n.store, n.survival, n.headers, policy)
         }
         None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),
     };
-    Ok(Config { store, survival, headers, policy, domains, fingerprints, detailed, source })
+    Ok(Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source })
 }
 
 #[cfg(test)]

@@ -37,6 +37,17 @@ pub const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
 pub const UNAUTHORIZED_TYPE: &str = "https://floodgate.dev/problems/unauthorized";
 /// [`Problem::type_uri`] of an operation the store could not carry out (503).
 pub const STORE_UNAVAILABLE_TYPE: &str = "https://floodgate.dev/problems/store-unavailable";
+/// [`Problem::type_uri`] of a gateway request refused because its route's priority is shed (503).
+pub const SHED_TYPE: &str = "https://floodgate.dev/problems/shed";
+/// [`Problem::type_uri`] of a gateway request refused because its route has as many requests in
+/// flight as it allows (503).
+pub const OVERLOADED_TYPE: &str = "https://floodgate.dev/problems/overloaded";
+/// [`Problem::type_uri`] of a gateway request whose upstream is unavailable: its circuit breaker is
+/// open (503), or it could not be reached or answered badly (502).
+pub const UPSTREAM_UNAVAILABLE_TYPE: &str = "https://floodgate.dev/problems/upstream-unavailable";
+/// [`Problem::type_uri`] of a gateway request whose upstream did not connect, answer or finish in
+/// time (504).
+pub const UPSTREAM_TIMEOUT_TYPE: &str = "https://floodgate.dev/problems/upstream-timeout";
 
 /// An RFC 9457 problem details body (`application/problem+json`, see [`PROBLEM_CONTENT_TYPE`]).
 ///

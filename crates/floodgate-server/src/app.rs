@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::control::{Control, StartError};
+use crate::gateway::{Gateway, PlainTcp};
 use crate::metrics::Metrics;
 use crate::state::{ServeOptions, Shared, stopped};
 
@@ -74,7 +75,8 @@ impl App {
     }
 }
 
-/// An [`App`] on bound listeners: HTTP, and gRPC when given.
+/// An [`App`] on bound listeners: HTTP, gRPC when given, and the gateway's (see
+/// [`Server::gateway`]).
 #[derive(Debug)]
 pub struct Server {
     app: App,
@@ -82,6 +84,7 @@ pub struct Server {
     grpc: Option<TcpListener>,
     http_addr: SocketAddr,
     grpc_addr: Option<SocketAddr>,
+    gateway: Option<(Gateway, TcpListener, SocketAddr)>,
 }
 
 impl Server {
@@ -91,7 +94,23 @@ impl Server {
         let http_addr = http.local_addr()?;
         check_admin_exposure(http_addr, app.shared.admin_token.is_some())?;
         let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
-        Ok(Server { app, http, grpc, http_addr, grpc_addr })
+        Ok(Server { app, http, grpc, http_addr, grpc_addr, gateway: None })
+    }
+
+    /// Serves the gateway (the configuration's `gateway:` section) on `listener` too. Opens its
+    /// accepted-writes queue; refuses when the configuration has no gateway.
+    pub fn gateway(mut self, listener: TcpListener) -> Result<Server, StartError> {
+        let addr = listener.local_addr()?;
+        let gateway = Gateway::open(Arc::clone(&self.app.shared))
+            .map_err(|e| StartError::Gateway(std::io::Error::other(e)))?
+            .ok_or(StartError::NoGateway)?;
+        self.gateway = Some((gateway, listener, addr));
+        Ok(self)
+    }
+
+    /// The gateway listener's address.
+    pub fn gateway_addr(&self) -> Option<SocketAddr> {
+        self.gateway.as_ref().map(|(_, _, addr)| *addr)
     }
 
     /// The HTTP listener's address.
@@ -114,7 +133,7 @@ impl Server {
     /// when the app's options ask for them, and on a Redis store the survival task (fleet
     /// heartbeats, charging the store with what local shares admitted: see [`crate::survival`]).
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Server { app, http, grpc, .. } = self;
+        let Server { app, http, grpc, gateway, .. } = self;
         let shared = Arc::clone(&app.shared);
         let (stop_tx, stop_rx) = watch::channel(false);
 
@@ -151,12 +170,19 @@ impl Server {
             })
         });
 
+        let gateway_task = gateway
+            .map(|(gateway, listener, _)| tokio::spawn(gateway.serve(listener, PlainTcp, stop_rx.clone())));
+
         shutdown.await;
         tracing::info!("shutting down: no new connections; finishing requests in flight");
         shared.draining.store(true, Ordering::SeqCst);
         let _ = stop_tx.send(true);
 
         let http_result = http_task.await.map_err(std::io::Error::other)?;
+        let gateway_result = match gateway_task {
+            Some(task) => task.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        };
         let grpc_result = match grpc_task {
             Some(task) => task.await.map_err(std::io::Error::other)?,
             None => Ok(()),
@@ -165,6 +191,7 @@ impl Server {
         let _ = upkeep.await;
         let _ = survival.await;
         http_result?;
+        gateway_result?;
         grpc_result
     }
 }

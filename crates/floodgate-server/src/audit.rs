@@ -23,6 +23,9 @@ pub enum Trigger {
     Admin,
     /// `POST /admin/rollback`.
     Rollback,
+    /// `PUT`/`DELETE /admin/gateway/switches`: the gateway's operator switches (shedding,
+    /// degradation), not the configuration.
+    Switch,
 }
 
 impl Trigger {

@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// 1 logs every decision (for debugging: a line per request).
     #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = sample_share)]
     pub decision_log_sample: f64,
+    /// Gateway listener, overriding the configuration's `gateway.listen` (only with a `gateway:`
+    /// section).
+    #[arg(long, value_name = "ADDR")]
+    pub gateway: Option<SocketAddr>,
 }
 
 /// A share of decisions to log: a number from 0 to 1.
@@ -202,12 +206,22 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
         if let Err(e) = app.metrics().install_global() {
             tracing::warn!(error = %e, "metrics recorder already installed");
         }
+        let gateway_addr =
+            app.control().current().gateway.as_ref().map(|g| args.gateway.unwrap_or(g.config.listen));
+        if gateway_addr.is_none() && args.gateway.is_some() {
+            eprintln!("floodgate: --gateway needs a configuration with a gateway section");
+            return exit(EXIT_CONFIG);
+        }
         let bound = async {
             let http = tokio::net::TcpListener::bind(args.http).await.map_err(|e| (args.http, e))?;
             let grpc = tokio::net::TcpListener::bind(args.grpc).await.map_err(|e| (args.grpc, e))?;
-            Ok::<_, (SocketAddr, std::io::Error)>((http, grpc))
+            let gateway = match gateway_addr {
+                Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| (addr, e))?),
+                None => None,
+            };
+            Ok::<_, (SocketAddr, std::io::Error)>((http, grpc, gateway))
         };
-        let (http, grpc) = match bound.await {
+        let (http, grpc, gateway) = match bound.await {
             Ok(listeners) => listeners,
             Err((addr, e)) => {
                 eprintln!("floodgate: cannot listen on {addr}: {e}");
@@ -221,6 +235,19 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
                 return exit(EXIT_CONFIG);
             }
         };
+        let server = match gateway {
+            Some(listener) => match server.gateway(listener) {
+                Ok(server) => server,
+                Err(e) => {
+                    eprintln!("floodgate: {e}");
+                    return exit(EXIT_CONFIG);
+                }
+            },
+            None => server,
+        };
+        if let Some(addr) = server.gateway_addr() {
+            tracing::info!(event = "serving", gateway = %addr, "gateway serving");
+        }
         let grpc = server.grpc_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(
             event = "serving",

@@ -62,6 +62,54 @@ pub struct Running {
     pub store: StoreConfig,
     /// The store's breaker and fallback settings (likewise).
     pub survival: Survival,
+    /// The gateway's settings and its two phases of the native policy, when there is a gateway.
+    pub gateway: Option<Arc<GatewayPolicies>>,
+}
+
+/// The native policy as the gateway applies it, in two phases (DESIGN.md §9): the rules that need
+/// no verified identity run before the JWT is verified (per `ip`, global, per route: a flood of bad
+/// tokens is stopped there, before any signature is checked), the rules whose key, `match` or
+/// plan-dependent limit uses `user`, `tenant`, `plan` or `authenticated` after it. Each rule is in
+/// exactly one phase, so it counts once per request. Both phases keep the rules' names and keys,
+/// hence the same counters as the check API's native policy.
+#[derive(Debug)]
+pub struct GatewayPolicies {
+    /// The `gateway:` section.
+    pub config: Arc<floodgate_config::gateway::GatewayConfig>,
+    /// The rules run before verification.
+    pub before: Domain,
+    /// The rules run after verification.
+    pub after: Domain,
+}
+
+/// The descriptors only a verified identity (or its absence) gives.
+pub const IDENTITY_DESCRIPTORS: [&str; 4] = ["user", "tenant", "plan", "authenticated"];
+
+/// Whether `rule` runs after the JWT is verified: its key, conditions or plan-dependent limit use
+/// an identity descriptor.
+pub fn after_verification(rule: &floodgate::Rule) -> bool {
+    let identity = |d: &str| IDENTITY_DESCRIPTORS.contains(&d);
+    rule.key_descriptors().iter().any(|d| identity(d))
+        || rule.conditions().iter().any(|(d, _)| identity(d))
+        || rule.varies_by().is_some_and(identity)
+}
+
+impl GatewayPolicies {
+    fn new(
+        config: floodgate_config::gateway::GatewayConfig,
+        native: &Policy,
+        metrics: &Metrics,
+        detailed: &BTreeSet<String>,
+    ) -> Self {
+        let (after, before): (Vec<_>, Vec<_>) = native.rules().cloned().partition(after_verification);
+        // The native policy's rules are valid together, hence in any subset: no rule of a native
+        // file replaces another.
+        let phase = |rules: Vec<floodgate::Rule>| {
+            let policy = Policy::new(rules).unwrap_or_default();
+            domain(None, policy, metrics, detailed)
+        };
+        GatewayPolicies { config: Arc::new(config), before: phase(before), after: phase(after) }
+    }
 }
 
 impl Running {
@@ -164,6 +212,12 @@ pub enum StartError {
     /// A listener's address cannot be read.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// The gateway's accepted writes cannot be opened.
+    #[error("gateway: {0}")]
+    Gateway(#[source] std::io::Error),
+    /// A gateway listener was given, but the configuration has no `gateway:` section.
+    #[error("a gateway listener was given, but the configuration has no gateway section")]
+    NoGateway,
 }
 
 impl Control {
@@ -301,6 +355,7 @@ impl Control {
             fingerprints: target.fingerprints.clone(),
             store: target.store.clone(),
             survival: target.survival.clone(),
+            gateway: target.gateway.clone(),
         };
         let diff = Diff::between(&current.fingerprints, &running.fingerprints);
         Ok(self.install(&mut history, running, diff, Trigger::Rollback, Some(target.version)))
@@ -419,6 +474,26 @@ impl Control {
         });
     }
 
+    /// Records a change of the gateway's operator switches (admin API) in the audit log: `changed`
+    /// says what, e.g. `gateway.switches.shed: none → low`.
+    pub fn audit_switches(&self, changed: Vec<String>) {
+        let current = self.current.load();
+        tracing::info!(changes = ?changed, "gateway switches changed");
+        self.record(AuditRecord {
+            version: Some(current.version),
+            time: rfc3339(&self.clock),
+            source: Trigger::Switch,
+            path: None,
+            hash: Some(current.source.hash.clone()),
+            added: Vec::new(),
+            removed: Vec::new(),
+            changed,
+            result: Outcome::Applied,
+            error: None,
+            restored: None,
+        });
+    }
+
     fn record(&self, record: AuditRecord) {
         let mut audit = self.audit.lock();
         audit.push_back(record);
@@ -428,7 +503,8 @@ impl Control {
     }
 }
 
-/// Refuses a configuration that changes the store: the store is opened once, at start.
+/// Refuses a configuration that changes the store (opened once, at start), or the gateway's
+/// listener and state directory (bound and opened once, at start).
 fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyError> {
     if current.store != config.store || current.survival != config.survival {
         return Err(ApplyError::Refused(format!(
@@ -437,18 +513,38 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
             config.store.summary()
         )));
     }
-    Ok(())
+    let running = current.gateway.as_ref().map(|g| (g.config.listen, g.config.state_dir.clone()));
+    let wanted = config.gateway.as_ref().map(|g| (g.listen, g.state_dir.clone()));
+    match (running, wanted) {
+        (None, None) => Ok(()),
+        (Some(_), None) => Err(ApplyError::Refused(
+            "gateway: the gateway cannot be removed while running; restart floodgate to remove it".into(),
+        )),
+        (None, Some(_)) => Err(ApplyError::Refused(
+            "gateway: a gateway cannot be added while running (its listener is bound at start); restart floodgate"
+                .into(),
+        )),
+        (Some((listen, dir)), Some((new_listen, new_dir))) if listen != new_listen || dir != new_dir => {
+            Err(ApplyError::Refused(format!(
+                "gateway: listen and state_dir cannot change while running ({listen} → {new_listen}); restart \
+                 floodgate to change them"
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The policies of `config`, with their metric handles.
 fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
-    let Config { store, survival, headers, policy, domains, fingerprints, detailed, source } = config;
+    let Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source } =
+        config;
+    let gateway = gateway.map(|g| Arc::new(GatewayPolicies::new(g, &policy, metrics, &detailed)));
     let native = Arc::new(domain(None, policy, metrics, &detailed));
     let domains = domains
         .into_iter()
         .map(|(name, policy)| (name.clone(), Arc::new(domain(Some(name), policy, metrics, &detailed))))
         .collect();
-    Running { version, headers, native, domains, source, fingerprints, store, survival }
+    Running { version, headers, native, domains, source, fingerprints, store, survival, gateway }
 }
 
 fn domain(name: Option<String>, policy: Policy, metrics: &Metrics, detailed: &BTreeSet<String>) -> Domain {

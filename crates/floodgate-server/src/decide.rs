@@ -3,7 +3,7 @@
 //! ```text
 //!  HTTP /v1/check ─┐
 //!  Envoy RLS ──────┼─► DecisionPath::decide ─► Policy::evaluate (one store call) ─► observers ─► render
-//!  (gateway) ──────┘      (hits, domain)           all-or-nothing                   (metrics, …)  (front door)
+//!  gateway ────────┘      (hits, domain)           all-or-nothing                   (metrics, …)  (front door)
 //! ```
 //!
 //! A front door turns its request into [`Hit`]s (one per descriptor set), finds the [`Domain`] in
@@ -54,6 +54,8 @@ fn mode(api: Api) -> (Mode, Impossible) {
         Api::Report => (Mode::Report, Impossible::Error),
         // Envoy can only say "over limit": a cost no limit can grant denies the request.
         Api::Grpc => (Mode::Check, Impossible::Deny),
+        // The gateway's requests cost 1, which every limit can grant.
+        Api::Gateway => (Mode::Check, Impossible::Deny),
     }
 }
 

@@ -37,12 +37,14 @@ pub mod audit;
 pub mod cli;
 pub mod control;
 mod decide;
+pub mod gateway;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod reload;
 mod state;
 pub mod survival;
+pub mod switches;
 
 pub use app::{App, Server};
 pub use control::{Control, StartError};

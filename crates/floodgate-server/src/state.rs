@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use crate::control::Control;
 use crate::decide::DecisionPath;
 use crate::metrics::Metrics;
+use crate::switches::Overrides;
 
 /// How the server runs, beside its configuration. `Default`: no file to reload from, no admin
 /// token, no file watching, no signal handling (what in-process tests want); the binary sets them.
@@ -69,6 +70,8 @@ pub(crate) struct Shared {
     pub(crate) options: ServeOptions,
     /// Set once shutdown begins: `/readyz` answers 503 from then on.
     pub(crate) draining: AtomicBool,
+    /// The admin API's overrides of the gateway's switches.
+    pub(crate) switches: Overrides,
     /// The last readiness seen (0 unknown, else a [`Ready`]), to log each change once.
     readiness: AtomicU8,
 }
@@ -83,6 +86,7 @@ impl Shared {
             admin_token: options.admin_token.clone().filter(|t| !t.is_empty()),
             options,
             draining: AtomicBool::new(false),
+            switches: Overrides::default(),
             readiness: AtomicU8::new(0),
         }
     }

@@ -18,8 +18,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// The series the server emits (DESIGN.md §4); the histogram as its three exposed series.
-const METRICS: [&str; 17] = [
+/// The series the server emits (DESIGN.md §4, §9); the histograms as their three exposed series.
+const METRICS: [&str; 28] = [
     "floodgate_decisions_total",
     "floodgate_decision_duration_seconds_bucket",
     "floodgate_decision_duration_seconds_sum",
@@ -37,6 +37,17 @@ const METRICS: [&str; 17] = [
     "floodgate_overflow_decisions_total",
     "floodgate_config_version",
     "floodgate_config_reloads_total",
+    "floodgate_gateway_requests_total",
+    "floodgate_gateway_upstream_duration_seconds_bucket",
+    "floodgate_gateway_upstream_duration_seconds_sum",
+    "floodgate_gateway_upstream_duration_seconds_count",
+    "floodgate_gateway_breaker_state",
+    "floodgate_gateway_retries_total",
+    "floodgate_gateway_shed_total",
+    "floodgate_gateway_degraded_total",
+    "floodgate_gateway_delayed_total",
+    "floodgate_gateway_waiting",
+    "floodgate_gateway_accepted_pending",
 ];
 
 const ALERTS: &str = "deploy/prometheus/alerts.yml";

@@ -90,12 +90,12 @@ fn no_module_of_the_server_imports_one_that_imports_it_back() {
 #[test]
 fn front_doors_sit_on_the_shared_state_and_nothing_below_knows_them() {
     let graph = imports();
-    for door in ["http", "grpc"] {
+    for door in ["http", "grpc", "gateway"] {
         assert!(!graph[door].contains("app"), "{door} imports app");
         assert!(graph[door].contains("state"), "{door} reads the shared state: {:?}", graph[door]);
     }
-    for below in ["state", "control", "decide", "metrics", "audit"] {
-        for door in ["http", "grpc", "app", "reload", "survival", "cli"] {
+    for below in ["state", "control", "decide", "metrics", "audit", "switches"] {
+        for door in ["http", "grpc", "gateway", "app", "reload", "survival", "cli"] {
             assert!(!graph[below].contains(door), "{below} imports the front door or binary module {door}");
         }
     }

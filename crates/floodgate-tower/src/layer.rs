@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
+use floodgate::delay::Waiting;
 use floodgate::{Descriptors, Engine, MemoryStore};
 use floodgate_http::HeaderStyle;
 use http::HeaderName;
@@ -13,6 +14,9 @@ use tower_layer::Layer;
 use crate::{ClientIp, Extractor, RateLimit};
 
 type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
+
+/// The default bound on requests waiting under `action: delay`.
+pub const DEFAULT_MAX_WAITING: usize = 1024;
 
 /// Applies an [`Engine`] to every request of a service (see the [crate docs](crate)).
 ///
@@ -51,6 +55,8 @@ pub(crate) struct Config<S> {
     extractors: Vec<Extractor>,
     pub(crate) style: HeaderStyle,
     cost: Option<CostFn>,
+    /// The requests waiting for capacity under `action: delay` rules, bounded.
+    pub(crate) waiting: Waiting,
 }
 
 impl<S> Config<S> {
@@ -76,6 +82,7 @@ impl<S> Clone for Config<S> {
             extractors: self.extractors.clone(),
             style: self.style,
             cost: self.cost.clone(),
+            waiting: self.waiting.clone(),
         }
     }
 }
@@ -90,6 +97,7 @@ impl<S> RateLimitLayer<S> {
                 extractors: Vec::new(),
                 style: HeaderStyle::default(),
                 cost: None,
+                waiting: Waiting::new(DEFAULT_MAX_WAITING),
             }),
         }
     }
@@ -147,6 +155,20 @@ impl<S> RateLimitLayer<S> {
     {
         self.config_mut().cost = Some(Arc::new(f));
         self
+    }
+
+    /// The most requests that wait for capacity at once under rules with
+    /// [`Action::Delay`](floodgate::Action::Delay) (default 1024). A request a delay rule denied
+    /// waits — up to the rule's `max_wait`, for the exact `retry_after` — and is decided again; when
+    /// `max` requests already wait, it is denied at once. `max(0)` turns waiting off.
+    pub fn max_waiting(mut self, max: usize) -> Self {
+        self.config_mut().waiting = Waiting::new(max);
+        self
+    }
+
+    /// The requests waiting for capacity now, and how many waited so far.
+    pub fn waiting(&self) -> &Waiting {
+        &self.config.waiting
     }
 
     /// The engine.

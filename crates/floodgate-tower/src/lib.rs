@@ -70,5 +70,5 @@ pub use extract::{ClientIp, Extractor, ProxyHeader, route_template};
 pub use floodgate_http::HeaderStyle;
 pub use future::ResponseFuture;
 pub use info::RateLimitInfo;
-pub use layer::RateLimitLayer;
+pub use layer::{DEFAULT_MAX_WAITING, RateLimitLayer};
 pub use service::RateLimit;

@@ -6,6 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
+use floodgate::delay::{Waiting, next_wait};
 use floodgate::{Descriptors, Engine, EngineError, MemoryStore, Store};
 use http::{Request, Response};
 use tower_service::Service;
@@ -93,10 +96,24 @@ where
         let cost = self.config.cost(&parts);
         let engine = &self.config.engine;
         // A store that answers at once (the memory store) decides here, with no future to
-        // allocate; one that has to wait (Redis) is awaited in a boxed future.
+        // allocate; one that has to wait (Redis), or a denial a delay rule makes wait, is awaited
+        // in a boxed future.
         let check = match engine.check_now(&descriptors, cost) {
+            Some(Ok(verdict)) if delays(engine, &verdict) => CheckFuture::Waiting(Box::pin(check(
+                Arc::clone(engine),
+                self.config.waiting.clone(),
+                descriptors,
+                cost,
+                Some(verdict),
+            ))),
             Some(result) => CheckFuture::Ready(Some(checked(engine, result, descriptors, cost))),
-            None => CheckFuture::Waiting(Box::pin(check(Arc::clone(engine), descriptors, cost))),
+            None => CheckFuture::Waiting(Box::pin(check(
+                Arc::clone(engine),
+                self.config.waiting.clone(),
+                descriptors,
+                cost,
+                None,
+            ))),
         };
         ResponseFuture::new(check, inner, Request::from_parts(parts, body), self.config.style)
     }
@@ -129,8 +146,43 @@ impl Future for CheckFuture {
     }
 }
 
-async fn check<S: Store>(engine: Arc<Engine<S>>, descriptors: Descriptors, cost: u64) -> Checked {
-    let result = engine.check(&descriptors, cost).await;
+/// Whether a denied `verdict` is one a delay rule makes wait.
+fn delays<S: Store>(engine: &Engine<S>, verdict: &floodgate::Verdict) -> bool {
+    !verdict.allowed && next_wait(&engine.policy(), verdict, Duration::ZERO).is_some()
+}
+
+/// Checks the request (starting from `first`, when already decided), and while a delay rule
+/// denies it, waits the exact `retry_after` and checks again — up to the rule's `max_wait`, and only
+/// with a place among the waiting requests.
+async fn check<S: Store>(
+    engine: Arc<Engine<S>>,
+    waiting: Waiting,
+    descriptors: Descriptors,
+    cost: u64,
+    first: Option<floodgate::Verdict>,
+) -> Checked {
+    let mut waited = Duration::ZERO;
+    let mut slot = None;
+    let mut result = match first {
+        Some(verdict) => Ok(verdict),
+        None => engine.check(&descriptors, cost).await,
+    };
+    loop {
+        let wait = match &result {
+            Ok(verdict) if !verdict.allowed => next_wait(&engine.policy(), verdict, waited),
+            _ => None,
+        };
+        let Some(wait) = wait else { break };
+        if slot.is_none() {
+            slot = waiting.enter();
+            if slot.is_none() {
+                break;
+            }
+        }
+        tokio::time::sleep(wait).await;
+        waited += wait;
+        result = engine.check(&descriptors, cost).await;
+    }
     checked(&engine, result, descriptors, cost)
 }
 

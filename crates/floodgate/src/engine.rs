@@ -606,7 +606,7 @@ impl Policy {
                     }
                 }
                 let key = start..buf.len();
-                let enforce = action == Action::Deny && in_rollout(&buf[key.clone()], compiled.rollout_bp);
+                let enforce = action.enforces() && in_rollout(&buf[key.clone()], compiled.rollout_bp);
                 // A sharded rule: the next shard's number ends the key, and its share is the limit.
                 let (limit, key, shard) = match &compiled.shards {
                     Some(shards) => {

@@ -34,6 +34,8 @@
 //! # }).unwrap();
 //! ```
 
+pub mod breaker;
+pub mod delay;
 mod descriptors;
 mod engine;
 mod ip;

@@ -19,6 +19,21 @@ pub enum Action {
     Shadow,
     /// Allow, but mark the request (a header and a metric) for risk systems downstream.
     Tag,
+    /// Enforced like `Deny`; a front door that can hold a request (the gateway, the tower layer)
+    /// waits for capacity up to `max_wait` before it answers, and passes the request once the
+    /// limit allows it (see [`crate::delay`]). Front doors that answer at once (the check API,
+    /// Envoy RLS) deny, with the exact `retry_after`.
+    Delay {
+        /// The longest a request waits for capacity; past it, it is denied.
+        max_wait: std::time::Duration,
+    },
+}
+
+impl Action {
+    /// Whether the action enforces its limit (deny or delay), as opposed to shadowing or tagging.
+    pub fn enforces(self) -> bool {
+        matches!(self, Action::Deny | Action::Delay { .. })
+    }
 }
 
 /// What to do when the store fails.
@@ -387,6 +402,11 @@ impl Rule {
         &self.limit
     }
 
+    /// The descriptor whose value chooses the rule's limit (see [`Rule::vary_by`]), if any.
+    pub fn varies_by(&self) -> Option<&str> {
+        self.by.as_ref().map(ByDescriptor::descriptor)
+    }
+
     /// The descriptors making the key.
     pub fn key_descriptors(&self) -> &[String] {
         &self.key
@@ -611,6 +631,11 @@ impl Policy {
     /// The rules, in order.
     pub fn rules(&self) -> impl Iterator<Item = &Rule> {
         self.rules.iter().map(|c| &c.rule)
+    }
+
+    /// The rule at `index` ([`LimitOutcome::index`](crate::LimitOutcome::index)).
+    pub fn rule(&self, index: usize) -> Option<&Rule> {
+        self.rules.get(index).map(|c| &c.rule)
     }
 }
 

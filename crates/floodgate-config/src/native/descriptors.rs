@@ -5,7 +5,7 @@ use crate::yaml::{Item, did_you_mean};
 
 /// Descriptor names every front door knows (DESIGN.md §3), besides `header.<name>`.
 pub const KNOWN_DESCRIPTORS: &[&str] =
-    &["ip", "user", "tenant", "api_key", "plan", "route", "method", "session"];
+    &["ip", "user", "tenant", "api_key", "plan", "route", "method", "session", "authenticated"];
 
 /// The descriptor names a configuration may use: the known ones, `header.<name>`, and those
 /// declared in the top-level `descriptors` list.

@@ -4,6 +4,7 @@
 //! parameters, read through the [algorithm registry](crate::algorithm)).
 
 mod descriptors;
+pub mod gateway;
 mod limits;
 mod rules;
 mod store;
@@ -33,9 +34,11 @@ pub(crate) struct Native {
     pub(crate) rules: Vec<Rule>,
     /// `(rule name, fingerprint)` in rule order.
     pub(crate) fingerprints: Vec<(String, u64)>,
+    /// The `gateway` section, if any (boxed: most configurations have none).
+    pub(crate) gateway: Option<Box<gateway::GatewayConfig>>,
 }
 
-const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules"];
+const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules", "gateway"];
 
 /// Validates a native configuration document (its root is a mapping without `domain`).
 pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
@@ -66,5 +69,9 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
             rules.push(rule);
         }
     }
-    Ok(Native { store, survival, headers, rules, fingerprints })
+    let gateway = match fields.get("gateway").filter(|i| !i.is_null()) {
+        Some(item) => Some(Box::new(gateway::compile(item)?)),
+        None => None,
+    };
+    Ok(Native { store, survival, headers, rules, fingerprints, gateway })
 }

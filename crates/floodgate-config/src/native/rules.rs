@@ -18,7 +18,16 @@ use crate::yaml::{Item, Value, did_you_mean};
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     let mut fields = vec!["name", "match", "key", "algorithm"];
     fields.extend(algorithm::all_parameters());
-    fields.extend(["overage", "action", "rollout", "on_store_error", "prefetch", "shards", "ip_prefix"]);
+    fields.extend([
+        "overage",
+        "action",
+        "max_wait",
+        "rollout",
+        "on_store_error",
+        "prefetch",
+        "shards",
+        "ip_prefix",
+    ]);
     fields
 });
 
@@ -117,22 +126,31 @@ pub(crate) fn compile(
                 "shadow" => Action::Shadow,
                 "tag" => Action::Tag,
                 "delay" => {
-                    return Err(a.error(
-                        "action \"delay\" (waiting for capacity before answering) is not available: every \
-                         front door answers at once; use deny, shadow or tag",
-                    ));
+                    let wait = fields.require(
+                        "max_wait",
+                        "action delay waits for capacity up to max_wait, e.g. max_wait: 2s",
+                    )?;
+                    Action::Delay { max_wait: positive_duration(wait, "max_wait")? }
                 }
                 other => {
                     return Err(a.error(format!(
-                        "unknown action {other:?}: expected deny, shadow or tag{}",
-                        did_you_mean(other, ["deny", "shadow", "tag"])
+                        "unknown action {other:?}: expected deny, shadow, tag or delay{}",
+                        did_you_mean(other, ["deny", "shadow", "tag", "delay"])
                     )));
                 }
             }
         }
         None => Action::Deny,
     };
+    if !matches!(action, Action::Delay { .. })
+        && let Some(wait) = fields.key_item("max_wait")
+    {
+        return Err(wait.error("max_wait applies to action: delay only"));
+    }
     canonical.field("action", action_name(action));
+    if let Action::Delay { max_wait } = action {
+        canonical.field("max_wait", duration::format(max_wait));
+    }
     rule = rule.action(action);
 
     let rollout = match fields.get("rollout") {
@@ -406,5 +424,6 @@ pub(crate) fn action_name(action: Action) -> &'static str {
         Action::Deny => "deny",
         Action::Shadow => "shadow",
         Action::Tag => "tag",
+        Action::Delay { .. } => "delay",
     }
 }

@@ -275,8 +275,12 @@ fn actions_rollouts_and_store_failures() {
         let native = one_rule(&format!("{base}    action: {action}\n")).unwrap();
         assert_eq!(native.rules[0].action_kind(), expected);
     }
+    let delayed = one_rule(&format!("{base}    action: delay\n    max_wait: 2s\n")).unwrap();
+    assert_eq!(delayed.rules[0].action_kind(), Action::Delay { max_wait: std::time::Duration::from_secs(2) });
     let e = one_rule(&format!("{base}    action: delay\n")).unwrap_err();
-    assert!(e.message.contains("\"delay\"") && e.message.contains("not available"), "{}", e.message);
+    assert!(e.message.contains("max_wait"), "{}", e.message);
+    let e = one_rule(&format!("{base}    max_wait: 2s\n")).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("rules[0].max_wait"), "{}", e.message);
     for rollout in ["50%", "50", "12.5%", "0%", "100%", "100"] {
         assert!(one_rule(&format!("{base}    rollout: {rollout}\n")).is_ok(), "{rollout}");
     }

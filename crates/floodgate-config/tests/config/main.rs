@@ -6,6 +6,7 @@ mod directory;
 mod envoy;
 mod errors;
 mod garbage;
+mod gateway;
 mod native;
 mod prefetch;
 mod shards;

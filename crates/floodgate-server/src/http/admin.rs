@@ -15,6 +15,9 @@
 //! | `GET /admin/audit` | every configuration change, applied or rejected |
 //! | `GET /admin/keys?rule=R&<descriptor>=<value>…` | a key's state (remaining, reset) without consuming |
 //! | `DELETE /admin/keys?rule=R&<descriptor>=<value>…` | forgets a key's state |
+//! | `GET /admin/gateway/switches` | the gateway's switches in force (shedding, stale reads, accepted writes) |
+//! | `PUT /admin/gateway/switches` | sets some of them (audited; they outlive reloads) |
+//! | `DELETE /admin/gateway/switches` | clears what the admin API set: the configuration's hold again |
 //!
 //! In `/admin/keys`, `rule` and `domain` are reserved; every other query parameter is a
 //! descriptor (the rule's key descriptors, and those its `match` conditions need). With the
@@ -40,6 +43,7 @@ use super::api::as_domain_sees_them;
 use super::openapi::{
     AdminAccess, BodyProblems, ConfigDocument, JsonProblems, KeyProblems, StoreProblem, TAG_ADMIN, YAML,
 };
+use super::switches::{clear_switches, get_switches, set_switches};
 use super::{MAX_ADMIN_BODY, invalid, json, malformed, problem, read_body};
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Trigger};
 use crate::control::{ApplyError, Domain, Running};
@@ -53,6 +57,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/admin/rollback", post(rollback))
         .route("/admin/audit", get(audit))
         .route("/admin/keys", get(inspect_key).delete(reset_key))
+        .route("/admin/gateway/switches", get(get_switches).put(set_switches).delete(clear_switches))
         .route_layer(middleware::from_fn_with_state(shared, authorize))
 }
 

@@ -9,6 +9,7 @@ mod admin;
 mod api;
 pub mod openapi;
 mod serve;
+mod switches;
 
 pub(crate) use serve::serve;
 

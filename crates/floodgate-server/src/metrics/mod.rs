@@ -86,6 +86,14 @@ pub const REQUESTS_TOTAL: &str = "floodgate_requests_total";
 /// `floodgate_decisions_detailed_total`.
 pub const DECISIONS_DETAILED_TOTAL: &str = "floodgate_decisions_detailed_total";
 
+/// `floodgate_gateway_upstream_duration_seconds`: the gateway's upstream calls (the gateway
+/// registers its series; see `gateway/metrics.rs`).
+pub const GATEWAY_UPSTREAM_DURATION_SECONDS: &str = "floodgate_gateway_upstream_duration_seconds";
+
+/// The upper bounds of the gateway's upstream latency histogram, in seconds: 1 ms to 120 s.
+pub const GATEWAY_UPSTREAM_BUCKETS: [f64; 14] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 120.0];
+
 /// The help text of `floodgate_decision_duration_seconds`.
 const DURATION_HELP: &str =
     "Time to decide one request (all its descriptor sets, one store call), in seconds.";
@@ -187,10 +195,12 @@ pub enum Api {
     Report,
     /// Envoy RLS `ShouldRateLimit`.
     Grpc,
+    /// The gateway (counted in `floodgate_gateway_requests_total`, not here).
+    Gateway,
 }
 
 /// Every [`Api`], in declaration order (their `api` labels).
-const APIS: [&str; 4] = ["check", "peek", "report", "grpc"];
+const APIS: [&str; 5] = ["check", "peek", "report", "grpc", "gateway"];
 
 impl Api {
     /// The `api` label.
@@ -236,7 +246,12 @@ impl Metrics {
     /// A fresh recorder for a server on the store labelled `store`; `floodgate_keys` is exported
     /// only when `counts_keys` (the store counts its keys cheaply: the memory store, not Redis).
     pub fn for_store(store: &'static str, counts_keys: bool) -> Metrics {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full(GATEWAY_UPSTREAM_DURATION_SECONDS.to_owned()),
+                &GATEWAY_UPSTREAM_BUCKETS,
+            )
+            .map_or_else(|_| PrometheusBuilder::new().build_recorder(), PrometheusBuilder::build_recorder);
         describe(&recorder);
         let handle = recorder.handle();
         let r = &recorder;
@@ -396,6 +411,11 @@ impl Metrics {
         let sum = h.get(DURATION_BUCKETS.len() + 1) as f64 / 1e9;
         let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {cumulative}");
+    }
+
+    /// The recorder, for front doors that register series of their own (the gateway).
+    pub(crate) fn recorder(&self) -> &PrometheusRecorder {
+        &self.inner.recorder
     }
 
     /// Drains buffered histogram samples; call periodically (the server does every 5 s) so that

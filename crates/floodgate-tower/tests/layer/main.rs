@@ -2,6 +2,7 @@
 
 mod client_ip;
 mod concurrency;
+mod delay;
 mod limits;
 mod route;
 mod waiting;

@@ -18,126 +18,31 @@
 //!   takes longer than `probe_timeout` (the store's deadline) — hung, or its caller gone — no longer
 //!   holds half-open: the next caller probes instead.
 //!
-//! Time comes from the breaker's [`Clock`], so every transition is tested on a manual clock.
+//! The state machine is [`CircuitBreaker`](crate::breaker::CircuitBreaker), which the gateway's
+//! per-route breakers share; time comes from its [`Clock`], so every transition is tested on a
+//! manual clock.
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
 
 use floodgate_core::{Clock, Grant, SystemClock};
 
+use crate::breaker::{Admission, CircuitBreaker};
+pub use crate::breaker::{BreakerConfig, BreakerState, OnChange};
+
 use super::{Applied, Mode, Op, Store, StoreError};
 use crate::Limit;
-
-/// Buckets of the failure window.
-const BUCKETS: usize = 10;
-
-/// When the breaker opens and how it comes back. See the [module docs](self).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BreakerConfig {
-    /// The share of failed calls over `window` that opens the breaker, in `(0, 1]` (default 0.5).
-    pub failure_rate: f64,
-    /// The fewest calls in `window` for the rate to count (default 20).
-    pub min_calls: u32,
-    /// How far back calls are counted (default 10 s).
-    pub window: Duration,
-    /// Failures in a row, with no success between them, that open the breaker whatever the rate
-    /// (default 10); a failure counts only if its call was sent after the streak's first failure
-    /// was seen (see the module docs).
-    pub consecutive_failures: u32,
-    /// How long the breaker stays open before one probe (default 2 s).
-    pub open_for: Duration,
-    /// How long a probe may take before another caller probes instead (default 1 s; set it to the
-    /// store's deadline).
-    pub probe_timeout: Duration,
-}
-
-impl Default for BreakerConfig {
-    fn default() -> Self {
-        BreakerConfig {
-            failure_rate: 0.5,
-            min_calls: 20,
-            window: Duration::from_secs(10),
-            consecutive_failures: 10,
-            open_for: Duration::from_secs(2),
-            probe_timeout: Duration::from_secs(1),
-        }
-    }
-}
-
-/// Where the breaker is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BreakerState {
-    /// Calls go to the store.
-    Closed,
-    /// Calls fail at once.
-    Open,
-    /// One probe is (or may be) in flight; other calls fail at once.
-    HalfOpen,
-}
-
-impl BreakerState {
-    /// The value of `floodgate_store_breaker_state`: 0 closed, 1 open, 2 half-open.
-    pub fn gauge(self) -> u8 {
-        self as u8
-    }
-
-    /// `closed`, `open` or `half_open`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BreakerState::Closed => "closed",
-            BreakerState::Open => "open",
-            BreakerState::HalfOpen => "half_open",
-        }
-    }
-
-    fn from_u8(v: u8) -> BreakerState {
-        match v {
-            1 => BreakerState::Open,
-            2 => BreakerState::HalfOpen,
-            _ => BreakerState::Closed,
-        }
-    }
-}
-
-/// Called on every change of state, once per change (for logs and metrics).
-pub type OnChange = Arc<dyn Fn(BreakerState) + Send + Sync>;
 
 /// A [`Store`] that stops calling the store it wraps while that store keeps failing. Cloning
 /// shares the breaker.
 pub struct Breaker<S, C: Clock = SystemClock> {
     inner: S,
-    shared: Arc<Shared<C>>,
-}
-
-struct Shared<C> {
-    clock: C,
-    config: BreakerConfig,
-    state: AtomicU8,
-    /// When it last opened, µs since the epoch.
-    opened_at: AtomicU64,
-    /// When the probe in flight started, µs since the epoch; 0 when none is.
-    probe_started: AtomicU64,
-    /// Failures since the last success (of calls sent since the streak began).
-    consecutive: AtomicU32,
-    /// When the streak's first failure was seen, µs since the epoch; 0 when there is no streak.
-    streak_since: AtomicU64,
-    buckets: [Bucket; BUCKETS],
-    on_change: Option<OnChange>,
-}
-
-#[derive(Default)]
-struct Bucket {
-    /// Which span of time the counts are for (its index since the epoch).
-    span: AtomicU64,
-    calls: AtomicU32,
-    failures: AtomicU32,
+    machine: Arc<CircuitBreaker<C>>,
 }
 
 impl<S: Clone, C: Clock> Clone for Breaker<S, C> {
     fn clone(&self) -> Self {
-        Breaker { inner: self.inner.clone(), shared: Arc::clone(&self.shared) }
+        Breaker { inner: self.inner.clone(), machine: Arc::clone(&self.machine) }
     }
 }
 
@@ -146,19 +51,9 @@ impl<S: fmt::Debug, C: Clock> fmt::Debug for Breaker<S, C> {
         f.debug_struct("Breaker")
             .field("inner", &self.inner)
             .field("state", &self.state())
-            .field("config", &self.shared.config)
+            .field("config", self.machine.config())
             .finish()
     }
-}
-
-/// What a call may do.
-enum Admit {
-    /// Go to the store, its outcome counted.
-    Call,
-    /// Go to the store as the one probe.
-    Probe,
-    /// Fail at once.
-    Reject,
 }
 
 impl<S> Breaker<S, SystemClock> {
@@ -171,32 +66,17 @@ impl<S> Breaker<S, SystemClock> {
 impl<S, C: Clock> Breaker<S, C> {
     /// A breaker around `inner`, reading time from `clock`.
     pub fn with_clock(inner: S, config: BreakerConfig, clock: C) -> Self {
-        Breaker::build(inner, config, clock, None)
+        Breaker { inner, machine: Arc::new(CircuitBreaker::new(config, clock)) }
     }
 
     /// This breaker calling `on_change` on every change of state (once per change).
     pub fn on_change(inner: S, config: BreakerConfig, clock: C, on_change: OnChange) -> Self {
-        Breaker::build(inner, config, clock, Some(on_change))
-    }
-
-    fn build(inner: S, config: BreakerConfig, clock: C, on_change: Option<OnChange>) -> Self {
-        let shared = Shared {
-            clock,
-            config,
-            state: AtomicU8::new(BreakerState::Closed as u8),
-            opened_at: AtomicU64::new(0),
-            probe_started: AtomicU64::new(0),
-            consecutive: AtomicU32::new(0),
-            streak_since: AtomicU64::new(0),
-            buckets: Default::default(),
-            on_change,
-        };
-        Breaker { inner, shared: Arc::new(shared) }
+        Breaker { inner, machine: Arc::new(CircuitBreaker::with_on_change(config, clock, on_change)) }
     }
 
     /// The state now.
     pub fn state(&self) -> BreakerState {
-        BreakerState::from_u8(self.shared.state.load(Ordering::Acquire))
+        self.machine.state()
     }
 
     /// The wrapped store.
@@ -204,146 +84,17 @@ impl<S, C: Clock> Breaker<S, C> {
         &self.inner
     }
 
-    fn admit(&self) -> Admit {
-        let s = &*self.shared;
-        let now = s.clock.now().as_micros();
-        match self.state() {
-            BreakerState::Closed => Admit::Call,
-            BreakerState::Open => {
-                let reopens = s.opened_at.load(Ordering::Acquire).saturating_add(micros(s.config.open_for));
-                if now < reopens {
-                    return Admit::Reject;
-                }
-                let half_open = (BreakerState::Open as u8, BreakerState::HalfOpen as u8);
-                if s.state
-                    .compare_exchange(half_open.0, half_open.1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    s.probe_started.store(now.max(1), Ordering::Release);
-                    self.changed(BreakerState::HalfOpen);
-                    Admit::Probe
-                } else {
-                    // Another caller took the probe (or the breaker moved on): this call waits its turn.
-                    Admit::Reject
-                }
-            }
-            BreakerState::HalfOpen => {
-                let started = s.probe_started.load(Ordering::Acquire);
-                let stale = started == 0 || now >= started.saturating_add(micros(s.config.probe_timeout));
-                if stale
-                    && s.probe_started
-                        .compare_exchange(started, now.max(1), Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                {
-                    Admit::Probe
-                } else {
-                    Admit::Reject
-                }
-            }
-        }
-    }
-
-    /// Counts the outcome of a closed-state call sent at `sent` (µs since the epoch); opens when
-    /// the window's failure rate or the streak of failures says so.
-    fn record(&self, failed: bool, sent: u64) {
-        let s = &*self.shared;
-        let now = s.clock.now().as_micros();
-        let span_len = (micros(s.config.window) / BUCKETS as u64).max(1);
-        let span = now / span_len;
-        let bucket = &s.buckets[(span % BUCKETS as u64) as usize];
-        let seen = bucket.span.load(Ordering::Acquire);
-        if seen != span
-            && bucket.span.compare_exchange(seen, span, Ordering::AcqRel, Ordering::Acquire).is_ok()
-        {
-            bucket.calls.store(0, Ordering::Release);
-            bucket.failures.store(0, Ordering::Release);
-        }
-        bucket.calls.fetch_add(1, Ordering::AcqRel);
-        if !failed {
-            if s.consecutive.load(Ordering::Relaxed) != 0 {
-                s.consecutive.store(0, Ordering::Relaxed);
-                s.streak_since.store(0, Ordering::Relaxed);
-            }
-            return;
-        }
-        bucket.failures.fetch_add(1, Ordering::AcqRel);
-        // The first failure begins a streak; after it, only calls sent since it began count.
-        let since = s.streak_since.load(Ordering::Acquire);
-        let in_a_row = if since == 0 {
-            match s.streak_since.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => s.consecutive.fetch_add(1, Ordering::AcqRel).saturating_add(1),
-                Err(_) => s.consecutive.load(Ordering::Acquire),
-            }
-        } else if sent >= since {
-            s.consecutive.fetch_add(1, Ordering::AcqRel).saturating_add(1)
-        } else {
-            s.consecutive.load(Ordering::Acquire)
-        };
-        // Only a failure can open the breaker, so only a failure sums the window.
-        let (mut calls, mut failures) = (0u64, 0u64);
-        for b in &s.buckets {
-            let age = span.saturating_sub(b.span.load(Ordering::Acquire));
-            if age < BUCKETS as u64 {
-                calls += u64::from(b.calls.load(Ordering::Acquire));
-                failures += u64::from(b.failures.load(Ordering::Acquire));
-            }
-        }
-        let tripped = (calls >= u64::from(s.config.min_calls.max(1))
-            && failures as f64 >= s.config.failure_rate * calls as f64)
-            || in_a_row >= s.config.consecutive_failures.max(1);
-        if tripped && self.transition(BreakerState::Closed, BreakerState::Open) {
-            s.opened_at.store(now, Ordering::Release);
-        }
-    }
-
-    /// The probe's outcome: closed again, or open for another `open_for`.
-    fn finish_probe(&self, succeeded: bool) {
-        let s = &*self.shared;
-        s.probe_started.store(0, Ordering::Release);
-        s.consecutive.store(0, Ordering::Release);
-        s.streak_since.store(0, Ordering::Release);
-        if succeeded {
-            for b in &s.buckets {
-                b.calls.store(0, Ordering::Release);
-                b.failures.store(0, Ordering::Release);
-            }
-            self.transition(BreakerState::HalfOpen, BreakerState::Closed);
-        } else {
-            s.opened_at.store(s.clock.now().as_micros(), Ordering::Release);
-            self.transition(BreakerState::HalfOpen, BreakerState::Open);
-        }
-    }
-
-    fn transition(&self, from: BreakerState, to: BreakerState) -> bool {
-        let moved = self
-            .shared
-            .state
-            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if moved {
-            self.changed(to);
-        }
-        moved
-    }
-
-    fn changed(&self, to: BreakerState) {
-        if let Some(on_change) = &self.shared.on_change {
-            on_change(to);
-        }
-    }
-
     /// Runs `call` as the breaker admits it.
     async fn guarded<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        match self.admit() {
-            Admit::Reject => Err(StoreError::BreakerOpen),
-            Admit::Call => {
-                let sent = self.shared.clock.now().as_micros();
+        match self.machine.admit() {
+            Admission::Reject => Err(StoreError::BreakerOpen),
+            Admission::Call(sent) => {
                 let result = call.await;
-                self.record(counts_as_failure(&result), sent);
+                self.machine.record(counts_as_failure(&result), sent);
                 result
             }
-            Admit::Probe => {
-                let probe = Probe { breaker: self, done: false };
+            Admission::Probe => {
+                let probe = Probe { machine: &self.machine, done: false };
                 let result = call.await;
                 probe.finish(!counts_as_failure(&result));
                 result
@@ -354,22 +105,22 @@ impl<S, C: Clock> Breaker<S, C> {
 
 /// The one probe in flight; if it is dropped unfinished (its caller gave up), half-open is free
 /// for the next caller at once.
-struct Probe<'a, S, C: Clock> {
-    breaker: &'a Breaker<S, C>,
+struct Probe<'a, C: Clock> {
+    machine: &'a CircuitBreaker<C>,
     done: bool,
 }
 
-impl<S, C: Clock> Probe<'_, S, C> {
+impl<C: Clock> Probe<'_, C> {
     fn finish(mut self, succeeded: bool) {
         self.done = true;
-        self.breaker.finish_probe(succeeded);
+        self.machine.finish_probe(succeeded);
     }
 }
 
-impl<S, C: Clock> Drop for Probe<'_, S, C> {
+impl<C: Clock> Drop for Probe<'_, C> {
     fn drop(&mut self) {
         if !self.done {
-            self.breaker.shared.probe_started.store(0, Ordering::Release);
+            self.machine.abandon_probe();
         }
     }
 }
@@ -380,26 +131,21 @@ fn counts_as_failure<T>(result: &Result<T, StoreError>) -> bool {
     matches!(result, Err(e) if !matches!(e, StoreError::Full { .. }))
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 impl<S: Store, C: Clock> Store for Breaker<S, C> {
     async fn apply(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
         self.guarded(self.inner.apply(ops, mode, out)).await
     }
 
     fn try_apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Option<Result<(), StoreError>> {
-        match self.admit() {
-            Admit::Reject => Some(Err(StoreError::BreakerOpen)),
-            Admit::Call => {
-                let sent = self.shared.clock.now().as_micros();
+        match self.machine.admit() {
+            Admission::Reject => Some(Err(StoreError::BreakerOpen)),
+            Admission::Call(sent) => {
                 let result = self.inner.try_apply_now(ops, mode, out)?;
-                self.record(counts_as_failure(&result), sent);
+                self.machine.record(counts_as_failure(&result), sent);
                 Some(result)
             }
-            Admit::Probe => {
-                let probe = Probe { breaker: self, done: false };
+            Admission::Probe => {
+                let probe = Probe { machine: &self.machine, done: false };
                 // A store that must be awaited probes through `apply`; dropping the probe frees
                 // half-open for that call.
                 let result = self.inner.try_apply_now(ops, mode, out)?;

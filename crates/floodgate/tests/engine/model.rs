@@ -190,7 +190,7 @@ fn model(
         .map(|((i, _), d)| {
             let outcome = match (d.is_some_and(|d| d.allowed), specs[*i].action) {
                 (true, _) => Outcome::Allowed,
-                (false, Action::Deny) => Outcome::Denied,
+                (false, Action::Deny | Action::Delay { .. }) => Outcome::Denied,
                 (false, Action::Tag) => Outcome::Tagged,
                 (false, Action::Shadow) => Outcome::ShadowDenied,
             };

@@ -1,0 +1,136 @@
+//! The `gateway:` section: a full one read into its settings, and every class of mistake reported
+//! at its line, column and field.
+
+use std::time::Duration;
+
+use floodgate_config::gateway::{ForwardedHeader, Priority, Shed};
+use floodgate_config::{self as config};
+
+const FULL: &str = r#"
+rules: []
+gateway:
+  listen: 127.0.0.1:8100
+  trusted_proxies: [127.0.0.1/32, 10.0.0.0/8, "192.0.2.7"]
+  forwarded_header: forwarded
+  identity:
+    claims: { user: sub, tenant: org, plan: tier }
+    headers: { user: X-User-Id }
+  switches: { shed: low, read: stale_cache }
+  state_dir: /tmp/floodgate-gateway
+  routes:
+    - name: orders
+      match: { path: "/api/orders/{id}", methods: [GET, post] }
+      upstream: http://127.0.0.1:9000
+      priority: critical
+      timeouts: { connect: 1s, first_byte: 5s, total: 30s }
+      retries: { attempts: 2, on: [connect_error, 502, 503], budget: 20% }
+      breaker: { failure_rate: 50%, min_calls: 20, window: 30s, open_for: 30s }
+      concurrency: 200
+      fallback: { status: 503, body: '{"code":"DEGRADED"}', content_type: application/json, retry_after: 30s }
+      degrade: { read: stale_cache, write: accept_async }
+    - name: orders-delete
+      match: { path: "/api/orders/{id}", methods: [DELETE] }
+      upstream: { url: "http://127.0.0.1:9001/base", http2: true }
+    - name: everything-else
+      match: { path: "/{*rest}" }
+      upstream: http://127.0.0.1:9002
+      priority: low
+"#;
+
+#[test]
+fn a_full_gateway_section_is_read_into_its_settings() {
+    let config = config::parse("gw.yaml", FULL).unwrap();
+    let gateway = config.gateway.expect("a gateway");
+    assert_eq!(gateway.listen, "127.0.0.1:8100".parse().unwrap());
+    assert_eq!(gateway.trusted_proxies.len(), 3);
+    assert_eq!(gateway.forwarded_header, ForwardedHeader::Forwarded);
+    assert_eq!(gateway.identity.claims.tenant, "org");
+    assert_eq!(gateway.identity.headers.user.as_ref().map(|h| h.as_str()), Some("x-user-id"));
+    assert!(gateway.identity.jwt.is_none());
+    assert_eq!(gateway.switches.shed, Shed::Low);
+    assert!(gateway.switches.stale_reads && !gateway.switches.async_writes);
+    let orders = &gateway.routes[0];
+    assert_eq!(
+        orders.methods.as_ref().unwrap().iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+        ["GET", "POST"]
+    );
+    assert_eq!(orders.priority, Priority::Critical);
+    assert_eq!(orders.timeouts.total, Some(Duration::from_secs(30)));
+    let retries = orders.retries.as_ref().unwrap();
+    assert_eq!(
+        (retries.attempts, retries.on_connect_error, &retries.statuses[..]),
+        (2, true, &[502, 503][..])
+    );
+    assert!((retries.budget - 0.2).abs() < 1e-9);
+    let breaker = orders.breaker.as_ref().unwrap();
+    assert_eq!((breaker.min_calls, breaker.open_for), (20, Duration::from_secs(30)));
+    assert_eq!(
+        breaker.probe_timeout,
+        Duration::from_secs(30),
+        "a probe is bounded by the route's total timeout"
+    );
+    assert_eq!(orders.fallback.as_ref().unwrap().body, r#"{"code":"DEGRADED"}"#);
+    assert!(orders.degrade.stale_cache && orders.degrade.accept_async);
+    assert!(gateway.routes[1].upstream.http2);
+    assert_eq!(gateway.routes[1].upstream.uri.path(), "/base");
+    assert_eq!(gateway.routes[2].methods, None);
+}
+
+/// `(yaml of the gateway section, line, column, field, fragment of the message)`.
+#[test]
+fn each_mistake_is_reported_at_its_field() {
+    let route = |extra: &str| {
+        format!(
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: {{ path: \"/a\" }}\n      upstream: http://127.0.0.1:9000\n{extra}"
+        )
+    };
+    for (yaml, line, column, field, says) in [
+        ("rules: []\ngateway:\n  listen: localhost\n".to_owned(), 3, 11, "gateway.listen", "invalid listen address"),
+        ("rules: []\ngateway:\n  trusted_proxies: [10.0.0.0/33]\n".to_owned(), 3, 21, "gateway.trusted_proxies[0]", "invalid trusted proxy"),
+        ("rules: []\ngateway:\n  listn: 1\n".to_owned(), 3, 3, "gateway.listn", "did you mean \"listen\""),
+        (route("      priority: urgent\n"), 7, 17, "gateway.routes[0].priority", "unknown priority"),
+        (route("      timeouts: { connect: 0s }\n"), 7, 28, "gateway.routes[0].timeouts.connect", "longer than 0"),
+        (route("      retries: { on: [404] }\n"), 7, 23, "gateway.routes[0].retries.on[0]", "only 5xx"),
+        (route("      retries: { budget: 150% }\n"), 7, 26, "gateway.routes[0].retries.budget", "at most 100%"),
+        (route("      breaker: { failure_rate: 0 }\n"), 7, 32, "gateway.routes[0].breaker.failure_rate", "above 0%"),
+        (route("      degrade: { write: accept_async }\n"), 4, 7, "gateway.routes[0]", "state_dir"),
+        (route("      fallback: { status: 99 }\n"), 7, 27, "gateway.routes[0].fallback.status", "at least 200"),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a/{id\" }\n      upstream: http://h:1\n".to_owned(),
+            5, 22, "gateway.routes[0].match.path", "invalid path template",
+        ),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\" }\n      upstream: https://h:1\n".to_owned(),
+            6, 17, "gateway.routes[0].upstream", "TLS to upstreams",
+        ),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\", methods: [GIT] }\n      upstream: http://h:1\n    - name: s\n      match: { path: \"/a\", methods: [GIT] }\n      upstream: http://h:1\n".to_owned(),
+            7, 7, "gateway.routes[1]", "same path and method",
+        ),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a/{id}\" }\n      upstream: http://h:1\n    - name: s\n      match: { path: \"/a/{key}\" }\n      upstream: http://h:1\n".to_owned(),
+            7, 7, "gateway.routes[1]", "conflicts",
+        ),
+        (
+            "rules: []\ngateway:\n  identity:\n    jwt: { hs256_secret_env: FLOODGATE_TEST_SURELY_UNSET }\n".to_owned(),
+            4, 30, "gateway.identity.jwt.hs256_secret_env", "is not set",
+        ),
+        (
+            "rules: []\ngateway:\n  identity:\n    jwt: { jwks_file: /nonexistent/jwks.json }\n".to_owned(),
+            4, 23, "gateway.identity.jwt.jwks_file", "cannot read the JWKS file",
+        ),
+        ("rules: []\ngateway:\n  identity:\n    jwt: { issuer: x }\n".to_owned(), 4, 10, "gateway.identity.jwt", "hs256_secret_env, jwks_file"),
+    ] {
+        let err = config::parse("gw.yaml", &yaml).expect_err(&yaml);
+        assert_eq!(err.field.as_deref(), Some(field), "{yaml}\n{}", err.message);
+        assert_eq!((err.line, err.column), (Some(line), Some(column)), "{yaml}\n{}", err.message);
+        assert!(err.message.starts_with(&format!("gw.yaml:{line}:{column}: {field}: ")), "{}", err.message);
+        assert!(err.message.contains(says), "{yaml}\n{}", err.message);
+    }
+}
+
+#[test]
+fn rules_may_use_the_authenticated_descriptor() {
+    let yaml = "rules:\n  - name: anonymous\n    match: { authenticated: \"false\" }\n    key: [ip]\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n";
+    assert!(config::parse("a.yaml", yaml).is_ok());
+}

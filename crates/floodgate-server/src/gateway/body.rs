@@ -1,0 +1,154 @@
+//! The response body the client gets: the upstream's, streamed frame by frame as it arrives (never
+//! buffered whole), holding what the request holds until it ends — its place among the route's
+//! requests in flight, the concurrency permits of `concurrency` rules — and cut when the request's
+//! `total` deadline passes. For a route with `read: stale_cache`, a copy of a good GET's body is
+//! taken on the way, and kept once the body ended whole.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use floodgate::{Descriptors, Engine, Verdict};
+use floodgate_config::store::AnyStore;
+use floodgate_core::{Clock, SystemClock};
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+
+use super::stale::StaleCache;
+
+/// The request's total deadline passed while its response body was streaming.
+#[derive(Debug, thiserror::Error)]
+#[error("the route's total timeout passed while the response body was streaming")]
+pub(super) struct TotalTimeout;
+
+/// Concurrency permits of rules (algorithm `concurrency`) a request was admitted with: released on
+/// the store when dropped.
+pub(super) struct RulePermits {
+    engine: Arc<Engine<AnyStore>>,
+    descriptors: Descriptors,
+    verdict: Verdict,
+}
+
+impl RulePermits {
+    /// The permits `verdict` holds, if any.
+    pub(super) fn of(
+        engine: &Arc<Engine<AnyStore>>,
+        descriptors: &Descriptors,
+        verdict: &Verdict,
+    ) -> Option<Self> {
+        verdict.holds_permits().then(|| RulePermits {
+            engine: Arc::clone(engine),
+            descriptors: descriptors.clone(),
+            verdict: verdict.clone(),
+        })
+    }
+}
+
+impl Drop for RulePermits {
+    fn drop(&mut self) {
+        let engine = Arc::clone(&self.engine);
+        let descriptors = std::mem::take(&mut self.descriptors);
+        let verdict = std::mem::take(&mut self.verdict);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // A failed release is recovered by the permit's lease expiry.
+                let _ = engine.release(&descriptors, &verdict).await;
+            });
+        }
+    }
+}
+
+/// What a request holds until its response ends.
+#[derive(Default)]
+pub(super) struct Held {
+    pub(super) in_flight: Option<OwnedSemaphorePermit>,
+    pub(super) permits: Vec<RulePermits>,
+}
+
+/// A copy of a good GET's body on its way to the stale cache.
+pub(super) struct Tee {
+    pub(super) cache: Arc<StaleCache>,
+    pub(super) key: String,
+    pub(super) headers: HeaderMap,
+    pub(super) buf: BytesMut,
+    pub(super) clock: SystemClock,
+}
+
+/// The client's response body.
+pub(super) struct GatewayBody {
+    inner: Incoming,
+    deadline: Option<Pin<Box<Sleep>>>,
+    tee: Option<Tee>,
+    held: Option<Held>,
+}
+
+impl GatewayBody {
+    pub(super) fn new(inner: Incoming, deadline: Option<Instant>, tee: Option<Tee>, held: Held) -> Self {
+        GatewayBody {
+            inner,
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            tee,
+            held: Some(held),
+        }
+    }
+
+    fn ended(&mut self, whole: bool) {
+        self.held.take();
+        if let Some(tee) = self.tee.take()
+            && whole
+        {
+            let now = tee.clock.now();
+            tee.cache.insert(tee.key, &tee.headers, tee.buf.freeze(), now);
+        }
+    }
+}
+
+impl Body for GatewayBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Some(deadline) = this.deadline.as_mut()
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            this.ended(false);
+            return Poll::Ready(Some(Err(Box::new(TotalTimeout))));
+        }
+        let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            None => this.ended(true),
+            Some(Err(_)) => this.ended(false),
+            Some(Ok(frame)) => {
+                if let (Some(tee), Some(data)) = (this.tee.as_mut(), frame.data_ref()) {
+                    if tee.buf.len() + data.len() > tee.cache.max_entry() {
+                        this.tee = None;
+                    } else {
+                        tee.buf.extend_from_slice(data);
+                    }
+                }
+                if this.inner.is_end_stream() {
+                    this.ended(true);
+                }
+            }
+        }
+        Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(e) as Self::Error)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+use std::future::Future as _;

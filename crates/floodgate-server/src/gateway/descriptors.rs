@@ -1,0 +1,52 @@
+//! A gateway request's descriptors: `ip` (the forwarding header walked from the right past the
+//! trusted proxies, by [`ClientIp`]), `route` (the matched template, as
+//! [`route_template`] writes it), `method`, the `header.<name>` descriptors the rules use, and once
+//! the identity is known `user`, `tenant`, `plan` and `authenticated`.
+
+use std::net::SocketAddr;
+
+use floodgate::{Descriptors, Policy};
+use floodgate_tower::{ClientIp, route_template};
+use http::HeaderName;
+use http::request::Parts;
+
+/// The `header.<name>` descriptors the rules of `policy` use (in their keys or conditions), with
+/// their headers: only these are read from a request.
+pub(super) fn header_descriptors(policy: &Policy) -> Vec<(HeaderName, String)> {
+    let mut found: Vec<(HeaderName, String)> = Vec::new();
+    for rule in policy.rules() {
+        let keys = rule.key_descriptors().iter().map(String::as_str);
+        let conditions = rule.conditions().iter().map(|(d, _)| d.as_str());
+        for name in keys.chain(conditions).chain(rule.varies_by()) {
+            let Some(header) = name.strip_prefix("header.") else { continue };
+            let Ok(header) = HeaderName::from_bytes(header.as_bytes()) else { continue };
+            if !found.iter().any(|(_, d)| d == name) {
+                found.push((header, name.to_owned()));
+            }
+        }
+    }
+    found
+}
+
+/// The descriptors known before the identity: `ip`, `route`, `method` and the headers.
+pub(super) fn before_identity(
+    parts: &Parts,
+    peer: SocketAddr,
+    client_ip: &ClientIp,
+    headers: &[(HeaderName, String)],
+) -> Descriptors {
+    let mut descriptors = Descriptors::new();
+    descriptors.insert("ip", client_ip.resolve_from(peer.ip(), &parts.headers).to_string());
+    if let Some(route) = route_template(parts) {
+        descriptors.insert("route", route);
+    }
+    descriptors.insert("method", parts.method.as_str().to_owned());
+    for (header, descriptor) in headers {
+        if let Some(value) = parts.headers.get(header) {
+            // Bytes that are not UTF-8 are replaced rather than dropping the descriptor: a client
+            // cannot escape a per-header limit with an unreadable value.
+            descriptors.insert(descriptor.clone(), String::from_utf8_lossy(value.as_bytes()).into_owned());
+        }
+    }
+    descriptors
+}

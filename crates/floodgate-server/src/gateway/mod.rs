@@ -1,0 +1,158 @@
+//! The gateway: Floodgate as a reverse proxy in front of an application (DESIGN.md §9), limiting
+//! with the same rules, engine and store as the check API, down the same decision path.
+//!
+//! ```text
+//!  client ─► listener (any IO: TCP now, TLS later) ─► axum router (route templates)
+//!     ─► shed? ─► rules before verification (ip, global, route, header.*)
+//!     ─► JWT verification (401 when present but invalid) ─► rules after it (user, tenant, plan,
+//!        authenticated) ─► degradation (stale reads, accepted writes) ─► concurrency ─► breaker
+//!     ─► upstream (pooled hyper-util client, HTTP/1.1 or h2c; timeouts, retries within a budget)
+//!     ─► response streamed back (rate-limit headers added, hop-by-hop headers dropped)
+//! ```
+//!
+//! - [`Gateway::serve`] accepts connections from a listener through an [`Acceptor`], which turns
+//!   each TCP stream into the IO the connection is served on ([`PlainTcp`] today; a TLS acceptor
+//!   wraps the stream the same way).
+//! - Routes are an axum [`Router`](axum::Router) built from `gateway.routes`; the `route`
+//!   descriptor is what [`floodgate_tower::route_template`] writes (`GET /api/orders/{id}`), never
+//!   the raw path. Each applied configuration rebuilds the table on the first request that sees
+//!   it; a route's breaker, concurrency, retry budget and stale cache survive a reload when its
+//!   settings do (`routes.rs`).
+//! - The client's address is [`floodgate_tower::ClientIp`]'s walk of the forwarding header from
+//!   the right, past `trusted_proxies`.
+//! - Identity (`identity.rs`): a `Bearer` JWT verified with HS256 (the env var's raw bytes) or
+//!   RS256/ES256 (a JWKS file), `iss`/`aud`/`exp`/`nbf` checked, `alg: none` refused; its claims
+//!   give `user`, `tenant`, `plan` and `authenticated: "true"`. Without a token the request is
+//!   anonymous (`authenticated: "false"`), and the configured identity headers (e.g. `x-user-id`)
+//!   give the identity descriptors, unverified; with a verified token they are ignored and replaced
+//!   toward the upstream by the verified values.
+//! - Everything the gateway answers itself is `application/problem+json`; 429s carry
+//!   `Retry-After` and the rate-limit headers, which allowed responses carry too.
+
+mod body;
+mod descriptors;
+mod handler;
+mod identity;
+mod metrics;
+mod queue;
+mod respond;
+mod routes;
+mod stale;
+mod upstream;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::state::{Shared, stopped};
+
+pub use self::queue::QueueError;
+
+/// Turns an accepted TCP stream into the IO a connection is served on: the stream itself
+/// ([`PlainTcp`]), or a TLS session over it.
+pub trait Acceptor: Send + Sync + 'static {
+    /// The IO connections are served on.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// Wraps `tcp` (a TLS acceptor runs its handshake here). An error drops the connection.
+    fn accept(&self, tcp: TcpStream) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
+}
+
+/// Serves connections as they are: plain TCP.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlainTcp;
+
+impl Acceptor for PlainTcp {
+    type Io = TcpStream;
+
+    async fn accept(&self, tcp: TcpStream) -> std::io::Result<TcpStream> {
+        Ok(tcp)
+    }
+}
+
+/// The gateway: its routes, upstream clients, stale cache and accepted-writes queue, over the
+/// server's shared state. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    inner: Arc<handler::Gateway>,
+}
+
+impl Gateway {
+    /// The gateway of `shared`'s configuration; opens the accepted-writes queue in `state_dir`
+    /// when a route accepts writes asynchronously. `None` when the configuration has no gateway.
+    pub(crate) fn open(shared: Arc<Shared>) -> Result<Option<Gateway>, QueueError> {
+        Ok(handler::Gateway::open(shared)?.map(|inner| Gateway { inner: Arc::new(inner) }))
+    }
+
+    /// Serves `listener` (each connection through `acceptor`) until `stop` turns true, then
+    /// stops accepting and lets requests in flight finish. Also replays accepted writes meanwhile.
+    pub(crate) async fn serve<A: Acceptor>(
+        self,
+        listener: TcpListener,
+        acceptor: A,
+        mut stop: watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let replayer = tokio::spawn(queue::replay(Arc::clone(&self.inner), stop.clone()));
+        let acceptor = Arc::new(acceptor);
+        let graceful = GracefulShutdown::new();
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "gateway: accepting a connection failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = stopped(&mut stop) => break,
+            };
+            let _ = tcp.set_nodelay(true);
+            let gateway = Arc::clone(&self.inner);
+            let acceptor = Arc::clone(&acceptor);
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let io = match acceptor.accept(tcp).await {
+                    Ok(io) => io,
+                    Err(e) => {
+                        tracing::debug!(error = %e, %peer, "gateway: connection refused by the acceptor");
+                        return;
+                    }
+                };
+                serve_connection(gateway, io, peer, watcher).await;
+            });
+        }
+        drop(listener);
+        graceful.shutdown().await;
+        let _ = replayer.await;
+        Ok(())
+    }
+}
+
+/// Serves one connection (HTTP/1.1 with upgrades, or h2c).
+async fn serve_connection<Io>(
+    gateway: Arc<handler::Gateway>,
+    io: Io,
+    peer: SocketAddr,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+        let gateway = Arc::clone(&gateway);
+        async move { Ok::<_, std::convert::Infallible>(gateway.dispatch(request, peer).await) }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    if let Err(e) = watcher.watch(connection.into_owned()).await {
+        tracing::debug!(error = %e, %peer, "gateway connection ended with an error");
+    }
+}

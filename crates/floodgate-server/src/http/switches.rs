@@ -1,0 +1,194 @@
+//! `/admin/gateway/switches`: the gateway's operator switches — which priorities are shed, whether
+//! reads come from the stale cache and writes are accepted for later — set without a restart,
+//! each change recorded in the audit log. What the admin API sets overrides the configuration's
+//! `gateway.switches` (across reloads) until `DELETE` clears it.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::response::Response;
+use floodgate_config::gateway::{Shed, Switches};
+use floodgate_http::Problem;
+use floodgate_http::problem::NOT_FOUND_TYPE;
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::openapi::{AdminAccess, BodyProblems, TAG_ADMIN};
+use super::{invalid, json, malformed, problem, read_body};
+use crate::state::Shared;
+use crate::switches::SwitchChange;
+
+/// The gateway's switches.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SwitchesView {
+    /// Which priorities are shed: `none`, `low` (low routes) or `normal` (low and normal routes).
+    #[schema(example = "low")]
+    shed: &'static str,
+    /// `live`, or `stale_cache`: GETs of routes with `read: stale_cache` are answered from their last
+    /// good response.
+    #[schema(example = "live")]
+    read: &'static str,
+    /// `live`, or `accept_async`: writes to routes with `write: accept_async` are kept and answered
+    /// 202, then replayed.
+    #[schema(example = "live")]
+    write: &'static str,
+    /// Whether the admin API overrides the configuration's switches.
+    overridden: bool,
+}
+
+/// A change of the switches; a field left out stays as it is.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SwitchesBody {
+    /// `none`, `low` or `normal`.
+    #[schema(example = "low")]
+    shed: Option<String>,
+    /// `live` or `stale_cache`.
+    read: Option<String>,
+    /// `live` or `accept_async`.
+    write: Option<String>,
+}
+
+fn view(switches: Switches, overridden: bool) -> SwitchesView {
+    SwitchesView {
+        shed: switches.shed.as_str(),
+        read: if switches.stale_reads { "stale_cache" } else { "live" },
+        write: if switches.async_writes { "accept_async" } else { "live" },
+        overridden,
+    }
+}
+
+/// The switches as configured, or a 409 without a gateway.
+#[allow(clippy::result_large_err)] // a response, built only on the error path
+fn configured(shared: &Shared) -> Result<Switches, Response> {
+    match &shared.control.current().gateway {
+        Some(gateway) => Ok(gateway.config.switches),
+        None => Err(problem(Problem::new(
+            StatusCode::CONFLICT,
+            NOT_FOUND_TYPE,
+            "Conflict",
+            "The configuration has no gateway section.",
+        ))),
+    }
+}
+
+/// The gateway's switches in force.
+#[utoipa::path(
+    get,
+    path = "/admin/gateway/switches",
+    tag = TAG_ADMIN,
+    operation_id = "getGatewaySwitches",
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The switches in force.", body = SwitchesView),
+        (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        AdminAccess,
+    ),
+)]
+pub(super) async fn get_switches(State(shared): State<Arc<Shared>>) -> Response {
+    match configured(&shared) {
+        Ok(configured) => {
+            json(StatusCode::OK, &view(shared.switches.effective(configured), shared.switches.any()))
+        }
+        Err(response) => response,
+    }
+}
+
+/// Sets some of the gateway's switches (audited); they hold across reloads until cleared.
+#[utoipa::path(
+    put,
+    path = "/admin/gateway/switches",
+    tag = TAG_ADMIN,
+    operation_id = "setGatewaySwitches",
+    security((), ("adminToken" = [])),
+    request_body(content = SwitchesBody, description = "The switches to change: `shed`, `read`, `write`."),
+    responses(
+        (status = 200, description = "The switches in force now.", body = SwitchesView),
+        (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        BodyProblems,
+        AdminAccess,
+    ),
+)]
+#[allow(clippy::result_large_err)] // a response, built only on the error path
+pub(super) async fn set_switches(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let configured = match configured(&shared) {
+        Ok(configured) => configured,
+        Err(response) => return response,
+    };
+    let body = match read_body(request, super::MAX_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let body: SwitchesBody = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) if e.is_data() || e.is_eof() && !body.is_empty() => {
+            return invalid(format!("Expected {{\"shed\", \"read\", \"write\"}}: {e}."));
+        }
+        Err(e) => return malformed(format!("The body is not valid JSON: {e}.")),
+    };
+    let mut change = SwitchChange::default();
+    if let Some(shed) = &body.shed {
+        match Shed::parse(shed) {
+            Some(shed) => change.shed = Some(shed),
+            None => return invalid(format!("Unknown shed {shed:?}: expected none, low or normal.")),
+        }
+    }
+    let flag = |value: &Option<String>, on: &str| -> Result<Option<bool>, Response> {
+        match value.as_deref() {
+            None => Ok(None),
+            Some("live") => Ok(Some(false)),
+            Some(v) if v == on => Ok(Some(true)),
+            Some(other) => Err(invalid(format!("Unknown switch value {other:?}: expected live or {on}."))),
+        }
+    };
+    change.stale_reads = match flag(&body.read, "stale_cache") {
+        Ok(v) => v,
+        Err(response) => return response,
+    };
+    change.async_writes = match flag(&body.write, "accept_async") {
+        Ok(v) => v,
+        Err(response) => return response,
+    };
+    let before = shared.switches.effective(configured);
+    let changed = shared.switches.set(change, before);
+    if !changed.is_empty() {
+        shared.control.audit_switches(changed);
+    }
+    json(StatusCode::OK, &view(shared.switches.effective(configured), shared.switches.any()))
+}
+
+/// Clears the admin API's switches (audited): the configuration's hold again.
+#[utoipa::path(
+    delete,
+    path = "/admin/gateway/switches",
+    tag = TAG_ADMIN,
+    operation_id = "clearGatewaySwitches",
+    security((), ("adminToken" = [])),
+    responses(
+        (status = 200, description = "The switches in force now: the configuration's.", body = SwitchesView),
+        (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        AdminAccess,
+    ),
+)]
+pub(super) async fn clear_switches(State(shared): State<Arc<Shared>>) -> Response {
+    let configured = match configured(&shared) {
+        Ok(configured) => configured,
+        Err(response) => return response,
+    };
+    if shared.switches.any() {
+        let before = shared.switches.effective(configured);
+        shared.switches.clear();
+        let after = shared.switches.effective(configured);
+        let mut changed = vec!["gateway.switches: admin overrides cleared".to_owned()];
+        if before != after {
+            changed.push(format!(
+                "gateway.switches.shed: {} → {}",
+                before.shed.as_str(),
+                after.shed.as_str()
+            ));
+        }
+        shared.control.audit_switches(changed);
+    }
+    json(StatusCode::OK, &view(configured, false))
+}

@@ -1,0 +1,184 @@
+//! The gateway's limits: the seeds' chat check, the client IP behind trusted proxies (spoofed
+//! `X-Forwarded-For` does not escape a per-IP limit), the 429's shape and the headers on allowed
+//! answers, routes as templates, and `action: delay`.
+
+use std::time::Duration;
+
+use http::Method;
+
+use super::upstreams::{Behaviour, Upstream};
+use super::{Gateway, metric};
+
+fn chat_config(upstream: &Upstream) -> String {
+    format!(
+        r#"
+rules:
+  - name: chat-per-user
+    match: {{ route: "POST /chat" }}
+    key: [user]
+    algorithm: sliding_window
+    limit: 10
+    window: 60s
+gateway:
+  identity:
+    headers: {{ user: x-user-id }}
+  routes:
+    - name: chat
+      match: {{ path: /chat, methods: [POST] }}
+      upstream: {url}
+"#,
+        url = upstream.url()
+    )
+}
+
+#[tokio::test]
+async fn twelve_chats_of_one_user_give_ten_200s_then_two_429s_with_retry_after() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let gateway = Gateway::start(&chat_config(&upstream)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        let reply = gateway.send(Method::POST, "/chat", &[("x-user-id", "u1")], "hello").await;
+        if reply.status == 429 {
+            let retry: u64 = reply.header("retry-after").expect("Retry-After on a 429").parse().unwrap();
+            assert!((1..=60).contains(&retry), "{retry}");
+            assert_eq!(reply.header("content-type"), Some("application/problem+json"));
+            assert_eq!(reply.json()["type"], "https://floodgate.dev/problems/rate-limited");
+            assert!(reply.header("ratelimit-policy").is_some());
+        } else {
+            // Allowed answers carry the rate-limit headers too, and the upstream's body.
+            assert_eq!(reply.header("ratelimit-policy"), Some(r#""chat-per-user";q=10;w=60"#));
+            assert_eq!(reply.json()["path"], "/chat");
+        }
+        statuses.push(reply.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429]);
+    assert_eq!(upstream.count(), 10, "denied requests never reach the upstream");
+    // Another user has a pool of their own.
+    assert_eq!(gateway.send(Method::POST, "/chat", &[("x-user-id", "u2")], "").await.status, 200);
+    let page = gateway.metrics().await;
+    assert_eq!(metric(&page, r#"floodgate_gateway_requests_total{route="chat",status="429"}"#), Some(2.0));
+    assert_eq!(metric(&page, r#"floodgate_gateway_requests_total{route="chat",status="200"}"#), Some(11.0));
+    assert_eq!(
+        metric(&page, r#"floodgate_decisions_total{rule="chat-per-user",result="denied"}"#),
+        Some(2.0)
+    );
+    assert!(
+        page.contains(r#"floodgate_gateway_upstream_duration_seconds_bucket{route="chat",le="#),
+        "{page}"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn the_route_descriptor_is_the_template_not_the_path() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let yaml = format!(
+        r#"
+rules:
+  - name: per-order-route
+    match: {{ route: "GET /api/orders/{{id}}" }}
+    algorithm: fixed_window
+    limit: 3
+    window: 60s
+gateway:
+  routes:
+    - name: orders
+      match: {{ path: "/api/orders/{{id}}", methods: [GET] }}
+      upstream: {url}
+"#,
+        url = upstream.url()
+    );
+    let gateway = Gateway::start(&yaml).await;
+    // Three different orders share the route's one key.
+    for id in 1..=3 {
+        assert_eq!(gateway.get(&format!("/api/orders/{id}?x=1"), &[]).await.status, 200);
+    }
+    assert_eq!(gateway.get("/api/orders/4", &[]).await.status, 429);
+    assert_eq!(upstream.seen.lock()[0].path, "/api/orders/1?x=1", "path and query reach the upstream");
+    // No route: 404 problem; a method the route does not take: 405.
+    let missing = gateway.get("/nowhere", &[]).await;
+    assert_eq!((missing.status, missing.header("content-type")), (404, Some("application/problem+json")));
+    assert_eq!(gateway.send(Method::DELETE, "/api/orders/1", &[], "").await.status, 405);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_per_ip_limit_holds_against_spoofed_forwarded_for() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let yaml = |trusted: &str| {
+        format!(
+            r#"
+rules:
+  - name: per-ip
+    key: [ip]
+    algorithm: fixed_window
+    limit: 3
+    window: 60s
+gateway:
+  trusted_proxies: {trusted}
+  routes:
+    - name: all
+      match: {{ path: "/{{*rest}}" }}
+      upstream: {url}
+"#,
+            url = upstream.url()
+        )
+    };
+    // The test client is the trusted proxy (127.0.0.1): the right-most address it did not append
+    // is the client, whatever the client wrote to its left.
+    let gateway = Gateway::start(&yaml("[127.0.0.1/32]")).await;
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        let xff = format!("6.6.6.{i}, 203.0.113.7");
+        statuses.push(gateway.get("/x", &[("x-forwarded-for", &xff)]).await.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429], "203.0.113.7 is limited whatever it spoofs");
+    assert_eq!(gateway.get("/x", &[("x-forwarded-for", "203.0.113.8")]).await.status, 200, "another client");
+    // The upstream sees the chain with the gateway's peer appended.
+    let seen = upstream.seen.lock().last().cloned().unwrap();
+    assert_eq!(seen.headers["x-forwarded-for"], "203.0.113.8, 127.0.0.1");
+    assert_eq!(seen.headers["forwarded"], "for=127.0.0.1;proto=http");
+    assert_eq!(seen.headers["x-forwarded-proto"], "http");
+    gateway.stop().await;
+
+    // Trusting nobody: the header is ignored entirely; the peer is the client.
+    let gateway = Gateway::start(&yaml("[]")).await;
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        statuses.push(gateway.get("/x", &[("x-forwarded-for", &format!("198.51.100.{i}"))]).await.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_delay_rule_makes_the_request_wait_for_capacity() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let yaml = format!(
+        r#"
+rules:
+  - name: smooth
+    algorithm: fixed_window
+    limit: 1
+    window: 1s
+    action: delay
+    max_wait: 3s
+gateway:
+  routes:
+    - name: all
+      match: {{ path: "/{{*rest}}" }}
+      upstream: {url}
+"#,
+        url = upstream.url()
+    );
+    let gateway = Gateway::start(&yaml).await;
+    assert_eq!(gateway.get("/a", &[]).await.status, 200);
+    let started = tokio::time::Instant::now();
+    assert_eq!(gateway.get("/b", &[]).await.status, 200, "waited for the next window rather than a 429");
+    let waited = started.elapsed();
+    assert!(waited > Duration::from_millis(10) && waited <= Duration::from_millis(1500), "{waited:?}");
+    let page = gateway.metrics().await;
+    assert_eq!(metric(&page, r#"floodgate_gateway_delayed_total{result="passed"}"#), Some(1.0));
+    assert_eq!(metric(&page, "floodgate_gateway_waiting"), Some(0.0));
+    gateway.stop().await;
+}
