@@ -30,7 +30,7 @@ pub enum Trigger {
 
 impl Trigger {
     /// The name the audit log and the logs give it: `startup`, `watch`, `sighup`, `file`,
-    /// `admin`, `rollback`.
+    /// `admin`, `rollback`, `switch`.
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Startup => "startup",
@@ -39,6 +39,7 @@ impl Trigger {
             Trigger::File => "file",
             Trigger::Admin => "admin",
             Trigger::Rollback => "rollback",
+            Trigger::Switch => "switch",
         }
     }
 }
