@@ -35,6 +35,7 @@
 //! ```
 
 pub mod breaker;
+pub mod cost;
 pub mod delay;
 mod descriptors;
 mod engine;
@@ -44,6 +45,7 @@ mod limit;
 mod rule;
 pub mod store;
 
+pub use cost::Costs;
 pub use descriptors::Descriptors;
 pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Verdict};
 pub use floodgate_core as core;

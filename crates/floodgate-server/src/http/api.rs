@@ -1,6 +1,6 @@
 //! `POST /v1/check`, `/v1/report`, `/v1/peek`.
 //!
-//! Body: the check API's wire type ([`CheckRequest`]: `descriptors`, `cost`, `domain`). For an
+//! Body: the check API's wire type ([`CheckRequest`]: `descriptors`, `cost` or `costs`, `domain`). For an
 //! Envoy domain, the descriptors are taken as one Envoy descriptor whose entries are the object's
 //! members in the order written (`{"remote_address": "10.0.0.1", "path": "/login"}` is the entry
 //! list `[remote_address, path]`), exactly as `ShouldRateLimit` would see it; a domain no Envoy file
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::response::Response;
-use floodgate::{Descriptors, EngineError, Hit};
+use floodgate::{Descriptors, EngineError};
 use floodgate_http::envoy::{ENVOY_KEYS, envoy_descriptors};
 use floodgate_http::problem::NEVER_ALLOWED_TYPE;
 use floodgate_http::wire::{CheckRequest, VerdictBody};
@@ -89,15 +89,17 @@ where
         Ok(body) => body,
         Err(response) => return response,
     };
-    let CheckRequest { descriptors, cost, domain } = match CheckRequest::parse(&body) {
+    let mut request = match CheckRequest::parse(&body) {
         Ok(request) => request,
         Err(p) => return problem(p),
     };
 
     let running = shared.control.load();
-    let descriptors = as_domain_sees_them(&running, domain.as_deref(), descriptors);
+    let domain = request.domain.take();
+    let descriptors =
+        as_domain_sees_them(&running, domain.as_deref(), std::mem::take(&mut request.descriptors));
     let policy = running.domain(domain.as_deref());
-    let verdict = match shared.path.decide(policy, api, &[Hit::new(&descriptors, cost)]).await {
+    let verdict = match shared.path.decide(policy, api, &[request.hit(&descriptors)]).await {
         Ok(verdict) => verdict,
         Err(error) => return never_allowed(&error),
     };

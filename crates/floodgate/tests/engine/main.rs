@@ -3,6 +3,7 @@
 
 mod actions;
 mod cost;
+mod dimensions;
 mod failure;
 mod hits;
 mod ip_prefix;
