@@ -42,6 +42,7 @@ mod engine;
 mod ip;
 pub mod key;
 mod limit;
+pub mod reservation;
 mod rule;
 pub mod store;
 
@@ -51,5 +52,6 @@ pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Ve
 pub use floodgate_core as core;
 pub use ip::{IpPrefix, NotAnAddress};
 pub use limit::{Limit, LimitKind};
+pub use reservation::{Reservation, ReserveError, Reserved, SettleError, Settled, Settlement};
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Policy, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};

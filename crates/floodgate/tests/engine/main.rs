@@ -12,6 +12,7 @@ mod model;
 mod protocol_free;
 mod reload;
 mod requests;
+mod reservations;
 mod variants;
 
 use std::num::NonZeroU64;
