@@ -40,7 +40,7 @@ use crate::headers::{
 };
 use crate::problem::{
     INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE, RATE_LIMITED_TYPE,
-    STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
+    RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
 };
 use crate::wire::{CheckRequest, FIELDS, MAX_COST, MAX_COST_DIMENSIONS, MAX_DESCRIPTORS, VerdictBody};
 use crate::{PROBLEM_CONTENT_TYPE, Problem};
@@ -49,7 +49,7 @@ use crate::{PROBLEM_CONTENT_TYPE, Problem};
 pub const OUTCOMES: [Outcome; 8] = Outcome::ALL;
 
 /// Every problem `type` URI a front door answers with.
-pub const PROBLEM_TYPES: [&str; 9] = [
+pub const PROBLEM_TYPES: [&str; 10] = [
     MALFORMED_TYPE,
     INVALID_TYPE,
     NEVER_ALLOWED_TYPE,
@@ -59,6 +59,7 @@ pub const PROBLEM_TYPES: [&str; 9] = [
     STORE_UNAVAILABLE_TYPE,
     RATE_LIMITED_TYPE,
     QUOTA_EXCEEDED_TYPE,
+    RESERVATION_SETTLED_TYPE,
 ];
 
 fn integer(minimum: u64) -> ObjectBuilder {

@@ -127,7 +127,7 @@ pub(crate) fn as_domain_sees_them(
 }
 
 /// 422 naming the rule that can never grant the cost, or that cannot key by a descriptor's value.
-fn never_allowed(error: &EngineError) -> Response {
+pub(super) fn never_allowed(error: &EngineError) -> Response {
     problem(match error {
         EngineError::Cost { .. } => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,

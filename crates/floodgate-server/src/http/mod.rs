@@ -8,6 +8,7 @@
 mod admin;
 mod api;
 pub mod openapi;
+mod reserve;
 mod serve;
 mod switches;
 
@@ -44,6 +45,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/check", post(api::check))
         .route("/v1/report", post(api::report))
         .route("/v1/peek", post(api::peek))
+        .route("/v1/reserve", post(reserve::reserve))
+        .route("/v1/commit", post(reserve::commit))
+        .route("/v1/release", post(reserve::release))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -11,5 +11,6 @@ mod metrics;
 mod openapi;
 mod redis;
 mod reload;
+mod reservations;
 mod support;
 mod survival;
