@@ -36,7 +36,8 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::headers::{
-    RATELIMIT, RATELIMIT_POLICY, TAG_HEADER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
 };
 use crate::problem::{
     INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE, RATE_LIMITED_TYPE,
@@ -412,6 +413,16 @@ pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
             "The names of the `tag` rules that flagged the request, comma separated.",
         ),
     ];
+    if !denied {
+        headers.push(documented(
+            RESERVATION_HEADER,
+            "floodgate-reservation",
+            false,
+            string().pattern(Some("^[0-9a-f]{32}$")),
+            "On an allowed `/v1/check` that took concurrency permits: the id that `/v1/release` frees \
+             them with (they end with their `lease` otherwise).",
+        ));
+    }
     if denied {
         headers.insert(
             0,

@@ -104,8 +104,10 @@ pub enum SettleError {
 impl Policy {
     /// Remembers in `store` what `verdict` (an allowed check of `hit`, on this policy and store)
     /// took, under a new id, until `ttl` from now on the store's clock. `kind` says what it may be
-    /// settled with. When the store cannot keep it, what the check took is given back and the
-    /// store's error returned: a reservation nobody can settle is never left charged.
+    /// settled with. When the store cannot keep a [`Kind::Reserve`], what the check took is given
+    /// back and the store's error returned: a reservation nobody can settle is never left charged.
+    /// The permits of a [`Kind::Permits`] stay held (until their lease ends), as a check's
+    /// permits without an id are.
     pub async fn record_reservation<S: Store>(
         &self,
         store: &S,
@@ -119,7 +121,9 @@ impl Policy {
         match store.put_record(id.as_bytes(), &body, ttl, ttl + kept_after_expiry(ttl)).await {
             Ok(expires_at) => Ok(Reservation { id, expires_at }),
             Err(error) => {
-                let _ = self.give_back(store, &[hit], verdict, kind == Kind::Permits).await;
+                if kind == Kind::Reserve {
+                    let _ = self.give_back(store, &[hit], verdict, false).await;
+                }
                 Err(error)
             }
         }
@@ -216,6 +220,18 @@ fn answer_again(held: &Held, done: &[u8], wanted: &[u8]) -> Result<Settled, Sett
 /// The settlement `encoded` of `held`, as numbers.
 fn settled(held: &Held, encoded: &[u8], replayed: bool) -> Settled {
     let committed = encoded.first() == Some(&COMMIT);
+    if held.kind == Kind::Permits {
+        // Only the permits go back: the check's costs stay charged.
+        let reserved = held.estimate.clone();
+        return Settled {
+            committed,
+            charged: reserved.clone(),
+            reserved,
+            refunded: Costs::new(),
+            excess: Costs::new(),
+            replayed,
+        };
+    }
     let actual =
         if committed { decode_costs(&mut Reader(&encoded[1..])).unwrap_or_default() } else { Costs::new() };
     let mut charged = Costs::new();

@@ -15,8 +15,10 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::response::Response;
+use floodgate::reservation::Kind;
 use floodgate::{Descriptors, EngineError};
 use floodgate_http::envoy::{ENVOY_KEYS, envoy_descriptors};
+use floodgate_http::headers::RESERVATION_HEADER;
 use floodgate_http::problem::NEVER_ALLOWED_TYPE;
 use floodgate_http::wire::{CheckRequest, VerdictBody};
 use floodgate_http::{Problem, rate_limit_headers, tag_header};
@@ -108,6 +110,19 @@ where
     let mut response = json_bytes(status, VerdictBody::from(&verdict).to_json());
     rate_limit_headers(&verdict, running.headers, response.headers_mut());
     tag_header(&verdict, response.headers_mut());
+    // A check that took concurrency permits: an id `/v1/release` frees them with, kept as long as
+    // the longest of their leases. Without one (the store could not keep it), they end with it.
+    if api == Api::Check && verdict.allowed && verdict.holds_permits() {
+        let lease = verdict.limits.iter().filter(|l| l.permit && l.grant.is_some()).map(|l| l.window).max();
+        let store = shared.control.store();
+        let hit = request.hit(&descriptors);
+        let ttl = lease.unwrap_or_default().max(std::time::Duration::from_secs(1));
+        if let Ok(r) = policy.policy.record_reservation(store, hit, &verdict, ttl, Kind::Permits).await
+            && let Ok(value) = http::HeaderValue::from_str(&r.id)
+        {
+            response.headers_mut().insert(RESERVATION_HEADER, value);
+        }
+    }
     response
 }
 

@@ -177,3 +177,31 @@ async fn a_reservation_made_on_one_server_is_committed_on_another_sharing_redis(
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_check_that_takes_a_permit_returns_an_id_that_release_frees() {
+    let server = TestServer::start(parse(&config("{ kind: memory }"))).await;
+    let check = json!({"descriptors": {"tenant": "t1"}, "cost": 1}).to_string();
+    let first = server.post("/v1/check", check.clone()).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let id = first.header("floodgate-reservation").expect("an id for the permit").to_owned();
+    assert_eq!(id.len(), 32);
+    assert_eq!(left(&server).await, (9, 1000, 1));
+
+    let release = json!({"reservation": id}).to_string();
+    let released = server.post("/v1/release", release.clone()).await;
+    assert_eq!(released.status, 200, "{}", released.body);
+    assert_eq!(released.json()["refunded"], json!({}), "the request stays counted");
+    assert_eq!(left(&server).await, (9, 1000, 2), "the permit is free");
+    let again = server.post("/v1/release", release).await;
+    assert_eq!((again.status, again.body), (200, released.body));
+    assert_eq!(left(&server).await, (9, 1000, 2), "freed once");
+    let commit = server.post("/v1/commit", json!({"reservation": id}).to_string()).await;
+    assert_eq!(commit.status, 409, "{}", commit.body);
+
+    // A check of rules that hold no permits gets no id; nor does a peek.
+    let tokens_only = json!({"descriptors": {"tenant": "t1"}, "costs": {"tokens": 5}}).to_string();
+    assert!(server.post("/v1/check", tokens_only).await.header("floodgate-reservation").is_none());
+    assert!(server.post("/v1/peek", check).await.header("floodgate-reservation").is_none());
+    server.stop().await;
+}
