@@ -299,7 +299,7 @@ pub struct Engine<S = MemoryStore> {
 }
 
 /// The key buffer of one request: room for a few keys without allocating.
-type KeyBuf = SmallVec<[u8; 256]>;
+pub(crate) type KeyBuf = SmallVec<[u8; 256]>;
 
 /// One applied rule of a request being built.
 struct Planned<'p> {
@@ -872,7 +872,7 @@ fn matches(compiled: &CompiledRule, descriptors: &Descriptors) -> bool {
 }
 
 /// Appends the rule's key for `descriptors`; false when a key descriptor is missing.
-fn build_key(
+pub(crate) fn build_key(
     compiled: &CompiledRule,
     descriptors: &Descriptors,
     buf: &mut KeyBuf,
@@ -899,7 +899,7 @@ fn build_key(
 
 /// Ends a sharded rule's key with shard `i`: a field of fixed width whose last two bytes are the
 /// shard's number, so that moving a planned key to another shard rewrites them in place.
-fn push_shard(buf: &mut KeyBuf, i: u16) {
+pub(crate) fn push_shard(buf: &mut KeyBuf, i: u16) {
     let [hi, lo] = i.to_be_bytes();
     push_field(buf, &[b'#', hi, lo]);
 }

@@ -45,6 +45,7 @@ mod limit;
 pub mod reservation;
 mod rule;
 pub mod store;
+pub mod usage;
 
 pub use cost::Costs;
 pub use descriptors::Descriptors;
@@ -55,3 +56,4 @@ pub use limit::{Limit, LimitKind};
 pub use reservation::{Reservation, ReserveError, Reserved, SettleError, Settled, Settlement};
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Policy, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};
+pub use usage::{Usage, UsageError};

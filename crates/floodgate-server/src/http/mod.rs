@@ -11,6 +11,7 @@ pub mod openapi;
 mod reserve;
 mod serve;
 mod switches;
+mod usage;
 
 pub(crate) use serve::serve;
 
@@ -48,6 +49,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/reserve", post(reserve::reserve))
         .route("/v1/commit", post(reserve::commit))
         .route("/v1/release", post(reserve::release))
+        .route("/v1/usage", get(usage::usage))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

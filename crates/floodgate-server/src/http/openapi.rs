@@ -57,6 +57,7 @@ pub(super) const YAML: &str = "application/yaml";
         super::reserve::reserve,
         super::reserve::commit,
         super::reserve::release,
+        super::usage::usage,
         super::healthz,
         super::readyz,
         super::metrics,

@@ -14,3 +14,4 @@ mod reload;
 mod reservations;
 mod support;
 mod survival;
+mod usage;

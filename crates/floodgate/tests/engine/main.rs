@@ -13,6 +13,7 @@ mod protocol_free;
 mod reload;
 mod requests;
 mod reservations;
+mod usage;
 mod variants;
 
 use std::num::NonZeroU64;
