@@ -158,6 +158,6 @@ fn period(limit: &Limit, now: Timestamp) -> Option<(Timestamp, Timestamp)> {
             Some((Timestamp::from_micros(now.as_micros().saturating_sub(micros(a.window()))), now))
         }
         Limit::Quota(q) => Some(q.calendar().bounds(now)),
-        Limit::TokenBucket(_) | Limit::Gcra(_) | Limit::Concurrency(_) => None,
+        Limit::TokenBucket(_) | Limit::Gcra(_) | Limit::Concurrency(_) | Limit::Budget(_) => None,
     }
 }

@@ -50,3 +50,23 @@ fn naming_the_default_keeps_the_rules_identity_and_another_dimension_changes_it(
     assert_eq!(plain, fingerprint(&rule(WINDOW, "requests")));
     assert_ne!(plain, fingerprint(&rule(WINDOW, "tokens")));
 }
+
+#[test]
+fn a_budget_takes_a_limit_and_a_ttl() {
+    let text =
+        "rules:\n  - name: steps\n    key: [session]\n    algorithm: budget\n    limit: 50\n    ttl: 24h\n";
+    let config = config::parse("budget.yaml", text).unwrap();
+    let rule = config.policy.rules().next().unwrap();
+    assert_eq!(rule.limit().algorithm_name(), "budget");
+    assert_eq!(rule.limit().capacity(), 50);
+    let missing =
+        config::parse("budget.yaml", "rules:\n  - name: steps\n    algorithm: budget\n    limit: 50\n")
+            .expect_err("a budget needs a ttl");
+    assert!(missing.message.contains("ttl"), "{}", missing.message);
+    let zero = config::parse(
+        "budget.yaml",
+        "rules:\n  - name: steps\n    algorithm: budget\n    limit: 5\n    ttl: 0s\n",
+    )
+    .expect_err("a ttl of 0");
+    assert_eq!(zero.field.as_deref(), Some("rules[0].ttl"), "{}", zero.message);
+}

@@ -146,3 +146,42 @@ async fn rpm_and_tpm_in_one_call_on_a_cluster_consume_nothing_when_denied_and_re
     // the reservation's was freed by the commit.
     assert_eq!(left(&b, &t).await, (8, 250, 1));
 }
+
+/// `budget` on Redis: never refilled, gone `ttl` after its first use — on a test clock, and on
+/// Redis's own clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_is_gone_ttl_after_its_first_use_on_redis() {
+    let steps = |ttl| {
+        Policy::new([
+            Rule::new("steps", floodgate_core::Budget::try_new(nz(3), ttl).unwrap()).key(["session"])
+        ])
+        .unwrap()
+    };
+    let clock = ManualClock::new(START);
+    let engine = Engine::new(steps(Duration::from_secs(3600)), node_store().await.with_clock(clock.clone()));
+    let s = Descriptors::new().with("session", format!("budget-{}", std::process::id()));
+    for _ in 0..3 {
+        assert!(engine.check(&s, 1).await.unwrap().allowed);
+        clock.advance(Duration::from_secs(600));
+    }
+    let denied = engine.check(&s, 1).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.retry_after(), Some(Duration::from_secs(1800)), "an hour after the first step");
+    clock.advance(Duration::from_secs(1800) - Duration::from_micros(1));
+    assert!(!engine.check(&s, 1).await.unwrap().allowed);
+    clock.advance(Duration::from_micros(1));
+    let fresh = engine.check(&s, 1).await.unwrap();
+    assert!(fresh.allowed);
+    assert_eq!(fresh.limits[0].decision.remaining, 2, "a new budget");
+
+    // On Redis's clock: a budget of 300 ms.
+    let real = Engine::new(steps(Duration::from_millis(300)), node_store().await);
+    let r = Descriptors::new().with("session", format!("budget-real-{}", std::process::id()));
+    for _ in 0..3 {
+        assert!(real.check(&r, 1).await.unwrap().allowed);
+    }
+    let denied = real.check(&r, 1).await.unwrap();
+    assert!(!denied.allowed && denied.retry_after().unwrap() <= Duration::from_millis(300));
+    tokio::time::sleep(denied.retry_after().unwrap() + Duration::from_millis(20)).await;
+    assert!(real.check(&r, 1).await.unwrap().allowed, "gone once its ttl after the first use passed");
+}

@@ -402,6 +402,13 @@ fn still_owed(owing: &Owing, now: Timestamp) -> u64 {
                 0
             }
         }
+        Limit::Budget(a) => {
+            if since < a.ttl() {
+                owing.units
+            } else {
+                0
+            }
+        }
         Limit::TokenBucket(a) => refilled_less(owing.units, a.rate(), since),
         Limit::Gcra(a) => refilled_less(owing.units, a.rate(), since),
         Limit::Concurrency(_) => 0,

@@ -2,6 +2,7 @@
 //! and a model of the whole engine built from the bare algorithms.
 
 mod actions;
+mod budget;
 mod cost;
 mod dimensions;
 mod failure;
