@@ -1,0 +1,43 @@
+//! A client of [Floodgate](https://github.com/floodgate-rs/floodgate)'s HTTP API: `check`, `peek`
+//! and `report` over keep-alive HTTP/1.1 connections (hyper), with
+//!
+//! - a **deadline** on every call (default 50 ms);
+//! - a **fail mode** for a check without a verdict — service down, late or failing —
+//!   ([`FailMode::Open`] allows, [`FailMode::Closed`] denies with a `Retry-After`), counted in
+//!   [`Client::stats`];
+//! - **safe retries** ([`retry`]): at most `attempts` retries with exponential backoff and full
+//!   jitter, only of calls that surely did not run (a refused connection, a 429, waiting at least
+//!   its `Retry-After`); never a deadline miss, whose outcome is unknown, unless the call is
+//!   idempotent.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), floodgate_client::Error> {
+//! use std::time::Duration;
+//! use floodgate_client::{Client, FailMode, Request, RetryPolicy, retry};
+//!
+//! let floodgate = Client::builder("http://127.0.0.1:8080")
+//!     .deadline(Duration::from_millis(50))
+//!     .fail_mode(FailMode::Open)
+//!     .build()?;
+//! let request = Request::new().descriptor("user", "u1").descriptor("route", "POST /chat");
+//! let decision = floodgate.check(&request).await?;
+//! if !decision.allowed {
+//!     println!("retry in {} s", decision.retry_after_secs().unwrap_or(1));
+//! }
+//! // Tokens known once the answer is done; retried only if the connection was refused.
+//! let usage = Request::new().descriptor("tenant", "t1").cost(812);
+//! retry(RetryPolicy::default(), |_| floodgate.report(&usage)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The tests (`tests/client`) run against the real server, started in the test process.
+
+mod client;
+mod decision;
+mod error;
+mod retry;
+
+pub use client::{Client, ClientBuilder, Stats};
+pub use decision::{Decision, FailMode, LimitStatus, Request};
+pub use error::{Error, FailureReason};
+pub use retry::{RetryPolicy, Retryable, retry};
