@@ -8,7 +8,13 @@ import { startFloodgate } from '@floodgate/testkit';
 
 // build/test/readme.test.js → clients/js
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../../../..');
-const READMES = ['packages/client/README.md', 'packages/express/README.md', 'packages/nestjs/README.md'];
+const READMES = [
+  'packages/client/README.md',
+  'packages/express/README.md',
+  'packages/nestjs/README.md',
+  '../../docs/clients.md',
+  '../../README.md',
+];
 const OUT = join(ROOT, 'packages/client/build/readme');
 
 function snippets(readme: string): string[] {
@@ -25,7 +31,7 @@ describe('README snippets', () => {
       const blocks = snippets(readme);
       assert.ok(blocks.length > 0, `${readme} has snippets`);
       blocks.forEach((code, i) => {
-        const file = `${readme.split('/')[1]}-${i}.ts`;
+        const file = `${readme.replace(/^(\.\.\/)+/, '').replace(/[/.]/g, '-')}-${i}.ts`;
         writeFileSync(join(OUT, file), code);
         files.push(file);
       });
@@ -49,10 +55,10 @@ describe('README snippets', () => {
   it('the client README\'s first snippet runs against a real server', async () => {
     const server = await startFloodgate('store: { kind: memory }\nrules:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 5\n    window: 60s\n');
     try {
-      const compiled = readFileSync(join(OUT, 'js/client-0.js'), 'utf8').replace('http://127.0.0.1:8080', server.url)
+      const compiled = readFileSync(join(OUT, 'js/packages-client-README-md-0.js'), 'utf8').replace('http://127.0.0.1:8080', server.url)
         // A test machine running builds beside the tests can be slower than the snippet's 50 ms.
         .replace('deadline: 50', 'deadline: 2000');
-      const runnable = join(OUT, 'js/client-0.run.js');
+      const runnable = join(OUT, 'js/packages-client-README-md-0.run.js');
       writeFileSync(runnable, compiled);
       const output = execFileSync(process.execPath, [runnable], { encoding: 'utf8', cwd: OUT });
       assert.match(output, /calls: 2/);
