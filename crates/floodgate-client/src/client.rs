@@ -116,7 +116,7 @@ struct Inner {
 }
 
 #[derive(Debug, Default)]
-struct Counters {
+pub(crate) struct Counters {
     calls: AtomicU64,
     failed_open: AtomicU64,
     failed_closed: AtomicU64,
@@ -140,6 +140,37 @@ pub struct Stats {
     pub deadline: u64,
     /// Calls answered with a 5xx or no verdict.
     pub server_error: u64,
+}
+
+impl Counters {
+    pub(crate) fn call(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count(&self, reason: FailureReason, mode: Option<FailMode>) {
+        match reason {
+            FailureReason::Unreachable => &self.unreachable,
+            FailureReason::Deadline => &self.deadline,
+            FailureReason::ServerError => &self.server_error,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+        match mode {
+            Some(FailMode::Open) => self.failed_open.fetch_add(1, Ordering::Relaxed),
+            Some(FailMode::Closed) => self.failed_closed.fetch_add(1, Ordering::Relaxed),
+            None => 0,
+        };
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        Stats {
+            calls: self.calls.load(Ordering::Relaxed),
+            failed_open: self.failed_open.load(Ordering::Relaxed),
+            failed_closed: self.failed_closed.load(Ordering::Relaxed),
+            unreachable: self.unreachable.load(Ordering::Relaxed),
+            deadline: self.deadline.load(Ordering::Relaxed),
+            server_error: self.server_error.load(Ordering::Relaxed),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -190,15 +221,7 @@ impl Client {
 
     /// Counters since the client was built.
     pub fn stats(&self) -> Stats {
-        let s = &self.inner.stats;
-        Stats {
-            calls: s.calls.load(Ordering::Relaxed),
-            failed_open: s.failed_open.load(Ordering::Relaxed),
-            failed_closed: s.failed_closed.load(Ordering::Relaxed),
-            unreachable: s.unreachable.load(Ordering::Relaxed),
-            deadline: s.deadline.load(Ordering::Relaxed),
-            server_error: s.server_error.load(Ordering::Relaxed),
-        }
+        self.inner.stats.snapshot()
     }
 
     async fn decide(&self, call: Call, request: &Request) -> Result<Decision, Error> {
@@ -228,18 +251,7 @@ impl Client {
     }
 
     fn count(&self, reason: FailureReason, mode: Option<FailMode>) {
-        let s = &self.inner.stats;
-        match reason {
-            FailureReason::Unreachable => &s.unreachable,
-            FailureReason::Deadline => &s.deadline,
-            FailureReason::ServerError => &s.server_error,
-        }
-        .fetch_add(1, Ordering::Relaxed);
-        match mode {
-            Some(FailMode::Open) => s.failed_open.fetch_add(1, Ordering::Relaxed),
-            Some(FailMode::Closed) => s.failed_closed.fetch_add(1, Ordering::Relaxed),
-            None => 0,
-        };
+        self.inner.stats.count(reason, mode);
     }
 
     async fn call(&self, call: Call, request: &Request) -> Result<Decision, Error> {
@@ -249,7 +261,7 @@ impl Client {
         if deadline.is_zero() {
             return Err(Error::InvalidRequest("deadline must be longer than 0".into()));
         }
-        inner.stats.calls.fetch_add(1, Ordering::Relaxed);
+        inner.stats.call();
         let uri = match call {
             Call::Check => &inner.check,
             Call::Peek => &inner.peek,

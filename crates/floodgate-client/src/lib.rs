@@ -30,12 +30,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Feature `grpc`: [`grpc::RlsClient`], Envoy's rate limit service (RLS v3) over gRPC, with the
+//! same deadline, fail mode and counters.
+//!
 //! The tests (`tests/client`) run against the real server, started in the test process.
 
 mod client;
 mod decision;
 mod error;
 mod retry;
+
+#[cfg(feature = "grpc")]
+pub mod grpc;
 
 pub use client::{Client, ClientBuilder, Stats};
 pub use decision::{Decision, FailMode, LimitStatus, Request};

@@ -32,8 +32,13 @@ rules:
     window: 1s
 ";
 
+#[cfg(feature = "grpc")]
+mod grpc;
+
 struct Running {
     addr: SocketAddr,
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    grpc: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -44,13 +49,14 @@ impl Running {
         let config = floodgate_config::parse("test.yaml", &yaml).expect("config");
         let app = App::new(config, ServeOptions::default()).expect("app");
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = Server::new(app, http, None).expect("server");
-        let addr = server.http_addr();
+        let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = Server::new(app, http, Some(grpc)).expect("server");
+        let (addr, grpc) = (server.http_addr(), server.grpc_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async move {
             let _ = rx.await;
         }));
-        Running { addr, stop: Some(tx), task: Some(task) }
+        Running { addr, grpc, stop: Some(tx), task: Some(task) }
     }
 
     fn url(&self) -> String {
