@@ -162,18 +162,18 @@ describe('the global guard', () => {
 describe('fail modes with the service stopped or silent', () => {
   it('fails open or closed, each decided within the deadline', async () => {
     const own = await startFloodgate(CONFIG);
-    const open = await startApp(appModule({ url: own.url, deadline: 200, failMode: 'open' }));
-    const closed = await startApp(appModule({ url: own.url, deadline: 200, failMode: 'closed' }));
+    const open = await startApp(appModule({ url: own.url, deadline: 500, failMode: 'open' }));
+    const closed = await startApp(appModule({ url: own.url, deadline: 500, failMode: 'closed' }));
     try {
       assert.equal((await send(`${closed.url}/chat`, 1, post({ 'x-user-id': 'f' })))[0]!.status, 201);
       await own.stop();
       const [allowed] = await send(`${open.url}/chat`, 1, post({ 'x-user-id': 'f' }));
       assert.equal(allowed!.status, 201);
-      assert.ok(allowed!.ms < 200, `fail open took ${allowed!.ms.toFixed(0)} ms`);
+      assert.ok(allowed!.ms < 500, `fail open took ${allowed!.ms.toFixed(0)} ms`);
       const [denied] = await send(`${closed.url}/chat`, 1, post({ 'x-user-id': 'f' }));
       assert.equal(denied!.status, 429);
       assert.equal(denied!.headers.get('retry-after'), '1');
-      assert.ok(denied!.ms < 200, `fail closed took ${denied!.ms.toFixed(0)} ms`);
+      assert.ok(denied!.ms < 500, `fail closed took ${denied!.ms.toFixed(0)} ms`);
     } finally {
       await open.close();
       await closed.close();
