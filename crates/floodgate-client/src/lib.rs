@@ -10,12 +10,18 @@
 //!   its `Retry-After`); never a deadline miss, whose outcome is unknown, unless the call is
 //!   idempotent.
 //!
-//! ```no_run
-//! # async fn run() -> Result<(), floodgate_client::Error> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let yaml = "store: {kind: memory}\nrules: [{name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 60s}]\n";
+//! # let app = floodgate_server::App::new(floodgate_config::parse("doc.yaml", yaml)?, Default::default())?;
+//! # let server = floodgate_server::Server::new(app, tokio::net::TcpListener::bind("127.0.0.1:0").await?, None)?;
+//! # let url = format!("http://{}", server.http_addr());
+//! # tokio::spawn(server.run(std::future::pending()));
 //! use std::time::Duration;
 //! use floodgate_client::{Client, FailMode, Request, RetryPolicy, retry};
 //!
-//! let floodgate = Client::builder("http://127.0.0.1:8080")
+//! let floodgate = Client::builder(url) // e.g. "http://127.0.0.1:8080"
 //!     .deadline(Duration::from_millis(50))
 //!     .fail_mode(FailMode::Open)
 //!     .build()?;
@@ -25,8 +31,9 @@
 //!     println!("retry in {} s", decision.retry_after_secs().unwrap_or(1));
 //! }
 //! // Tokens known once the answer is done; retried only if the connection was refused.
-//! let usage = Request::new().descriptor("tenant", "t1").cost(812);
+//! let usage = Request::new().descriptor("user", "u1").cost(2);
 //! retry(RetryPolicy::default(), |_| floodgate.report(&usage)).await?;
+//! println!("{:?}", floodgate.stats());
 //! # Ok(()) }
 //! ```
 //!
