@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -66,5 +66,19 @@ describe('README snippets', () => {
     } finally {
       await server.stop();
     }
+  });
+});
+
+describe('ESM only, loaded from CommonJS', () => {
+  it('require() gives the packages on every supported Node (≥ 20.19), without a warning', () => {
+    const code =
+      "const { FloodgateClient } = require('@floodgate/client');" +
+      "const { FloodgateModule, FloodgateThrottlerStorage } = require('@floodgate/nestjs');" +
+      "const { floodgate } = require('@floodgate/express');" +
+      'console.log([FloodgateClient, FloodgateModule, FloodgateThrottlerStorage, floodgate].map((x) => typeof x).join());';
+    const run = spawnSync(process.execPath, ['-e', code], { cwd: ROOT, encoding: 'utf8' });
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(run.stdout.trim(), 'function,function,function,function');
+    assert.equal(run.stderr, '', 'no ExperimentalWarning');
   });
 });
