@@ -1,11 +1,11 @@
 /**
  * The NestJS guard's added latency, in one run: the same minimal app with no guard, with
  * @nestjs/throttler (in-memory), with @nestjs/throttler on FloodgateThrottlerStorage, and with
- * FloodgateGuard, each in its own process, loaded in turn by autocannon (64 connections) for
- * `--seconds` per round, over `--rounds` rounds in alternating order; Floodgate is the release
+ * FloodgateGuard, each in its own process, loaded in turn by autocannon (64 connections by default) for
+ * `seconds` per round, over `rounds` rounds in alternating order; Floodgate is the release
  * binary (FLOODGATE_BIN) started here.
  *
- * `node dist/run.js [seconds per round] [rounds]`
+ * `node dist/run.js [seconds per round] [rounds] [connections]`
  */
 import { fork, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -16,6 +16,7 @@ import { freePort } from '@floodgate/testkit';
 
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 2);
+const connections = Number(process.argv[4] ?? 64);
 const VARIANTS = ['none', 'throttler-memory', 'throttler-floodgate', 'guard'] as const;
 
 const binary = process.env.FLOODGATE_BIN;
@@ -73,8 +74,8 @@ for (let round = 0; round < rounds; round++) {
   const order = round % 2 === 0 ? VARIANTS : [...VARIANTS].reverse();
   for (const variant of order) {
     const target = `http://127.0.0.1:${apps.get(variant)!.port}/hello`;
-    await autocannon({ url: target, connections: 64, duration: 1 }); // warm-up
-    const r = await autocannon({ url: target, connections: 64, duration: seconds });
+    await autocannon({ url: target, connections, duration: 1 }); // warm-up
+    const r = await autocannon({ url: target, connections, duration: seconds });
     rows.push({ variant, round, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, errors: r.errors + r.timeouts });
     console.log(`${variant.padEnd(20)} round ${round}: ${r.requests.average.toFixed(0)} req/s, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, non-2xx ${r.non2xx}, errors ${r.errors + r.timeouts}`);
   }
