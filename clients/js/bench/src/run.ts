@@ -5,7 +5,7 @@
  * `seconds` per round, over `rounds` rounds in alternating order; Floodgate is the release
  * binary (FLOODGATE_BIN) started here.
  *
- * `node dist/run.js [seconds per round] [rounds] [connections]`
+ * `node dist/run.js [seconds per round] [rounds] [connections] [curve]`
  */
 import { fork, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -17,7 +17,14 @@ import { freePort } from '@floodgate/testkit';
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 2);
 const connections = Number(process.argv[4] ?? 64);
-const VARIANTS = ['none', 'throttler-memory', 'throttler-floodgate', 'guard'] as const;
+const ALL = ['none', 'throttler-memory', 'throttler-floodgate', 'guard'] as const;
+// `curve` (argv[5]): each variant's rounds back to back (a time curve under sustained load), not alternating.
+const curve = process.argv[5] === 'curve';
+// FLOODGATE_BENCH_VARIANTS=throttler-memory,guard runs only those.
+const VARIANTS = (process.env.FLOODGATE_BENCH_VARIANTS?.split(',') ?? [...ALL]).map((v) => {
+  if (!(ALL as readonly string[]).includes(v)) throw new Error(`unknown variant ${v}: ${ALL.join(', ')}`);
+  return v;
+});
 
 const binary = process.env.FLOODGATE_BIN;
 if (binary === undefined) throw new Error('set FLOODGATE_BIN to a release floodgate binary');
@@ -70,11 +77,18 @@ for (const variant of VARIANTS) {
 
 type Row = { variant: string; round: number; rps: number; p50: number; p99: number; non2xx: number; errors: number };
 const rows: Row[] = [];
-for (let round = 0; round < rounds; round++) {
-  const order = round % 2 === 0 ? VARIANTS : [...VARIANTS].reverse();
-  for (const variant of order) {
+const schedule: [number, string][] = [];
+if (curve) {
+  for (const variant of VARIANTS) for (let round = 0; round < rounds; round++) schedule.push([round, variant]);
+} else {
+  for (let round = 0; round < rounds; round++) {
+    for (const variant of round % 2 === 0 ? VARIANTS : [...VARIANTS].reverse()) schedule.push([round, variant]);
+  }
+}
+for (const [round, variant] of schedule) {
+  {
     const target = `http://127.0.0.1:${apps.get(variant)!.port}/hello`;
-    await autocannon({ url: target, connections, duration: 1 }); // warm-up
+    if (!curve || round === 0) await autocannon({ url: target, connections, duration: 1 }); // warm-up
     const r = await autocannon({ url: target, connections, duration: seconds });
     rows.push({ variant, round, rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx, errors: r.errors + r.timeouts });
     console.log(`${variant.padEnd(20)} round ${round}: ${r.requests.average.toFixed(0)} req/s, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, non-2xx ${r.non2xx}, errors ${r.errors + r.timeouts}`);
@@ -86,12 +100,13 @@ const mean = (v: string, f: (r: Row) => number) => {
   const rs = rows.filter((r) => r.variant === v);
   return rs.reduce((s, r) => s + f(r), 0) / rs.length;
 };
-const base = { p50: mean('none', (r) => r.p50), p99: mean('none', (r) => r.p99) };
+// Added latency is against the unguarded app, when it ran.
+const base = VARIANTS.includes('none') ? { p50: mean('none', (r) => r.p50), p99: mean('none', (r) => r.p99) } : { p50: NaN, p99: NaN };
 for (const v of VARIANTS) {
   const p50 = mean(v, (r) => r.p50);
   const p99 = mean(v, (r) => r.p99);
   console.log(
-    `${v.padEnd(20)}  ${mean(v, (r) => r.rps).toFixed(0).padStart(10)}  ${p50.toFixed(1).padStart(14)}  ${p99.toFixed(1).padStart(6)}  ${(p50 - base.p50).toFixed(1).padStart(9)}  ${(p99 - base.p99).toFixed(1).padStart(9)}`,
+    `${v.padEnd(20)}  ${mean(v, (r) => r.rps).toFixed(0).padStart(10)}  ${p50.toFixed(1).padStart(14)}  ${p99.toFixed(1).padStart(6)}  ${Number.isNaN(base.p50) ? '        -' : (p50 - base.p50).toFixed(1).padStart(9)}  ${Number.isNaN(base.p99) ? '        -' : (p99 - base.p99).toFixed(1).padStart(9)}`,
   );
 }
 for (const app of apps.values()) app.kill();
