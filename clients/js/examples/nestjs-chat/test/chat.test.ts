@@ -38,7 +38,9 @@ describe('nestjs-chat', () => {
     assert.equal(answers[9]!.headers.get('x-ratelimit-remaining'), '0');
     for (const denied of answers.slice(10)) {
       const retryAfter = Number(denied.headers.get('retry-after'));
-      assert.ok(retryAfter >= 1 && retryAfter <= 60, `Retry-After ${retryAfter}`);
+      // A sliding window weighs the previous 60 s window in: when the ten requests straddle a
+      // window boundary, the earliest pass can be a little over 60 s away (never over two windows).
+      assert.ok(retryAfter >= 1 && retryAfter <= 120, `Retry-After ${retryAfter}`);
       const problem = (await denied.json()) as { type: string; retry_after: number; limit: number };
       assert.equal(problem.type, 'https://floodgate.dev/problems/rate-limited');
       assert.equal(problem.retry_after, retryAfter);
