@@ -56,7 +56,7 @@ const WINDOW: Parameter = Parameter { name: "window", example: "window: 60s", de
 const RATE: Parameter = Parameter { name: "rate", example: "rate: 10/s", default: None };
 
 /// Every algorithm, in [`LimitKind::ALL`] order.
-pub const ALGORITHMS: [Algorithm; 7] = [
+pub const ALGORITHMS: [Algorithm; 8] = [
     Algorithm { kind: LimitKind::FixedWindow, parameters: &[LIMIT, WINDOW], windowed: true },
     Algorithm { kind: LimitKind::SlidingWindow, parameters: &[LIMIT, WINDOW], windowed: true },
     Algorithm { kind: LimitKind::SlidingLog, parameters: &[LIMIT, WINDOW], windowed: true },
@@ -88,6 +88,14 @@ pub const ALGORITHMS: [Algorithm; 7] = [
             Parameter { name: "period", example: "period: month", default: None },
             Parameter { name: "time_zone", example: "time_zone: Europe/Berlin", default: Some("UTC") },
             Parameter { name: "anchor", example: "anchor: 15", default: Some("the 1st / Monday") },
+        ],
+        windowed: false,
+    },
+    Algorithm {
+        kind: LimitKind::Budget,
+        parameters: &[
+            Parameter { name: "limit", example: "limit: 50", default: None },
+            Parameter { name: "ttl", example: "ttl: 24h", default: None },
         ],
         windowed: false,
     },
@@ -151,7 +159,7 @@ mod tests {
         }
         assert_eq!(
             all_parameters(),
-            ["limit", "window", "rate", "burst", "lease", "period", "time_zone", "anchor"]
+            ["limit", "window", "rate", "burst", "lease", "period", "time_zone", "anchor", "ttl"]
         );
     }
 

@@ -250,4 +250,35 @@ impl<C: Clock> Store for AnyStore<C> {
             AnyStore::Redis(store) => store.reset(key).await,
         }
     }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: std::time::Duration,
+        kept: std::time::Duration,
+    ) -> Result<floodgate::core::Timestamp, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.put_record(id, body, ttl, kept).await,
+            AnyStore::Redis(store) => store.put_record(id, body, ttl, kept).await,
+        }
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<floodgate::store::Record>, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.get_record(id).await,
+            AnyStore::Redis(store) => store.get_record(id).await,
+        }
+    }
+
+    async fn settle_record(
+        &self,
+        id: &[u8],
+        settlement: &[u8],
+    ) -> Result<floodgate::store::Settle, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.settle_record(id, settlement).await,
+            AnyStore::Redis(store) => store.settle_record(id, settlement).await,
+        }
+    }
 }

@@ -71,6 +71,9 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// `floodgate-tag`: the names of the `tag` rules that flagged the request, comma separated.
 pub const TAG_HEADER: HeaderName = HeaderName::from_static("floodgate-tag");
+/// `floodgate-reservation`: on an allowed check that took concurrency permits, the id that
+/// `/v1/release` frees them with.
+pub const RESERVATION_HEADER: HeaderName = HeaderName::from_static("floodgate-reservation");
 
 // === impl HeaderStyle ===
 

@@ -36,20 +36,21 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::headers::{
-    RATELIMIT, RATELIMIT_POLICY, TAG_HEADER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
 };
 use crate::problem::{
     INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE, RATE_LIMITED_TYPE,
-    STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
+    RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
 };
-use crate::wire::{CheckRequest, FIELDS, MAX_COST, MAX_DESCRIPTORS, VerdictBody};
+use crate::wire::{CheckRequest, FIELDS, MAX_COST, MAX_COST_DIMENSIONS, MAX_DESCRIPTORS, VerdictBody};
 use crate::{PROBLEM_CONTENT_TYPE, Problem};
 
 /// Every `outcome` a limit of a verdict can have, as [`Outcome::as_str`] names it.
 pub const OUTCOMES: [Outcome; 8] = Outcome::ALL;
 
 /// Every problem `type` URI a front door answers with.
-pub const PROBLEM_TYPES: [&str; 9] = [
+pub const PROBLEM_TYPES: [&str; 10] = [
     MALFORMED_TYPE,
     INVALID_TYPE,
     NEVER_ALLOWED_TYPE,
@@ -59,6 +60,7 @@ pub const PROBLEM_TYPES: [&str; 9] = [
     STORE_UNAVAILABLE_TYPE,
     RATE_LIMITED_TYPE,
     QUOTA_EXCEEDED_TYPE,
+    RESERVATION_SETTLED_TYPE,
 ];
 
 fn integer(minimum: u64) -> ObjectBuilder {
@@ -102,7 +104,7 @@ impl ToSchema for crate::HeaderStyle {
 
 impl PartialSchema for CheckRequest {
     fn schema() -> RefOr<Schema> {
-        let [descriptors, cost, domain] = FIELDS;
+        let [descriptors, cost, costs, domain] = FIELDS;
         ObjectBuilder::new()
             .description(Some(
                 "What a request is (its descriptors), what it costs, and which policy decides it. \
@@ -126,10 +128,26 @@ impl PartialSchema for CheckRequest {
             .property(
                 cost,
                 integer(1).maximum(Some(MAX_COST)).default(Some(json!(1))).description(Some(format!(
-                    "What the request costs, a whole number from 1 to {MAX_COST} (default 1). \
-                         A cost some enforced rule can never grant at once is refused \
-                         (422 `never-allowed`)."
+                    "What the request costs in `requests`, a whole number from 1 to {MAX_COST} \
+                         (default 1). A cost some enforced rule can never grant at once is refused \
+                         (422 `never-allowed`). Not with `costs` (400)."
                 ))),
+            )
+            .property(
+                costs,
+                ObjectBuilder::new()
+                    .description(Some(format!(
+                        "What the request costs per dimension, instead of `cost`: dimension name \
+                         (`requests`, or a name such as `tokens` that rules count with `cost:`) → \
+                         whole number from 0 to {MAX_COST}, at most {MAX_COST_DIMENSIONS} names, at \
+                         least one cost of 1 or more. Each rule takes the cost of its own dimension; \
+                         a rule whose dimension is left out (or 0) does not apply to this request. \
+                         Not with `cost` (400)."
+                    )))
+                    .additional_properties(Some(integer(0).maximum(Some(MAX_COST))))
+                    .max_properties(Some(MAX_COST_DIMENSIONS))
+                    .property_names(Some(string().pattern(Some("^[a-z][a-z0-9_]{0,63}$"))))
+                    .examples([json!({"requests": 1, "tokens": 1200})]),
             )
             .property(
                 domain,
@@ -143,6 +161,7 @@ impl PartialSchema for CheckRequest {
             .examples([
                 json!({"descriptors": {"user": "u1", "route": "POST /chat"}}),
                 json!({"descriptors": {"tenant": "t1"}, "cost": 1200}),
+                json!({"descriptors": {"tenant": "t1"}, "costs": {"requests": 1, "tokens": 1200}}),
             ])
             .into()
     }
@@ -394,6 +413,16 @@ pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
             "The names of the `tag` rules that flagged the request, comma separated.",
         ),
     ];
+    if !denied {
+        headers.push(documented(
+            RESERVATION_HEADER,
+            "floodgate-reservation",
+            false,
+            string().pattern(Some("^[0-9a-f]{32}$")),
+            "On an allowed `/v1/check` that took concurrency permits: the id that `/v1/release` frees \
+             them with (they end with their `lease` otherwise).",
+        ));
+    }
     if denied {
         headers.insert(
             0,

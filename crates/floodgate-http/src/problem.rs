@@ -33,6 +33,8 @@ pub const INVALID_TYPE: &str = "https://floodgate.dev/problems/invalid-request";
 pub const TOO_LARGE_TYPE: &str = "https://floodgate.dev/problems/body-too-large";
 /// [`Problem::type_uri`] of an unknown path or method (404, 405), or an unknown rule.
 pub const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
+/// A reservation already committed or released otherwise, or expired unsettled (409).
+pub const RESERVATION_SETTLED_TYPE: &str = "https://floodgate.dev/problems/reservation-settled";
 /// [`Problem::type_uri`] of a request refused for lack of credentials (401, 403).
 pub const UNAUTHORIZED_TYPE: &str = "https://floodgate.dev/problems/unauthorized";
 /// [`Problem::type_uri`] of an operation the store could not carry out (503).

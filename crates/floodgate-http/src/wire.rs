@@ -3,7 +3,8 @@
 //!
 //! Request: `{"descriptors": {"user": "u1", "route": "POST /chat"}, "cost": 1, "domain": "envoy"}`
 //! — `descriptors` required (an object of strings, at most [`MAX_DESCRIPTORS`]), `cost` optional
-//! (an integer from 1 to [`MAX_COST`], default 1), `domain` optional (an Envoy domain's policy
+//! (an integer from 1 to [`MAX_COST`], default 1) or instead `costs` (dimension → integer, at most
+//! [`MAX_COST_DIMENSIONS`], at least one of 1 or more; both → 400), `domain` optional (an Envoy domain's policy
 //! instead of the native one; `null` is the same as leaving it out). Any other field is an error.
 //!
 //! ```
@@ -26,7 +27,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use floodgate::{Descriptors, Verdict};
+use floodgate::cost::{REQUESTS, valid_dimension};
+use floodgate::{Costs, Descriptors, Hit, Verdict};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -40,8 +42,11 @@ pub const MAX_DESCRIPTORS: usize = 64;
 /// bound.
 pub const MAX_COST: u64 = u64::MAX;
 
+/// The most cost dimensions one request may name in `costs`.
+pub const MAX_COST_DIMENSIONS: usize = 16;
+
 /// The fields a check body may have, in the order they are documented.
-pub const FIELDS: [&str; 3] = ["descriptors", "cost", "domain"];
+pub const FIELDS: [&str; 4] = ["descriptors", "cost", "costs", "domain"];
 
 // === the request body ===
 
@@ -50,24 +55,86 @@ pub const FIELDS: [&str; 3] = ["descriptors", "cost", "domain"];
 pub struct CheckRequest {
     /// What the request is.
     pub descriptors: Descriptors,
-    /// What it costs (at least 1; 1 when the body leaves it out).
+    /// What it costs in requests (at least 1; 1 when the body leaves it out; with `costs`, their
+    /// `requests`, possibly 0).
     pub cost: u64,
+    /// What it costs per dimension (`{"requests": 1, "tokens": 1200}`), when the body says so
+    /// instead of `cost`: each rule takes the cost of the dimension it counts.
+    pub costs: Option<Costs>,
     /// The Envoy domain whose policy decides, if any.
     pub domain: Option<String>,
+}
+
+impl CheckRequest {
+    /// The hit this request asks the engine to decide.
+    pub fn hit<'a>(&'a self, descriptors: &'a Descriptors) -> Hit<'a> {
+        match &self.costs {
+            Some(costs) => Hit::with_costs(descriptors, costs),
+            None => Hit::new(descriptors, self.cost),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Body {
     descriptors: DescriptorMap,
-    #[serde(default = "one", deserialize_with = "cost")]
-    cost: u64,
+    #[serde(default, deserialize_with = "some_cost")]
+    cost: Option<u64>,
+    #[serde(default)]
+    costs: Option<CostMap>,
     #[serde(default)]
     domain: Option<String>,
 }
 
-fn one() -> u64 {
-    1
+fn some_cost<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    cost(deserializer).map(Some)
+}
+
+/// `costs`: an object of dimension names to whole numbers, read into [`Costs`]. What is wrong
+/// with one is explained by [`explain`].
+#[derive(Debug)]
+struct CostMap(Costs);
+
+impl<'de> Deserialize<'de> for CostMap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CostMap;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of cost dimensions to whole numbers")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CostMap, A::Error> {
+                let mut costs = Costs::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    let Cost(value) = map.next_value()?;
+                    if !valid_dimension(&name) {
+                        return Err(de::Error::custom(format!("costs: {name:?} is not a cost dimension")));
+                    }
+                    if costs.names(&name) {
+                        return Err(de::Error::custom(format!("costs.{name:?} appears twice")));
+                    }
+                    if costs.len() == MAX_COST_DIMENSIONS {
+                        return Err(de::Error::custom(format!("at most {MAX_COST_DIMENSIONS} costs")));
+                    }
+                    costs.set(name, value);
+                }
+                Ok(CostMap(costs))
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
+}
+
+/// One value of `costs`.
+struct Cost(u64);
+
+impl<'de> Deserialize<'de> for Cost {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        cost(deserializer).map(Cost)
+    }
 }
 
 /// `cost`: a JSON number that is a whole number from 0 to [`MAX_COST`], however it is written
@@ -110,9 +177,20 @@ impl CheckRequest {
     #[allow(clippy::result_large_err)] // a problem is built only on the error path, and sent once
     pub fn parse(body: &[u8]) -> Result<CheckRequest, Problem> {
         match serde_json::from_slice::<Body>(body) {
-            Ok(Body { cost: 0, .. }) => Err(Problem::invalid("cost must be at least 1.")),
-            Ok(Body { descriptors: DescriptorMap(descriptors), cost, domain }) => {
-                Ok(CheckRequest { descriptors, cost, domain })
+            Ok(Body { cost: Some(_), costs: Some(_), .. }) => Err(Problem::malformed(
+                "\"cost\" and \"costs\" are both given: send one (\"cost\": n is \"costs\": {\"requests\": n}).",
+            )),
+            Ok(Body { cost: Some(0), .. }) => Err(Problem::invalid("cost must be at least 1.")),
+            Ok(Body { costs: Some(CostMap(costs)), .. }) if costs.is_zero() => Err(Problem::invalid(
+                "\"costs\" must give at least one dimension a cost of 1 or more, e.g. {\"requests\": 1}.",
+            )),
+            Ok(Body { descriptors: DescriptorMap(descriptors), cost, costs, domain }) => {
+                let costs = costs.map(|CostMap(c)| c);
+                let cost = match &costs {
+                    Some(c) => c.get(REQUESTS),
+                    None => cost.unwrap_or(1),
+                };
+                Ok(CheckRequest { descriptors, cost, costs, domain })
             }
             Err(e) if e.is_syntax() || e.is_eof() || e.is_io() => {
                 Err(Problem::malformed(if body.is_empty() {
@@ -207,7 +285,9 @@ fn explain(value: &Value) -> Option<String> {
         return Some(format!("The body must be a JSON object, not {}", kind(value)));
     };
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Some(format!("Unknown field {unknown:?}: expected \"descriptors\", \"cost\" or \"domain\""));
+        return Some(format!(
+            "Unknown field {unknown:?}: expected \"descriptors\", \"cost\", \"costs\" or \"domain\""
+        ));
     }
     match fields.get("descriptors") {
         None => {
@@ -241,6 +321,39 @@ fn explain(value: &Value) -> Option<String> {
             return Some(format!("\"cost\" must be at most {MAX_COST}"));
         }
         return Some(format!("\"cost\" must be a whole number of at least 1, not {}", kind(cost)));
+    }
+    match fields.get("costs") {
+        None => {}
+        Some(Value::Object(costs)) => {
+            if costs.len() > MAX_COST_DIMENSIONS {
+                return Some(format!("Too many costs ({}): at most {MAX_COST_DIMENSIONS}", costs.len()));
+            }
+            for (name, cost) in costs {
+                if !valid_dimension(name) {
+                    return Some(format!(
+                        "costs.{name:?} is not a cost dimension: expected requests or a name of lowercase \
+                         letters, digits and _ (at most {} characters), such as tokens",
+                        floodgate::cost::MAX_DIMENSION_LEN
+                    ));
+                }
+                if cost.as_u64().or_else(|| cost.as_f64().and_then(whole)).is_none() {
+                    if cost.as_f64().is_some_and(|f| f >= TWO_TO_THE_64 && f.fract() == 0.0) {
+                        return Some(format!("costs.{name:?} must be at most {MAX_COST}"));
+                    }
+                    return Some(format!(
+                        "costs.{name:?} must be a whole number of at least 0, not {}",
+                        kind(cost)
+                    ));
+                }
+            }
+        }
+        Some(other) => {
+            return Some(format!(
+                "\"costs\" must be an object of cost dimensions to whole numbers, e.g. {{\"requests\": 1, \
+                 \"tokens\": 1200}}, not {}",
+                kind(other)
+            ));
+        }
     }
     if let Some(domain) = fields.get("domain")
         && !(domain.is_string() || domain.is_null())
@@ -424,7 +537,7 @@ mod tests {
         assert_eq!(explained("[1]"), "The body must be a JSON object, not an array");
         assert_eq!(
             explained(r#"{"descriptors":{},"x":1}"#),
-            r#"Unknown field "x": expected "descriptors", "cost" or "domain""#
+            r#"Unknown field "x": expected "descriptors", "cost", "costs" or "domain""#
         );
         assert!(explained(r#"{"cost":1}"#).starts_with("Missing field \"descriptors\""));
         assert_eq!(

@@ -13,8 +13,8 @@ use crate::HashTag;
 
 /// The letters of every algorithm, for [`Store::reset`](floodgate::Store::reset), which does not
 /// know the key's algorithm.
-pub(crate) const ALGORITHM_TAGS: [u8; 7] = {
-    let mut tags = [0; 7];
+pub(crate) const ALGORITHM_TAGS: [u8; 8] = {
+    let mut tags = [0; 8];
     let mut i = 0;
     while i < LimitKind::ALL.len() {
         tags[i] = kind_tag(LimitKind::ALL[i]);
@@ -37,6 +37,7 @@ const fn kind_tag(kind: LimitKind) -> u8 {
         LimitKind::Gcra => b'g',
         LimitKind::Concurrency => b'c',
         LimitKind::Quota => b'q',
+        LimitKind::Budget => b'n',
     }
 }
 
@@ -105,7 +106,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_its_letter_and_the_layout_stays() {
-        assert_eq!(&ALGORITHM_TAGS, b"fsltgcq", "keys written by earlier versions must stay readable");
+        assert_eq!(&ALGORITHM_TAGS, b"fsltgcqn", "keys written by earlier versions must stay readable");
     }
 
     #[test]

@@ -204,6 +204,7 @@ fn params(limit: &Limit, now: Timestamp) -> Result<(&'static str, u64, u64, Opti
         Limit::FixedWindow(a) => ("f", capacity, window(limit, micros(a.window()))?, None),
         Limit::SlidingLog(a) => ("l", capacity, window(limit, micros(a.window()))?, None),
         Limit::Concurrency(a) => ("c", capacity, window(limit, micros(a.lease()))?, None),
+        Limit::Budget(a) => ("n", capacity, window(limit, micros(a.ttl()))?, None),
         Limit::SlidingWindow(a) => {
             let w = window(limit, micros(a.window()))?;
             if u128::from(capacity) * u128::from(w) >= u128::from(LUA_EXACT) {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use floodgate::store::{Applied, Mode, Op, OpResult, Store, StoreError};
+use floodgate::store::{Applied, Mode, Op, OpResult, Record, Settle, Store, StoreError};
 use floodgate::{Limit, OnStoreError};
 use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use futures_util::future::join_all;
@@ -671,6 +671,82 @@ fn fill(out: &mut Applied, ops: &[Op<'_>], mode: Mode, admitted: bool, answers: 
     out.results.extend(results.into_iter().flatten());
 }
 
+// === reservation records ===
+
+/// The reservation records' script: the contract is at the top of `lua/record.lua`.
+static RECORD: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/record.lua")));
+
+impl RedisStore {
+    /// The key of reservation record `id`: `<prefix>{r<id>}R` — a tag of its own (limit keys' tags
+    /// are 8 bytes), so a record never shares a key with a limit.
+    fn record_key(&self, id: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.shared.prefix.len() + id.len() + 4);
+        key.extend_from_slice(&self.shared.prefix);
+        key.extend_from_slice(b"{r");
+        key.extend_from_slice(id);
+        key.extend_from_slice(b"}R");
+        key
+    }
+
+    /// One call of the records' script on record `id`, within the deadline.
+    async fn record_call(
+        &self,
+        id: &[u8],
+        op: &str,
+        args: &[&[u8]],
+    ) -> Result<(Timestamp, Vec<redis::Value>), StoreError> {
+        let mut inv = RECORD.prepare_invoke();
+        inv.key(self.record_key(id)).arg(op);
+        match self.explicit_now() {
+            Some(t) => inv.arg(t.as_micros()),
+            None => inv.arg(""),
+        };
+        for a in args {
+            inv.arg(*a);
+        }
+        let call = async {
+            let _permit =
+                self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
+            let reply: Result<Vec<redis::Value>, RedisError> = match self.shared.conn.clone() {
+                Conn::Node(mut c) => inv.invoke_async(&mut c).await,
+                Conn::Cluster(mut c) => inv.invoke_async(&mut c).await,
+            };
+            reply.map_err(|e| classify(e, self.shared.deadline))
+        };
+        let mut reply = self.within(call).await?;
+        let now = match reply.first() {
+            Some(redis::Value::Int(n)) => Timestamp::from_micros(micros(*n)),
+            _ => return Err(bad_record_reply(&reply)),
+        };
+        reply.remove(0);
+        Ok((now, reply))
+    }
+}
+
+fn bad_record_reply(reply: &[redis::Value]) -> StoreError {
+    StoreError::Backend {
+        message: format!("unexpected reservation record reply: {reply:?}"),
+        transient: false,
+        source: None,
+    }
+}
+
+fn int(v: Option<&redis::Value>) -> Option<i64> {
+    match v {
+        Some(redis::Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+fn bytes(v: Option<&redis::Value>) -> Option<Vec<u8>> {
+    match v {
+        Some(redis::Value::BulkString(b)) => Some(b.clone()),
+        Some(redis::Value::SimpleString(s)) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    }
+}
+
 impl Store for RedisStore {
     async fn apply(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
         if ops.is_empty() {
@@ -689,5 +765,45 @@ impl Store for RedisStore {
 
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         self.within(self.reset_within(key)).await
+    }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: Duration,
+        kept: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        let slack = if self.explicit_now().is_some() { TEST_CLOCK_SLACK_MS } else { 0 };
+        let ttl_us = micros_of(ttl).to_string();
+        let kept_ms =
+            u64::try_from(kept.max(ttl).as_millis()).unwrap_or(u64::MAX).saturating_add(slack).max(1);
+        let kept_ms = kept_ms.to_string();
+        let (_, reply) = self.record_call(id, "put", &[body, ttl_us.as_bytes(), kept_ms.as_bytes()]).await?;
+        let expires_at = int(reply.first()).ok_or_else(|| bad_record_reply(&reply))?;
+        Ok(Timestamp::from_micros(micros(expires_at)))
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
+        let (now, reply) = self.record_call(id, "get", &[]).await?;
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        let expires_at = int(reply.first()).ok_or_else(|| bad_record_reply(&reply))?;
+        let body = bytes(reply.get(1)).ok_or_else(|| bad_record_reply(&reply))?;
+        let settled = bytes(reply.get(2)).filter(|s| !s.is_empty());
+        let expires_at = Timestamp::from_micros(micros(expires_at));
+        Ok(Some(Record { body, expires_at, expired: settled.is_none() && now >= expires_at, settled }))
+    }
+
+    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
+        let (_, reply) = self.record_call(id, "settle", &[settlement]).await?;
+        match int(reply.first()) {
+            Some(0) => Ok(Settle::Missing),
+            Some(1) => Ok(Settle::Settled),
+            Some(2) => Ok(Settle::Already(bytes(reply.get(1)).ok_or_else(|| bad_record_reply(&reply))?)),
+            Some(3) => Ok(Settle::Expired),
+            _ => Err(bad_record_reply(&reply)),
+        }
     }
 }

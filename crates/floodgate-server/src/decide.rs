@@ -230,7 +230,7 @@ impl fmt::Display for LimitsDisplay<'_> {
 
 /// Each hit's descriptors, `name=value` with the value quoted as a Rust string (so a value with
 /// spaces or quotes reads back unambiguously), hits separated by ` | `, a cost other than 1 as
-/// `cost=N`: `user="u1" route="POST /chat"`.
+/// `cost=N` (costs per dimension as `cost.tokens=N`): `user="u1" route="POST /chat"`.
 struct HitsDisplay<'a>(&'a [Hit<'a>]);
 
 impl fmt::Display for HitsDisplay<'_> {
@@ -243,8 +243,14 @@ impl fmt::Display for HitsDisplay<'_> {
                 let space = if j == 0 { "" } else { " " };
                 write!(f, "{space}{name}={value:?}")?;
             }
-            if hit.cost != 1 {
-                write!(f, " cost={}", hit.cost)?;
+            match hit.costs {
+                Some(costs) => {
+                    for (dimension, cost) in costs.iter() {
+                        write!(f, " cost.{dimension}={cost}")?;
+                    }
+                }
+                None if hit.cost != 1 => write!(f, " cost={}", hit.cost)?,
+                None => {}
             }
         }
         Ok(())

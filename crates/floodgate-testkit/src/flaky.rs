@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use floodgate::Limit;
-use floodgate::store::{Applied, Mode, Op, Store, StoreError};
+use floodgate::store::{Applied, Mode, Op, Record, Settle, Store, StoreError};
 use floodgate_core::Grant;
 use tokio::sync::Notify;
 
@@ -103,5 +103,26 @@ impl<S: Store> Store for FlakyStore<S> {
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         self.gate().await?;
         self.inner.reset(key).await
+    }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: std::time::Duration,
+        kept: std::time::Duration,
+    ) -> Result<floodgate_core::Timestamp, StoreError> {
+        self.gate().await?;
+        self.inner.put_record(id, body, ttl, kept).await
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
+        self.gate().await?;
+        self.inner.get_record(id).await
+    }
+
+    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
+        self.gate().await?;
+        self.inner.settle_record(id, settlement).await
     }
 }

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use crate::key::push_field;
 use crate::rule::{CompiledRule, IP, Policy, Shards};
 use crate::store::{Applied, Mode, Op, PrefetchBatch, Store, StoreError};
-use crate::{Action, Descriptors, Limit, MemoryStore, NotAnAddress, OnStoreError};
+use crate::{Action, Costs, Descriptors, Limit, MemoryStore, NotAnAddress, OnStoreError};
 
 /// What happened to one limit, as counted in metrics (`floodgate_decisions_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -181,14 +181,50 @@ fn most_restrictive<'a>(
 pub struct Hit<'a> {
     /// What the request is.
     pub descriptors: &'a Descriptors,
-    /// What it costs (at least 1).
+    /// What it costs in `requests` (at least 1 unless `costs` are given).
     pub cost: u64,
+    /// What it costs per dimension, when given: then each rule takes the cost of its own
+    /// dimension ([`Rule::cost`](crate::Rule::cost)), and `cost` is the `requests` among them.
+    pub costs: Option<&'a Costs>,
 }
 
 impl<'a> Hit<'a> {
-    /// A hit of `cost` for `descriptors`.
+    /// A hit of `cost` requests for `descriptors`: rules counting another dimension do not apply.
     pub fn new(descriptors: &'a Descriptors, cost: u64) -> Self {
-        Hit { descriptors, cost }
+        Hit { descriptors, cost, costs: None }
+    }
+
+    /// A hit costing `costs` for `descriptors`: each rule takes the cost of its own dimension, and
+    /// a rule whose dimension costs 0 (or is not named) does not apply — it can neither deny nor
+    /// consume. At least one dimension must cost 1 or more.
+    pub fn with_costs(descriptors: &'a Descriptors, costs: &'a Costs) -> Self {
+        Hit { descriptors, cost: costs.get(crate::cost::REQUESTS), costs: Some(costs) }
+    }
+
+    /// What the hit costs a rule that counts `dimension`.
+    pub fn cost_in(&self, dimension: &str) -> u64 {
+        match self.costs {
+            Some(costs) => costs.get(dimension),
+            None if dimension == crate::cost::REQUESTS => self.cost,
+            None => 0,
+        }
+    }
+
+    /// What the hit costs `rule`.
+    fn cost_for(&self, rule: &CompiledRule) -> u64 {
+        match self.costs {
+            None if rule.counts_requests => self.cost,
+            None => 0,
+            Some(costs) => costs.get(&rule.rule.cost),
+        }
+    }
+
+    /// Whether the hit costs nothing at all (an error).
+    fn costs_nothing(&self) -> bool {
+        match self.costs {
+            None => self.cost == 0,
+            Some(costs) => costs.is_zero(),
+        }
     }
 }
 
@@ -263,7 +299,7 @@ pub struct Engine<S = MemoryStore> {
 }
 
 /// The key buffer of one request: room for a few keys without allocating.
-type KeyBuf = SmallVec<[u8; 256]>;
+pub(crate) type KeyBuf = SmallVec<[u8; 256]>;
 
 /// One applied rule of a request being built.
 struct Planned<'p> {
@@ -421,6 +457,14 @@ impl<S: Store> Engine<S> {
     /// and any cost is accepted, also beyond a limit's capacity.
     pub async fn report(&self, descriptors: &Descriptors, cost: u64) -> Result<Verdict, EngineError> {
         self.one(descriptors, cost, Mode::Report).await
+    }
+
+    /// Decides one hit in `mode` — a check, a peek or a report, of one cost or of
+    /// [`Costs`] per dimension ([`Hit::with_costs`]); a cost some enforced limit can never grant
+    /// is an error.
+    pub async fn decide(&self, mode: Mode, hit: Hit<'_>) -> Result<Verdict, EngineError> {
+        let policy = self.policy.load();
+        policy.evaluate(&self.store, mode, &[hit], Impossible::Error).await
     }
 
     /// Checks several hits at once, all-or-nothing, in **one** store call (see
@@ -585,11 +629,12 @@ impl Policy {
         let mut denied = false;
         let replaced = self.replaced(hits);
         for (hit_index, hit) in hits.iter().enumerate() {
-            if hit.cost == 0 {
+            if hit.costs_nothing() {
                 return Err(EngineError::Cost { rule: Arc::from(""), source: CostError::Zero });
             }
             for (index, compiled) in self.rules.iter().enumerate() {
-                if replaced.contains(&index) || !matches(compiled, hit.descriptors) {
+                let hit_cost = hit.cost_for(compiled);
+                if hit_cost == 0 || replaced.contains(&index) || !matches(compiled, hit.descriptors) {
                     continue;
                 }
                 let Some((limit, action)) = compiled.rule.select(hit.descriptors) else { continue };
@@ -622,8 +667,8 @@ impl Policy {
                     .find(|p| !p.impossible && p.index == index && buf[p.key.clone()] == buf[key.clone()])
                     .map(|p| p.op);
                 let cost = match shared {
-                    Some(op) => ops[op].cost.saturating_add(hit.cost),
-                    None => hit.cost,
+                    Some(op) => ops[op].cost.saturating_add(hit_cost),
+                    None => hit_cost,
                 };
                 let never = match mode {
                     Mode::Report => None,
@@ -688,8 +733,9 @@ impl Policy {
             return replaced;
         }
         for c in self.rules.iter().filter(|c| !c.rule.replaces.is_empty()) {
-            let applies =
-                hits.iter().any(|h| matches(c, h.descriptors) && c.rule.select(h.descriptors).is_some());
+            let applies = hits.iter().any(|h| {
+                h.cost_for(c) > 0 && matches(c, h.descriptors) && c.rule.select(h.descriptors).is_some()
+            });
             if !applies {
                 continue;
             }
@@ -826,7 +872,7 @@ fn matches(compiled: &CompiledRule, descriptors: &Descriptors) -> bool {
 }
 
 /// Appends the rule's key for `descriptors`; false when a key descriptor is missing.
-fn build_key(
+pub(crate) fn build_key(
     compiled: &CompiledRule,
     descriptors: &Descriptors,
     buf: &mut KeyBuf,
@@ -853,7 +899,7 @@ fn build_key(
 
 /// Ends a sharded rule's key with shard `i`: a field of fixed width whose last two bytes are the
 /// shard's number, so that moving a planned key to another shard rewrites them in place.
-fn push_shard(buf: &mut KeyBuf, i: u16) {
+pub(crate) fn push_shard(buf: &mut KeyBuf, i: u16) {
     let [hi, lo] = i.to_be_bytes();
     push_field(buf, &[b'#', hi, lo]);
 }

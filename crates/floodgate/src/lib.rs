@@ -35,19 +35,25 @@
 //! ```
 
 pub mod breaker;
+pub mod cost;
 pub mod delay;
 mod descriptors;
 mod engine;
 mod ip;
 pub mod key;
 mod limit;
+pub mod reservation;
 mod rule;
 pub mod store;
+pub mod usage;
 
+pub use cost::Costs;
 pub use descriptors::Descriptors;
 pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Verdict};
 pub use floodgate_core as core;
 pub use ip::{IpPrefix, NotAnAddress};
 pub use limit::{Limit, LimitKind};
+pub use reservation::{Reservation, ReserveError, Reserved, SettleError, Settled, Settlement};
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Policy, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};
+pub use usage::{Usage, UsageError};

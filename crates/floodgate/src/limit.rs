@@ -4,7 +4,8 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use floodgate_core::{
-    Algorithm, Concurrency, FixedWindow, Gcra, Quota, Rate, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+    Algorithm, Budget, Concurrency, FixedWindow, Gcra, Quota, Rate, SlidingLog, SlidingWindow, Timestamp,
+    TokenBucket,
 };
 
 /// One limit: an algorithm and its parameters.
@@ -24,6 +25,8 @@ pub enum Limit {
     Concurrency(Concurrency),
     /// See [`Quota`].
     Quota(Quota),
+    /// See [`Budget`].
+    Budget(Budget),
 }
 
 /// Runs `$body` with `$a` bound to the algorithm inside a [`Limit`].
@@ -37,6 +40,7 @@ macro_rules! with_algorithm {
             $crate::Limit::Gcra($a) => $body,
             $crate::Limit::Concurrency($a) => $body,
             $crate::Limit::Quota($a) => $body,
+            $crate::Limit::Budget($a) => $body,
         }
     };
 }
@@ -60,11 +64,13 @@ pub enum LimitKind {
     Concurrency,
     /// [`Quota`].
     Quota,
+    /// [`Budget`].
+    Budget,
 }
 
 impl LimitKind {
     /// Every algorithm, in the order the docs list them.
-    pub const ALL: [LimitKind; 7] = [
+    pub const ALL: [LimitKind; 8] = [
         LimitKind::FixedWindow,
         LimitKind::SlidingWindow,
         LimitKind::SlidingLog,
@@ -72,10 +78,11 @@ impl LimitKind {
         LimitKind::Gcra,
         LimitKind::Concurrency,
         LimitKind::Quota,
+        LimitKind::Budget,
     ];
 
     /// The name as written in configuration: `fixed_window`, `sliding_window`, `sliding_log`,
-    /// `token_bucket`, `gcra`, `concurrency` or `quota`.
+    /// `token_bucket`, `gcra`, `concurrency`, `quota` or `budget`.
     ///
     /// ```
     /// use floodgate::LimitKind;
@@ -92,6 +99,7 @@ impl LimitKind {
             LimitKind::Gcra => "gcra",
             LimitKind::Concurrency => "concurrency",
             LimitKind::Quota => "quota",
+            LimitKind::Budget => "budget",
         }
     }
 
@@ -102,9 +110,10 @@ impl LimitKind {
     /// and for buckets (`token_bucket`, `gcra`: tokens taken are tokens gone, and what is unspent
     /// is refunded). False for `sliding_log`, which forgets each unit one window after the instant
     /// it was *taken*, so a unit spent later would be forgotten too early, and for `concurrency`,
-    /// whose units are permits held by one request each.
+    /// whose units are permits held by one request each, and for `budget`, whose ttl runs from its
+    /// first use: units taken early would start it early.
     pub const fn prefetches(self) -> bool {
-        !matches!(self, LimitKind::SlidingLog | LimitKind::Concurrency)
+        !matches!(self, LimitKind::SlidingLog | LimitKind::Concurrency | LimitKind::Budget)
     }
 
     /// The kind named `name` (exactly as [`LimitKind::name`] writes it).
@@ -130,6 +139,7 @@ impl Limit {
             Limit::Gcra(_) => LimitKind::Gcra,
             Limit::Concurrency(_) => LimitKind::Concurrency,
             Limit::Quota(_) => LimitKind::Quota,
+            Limit::Budget(_) => LimitKind::Budget,
         }
     }
 
@@ -154,6 +164,7 @@ impl Limit {
             Limit::TokenBucket(a) => a.fill_time(),
             Limit::Gcra(a) => a.fill_time(),
             Limit::Concurrency(a) => a.lease(),
+            Limit::Budget(a) => a.ttl(),
             Limit::Quota(a) => {
                 let (start, end) = a.calendar().bounds(now);
                 end.saturating_since(start)
@@ -203,6 +214,7 @@ impl Limit {
                 .and_then(|rate| Gcra::try_new(rate, scale(a.burst())).ok())
                 .map(Limit::from),
             Limit::Quota(a) => Some(Quota::new(scale(a.limit()), a.calendar().clone()).into()),
+            Limit::Budget(a) => Budget::try_new(scale(a.capacity()), a.ttl()).ok().map(Limit::from),
             Limit::Concurrency(_) => None,
         };
         shared.unwrap_or_else(|| self.clone())
@@ -248,6 +260,7 @@ impl Limit {
                     Gcra::try_new(rate, part(a.burst(), i)?).ok().map(Limit::from)
                 }
                 Limit::Quota(a) => Some(Quota::new(part(a.limit(), i)?, a.calendar().clone()).into()),
+                Limit::Budget(a) => Budget::try_new(part(a.capacity(), i)?, a.ttl()).ok().map(Limit::from),
                 Limit::Concurrency(_) => None,
             })
             .collect()
@@ -292,5 +305,10 @@ impl From<Concurrency> for Limit {
 impl From<Quota> for Limit {
     fn from(a: Quota) -> Self {
         Limit::Quota(a)
+    }
+}
+impl From<Budget> for Limit {
+    fn from(a: Budget) -> Self {
+        Limit::Budget(a)
     }
 }

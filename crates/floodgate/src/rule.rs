@@ -201,6 +201,16 @@ pub enum RuleError {
         /// The rule.
         rule: String,
     },
+    /// A rule's cost dimension is not a valid name.
+    #[error(
+        "rule {rule:?}: cost {dimension:?} is not a cost dimension: expected requests or a name of lowercase letters, digits and _ (at most 64), such as tokens"
+    )]
+    CostDimension {
+        /// The rule.
+        rule: String,
+        /// The name given.
+        dimension: String,
+    },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
     UnknownReplaced {
@@ -247,6 +257,8 @@ pub struct Rule {
     pub(crate) shards: Option<u16>,
     /// The `ip` descriptor grouped by network prefix (see [`Rule::ip_prefix`]).
     pub(crate) ip_prefix: Option<IpPrefix>,
+    /// The cost dimension the rule counts (see [`Rule::cost`]).
+    pub(crate) cost: Arc<str>,
 }
 
 impl Rule {
@@ -266,7 +278,23 @@ impl Rule {
             prefetch: None,
             shards: None,
             ip_prefix: None,
+            cost: Arc::from(crate::cost::REQUESTS),
         }
+    }
+
+    /// The cost dimension the rule counts: `requests` (the default; a call's plain cost) or
+    /// another name such as `tokens`, which a call gives in its [`Costs`](crate::Costs). A call
+    /// whose costs leave the dimension out (or give it 0) is not subject to the rule. The name
+    /// must be a valid dimension ([`valid_dimension`](crate::cost::valid_dimension));
+    /// [`Policy::new`] refuses others.
+    pub fn cost(mut self, dimension: impl Into<Arc<str>>) -> Self {
+        self.cost = dimension.into();
+        self
+    }
+
+    /// The cost dimension the rule counts (see [`Rule::cost`]).
+    pub fn cost_dimension(&self) -> &str {
+        &self.cost
     }
 
     /// When this rule and one of the rules named `rules` both apply to a request (to any of its
@@ -528,6 +556,8 @@ pub(crate) struct CompiledRule {
     pub(crate) scope: Box<[u8]>,
     /// Enforced share of keys in basis points (10 000 = 100 %).
     pub(crate) rollout_bp: u16,
+    /// Whether the rule counts `requests` (a hit's plain cost).
+    pub(crate) counts_requests: bool,
 }
 
 /// The rules in force, compiled once and shared by every request.
@@ -585,6 +615,12 @@ impl Policy {
             if rule.ip_prefix.is_some() && !rule.key.iter().any(|d| d == IP) {
                 return Err(RuleError::IpPrefixWithoutIp { rule: rule.name.to_string() });
             }
+            if !crate::cost::valid_dimension(&rule.cost) {
+                return Err(RuleError::CostDimension {
+                    rule: rule.name.to_string(),
+                    dimension: rule.cost.to_string(),
+                });
+            }
             let rollout_bp = (rule.rollout * 100.0).round() as u16;
             for (i, d) in rule.key.iter().enumerate() {
                 if rule.key[..i].contains(d) {
@@ -609,7 +645,14 @@ impl Policy {
                 None => None,
                 Some(n) => Some(compile_shards(&rule, n)?),
             };
-            compiled.push(CompiledRule { rule, shards, scope: scope.into_boxed_slice(), rollout_bp });
+            let counts_requests = &*rule.cost == crate::cost::REQUESTS;
+            compiled.push(CompiledRule {
+                rule,
+                shards,
+                scope: scope.into_boxed_slice(),
+                rollout_bp,
+                counts_requests,
+            });
         }
         for c in &compiled {
             if let Some(replaced) = c

@@ -7,7 +7,7 @@ use std::time::Duration;
 use floodgate::{Action, ByDescriptor, Limit, LimitKind};
 use floodgate_core::calendar::Period;
 use floodgate_core::{
-    Calendar, Concurrency, FixedWindow, Gcra, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    Budget, Calendar, Concurrency, FixedWindow, Gcra, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 use jiff::civil::Weekday;
 
@@ -26,6 +26,7 @@ pub(crate) enum Shape {
     Window(LimitKind, Duration),
     Concurrency(Duration),
     Quota(Calendar),
+    Budget(Duration),
 }
 
 impl Shape {
@@ -36,6 +37,7 @@ impl Shape {
             Shape::Window(_, w) => SlidingWindow::try_new(count, *w).map(Limit::from),
             Shape::Concurrency(lease) => Concurrency::try_new(count, *lease).map(Limit::from),
             Shape::Quota(calendar) => Ok(Quota::new(count, calendar.clone()).into()),
+            Shape::Budget(ttl) => Budget::try_new(count, *ttl).map(Limit::from),
         }
         .map_err(|e| at.error(e.to_string()))?;
         Ok(limit)
@@ -107,6 +109,13 @@ pub(crate) fn shape(
             };
             canonical.field("lease", duration::format(lease));
             Ok(Shape::Concurrency(lease))
+        }
+        LimitKind::Budget => {
+            let ttl_item =
+                fields.require("ttl", "how long a budget lasts from its first use, e.g. ttl: 24h")?;
+            let ttl = positive_duration(ttl_item, "ttl")?;
+            canonical.field("ttl", duration::format(ttl));
+            Ok(Shape::Budget(ttl))
         }
         LimitKind::Quota => {
             let period_item = fields.require("period", "day, week or month")?;

@@ -27,6 +27,7 @@ static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         "prefetch",
         "shards",
         "ip_prefix",
+        "cost",
     ]);
     fields
 });
@@ -197,6 +198,29 @@ pub(crate) fn compile(
         let n = shards(&item, &rule)?;
         canonical.field("shards", n);
         rule = rule.shards(n);
+    }
+
+    if let Some(item) = fields.get("cost") {
+        let dimension = item.str("a cost dimension")?;
+        if !floodgate::cost::valid_dimension(dimension) {
+            return Err(item.error(format!(
+                "invalid cost {dimension:?}: expected requests (the default) or the name of a cost dimension \
+                 (lowercase letters, digits and _, starting with a letter, at most {} characters), such as tokens",
+                floodgate::cost::MAX_DIMENSION_LEN
+            )));
+        }
+        if algorithm.kind == LimitKind::Concurrency && dimension != floodgate::cost::REQUESTS {
+            return Err(item.error(format!(
+                "cost {dimension:?} is not available for the concurrency algorithm: a permit is one request in \
+                 flight, so it counts requests"
+            )));
+        }
+        // Only a dimension other than the default changes the rule's identity: the counters of a rule
+        // that says `cost: requests` are those it had without saying so.
+        if dimension != floodgate::cost::REQUESTS {
+            canonical.field("cost", dimension);
+        }
+        rule = rule.cost(dimension);
     }
 
     if let Some(item) = fields.get("ip_prefix").filter(|i| !i.is_null()) {

@@ -12,8 +12,10 @@
 //! | [`Gcra`] | theoretical arrival time | 8 bytes | none beyond `burst` |
 //! | [`Concurrency`] | live leases | O(limit) | none |
 //! | [`Quota`] | period start + count | 16 bytes | none within a calendar period |
+//! | [`Budget`] | first use + count | 16 bytes | none: never refills until `ttl` after the first use |
 
 mod bucket;
+mod budget;
 mod concurrency;
 mod fixed_window;
 mod quota;
@@ -21,6 +23,7 @@ mod sliding_log;
 mod sliding_window;
 
 pub use bucket::{Gcra, TokenBucket};
+pub use budget::Budget;
 pub use concurrency::{Concurrency, LeaseState};
 pub use fixed_window::{FixedWindow, WindowState};
 pub use quota::Quota;

@@ -14,6 +14,7 @@ local function algo(letter)
   if letter == 'f' or letter == 'q' then return window end
   if letter == 's' then return sliding end
   if letter == 'l' then return log end
+  if letter == 'n' then return budget end
   return lease
 end
 -- Sized once for up to 4 ops (growing a table op by op rehashes it); unused slots are cleared below.

@@ -11,12 +11,13 @@
 --           because Redis expires keys on its own clock).
 -- then, per op, `stride` arguments (6, or 8 in mode 'u'):
 --   algo    'b' token bucket / GCRA, 'f' fixed window, 'q' quota, 's' sliding window,
---           'l' sliding log, 'c' concurrency
+--           'l' sliding log, 'c' concurrency, 'n' budget
 --   cost    ≥ 1 (already checked against the capacity for 'c', 'p' and 'd')
 --   enforce '1' when the op's denial denies the request, '0' for shadow ops
 --   p1 p2 p3  the limit's parameters:
 --           b: interval µs, burst        f: limit, window µs       s: limit, window µs
 --           l: limit, window µs          c: limit, lease µs        q: limit, period start, period end
+--           n: limit, ttl µs
 --   (mode 'u' only) at, extra: the grant's time; for 'c' the lease id, for 'q' the start of the
 --           period the grant was taken in
 -- then, optionally, one last argument (ARGV[4 + stride × #KEYS]):
@@ -57,7 +58,7 @@ local MAX = 9007199254740992
 -- Per-op state between phases: op i owns S[4i-3] .. S[4i].
 local S = {}
 
-local use_b, use_f, use_s, use_l, use_c
+local use_b, use_f, use_s, use_l, use_c, use_n
 for i = 1, n do
   local base = 3 + stride * (i - 1)
   local a = ARGV[base + 1]
@@ -69,6 +70,7 @@ for i = 1, n do
   elseif a == 's' then use_s = true
   elseif a == 'l' then use_l = true
   elseif a == 'c' then use_c = true
+  elseif a == 'n' then use_n = true
   end
 end
 
@@ -87,4 +89,4 @@ local function ttl(exp)
   return math.ceil(d / 1000) + 1 + slack
 end
 
-local bucket, window, sliding, log, lease
+local bucket, window, sliding, log, lease, budget

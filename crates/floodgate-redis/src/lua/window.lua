@@ -69,3 +69,54 @@ if use_f then
     end
   end
 end
+
+-- Budget (floodgate-core `algorithm/budget.rs`): the same 16 bytes, '<dd' (first use µs, count); a
+-- count that never refills and is gone `ttl` (p2) after its first use. Defines
+-- `budget(phase, i, key, cost, limit, ttl, _, at)`, with the phases of `window`. A budget gone (or
+-- never used, or refunded to 0) starts anew at the next use; the key expires with it.
+if use_n then
+  budget = function(phase, i, key, cost, limit, span, _, at)
+    local j = 4 * i
+    if phase == 'd' then
+      local v = call('GET', key)
+      local s, c = -1, 0
+      if v then s, c = struct.unpack('<dd', v) end
+      if s < 0 or c <= 0 or now >= s + span then s, c = now, 0 end
+      S[j - 1], S[j] = s, c
+      local end_in = s + span - now
+      if c + cost <= limit then
+        return 1, limit - c - cost, end_in, 0
+      end
+      local rem = 0
+      if limit > c then rem = limit - c end
+      if end_in < 1 then end_in = 1 end
+      return 0, rem, end_in, end_in
+    elseif phase == 's' then
+      local s, c = S[j - 1], S[j]
+      local rem, reset = 0, 0
+      if limit > c then rem = limit - c end
+      if c > 0 then reset = s + span - now end
+      return rem, reset
+    elseif phase == 'w' then
+      local s, c = S[j - 1], S[j]
+      local fresh = c == 0
+      c = c + cost
+      if c > MAX then c = MAX end
+      S[j] = c
+      if fresh then
+        call('SET', key, struct.pack('<dd', s, c), 'PX', ttl(s + span))
+      else
+        call('SET', key, struct.pack('<dd', s, c), 'KEEPTTL')
+      end
+      return 0
+    else
+      local s, c = S[j - 1], S[j]
+      if c <= 0 or at < s then return 0 end
+      c = c - cost
+      if c < 0 then c = 0 end
+      S[j] = c
+      call('SET', key, struct.pack('<dd', s, c), 'KEEPTTL')
+      return 0
+    end
+  end
+end

@@ -13,6 +13,7 @@ mod expiry;
 mod fleet;
 mod prefetch;
 mod recovery;
+mod reservations;
 mod shards;
 mod skew;
 mod stale;

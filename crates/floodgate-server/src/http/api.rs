@@ -1,6 +1,6 @@
 //! `POST /v1/check`, `/v1/report`, `/v1/peek`.
 //!
-//! Body: the check API's wire type ([`CheckRequest`]: `descriptors`, `cost`, `domain`). For an
+//! Body: the check API's wire type ([`CheckRequest`]: `descriptors`, `cost` or `costs`, `domain`). For an
 //! Envoy domain, the descriptors are taken as one Envoy descriptor whose entries are the object's
 //! members in the order written (`{"remote_address": "10.0.0.1", "path": "/login"}` is the entry
 //! list `[remote_address, path]`), exactly as `ShouldRateLimit` would see it; a domain no Envoy file
@@ -15,8 +15,10 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::response::Response;
-use floodgate::{Descriptors, EngineError, Hit};
+use floodgate::reservation::Kind;
+use floodgate::{Descriptors, EngineError};
 use floodgate_http::envoy::{ENVOY_KEYS, envoy_descriptors};
+use floodgate_http::headers::RESERVATION_HEADER;
 use floodgate_http::problem::NEVER_ALLOWED_TYPE;
 use floodgate_http::wire::{CheckRequest, VerdictBody};
 use floodgate_http::{Problem, rate_limit_headers, tag_header};
@@ -89,15 +91,17 @@ where
         Ok(body) => body,
         Err(response) => return response,
     };
-    let CheckRequest { descriptors, cost, domain } = match CheckRequest::parse(&body) {
+    let mut request = match CheckRequest::parse(&body) {
         Ok(request) => request,
         Err(p) => return problem(p),
     };
 
     let running = shared.control.load();
-    let descriptors = as_domain_sees_them(&running, domain.as_deref(), descriptors);
+    let domain = request.domain.take();
+    let descriptors =
+        as_domain_sees_them(&running, domain.as_deref(), std::mem::take(&mut request.descriptors));
     let policy = running.domain(domain.as_deref());
-    let verdict = match shared.path.decide(policy, api, &[Hit::new(&descriptors, cost)]).await {
+    let verdict = match shared.path.decide(policy, api, &[request.hit(&descriptors)]).await {
         Ok(verdict) => verdict,
         Err(error) => return never_allowed(&error),
     };
@@ -106,6 +110,19 @@ where
     let mut response = json_bytes(status, VerdictBody::from(&verdict).to_json());
     rate_limit_headers(&verdict, running.headers, response.headers_mut());
     tag_header(&verdict, response.headers_mut());
+    // A check that took concurrency permits: an id `/v1/release` frees them with, kept as long as
+    // the longest of their leases. Without one (the store could not keep it), they end with it.
+    if api == Api::Check && verdict.allowed && verdict.holds_permits() {
+        let lease = verdict.limits.iter().filter(|l| l.permit && l.grant.is_some()).map(|l| l.window).max();
+        let store = shared.control.store();
+        let hit = request.hit(&descriptors);
+        let ttl = lease.unwrap_or_default().max(std::time::Duration::from_secs(1));
+        if let Ok(r) = policy.policy.record_reservation(store, hit, &verdict, ttl, Kind::Permits).await
+            && let Ok(value) = http::HeaderValue::from_str(&r.id)
+        {
+            response.headers_mut().insert(RESERVATION_HEADER, value);
+        }
+    }
     response
 }
 
@@ -125,7 +142,7 @@ pub(crate) fn as_domain_sees_them(
 }
 
 /// 422 naming the rule that can never grant the cost, or that cannot key by a descriptor's value.
-fn never_allowed(error: &EngineError) -> Response {
+pub(super) fn never_allowed(error: &EngineError) -> Response {
     problem(match error {
         EngineError::Cost { .. } => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -8,8 +8,10 @@
 mod admin;
 mod api;
 pub mod openapi;
+mod reserve;
 mod serve;
 mod switches;
+mod usage;
 
 pub(crate) use serve::serve;
 
@@ -44,6 +46,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/check", post(api::check))
         .route("/v1/report", post(api::report))
         .route("/v1/peek", post(api::peek))
+        .route("/v1/reserve", post(reserve::reserve))
+        .route("/v1/commit", post(reserve::commit))
+        .route("/v1/release", post(reserve::release))
+        .route("/v1/usage", get(usage::usage))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -30,7 +30,7 @@ use floodgate_core::{Clock, Grant, SystemClock};
 use crate::breaker::{Admission, CircuitBreaker};
 pub use crate::breaker::{BreakerConfig, BreakerState, OnChange};
 
-use super::{Applied, Mode, Op, Store, StoreError};
+use super::{Applied, Mode, Op, Record, Settle, Store, StoreError};
 use crate::Limit;
 
 /// A [`Store`] that stops calling the store it wraps while that store keeps failing. Cloning
@@ -161,5 +161,23 @@ impl<S: Store, C: Clock> Store for Breaker<S, C> {
 
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         self.guarded(self.inner.reset(key)).await
+    }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: std::time::Duration,
+        kept: std::time::Duration,
+    ) -> Result<floodgate_core::Timestamp, StoreError> {
+        self.guarded(self.inner.put_record(id, body, ttl, kept)).await
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
+        self.guarded(self.inner.get_record(id)).await
+    }
+
+    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
+        self.guarded(self.inner.settle_record(id, settlement)).await
     }
 }

@@ -35,7 +35,7 @@ use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use super::{Applied, MemoryStore, Mode, Op, OpResult, Store, StoreError};
+use super::{Applied, MemoryStore, Mode, Op, OpResult, Record, Settle, Store, StoreError};
 use crate::{Limit, OnStoreError};
 
 /// How a [`Fallback`] shares limits out. See the [module docs](self).
@@ -402,6 +402,13 @@ fn still_owed(owing: &Owing, now: Timestamp) -> u64 {
                 0
             }
         }
+        Limit::Budget(a) => {
+            if since < a.ttl() {
+                owing.units
+            } else {
+                0
+            }
+        }
         Limit::TokenBucket(a) => refilled_less(owing.units, a.rate(), since),
         Limit::Gcra(a) => refilled_less(owing.units, a.rate(), since),
         Limit::Concurrency(_) => 0,
@@ -455,5 +462,23 @@ impl<S: Store, C: Clock> Store for Fallback<S, C> {
         self.shared.owed.lock().remove(key);
         let _ = self.shared.local.reset(key).await;
         self.inner.reset(key).await
+    }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: std::time::Duration,
+        kept: std::time::Duration,
+    ) -> Result<floodgate_core::Timestamp, StoreError> {
+        self.inner.put_record(id, body, ttl, kept).await
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
+        self.inner.get_record(id).await
+    }
+
+    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
+        self.inner.settle_record(id, settlement).await
     }
 }

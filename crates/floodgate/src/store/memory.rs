@@ -8,7 +8,7 @@ use std::time::Duration;
 use floodgate_core::{Clock, Grant, SystemClock, Timestamp};
 use smallvec::SmallVec;
 
-use super::{Applied, Mode, Op, OpResult, Store, StoreError};
+use super::{Applied, Mode, Op, OpResult, Record, Settle, Store, StoreError};
 use crate::Limit;
 use crate::key::OVERFLOW_MARK;
 use crate::limit::with_algorithm;
@@ -150,6 +150,18 @@ struct Inner<C> {
     /// Chooses a new key's overflow counter: SipHash, keyed at random per store.
     overflow_hashing: RandomState,
     sweeper_running: AtomicBool,
+    /// Reservation records, by id: a plain map under one lock (reservations are settled at the
+    /// pace of calls to a model, not of rate-limit checks); swept with the keys.
+    records: parking_lot::Mutex<std::collections::HashMap<Box<[u8]>, Kept>>,
+}
+
+/// A reservation record in memory.
+#[derive(Debug)]
+struct Kept {
+    body: Vec<u8>,
+    expires_at: Timestamp,
+    forget_at: Timestamp,
+    settled: Option<Vec<u8>>,
 }
 
 /// Table overhead per entry beyond the key and slot, for the memory estimate: papaya's entry
@@ -189,6 +201,7 @@ impl<C: Clock> MemoryStore<C> {
                 overflowed: papaya::HashMap::new(),
                 overflow_hashing: RandomState::new(),
                 sweeper_running: AtomicBool::new(false),
+                records: parking_lot::Mutex::new(std::collections::HashMap::new()),
             }),
         }
     }
@@ -226,7 +239,9 @@ impl<C: Clock> MemoryStore<C> {
     /// The background sweeper calls this every `sweep_interval`.
     pub fn sweep(&self) -> usize {
         let inner = &*self.inner;
-        let now_secs = inner.clock.now().as_secs();
+        let now = inner.clock.now();
+        inner.records.lock().retain(|_, r| r.forget_at > now);
+        let now_secs = now.as_secs();
         let guard = inner.map.guard();
         let mut removed = 0;
         for (key, slot) in inner.map.iter(&guard) {
@@ -636,6 +651,50 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         Ok(self.reset_now(key))
+    }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: Duration,
+        kept: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        let now = self.inner.clock.now();
+        let expires_at = now.saturating_add(ttl);
+        let record = Kept {
+            body: body.to_vec(),
+            expires_at,
+            forget_at: now.saturating_add(kept.max(ttl)),
+            settled: None,
+        };
+        self.inner.records.lock().insert(id.into(), record);
+        Ok(expires_at)
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
+        let now = self.inner.clock.now();
+        let records = self.inner.records.lock();
+        Ok(records.get(id).filter(|r| r.forget_at > now).map(|r| Record {
+            body: r.body.clone(),
+            expires_at: r.expires_at,
+            expired: r.settled.is_none() && now >= r.expires_at,
+            settled: r.settled.clone(),
+        }))
+    }
+
+    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
+        let now = self.inner.clock.now();
+        let mut records = self.inner.records.lock();
+        let Some(r) = records.get_mut(id).filter(|r| r.forget_at > now) else { return Ok(Settle::Missing) };
+        Ok(match &r.settled {
+            Some(done) => Settle::Already(done.clone()),
+            None if now >= r.expires_at => Settle::Expired,
+            None => {
+                r.settled = Some(settlement.to_vec());
+                Settle::Settled
+            }
+        })
     }
 }
 

@@ -9,6 +9,7 @@ mod breaker;
 mod fallback;
 mod memory;
 mod prefetch;
+mod record;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use breaker::{Breaker, BreakerConfig, BreakerState, OnChange};
 pub use fallback::{Fallback, FallbackConfig, FallbackStats, OnFallback, Replayed};
 pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull, OverflowStats};
 pub use prefetch::{Prefetch, PrefetchBatch, PrefetchError, PrefetchStats, Returned};
+pub use record::{Record, Settle, kept_after_expiry};
 
 use crate::{Limit, OnStoreError};
 
@@ -178,4 +180,35 @@ pub trait Store: Send + Sync + 'static {
 
     /// Forgets `key`'s state, as if it had never been used. Returns whether it existed.
     fn reset(&self, key: &[u8]) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Keeps a reservation record (see the `record` module docs) under `id`: it expires `ttl` from
+    /// now on the store's clock, and is forgotten `kept` from now. Returns its expiry. The default:
+    /// a store that keeps no records fails.
+    fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: std::time::Duration,
+        kept: std::time::Duration,
+    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send {
+        let _ = (id, body, ttl, kept);
+        std::future::ready(Err(record::unsupported()))
+    }
+
+    /// The record `id`, if the store still keeps it.
+    fn get_record(&self, id: &[u8]) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        let _ = id;
+        std::future::ready(Err(record::unsupported()))
+    }
+
+    /// Settles record `id` with `settlement`, atomically: only a pending record not past its expiry
+    /// (on the store's clock) is settled; otherwise nothing changes and the answer says why.
+    fn settle_record(
+        &self,
+        id: &[u8],
+        settlement: &[u8],
+    ) -> impl Future<Output = Result<Settle, StoreError>> + Send {
+        let _ = (id, settlement);
+        std::future::ready(Err(record::unsupported()))
+    }
 }

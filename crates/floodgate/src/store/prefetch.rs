@@ -49,7 +49,7 @@ use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use super::{Applied, Mode, Op, OpResult, Store, StoreError};
+use super::{Applied, Mode, Op, OpResult, Record, Settle, Store, StoreError};
 use crate::Limit;
 
 /// A rule's batch leases: take up to `size` units in one store call, spend them locally for at
@@ -701,5 +701,23 @@ impl<S: Store, C: Clock> Store for Prefetch<S, C> {
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         self.shared.keys.pin().remove(key);
         self.inner.reset(key).await
+    }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: std::time::Duration,
+        kept: std::time::Duration,
+    ) -> Result<floodgate_core::Timestamp, StoreError> {
+        self.inner.put_record(id, body, ttl, kept).await
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
+        self.inner.get_record(id).await
+    }
+
+    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
+        self.inner.settle_record(id, settlement).await
     }
 }

@@ -2,7 +2,9 @@
 //! and a model of the whole engine built from the bare algorithms.
 
 mod actions;
+mod budget;
 mod cost;
+mod dimensions;
 mod failure;
 mod hits;
 mod ip_prefix;
@@ -11,6 +13,8 @@ mod model;
 mod protocol_free;
 mod reload;
 mod requests;
+mod reservations;
+mod usage;
 mod variants;
 
 use std::num::NonZeroU64;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use floodgate::{Action, Descriptors, EngineError, Limit, Outcome, Rule, Verdict};
 use floodgate_core::calendar::Period;
 use floodgate_core::{
-    Algorithm, Calendar, Clock, Concurrency, Decision, FixedWindow, Gcra, Quota, Rate, SlidingLog,
+    Algorithm, Budget, Calendar, Clock, Concurrency, Decision, FixedWindow, Gcra, Quota, Rate, SlidingLog,
     SlidingWindow, Timestamp, TokenBucket,
 };
 use proptest::prelude::*;
@@ -42,7 +42,8 @@ impl RuleSpec {
             3 => TokenBucket::try_new(rate, cap).unwrap().into(),
             4 => Gcra::try_new(rate, cap).unwrap().into(),
             5 => Concurrency::try_new(cap, window).unwrap().into(),
-            _ => Quota::new(cap, Calendar::utc(Period::Day)).into(),
+            6 => Quota::new(cap, Calendar::utc(Period::Day)).into(),
+            _ => Budget::try_new(cap, window).unwrap().into(),
         }
     }
 
@@ -59,7 +60,7 @@ impl RuleSpec {
 fn any_rule() -> impl Strategy<Value = RuleSpec> {
     let key = prop_oneof![Just(KeyBy::User), Just(KeyBy::Tenant), Just(KeyBy::Everyone)];
     let action = prop_oneof![6 => Just(Action::Deny), 1 => Just(Action::Shadow), 1 => Just(Action::Tag)];
-    (0usize..7, 1u64..6, 1u64..20, key, action).prop_map(|(algorithm, capacity, window_s, key, action)| {
+    (0usize..8, 1u64..6, 1u64..20, key, action).prop_map(|(algorithm, capacity, window_s, key, action)| {
         RuleSpec { algorithm, capacity, window_s, key, action }
     })
 }
@@ -118,6 +119,7 @@ macro_rules! on_limit {
             Limit::Gcra($a) => $body,
             Limit::Concurrency($a) => $body,
             Limit::Quota($a) => $body,
+            Limit::Budget($a) => $body,
         }
     };
 }

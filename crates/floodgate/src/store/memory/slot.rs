@@ -24,8 +24,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use floodgate_core::{
-    Algorithm, Concurrency, Decision, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota, SlidingLog,
-    SlidingState, SlidingWindow, Timestamp, TokenBucket, WindowState,
+    Algorithm, Budget, Concurrency, Decision, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota,
+    SlidingLog, SlidingState, SlidingWindow, Timestamp, TokenBucket, WindowState,
 };
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
@@ -44,6 +44,7 @@ pub(super) enum State {
     Gcra(u64),
     Window(WindowState),
     Quota(WindowState),
+    Budget(WindowState),
     Sliding(SlidingState),
     Log(Box<LogState>),
     Lease(Box<LeaseState>),
@@ -298,6 +299,7 @@ macro_rules! stateful {
 
 stateful!(FixedWindow, Window, WindowState::default());
 stateful!(Quota, Quota, WindowState::default());
+stateful!(Budget, Budget, WindowState::default());
 stateful!(SlidingWindow, Sliding, SlidingState::default());
 stateful!(SlidingLog, Log, Box::default());
 stateful!(TokenBucket, Tat, 0);

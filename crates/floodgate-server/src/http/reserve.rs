@@ -1,0 +1,327 @@
+//! `POST /v1/reserve`, `/v1/commit`, `/v1/release`: hold an estimate across a call, then charge
+//! what it really cost, or give it all back (see `floodgate::reservation`).
+//!
+//! A reserve is a check (the same body, plus `ttl`) whose grants the store remembers under an
+//! opaque id; any instance sharing the store settles it. Commit and release answer the same to a
+//! retry of the same settlement, 404 for an id the store does not know, 409 for a reservation
+//! already settled otherwise or expired unsettled (it stays charged its estimate).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::response::Response;
+use floodgate::cost::valid_dimension;
+use floodgate::reservation::Kind;
+use floodgate::{Costs, SettleError, Settled, Settlement};
+use floodgate_http::problem::{NOT_FOUND_TYPE, RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE};
+use floodgate_http::wire::{CheckRequest, VerdictBody};
+use floodgate_http::{Problem, rate_limit_headers, tag_header};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::api::{as_domain_sees_them, never_allowed};
+use super::openapi::TAG_DECISIONS;
+use super::{MAX_BODY, invalid, json, json_bytes, malformed, problem, read_body};
+use crate::metrics::Api;
+use crate::state::Shared;
+
+/// A reservation's ttl when the body names none.
+pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(300);
+/// The longest ttl a reservation may have.
+pub(super) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The body of `/v1/reserve`: a check's, plus `ttl`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)] // read through `CheckRequest` and `ttl`; this type documents the body
+pub(super) struct ReserveRequest {
+    /// As `/v1/check`'s: descriptor name → string value.
+    descriptors: BTreeMap<String, String>,
+    /// As `/v1/check`'s (requests); not with `costs`.
+    cost: Option<u64>,
+    /// As `/v1/check`'s: the estimate per dimension, e.g. `{"requests": 1, "tokens": 1200}`.
+    costs: Option<BTreeMap<String, u64>>,
+    /// As `/v1/check`'s.
+    domain: Option<String>,
+    /// How long the reservation is held unsettled, a duration such as `30s` or `5m` (default `5m`,
+    /// at most `24h`); past it, it stays charged its estimate.
+    #[schema(example = "5m")]
+    ttl: Option<String>,
+}
+
+/// A reservation held: the verdict of the check, and its id and expiry.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)] // written by hand beside the verdict; this type documents the body
+pub(super) struct ReservedBody {
+    /// `true`: a denied reserve answers as a check (429, the verdict).
+    allowed: bool,
+    /// The opaque id to commit or release it with.
+    #[schema(example = "7f3a9c0e5b2d41e8a6c4f0b19d2e7a53")]
+    reservation: String,
+    /// When it expires unsettled, in milliseconds since the Unix epoch (the store's clock).
+    expires_at_ms: u64,
+    /// `null`.
+    retry_after_ms: Option<u64>,
+    /// One entry per rule that applied, as in a check's verdict.
+    limits: Vec<Value>,
+}
+
+/// The body of `/v1/commit`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CommitRequest {
+    /// The id `/v1/reserve` gave.
+    reservation: String,
+    /// What the call really cost, per dimension; a dimension left out stays as reserved.
+    #[serde(default)]
+    #[schema(example = json!({"tokens": 812}))]
+    costs: Option<BTreeMap<String, u64>>,
+}
+
+/// The body of `/v1/release`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReleaseRequest {
+    /// The id `/v1/reserve` gave.
+    reservation: String,
+}
+
+/// What a settlement did: the same answer to a retry of it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SettledBody {
+    /// The reservation.
+    reservation: String,
+    /// `committed` or `released`.
+    #[schema(example = "committed")]
+    state: &'static str,
+    /// What was reserved, per dimension.
+    reserved: BTreeMap<String, u64>,
+    /// What stays charged, per dimension.
+    charged: BTreeMap<String, u64>,
+    /// What was given back, per dimension.
+    refunded: BTreeMap<String, u64>,
+    /// What the actual cost exceeded the reservation by, charged on top, per dimension.
+    excess: BTreeMap<String, u64>,
+}
+
+fn map(costs: &Costs) -> BTreeMap<String, u64> {
+    costs.iter().map(|(d, c)| (d.to_owned(), c)).collect()
+}
+
+/// Holds an estimate across a call: decided as `/v1/check`, and when allowed, kept in the store
+/// under an id until it is committed or released, or its ttl ends.
+#[utoipa::path(
+    post,
+    path = "/v1/reserve",
+    tag = TAG_DECISIONS,
+    operation_id = "reserve",
+    request_body(content = ReserveRequest, description = "The call to reserve for, as `/v1/check`'s body, plus `ttl`. At most 64 KiB."),
+    responses(
+        (status = 200, description = "Allowed: the estimate is held.", body = ReservedBody),
+        (status = 429, description = "Denied, as `/v1/check`: nothing is held.", body = VerdictBody),
+        (status = 400, description = "Not JSON, or both `cost` and `costs`.", body = Problem),
+        (status = 422, description = "JSON of the wrong shape (as `/v1/check`, or a bad `ttl`), or a cost that can never be allowed.", body = Problem),
+        (status = 503, description = "The store could not keep the reservation; nothing is held.", body = Problem),
+    ),
+)]
+pub(super) async fn reserve(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let body = match read_body(request, MAX_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let (request, ttl) = match parse_reserve(&body) {
+        Ok(parsed) => parsed,
+        Err(p) => return problem(p),
+    };
+    let mut request = request;
+    let running = shared.control.load();
+    let domain = request.domain.take();
+    let descriptors =
+        as_domain_sees_them(&running, domain.as_deref(), std::mem::take(&mut request.descriptors));
+    let policy = running.domain(domain.as_deref());
+    let hit = request.hit(&descriptors);
+    let verdict = match shared.path.decide(policy, Api::Check, &[hit]).await {
+        Ok(verdict) => verdict,
+        Err(error) => return never_allowed(&error),
+    };
+    if !verdict.allowed {
+        let mut response = json_bytes(StatusCode::TOO_MANY_REQUESTS, VerdictBody::from(&verdict).to_json());
+        rate_limit_headers(&verdict, running.headers, response.headers_mut());
+        return response;
+    }
+    let store = shared.control.store();
+    let reservation = match policy.policy.record_reservation(store, hit, &verdict, ttl, Kind::Reserve).await {
+        Ok(reservation) => reservation,
+        Err(error) => return unavailable(&error.to_string()),
+    };
+    // `{"allowed":true` then the reservation, then the rest of the verdict.
+    let verdict_json = VerdictBody::from(&verdict).to_json();
+    let mut out = Vec::with_capacity(verdict_json.len() + 96);
+    out.extend_from_slice(b"{\"allowed\":true,\"reservation\":\"");
+    out.extend_from_slice(reservation.id.as_bytes());
+    out.extend_from_slice(b"\",\"expires_at_ms\":");
+    out.extend_from_slice((reservation.expires_at.as_micros() / 1000).to_string().as_bytes());
+    out.extend_from_slice(&verdict_json[b"{\"allowed\":true".len()..]);
+    let mut response = json_bytes(StatusCode::OK, out);
+    rate_limit_headers(&verdict, running.headers, response.headers_mut());
+    tag_header(&verdict, response.headers_mut());
+    response
+}
+
+/// A reserve body: the check request, and the ttl.
+#[allow(clippy::result_large_err)] // a problem is built only on the error path, and sent once
+fn parse_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), Problem> {
+    let mut value: Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        // Not JSON: the check API's parser says exactly why.
+        Err(_) => {
+            return Err(CheckRequest::parse(body).err().unwrap_or_else(|| Problem::malformed("Not JSON.")));
+        }
+    };
+    let ttl = match value.as_object_mut().and_then(|o| o.remove("ttl")) {
+        None | Some(Value::Null) => DEFAULT_TTL,
+        Some(Value::String(text)) => match floodgate_config::duration::parse(&text) {
+            Ok(ttl) if !ttl.is_zero() && ttl <= MAX_TTL => ttl,
+            Ok(_) => {
+                return Err(Problem::invalid(format!("\"ttl\" {text:?} must be above 0 and at most 24h.")));
+            }
+            Err(e) => return Err(Problem::invalid(format!("\"ttl\" {text:?} is not a duration: {e}."))),
+        },
+        Some(other) => {
+            return Err(Problem::invalid(format!(
+                "\"ttl\" must be a duration such as \"30s\" or \"5m\", not {other}."
+            )));
+        }
+    };
+    let rest = serde_json::to_vec(&value).map_err(|e| Problem::malformed(e.to_string()))?;
+    let request = CheckRequest::parse(&rest).map_err(|mut p| {
+        if p.detail.contains("Unknown field") {
+            p.detail = p.detail.replace("or \"domain\"", "\"domain\" or \"ttl\"");
+        }
+        p
+    })?;
+    Ok((request, ttl))
+}
+
+/// Charges what a reserved call really cost: refunds what was reserved beyond it, charges what it
+/// exceeds the reservation by (never denies), frees its concurrency permits.
+#[utoipa::path(
+    post,
+    path = "/v1/commit",
+    tag = TAG_DECISIONS,
+    operation_id = "commit",
+    request_body(content = CommitRequest, description = "The reservation, and what the call cost."),
+    responses(
+        (status = 200, description = "Committed (or committed before with the same costs: the same answer, charged once).", body = SettledBody),
+        (status = 400, description = "Not JSON.", body = Problem),
+        (status = 404, description = "No such reservation (never made, or forgotten: a record is kept as long after its expiry as it lasted, at least a minute).", body = Problem),
+        (status = 409, description = "Already released, committed with other costs, or expired unsettled (it stays charged its estimate).", body = Problem),
+        (status = 422, description = "JSON of the wrong shape.", body = Problem),
+        (status = 503, description = "The store did not answer.", body = Problem),
+    ),
+)]
+pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let body = match read_body(request, MAX_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let request: CommitRequest = match parse(&body) {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    let mut costs = Costs::new();
+    for (dimension, cost) in request.costs.iter().flatten() {
+        if !valid_dimension(dimension) {
+            return invalid(format!("costs.{dimension:?} is not a cost dimension."));
+        }
+        costs.set(dimension.as_str(), *cost);
+    }
+    settle(&shared, &request.reservation, Settlement::Commit(&costs)).await
+}
+
+/// Gives back everything a reservation holds, concurrency permits included: the call did not
+/// happen.
+#[utoipa::path(
+    post,
+    path = "/v1/release",
+    tag = TAG_DECISIONS,
+    operation_id = "release",
+    request_body(content = ReleaseRequest, description = "The reservation."),
+    responses(
+        (status = 200, description = "Released (or released before: the same answer, given back once).", body = SettledBody),
+        (status = 400, description = "Not JSON.", body = Problem),
+        (status = 404, description = "No such reservation.", body = Problem),
+        (status = 409, description = "Already committed, or expired unsettled (it stays charged its estimate).", body = Problem),
+        (status = 422, description = "JSON of the wrong shape.", body = Problem),
+        (status = 503, description = "The store did not answer.", body = Problem),
+    ),
+)]
+pub(super) async fn release(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let body = match read_body(request, MAX_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let request: ReleaseRequest = match parse(&body) {
+        Ok(request) => request,
+        Err(response) => return response,
+    };
+    settle(&shared, &request.reservation, Settlement::Release).await
+}
+
+// The error is the finished answer to the client, returned once per call.
+#[allow(clippy::result_large_err)]
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| {
+        if e.is_syntax() || e.is_eof() || e.is_io() {
+            malformed(format!("The body is not valid JSON: {e}."))
+        } else {
+            invalid(format!("{e}."))
+        }
+    })
+}
+
+async fn settle(shared: &Shared, id: &str, settlement: Settlement<'_>) -> Response {
+    let running = shared.control.load();
+    let policy = &running.domain(None).policy;
+    match policy.settle(shared.control.store(), id, settlement).await {
+        Ok(settled) => json(StatusCode::OK, &body(id, &settled)),
+        Err(SettleError::NotFound) => problem(Problem::new(
+            StatusCode::NOT_FOUND,
+            NOT_FOUND_TYPE,
+            "Not Found",
+            format!("No such reservation: {id:?}."),
+        )),
+        Err(SettleError::Store(error)) => unavailable(&error.to_string()),
+        Err(error @ (SettleError::Expired | SettleError::Conflict { .. } | SettleError::PermitsOnly)) => {
+            problem(Problem::new(
+                StatusCode::CONFLICT,
+                RESERVATION_SETTLED_TYPE,
+                "Reservation Already Settled",
+                format!("Reservation {id:?}: {error}."),
+            ))
+        }
+    }
+}
+
+fn body(id: &str, settled: &Settled) -> SettledBody {
+    SettledBody {
+        reservation: id.to_owned(),
+        state: if settled.committed { "committed" } else { "released" },
+        reserved: map(&settled.reserved),
+        charged: map(&settled.charged),
+        refunded: map(&settled.refunded),
+        excess: map(&settled.excess),
+    }
+}
+
+fn unavailable(detail: &str) -> Response {
+    problem(Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        STORE_UNAVAILABLE_TYPE,
+        "Store Unavailable",
+        format!("The reservation could not be kept: {detail}."),
+    ))
+}

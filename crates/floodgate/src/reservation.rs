@@ -1,0 +1,470 @@
+//! Reservations: reserve an estimate now, settle it later — commit the actual cost, or release it.
+//!
+//! A reservation is a check whose grants are remembered **in the store** under an opaque id
+//! ([`Policy::record_reservation`]), so that any instance sharing the store can settle it:
+//!
+//! - **commit** ([`Settlement::Commit`]) charges the actual cost: per dimension, what was reserved
+//!   beyond it is given back to every limit that took it, what it exceeds the reservation by is
+//!   reported (consumed, never denied); dimensions the commit does not name stay as reserved.
+//!   Concurrency permits are released: the call is over.
+//! - **release** ([`Settlement::Release`]) gives everything back, permits included (a cancelled
+//!   call).
+//!
+//! A record is settled once: the store marks it settled atomically, and a retried settlement with
+//! the same content gets the same answer ([`Settled::replayed`]) without charging again; another
+//! settlement of a settled reservation is a [`SettleError::Conflict`]. A reservation not settled
+//! within its ttl stays charged its estimate — a crashed caller is never free — and settling it
+//! afterwards is [`SettleError::Expired`].
+//!
+//! The store keeps a record (see [`Store::put_record`]) until as long after its expiry as the
+//! reservation lasted (at least a minute), so that retries find their answer; then it is forgotten
+//! ([`SettleError::NotFound`]).
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use floodgate_core::{Grant, Timestamp};
+use smallvec::SmallVec;
+
+use crate::engine::{Hit, Verdict};
+use crate::store::{Mode, Settle, Store, StoreError, kept_after_expiry};
+use crate::{Costs, Descriptors, Policy};
+
+/// A reservation made: its id, and when it expires (on the store's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// The opaque id to settle it with: 32 hexadecimal digits.
+    pub id: String,
+    /// When it expires unsettled, and stays charged its estimate.
+    pub expires_at: Timestamp,
+}
+
+/// What a reservation is, as its record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Made by a reserve: commit or release it.
+    Reserve,
+    /// The concurrency permits a check took: release them.
+    Permits,
+}
+
+/// How a reservation is settled.
+#[derive(Debug, Clone, Copy)]
+pub enum Settlement<'a> {
+    /// The call is done and cost this (dimensions not named stay as reserved).
+    Commit(&'a Costs),
+    /// The call did not happen: give everything back.
+    Release,
+}
+
+/// What settling did (the same answer for a retried settlement).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// Committed (`true`) or released.
+    pub committed: bool,
+    /// What was reserved, per dimension.
+    pub reserved: Costs,
+    /// What stays charged, per dimension.
+    pub charged: Costs,
+    /// What was given back, per dimension (dimensions with nothing given back are left out).
+    pub refunded: Costs,
+    /// What the actual cost exceeded the reservation by, charged on top (left out when nothing).
+    pub excess: Costs,
+    /// Whether this settlement had already been made, and this is its answer again.
+    pub replayed: bool,
+}
+
+/// Why a reservation could not be settled.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// No such reservation: never made, or forgotten since.
+    #[error("no such reservation")]
+    NotFound,
+    /// The reservation expired unsettled; it stays charged its estimate.
+    #[error("the reservation expired unsettled and stays charged its estimate")]
+    Expired,
+    /// The reservation was already settled otherwise.
+    #[error("the reservation was already {}", if *committed { "committed" } else { "released" })]
+    Conflict {
+        /// Whether it was committed (else released).
+        committed: bool,
+    },
+    /// The id names the concurrency permits of a check, which can only be released.
+    #[error("the reservation holds the concurrency permits of a check: release it")]
+    PermitsOnly,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// Remembers in `store` what `verdict` (an allowed check of `hit`, on this policy and store)
+    /// took, under a new id, until `ttl` from now on the store's clock. `kind` says what it may be
+    /// settled with. When the store cannot keep a [`Kind::Reserve`], what the check took is given
+    /// back and the store's error returned: a reservation nobody can settle is never left charged.
+    /// The permits of a [`Kind::Permits`] stay held (until their lease ends), as a check's
+    /// permits without an id are.
+    pub async fn record_reservation<S: Store>(
+        &self,
+        store: &S,
+        hit: Hit<'_>,
+        verdict: &Verdict,
+        ttl: Duration,
+        kind: Kind,
+    ) -> Result<Reservation, StoreError> {
+        let body = encode(hit, verdict, kind);
+        let id = new_id();
+        match store.put_record(id.as_bytes(), &body, ttl, ttl + kept_after_expiry(ttl)).await {
+            Ok(expires_at) => Ok(Reservation { id, expires_at }),
+            Err(error) => {
+                if kind == Kind::Reserve {
+                    let _ = self.give_back(store, &[hit], verdict, false).await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Settles reservation `id` on `store` (see the [module docs](self)).
+    pub async fn settle<S: Store>(
+        &self,
+        store: &S,
+        id: &str,
+        settlement: Settlement<'_>,
+    ) -> Result<Settled, SettleError> {
+        let wanted = encode_settlement(settlement);
+        let record = store.get_record(id.as_bytes()).await?.ok_or(SettleError::NotFound)?;
+        let held = decode(&record.body).ok_or(SettleError::NotFound)?;
+        if let Some(done) = &record.settled {
+            return answer_again(&held, done, &wanted);
+        }
+        if record.expired {
+            return Err(SettleError::Expired);
+        }
+        if held.kind == Kind::Permits && matches!(settlement, Settlement::Commit(_)) {
+            return Err(SettleError::PermitsOnly);
+        }
+        match store.settle_record(id.as_bytes(), &wanted).await? {
+            Settle::Settled => {}
+            Settle::Already(done) => return answer_again(&held, &done, &wanted),
+            Settle::Expired => return Err(SettleError::Expired),
+            Settle::Missing => return Err(SettleError::NotFound),
+        }
+        let settled = settled(&held, &wanted, false);
+        self.adjust(store, &held, &settled).await?;
+        Ok(settled)
+    }
+
+    /// Charges a settlement this instance won: gives back what was reserved beyond the actual
+    /// cost (and every permit), and reports the excess.
+    async fn adjust<S: Store>(&self, store: &S, held: &Held, settled: &Settled) -> Result<(), StoreError> {
+        let hit = Hit::new(&held.descriptors, 0);
+        let mut back = Verdict::default();
+        for l in &held.limits {
+            // A rule gone since (a reload) has nothing to give back to.
+            let Some(index) = self.rules.iter().position(|c| *c.rule.name == *l.rule) else { continue };
+            let refund =
+                if l.permit { l.grant.cost } else { settled.refunded.get(&self.rules[index].rule.cost) };
+            if refund == 0 {
+                continue;
+            }
+            back.limits.push(crate::LimitOutcome {
+                rule: Arc::clone(&self.rules[index].rule.name),
+                index,
+                hit: 0,
+                decision: floodgate_core::Decision {
+                    allowed: true,
+                    limit: 0,
+                    remaining: 0,
+                    reset_after: Duration::ZERO,
+                    retry_after: None,
+                },
+                outcome: crate::Outcome::Allowed,
+                enforced: true,
+                window: Duration::ZERO,
+                quota: false,
+                grant: Some(Grant { cost: refund.min(l.grant.cost), ..l.grant }),
+                permit: l.permit,
+            });
+        }
+        self.give_back(store, &[hit], &back, false).await?;
+        if !settled.excess.is_zero() {
+            let excess = Hit::with_costs(&held.descriptors, &settled.excess);
+            // A report never denies; a failure to charge the excess is the store's error.
+            if let Ok(verdict) = self.evaluate(store, Mode::Report, &[excess], crate::Impossible::Error).await
+                && let Some(error) = verdict.store_error
+            {
+                return Err(StoreError::Backend {
+                    message: format!("the excess could not be charged: {error}"),
+                    transient: error.is_transient(),
+                    source: None,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The answer to a settlement of a reservation already settled with `done`.
+fn answer_again(held: &Held, done: &[u8], wanted: &[u8]) -> Result<Settled, SettleError> {
+    if done == wanted {
+        return Ok(settled(held, done, true));
+    }
+    Err(SettleError::Conflict { committed: done.first() == Some(&COMMIT) })
+}
+
+/// The settlement `encoded` of `held`, as numbers.
+fn settled(held: &Held, encoded: &[u8], replayed: bool) -> Settled {
+    let committed = encoded.first() == Some(&COMMIT);
+    if held.kind == Kind::Permits {
+        // Only the permits go back: the check's costs stay charged.
+        let reserved = held.estimate.clone();
+        return Settled {
+            committed,
+            charged: reserved.clone(),
+            reserved,
+            refunded: Costs::new(),
+            excess: Costs::new(),
+            replayed,
+        };
+    }
+    let actual =
+        if committed { decode_costs(&mut Reader(&encoded[1..])).unwrap_or_default() } else { Costs::new() };
+    let mut charged = Costs::new();
+    let mut refunded = Costs::new();
+    let mut excess = Costs::new();
+    for (dimension, reserved) in held.estimate.iter() {
+        let now = match committed {
+            true if actual.names(dimension) => actual.get(dimension),
+            true => reserved,
+            false => 0,
+        };
+        charged.set(dimension, now);
+        if reserved > now {
+            refunded.set(dimension, reserved - now);
+        } else if now > reserved {
+            excess.set(dimension, now - reserved);
+        }
+    }
+    // Dimensions the commit names that were not reserved: all excess.
+    for (dimension, now) in actual.iter() {
+        if !held.estimate.names(dimension) {
+            charged.set(dimension, now);
+            if now > 0 {
+                excess.set(dimension, now);
+            }
+        }
+    }
+    Settled { committed, reserved: held.estimate.clone(), charged, refunded, excess, replayed }
+}
+
+/// A fresh opaque id: 128 bits from the process's random hasher keys (seeded by the operating
+/// system) and a counter, as 32 hexadecimal digits.
+fn new_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let (a, b) = (RandomState::new().hash_one(n), RandomState::new().hash_one((n, 0x5eed_u64)));
+    format!("{a:016x}{b:016x}")
+}
+
+// === the record's bytes ===
+
+const VERSION: u8 = 1;
+const COMMIT: u8 = 1;
+const RELEASE: u8 = 2;
+
+/// One limit a reservation holds.
+#[derive(Debug)]
+struct HeldLimit {
+    rule: Box<str>,
+    grant: Grant,
+    permit: bool,
+}
+
+/// A decoded record.
+#[derive(Debug)]
+struct Held {
+    kind: Kind,
+    descriptors: Descriptors,
+    estimate: Costs,
+    limits: SmallVec<[HeldLimit; 4]>,
+}
+
+fn put_u64(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(&n.to_be_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_u64(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn encode_costs(out: &mut Vec<u8>, costs: &Costs) {
+    put_u64(out, costs.len() as u64);
+    for (d, c) in costs.iter() {
+        put_bytes(out, d.as_bytes());
+        put_u64(out, c);
+    }
+}
+
+/// A record: what `verdict` took for `hit`.
+fn encode(hit: Hit<'_>, verdict: &Verdict, kind: Kind) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.push(VERSION);
+    out.push(match kind {
+        Kind::Reserve => 0,
+        Kind::Permits => 1,
+    });
+    put_u64(&mut out, hit.descriptors.len() as u64);
+    for (name, value) in hit.descriptors.iter() {
+        put_bytes(&mut out, name.as_bytes());
+        put_bytes(&mut out, value.as_bytes());
+    }
+    let estimate = match hit.costs {
+        Some(costs) => costs.clone(),
+        None => Costs::new().with(crate::cost::REQUESTS, hit.cost),
+    };
+    encode_costs(&mut out, &estimate);
+    let held: SmallVec<[&crate::LimitOutcome; 4]> =
+        verdict.limits.iter().filter(|l| l.grant.is_some() && (kind == Kind::Reserve || l.permit)).collect();
+    put_u64(&mut out, held.len() as u64);
+    for l in held {
+        let grant = l.grant.unwrap_or(Grant { at: Timestamp::EPOCH, cost: 0, lease: 0 });
+        put_bytes(&mut out, l.rule.as_bytes());
+        put_u64(&mut out, grant.at.as_micros());
+        put_u64(&mut out, grant.cost);
+        put_u64(&mut out, grant.lease);
+        out.push(u8::from(l.permit));
+    }
+    out
+}
+
+/// A settlement's bytes: what a retry is compared with.
+fn encode_settlement(settlement: Settlement<'_>) -> Vec<u8> {
+    match settlement {
+        Settlement::Release => vec![RELEASE],
+        Settlement::Commit(costs) => {
+            // Sorted, so that the same costs in another order are the same settlement.
+            let mut sorted: Vec<(&str, u64)> = costs.iter().collect();
+            sorted.sort_unstable();
+            let mut out = vec![COMMIT];
+            encode_costs(&mut out, &sorted.into_iter().collect());
+            out
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn u64(&mut self) -> Option<u64> {
+        let (head, rest) = self.0.split_first_chunk::<8>()?;
+        self.0 = rest;
+        Some(u64::from_be_bytes(*head))
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        let (head, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(*head)
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = usize::try_from(self.u64()?).ok()?;
+        if n > self.0.len() {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn text(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+}
+
+fn decode_costs(r: &mut Reader<'_>) -> Option<Costs> {
+    let n = r.u64()?;
+    let mut costs = Costs::new();
+    for _ in 0..n.min(64) {
+        let d = r.text()?;
+        costs.set(d, r.u64()?);
+    }
+    Some(costs)
+}
+
+/// A record's content; `None` for bytes no engine wrote.
+fn decode(body: &[u8]) -> Option<Held> {
+    let mut r = Reader(body);
+    if r.u8()? != VERSION {
+        return None;
+    }
+    let kind = match r.u8()? {
+        0 => Kind::Reserve,
+        1 => Kind::Permits,
+        _ => return None,
+    };
+    let mut descriptors = Descriptors::new();
+    for _ in 0..r.u64()?.min(1024) {
+        let name = r.text()?.to_owned();
+        let value = r.text()?.to_owned();
+        descriptors.insert(name, value);
+    }
+    let estimate = decode_costs(&mut r)?;
+    let mut limits = SmallVec::new();
+    for _ in 0..r.u64()?.min(1024) {
+        let rule: Box<str> = r.text()?.into();
+        let at = Timestamp::from_micros(r.u64()?);
+        let cost = r.u64()?;
+        let lease = r.u64()?;
+        let permit = r.u8()? == 1;
+        limits.push(HeldLimit { rule, grant: Grant { at, cost, lease }, permit });
+    }
+    Some(Held { kind, descriptors, estimate, limits })
+}
+
+// === impl Engine ===
+
+/// A reserve's answer: the check's verdict, and when allowed, the reservation holding what it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reserved {
+    /// The verdict, as a check answers it.
+    pub verdict: Verdict,
+    /// The reservation, when allowed.
+    pub reservation: Option<Reservation>,
+}
+
+/// Why a reserve failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReserveError {
+    /// The request can never pass.
+    #[error(transparent)]
+    Engine(#[from] crate::EngineError),
+    /// The store could not keep the reservation (what the check took was given back).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl<S: Store> crate::Engine<S> {
+    /// Reserves `hit`'s cost for up to `ttl`: a check and, when allowed, a record of what it took in
+    /// the store (see the [module docs](self)).
+    pub async fn reserve(&self, hit: Hit<'_>, ttl: Duration) -> Result<Reserved, ReserveError> {
+        let policy = self.policy();
+        let verdict = policy.evaluate(self.store(), Mode::Check, &[hit], crate::Impossible::Error).await?;
+        if !verdict.allowed {
+            return Ok(Reserved { verdict, reservation: None });
+        }
+        let reservation = policy.record_reservation(self.store(), hit, &verdict, ttl, Kind::Reserve).await?;
+        Ok(Reserved { verdict, reservation: Some(reservation) })
+    }
+
+    /// Settles reservation `id` (see the [module docs](self)).
+    pub async fn settle(&self, id: &str, settlement: Settlement<'_>) -> Result<Settled, SettleError> {
+        self.policy().settle(self.store(), id, settlement).await
+    }
+}

@@ -1,0 +1,171 @@
+//! Reservations on the memory store, on a manual clock: reserve an estimate, commit the actual
+//! (refunding the over-reservation, charging the excess), release, idempotent retries, conflicts,
+//! unknown ids, and expiry charging the estimate.
+
+use std::time::Duration;
+
+use floodgate::{Costs, Hit, Rule, SettleError, Settlement};
+use floodgate_core::Concurrency;
+
+use super::{engine, nz, per_minute, request};
+
+/// 10 requests and 1000 tokens a minute per tenant, 2 calls in flight per tenant.
+fn rules() -> [Rule; 3] {
+    [
+        Rule::new("rpm", per_minute(10)).key(["tenant"]),
+        Rule::new("tpm", per_minute(1000)).key(["tenant"]).cost("tokens"),
+        Rule::new("in-flight", Concurrency::try_new(nz(2), Duration::from_secs(600)).unwrap())
+            .key(["tenant"]),
+    ]
+}
+
+fn estimate() -> Costs {
+    Costs::new().with("requests", 1).with("tokens", 600)
+}
+
+/// What each rule has left, by a peek of one request and one token.
+async fn left(engine: &super::TestEngine) -> (u64, u64, u64) {
+    let t1 = request(&[("tenant", "t1")]);
+    let one = Costs::new().with("requests", 1).with("tokens", 1);
+    let v = engine.decide(floodgate::Mode::Peek, Hit::with_costs(&t1, &one)).await.unwrap();
+    // What remains after the peek's own 1, plus that 1; 0 when even 1 does not fit.
+    let r = |name: &str| {
+        let d = v.limits.iter().find(|l| &*l.rule == name).unwrap().decision;
+        if d.allowed { d.remaining + 1 } else { 0 }
+    };
+    (r("rpm"), r("tpm"), r("in-flight"))
+}
+
+#[tokio::test]
+async fn a_commit_refunds_what_was_reserved_beyond_the_actual_and_frees_the_permit() {
+    let (engine, _clock) = engine(rules());
+    let t1 = request(&[("tenant", "t1")]);
+    let est = estimate();
+    let reserved = engine.reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300)).await.unwrap();
+    assert!(reserved.verdict.allowed);
+    let reservation = reserved.reservation.expect("an id");
+    assert_eq!(reservation.id.len(), 32);
+    assert_eq!(left(&engine).await, (9, 400, 1), "the estimate and a permit are held");
+
+    let actual = Costs::new().with("tokens", 412);
+    let settled = engine.settle(&reservation.id, Settlement::Commit(&actual)).await.unwrap();
+    assert!(settled.committed && !settled.replayed);
+    assert_eq!(settled.refunded, Costs::new().with("tokens", 188));
+    assert!(settled.excess.is_zero());
+    assert_eq!(settled.charged, Costs::new().with("requests", 1).with("tokens", 412));
+    assert_eq!(left(&engine).await, (9, 588, 2), "188 tokens back, the permit freed, the request stays");
+
+    // A retried commit charges nothing more and answers the same.
+    let again = engine.settle(&reservation.id, Settlement::Commit(&actual)).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!((again.charged, again.refunded), (settled.charged, settled.refunded));
+    assert_eq!(left(&engine).await, (9, 588, 2));
+    // Another commit, or a release, of a committed reservation is a conflict.
+    let other = Costs::new().with("tokens", 1);
+    assert!(matches!(
+        engine.settle(&reservation.id, Settlement::Commit(&other)).await,
+        Err(SettleError::Conflict { committed: true })
+    ));
+    assert!(matches!(
+        engine.settle(&reservation.id, Settlement::Release).await,
+        Err(SettleError::Conflict { committed: true })
+    ));
+}
+
+#[tokio::test]
+async fn a_commit_above_the_estimate_charges_the_excess_and_never_denies() {
+    let (engine, _clock) = engine(rules());
+    let t1 = request(&[("tenant", "t1")]);
+    let est = estimate();
+    let id = engine
+        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
+        .await
+        .unwrap()
+        .reservation
+        .unwrap()
+        .id;
+    // Another call takes the rest of the tokens meanwhile.
+    let rest = Costs::new().with("tokens", 400);
+    assert!(engine.decide(floodgate::Mode::Check, Hit::with_costs(&t1, &rest)).await.unwrap().allowed);
+    let actual = Costs::new().with("tokens", 900);
+    let settled = engine.settle(&id, Settlement::Commit(&actual)).await.unwrap();
+    assert_eq!(settled.excess, Costs::new().with("tokens", 300));
+    assert!(settled.refunded.is_zero());
+    let (_, tpm, _) = left(&engine).await;
+    assert_eq!(tpm, 0, "1300 tokens counted against 1000: the excess is charged, past the limit");
+}
+
+#[tokio::test]
+async fn a_release_gives_everything_back_once() {
+    let (engine, _clock) = engine(rules());
+    let t1 = request(&[("tenant", "t1")]);
+    let est = estimate();
+    let id = engine
+        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
+        .await
+        .unwrap()
+        .reservation
+        .unwrap()
+        .id;
+    let released = engine.settle(&id, Settlement::Release).await.unwrap();
+    assert!(!released.committed);
+    assert_eq!(released.refunded, est);
+    assert_eq!(left(&engine).await, (10, 1000, 2));
+    assert!(engine.settle(&id, Settlement::Release).await.unwrap().replayed, "a retried release");
+    assert_eq!(left(&engine).await, (10, 1000, 2), "given back once");
+    assert!(matches!(
+        engine.settle(&id, Settlement::Commit(&est)).await,
+        Err(SettleError::Conflict { committed: false })
+    ));
+}
+
+#[tokio::test]
+async fn an_unknown_id_is_not_found() {
+    let (engine, _clock) = engine(rules());
+    for id in ["", "0123456789abcdef0123456789abcdef", "not an id"] {
+        assert!(matches!(engine.settle(id, Settlement::Release).await, Err(SettleError::NotFound)), "{id:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_reservation_past_its_ttl_stays_charged_its_estimate() {
+    let (engine, clock) = engine(rules());
+    let t1 = request(&[("tenant", "t1")]);
+    let est = estimate();
+    let r = engine
+        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(30))
+        .await
+        .unwrap()
+        .reservation
+        .unwrap();
+    clock.advance(Duration::from_secs(29));
+    assert_eq!(left(&engine).await, (9, 400, 1));
+    clock.advance(Duration::from_secs(1));
+    // At its expiry: neither commit nor release gives anything back.
+    assert!(matches!(engine.settle(&r.id, Settlement::Release).await, Err(SettleError::Expired)));
+    let actual = Costs::new().with("tokens", 10);
+    assert!(matches!(engine.settle(&r.id, Settlement::Commit(&actual)).await, Err(SettleError::Expired)));
+    assert_eq!(left(&engine).await, (9, 400, 1), "charged the estimate");
+    // Kept a while for late retries, then forgotten.
+    clock.advance(Duration::from_secs(61));
+    engine.store().sweep();
+    assert!(matches!(engine.settle(&r.id, Settlement::Release).await, Err(SettleError::NotFound)));
+}
+
+#[tokio::test]
+async fn a_denied_reserve_holds_nothing() {
+    let (engine, _clock) = engine(rules());
+    let t1 = request(&[("tenant", "t1")]);
+    let big = Costs::new().with("requests", 1).with("tokens", 600);
+    assert!(
+        engine
+            .reserve(Hit::with_costs(&t1, &big), Duration::from_secs(60))
+            .await
+            .unwrap()
+            .reservation
+            .is_some()
+    );
+    let denied = engine.reserve(Hit::with_costs(&t1, &big), Duration::from_secs(60)).await.unwrap();
+    assert!(!denied.verdict.allowed && denied.reservation.is_none());
+    assert_eq!(left(&engine).await, (9, 400, 1), "the denied reserve took nothing");
+}
