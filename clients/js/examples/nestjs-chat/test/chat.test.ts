@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import type { INestApplication } from '@nestjs/common';
+import { startFloodgate, type RunningFloodgate } from '@floodgate/testkit';
+import { createApp } from 'nestjs-chat/app';
+
+const CONFIG = readFileSync(new URL('../../floodgate.yaml', import.meta.url), 'utf8');
+
+let floodgate: RunningFloodgate;
+let app: INestApplication;
+let url: string;
+before(async () => {
+  floodgate = await startFloodgate(CONFIG);
+  // The example's 50 ms deadline, widened for a test machine busy with builds.
+  app = await createApp(floodgate.url, 1000);
+  await app.listen(0, '127.0.0.1');
+  url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+});
+after(async () => {
+  await app.close();
+  await floodgate.stop();
+});
+
+const chat = (user: string, tenant: string) =>
+  fetch(`${url}/chat`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-user-id': user, 'x-tenant-id': tenant },
+    body: JSON.stringify({ prompt: 'hi' }),
+  });
+
+describe('nestjs-chat', () => {
+  it('the twelve requests: ten 200s, then two 429s with Retry-After', async () => {
+    const answers = [];
+    for (let i = 0; i < 12; i++) answers.push(await chat('alice', 'acme'));
+    assert.deepEqual(answers.map((a) => a.status), [200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429]);
+    assert.deepEqual(await answers[0]!.json(), { answer: 'echo: hi' });
+    assert.equal(answers[9]!.headers.get('x-ratelimit-remaining'), '0');
+    for (const denied of answers.slice(10)) {
+      const retryAfter = Number(denied.headers.get('retry-after'));
+      // A sliding window weighs the previous 60 s window in: when the ten requests straddle a
+      // window boundary, the earliest pass can be a little over 60 s away (never over two windows).
+      assert.ok(retryAfter >= 1 && retryAfter <= 120, `Retry-After ${retryAfter}`);
+      const problem = (await denied.json()) as { type: string; retry_after: number; limit: number };
+      assert.equal(problem.type, 'https://floodgate.dev/problems/rate-limited');
+      assert.equal(problem.retry_after, retryAfter);
+      assert.equal(problem.limit, 10);
+    }
+    assert.equal((await chat('bob', 'acme')).status, 200, 'another user of the tenant still passes');
+  });
+
+  it('an agent session has 50 steps, then 429', async () => {
+    const statuses = [];
+    for (let i = 0; i < 51; i++) {
+      const answer = await fetch(`${url}/agent/step`, { method: 'POST', headers: { 'x-session-id': 'run-1' } });
+      statuses.push(answer.status);
+      if (i === 49) assert.deepEqual(await answer.json(), { remaining: 0 });
+    }
+    assert.equal(statuses.filter((s) => s === 200).length, 50);
+    assert.equal(statuses[50], 429);
+    const denied = await fetch(`${url}/agent/step`, { method: 'POST', headers: { 'x-session-id': 'run-1' } });
+    assert.ok(Number(denied.headers.get('retry-after')) >= 1);
+    assert.match(denied.headers.get('content-type') ?? '', /^application\/problem\+json/);
+    const fresh = await fetch(`${url}/agent/step`, { method: 'POST', headers: { 'x-session-id': 'run-2' } });
+    assert.deepEqual(await fresh.json(), { remaining: 49 }, 'each session has its own budget');
+  });
+});

@@ -1,0 +1,153 @@
+import assert from 'node:assert/strict';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import express, { type Express } from 'express';
+import { FloodgateClient } from '@floodgate/client';
+import { decisionOf, floodgate } from '@floodgate/express';
+import { startFloodgate, startSilentServer, type RunningFloodgate } from '@floodgate/testkit';
+
+const CONFIG = `
+store: { kind: memory }
+descriptors: [rule]
+headers: both
+rules:
+  - name: chat-per-user
+    match: { route: "POST /chat" }
+    key: [user]
+    algorithm: fixed_window
+    limit: 2
+    window: 60s
+  - name: uploads
+    match: { rule: uploads }
+    key: [tenant]
+    algorithm: fixed_window
+    limit: 10
+    window: 60s
+`;
+
+async function listen(app: Express): Promise<{ url: string; close: () => Promise<void> }> {
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((ok) => server.once('listening', () => ok()));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((ok) => {
+        server.closeAllConnections();
+        server.close(() => ok());
+      }),
+  };
+}
+
+async function statuses(url: string, count: number, init: RequestInit): Promise<Response[]> {
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    const r = await fetch(url, init);
+    await r.arrayBuffer().catch(() => undefined);
+    out.push(r);
+  }
+  return out;
+}
+
+let server: RunningFloodgate;
+before(async () => {
+  server = await startFloodgate(CONFIG);
+});
+after(async () => {
+  await server.stop();
+});
+
+describe('floodgate() middleware', () => {
+  it('on a route: the route template, headers on allowed responses, then 429 problem+json', async () => {
+    const app = express();
+    app.post('/chat', floodgate({ url: server.url, deadline: 1000 }), (_req, res) => {
+      res.json({ remaining: decisionOf(res)?.limits[0]?.remaining });
+    });
+    const http = await listen(app);
+    try {
+      const init = { method: 'POST', headers: { 'x-user-id': 'e1' } };
+      const first = await fetch(`${http.url}/chat`, init);
+      assert.equal(first.status, 200);
+      assert.deepEqual(await first.json(), { remaining: 1 });
+      assert.equal(first.headers.get('x-ratelimit-limit'), '2');
+      await statuses(`${http.url}/chat`, 1, init);
+      const denied = await fetch(`${http.url}/chat`, init);
+      assert.equal(denied.status, 429);
+      assert.match(denied.headers.get('content-type') ?? '', /^application\/problem\+json/);
+      const problem = (await denied.json()) as { type: string; retry_after: number; limit: number };
+      assert.equal(problem.type, 'https://floodgate.dev/problems/rate-limited');
+      assert.equal(String(problem.retry_after), denied.headers.get('retry-after'));
+      assert.equal(problem.limit, 2);
+    } finally {
+      await http.close();
+    }
+  });
+
+  it('app.use with a shared client, a rule, a cost, req.user, and skip', async () => {
+    const client = new FloodgateClient({ url: server.url, deadline: 1000 });
+    const app = express();
+    app.use((req, _res, next) => {
+      const tenant = req.get('authorization')?.replace('Bearer ', '');
+      if (tenant !== undefined) (req as { user?: unknown }).user = { id: 'someone', tenantId: tenant };
+      next();
+    });
+    app.use(floodgate({ client, rule: 'uploads', cost: (req) => Number(req.get('x-files') ?? 1), skip: (req) => req.path === '/healthz' }));
+    app.get('/healthz', (_req, res) => res.send('up'));
+    app.post('/upload', (_req, res) => res.send('stored'));
+    const http = await listen(app);
+    try {
+      const init = { method: 'POST', headers: { authorization: 'Bearer acme', 'x-tenant-id': 'spoofed', 'x-files': '4' } };
+      const answers = await statuses(`${http.url}/upload`, 3, init);
+      assert.deepEqual(answers.map((a) => a.status), [200, 200, 429], 'tenant from req.user, 4 + 4 of 10');
+      const probes = await statuses(`${http.url}/healthz`, 3, {});
+      assert.deepEqual(probes.map((a) => a.status), [200, 200, 200]);
+      assert.equal(probes[0]!.headers.get('x-ratelimit-limit'), null);
+    } finally {
+      await http.close();
+    }
+  });
+
+  it('fails closed within the deadline when Floodgate does not answer; open lets it through', async () => {
+    const silent = await startSilentServer();
+    const app = express();
+    app.post('/closed', floodgate({ url: silent.url, deadline: 100, failMode: 'closed' }), (_req, res) => res.send('x'));
+    app.post('/open', floodgate({ url: silent.url, deadline: 100, failMode: 'open' }), (_req, res) => res.send('x'));
+    const http = await listen(app);
+    try {
+      const started = performance.now();
+      const closed = await fetch(`${http.url}/closed`, { method: 'POST' });
+      const took = performance.now() - started;
+      assert.equal(closed.status, 429);
+      assert.equal(closed.headers.get('retry-after'), '1');
+      assert.ok(took >= 95 && took < 500, `decided after ${took.toFixed(0)} ms`);
+      assert.equal((await fetch(`${http.url}/open`, { method: 'POST' })).status, 200);
+    } finally {
+      await http.close();
+      await silent.close();
+    }
+  });
+
+  it('hands a request Floodgate refuses as malformed to the error handler', async () => {
+    const app = express();
+    app.post('/x', floodgate({ url: server.url, deadline: 1000, rule: 'uploads', cost: 11 }), (_req, res) => res.send('x'));
+    app.use((error: Error, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      res.status(500).send(error.name);
+    });
+    const http = await listen(app);
+    try {
+      const answer = await fetch(`${http.url}/x`, { method: 'POST', headers: { 'x-tenant-id': 't' } });
+      assert.equal(answer.status, 500);
+      assert.equal(await answer.text(), 'FloodgateProblemError');
+    } finally {
+      await http.close();
+    }
+  });
+
+  it('refuses contradictory options', () => {
+    assert.throws(() => floodgate({}), /url \(or client\) is required/);
+    assert.throws(
+      () => floodgate({ client: new FloodgateClient({ url: server.url }), url: server.url }),
+      /either a client, or url/,
+    );
+  });
+});

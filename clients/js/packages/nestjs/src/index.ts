@@ -1,0 +1,17 @@
+export { FloodgateModule } from './module.js';
+export { FloodgateGuard } from './guard.js';
+export { RateLimit, SkipRateLimit, RATE_LIMIT_KEY, SKIP_RATE_LIMIT_KEY } from './decorators.js';
+export { FloodgateRateLimitException } from './exception.js';
+export {
+  FLOODGATE_OPTIONS,
+  type FloodgateModuleOptions,
+  type FloodgateModuleAsyncOptions,
+  type GuardScope,
+  type RateLimitOptions,
+} from './options.js';
+export {
+  FloodgateThrottlerStorage,
+  type FloodgateThrottlerStorageOptions,
+  type ThrottlerStorageRecord,
+} from './throttler-storage.js';
+export { FloodgateClient } from '@floodgate/client';

@@ -1,0 +1,153 @@
+/**
+ * Test helpers for Floodgate's TypeScript packages: the real `floodgate` binary started on a free
+ * loopback port with a temporary configuration, and a TCP listener that accepts connections and
+ * never answers (a service that is up but late).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The repository root: five levels above this file (`clients/js/packages/testkit/dist`). */
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../..');
+
+/**
+ * The `floodgate` binary: `$FLOODGATE_BIN`, else `target/debug/floodgate` of this repository.
+ * Missing, it is an error that says how to build it: these tests never skip.
+ */
+export function floodgateBinary(): string {
+  const path = process.env.FLOODGATE_BIN ?? join(REPO, 'target', 'debug', 'floodgate');
+  if (!existsSync(path)) {
+    throw new Error(
+      `the floodgate binary is missing at ${path}: build it with \`cargo build -p floodgate-server\` ` +
+        '(or set FLOODGATE_BIN to one)',
+    );
+  }
+  return path;
+}
+
+/** A free loopback TCP port (bound, then released). */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((ok, fail) => server.listen(0, '127.0.0.1', ok).once('error', fail));
+  const address = server.address();
+  await new Promise<void>((ok) => server.close(() => ok()));
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return address.port;
+}
+
+/** A running `floodgate serve`. */
+export interface RunningFloodgate {
+  /** `http://127.0.0.1:<port>`. */
+  url: string;
+  port: number;
+  /** Stops the server (SIGKILL) and waits for it to exit; the port then refuses connections. */
+  stop(): Promise<void>;
+  /** Starts it again on the same port and configuration (a fresh memory store). */
+  restart(): Promise<void>;
+}
+
+/**
+ * Starts the real `floodgate serve` with `config` (YAML) on a free port and waits until
+ * `/healthz` answers.
+ */
+export async function startFloodgate(config: string): Promise<RunningFloodgate> {
+  const binary = floodgateBinary();
+  const dir = mkdtempSync(join(tmpdir(), 'floodgate-js-'));
+  const path = join(dir, 'floodgate.yaml');
+  writeFileSync(path, config);
+  const port = await freePort();
+  const grpc = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  let child: ChildProcess | undefined;
+  let stderr = '';
+
+  const launch = async (): Promise<void> => {
+    stderr = '';
+    const started = spawn(binary, ['serve', '--config', path, '--http', `127.0.0.1:${port}`, '--grpc', `127.0.0.1:${grpc}`, '--no-watch'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, RUST_LOG: 'warn' },
+    });
+    child = started;
+    started.stderr?.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const until = Date.now() + 15_000;
+    for (;;) {
+      if (started.exitCode !== null) {
+        throw new Error(`floodgate exited with ${started.exitCode} at start:\n${stderr}`);
+      }
+      try {
+        const answer = await fetch(`${url}/healthz`, { signal: AbortSignal.timeout(500) });
+        if (answer.ok) return;
+      } catch {
+        // not listening yet
+      }
+      if (Date.now() > until) throw new Error(`floodgate did not become healthy on ${url} in 15 s:\n${stderr}`);
+      await new Promise((ok) => setTimeout(ok, 50));
+    }
+  };
+
+  const stop = async (): Promise<void> => {
+    const running = child;
+    child = undefined;
+    if (running === undefined || running.exitCode !== null || running.signalCode !== null) return;
+    const exited = new Promise<void>((ok) => running.once('exit', () => ok()));
+    running.kill('SIGKILL');
+    await exited;
+  };
+
+  await launch();
+  process.once('exit', () => {
+    child?.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    url,
+    port,
+    stop,
+    restart: async () => {
+      await stop();
+      await launch();
+    },
+  };
+}
+
+/** A TCP listener that accepts connections, reads, and never answers. */
+export interface SilentServer {
+  url: string;
+  /** Connections accepted so far. */
+  accepted(): number;
+  close(): Promise<void>;
+}
+
+/** Starts a {@link SilentServer} on a free loopback port. */
+export async function startSilentServer(): Promise<SilentServer> {
+  const sockets = new Set<Socket>();
+  let accepted = 0;
+  const server: Server = createServer((socket) => {
+    accepted += 1;
+    sockets.add(socket);
+    socket.on('data', () => {});
+    socket.on('error', () => {});
+    socket.on('close', () => sockets.delete(socket));
+  });
+  await new Promise<void>((ok, fail) => server.listen(0, '127.0.0.1', ok).once('error', fail));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return {
+    url: `http://127.0.0.1:${address.port}`,
+    accepted: () => accepted,
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((ok) => server.close(() => ok()));
+    },
+  };
+}
+
+/** A port on which nothing listens (connections are refused). */
+export async function refusingUrl(): Promise<string> {
+  return `http://127.0.0.1:${await freePort()}`;
+}

@@ -1,0 +1,303 @@
+//! The client against the real server, started in this process on port 0.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use floodgate_client::{Client, Error, FailMode, FailureReason, Request, RetryPolicy, retry};
+use floodgate_server::{App, ServeOptions, Server};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const CONFIG: &str = "
+store: { kind: memory }
+headers: both
+rules:
+  - name: per-user
+    key: [user]
+    algorithm: fixed_window
+    limit: 3
+    window: 1h
+  - name: tokens
+    key: [tenant]
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+  - name: per-second
+    key: [caller]
+    algorithm: fixed_window
+    limit: 1
+    window: 1s
+";
+
+#[cfg(feature = "grpc")]
+mod grpc;
+
+struct Running {
+    addr: SocketAddr,
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    grpc: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    async fn start(yaml: &str) -> Running {
+        let yaml = yaml.replace("key: [caller]", "key: [api_key]");
+        let config = floodgate_config::parse("test.yaml", &yaml).expect("config");
+        let app = App::new(config, ServeOptions::default()).expect("app");
+        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = Server::new(app, http, Some(grpc)).expect("server");
+        let (addr, grpc) = (server.http_addr(), server.grpc_addr().unwrap());
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = rx.await;
+        }));
+        Running { addr, grpc, stop: Some(tx), task: Some(task) }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+    }
+}
+
+fn client(url: &str) -> Client {
+    Client::builder(url).deadline(Duration::from_secs(1)).build().unwrap()
+}
+
+fn user(id: &str) -> Request {
+    Request::new().descriptor("user", id)
+}
+
+/// A port on which nothing listens.
+async fn refusing_url() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn check_allows_up_to_the_limit_then_denies_with_retry_after_and_headers() {
+    let mut server = Running::start(CONFIG).await;
+    let floodgate = client(&server.url());
+    for remaining in [2, 1, 0] {
+        let d = floodgate.check(&user("alice")).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.status, 200);
+        assert_eq!(d.limits[0].name, "per-user");
+        assert_eq!(d.limits[0].remaining, remaining);
+        assert_eq!(d.headers["x-ratelimit-remaining"], remaining.to_string().as_str());
+        assert!(d.headers["ratelimit-policy"].to_str().unwrap().contains("\"per-user\";q=3;w=3600"));
+        assert!(d.failure.is_none());
+    }
+    let denied = floodgate.check(&user("alice")).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.status, 429);
+    let secs = denied.retry_after_secs().unwrap();
+    assert!((1..=3600).contains(&secs));
+    assert_eq!(denied.headers["retry-after"], secs.to_string().as_str());
+    assert_eq!(floodgate.stats().calls, 4);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn peek_consumes_nothing_and_report_never_denies() {
+    let mut server = Running::start(CONFIG).await;
+    let floodgate = client(&server.url());
+    let a = floodgate.peek(&user("bob")).await.unwrap();
+    let b = floodgate.peek(&user("bob")).await.unwrap();
+    assert_eq!(a.limits[0].remaining, b.limits[0].remaining);
+    let tenant = || Request::new().descriptor("tenant", "t1");
+    floodgate.check(&tenant().cost(40)).await.unwrap();
+    assert!(floodgate.report(&tenant().cost(90)).await.unwrap().allowed);
+    assert!(!floodgate.peek(&tenant()).await.unwrap().allowed, "130 of 100 used");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_refused_as_malformed_is_an_error_whatever_the_fail_mode() {
+    let mut server = Running::start(CONFIG).await;
+    let floodgate = client(&server.url());
+    let error = floodgate.check(&Request::new().descriptor("tenant", "t").cost(1000)).await.unwrap_err();
+    match error {
+        Error::Problem { status, type_uri, .. } => {
+            assert_eq!(status, 422);
+            assert_eq!(type_uri, "https://floodgate.dev/problems/never-allowed");
+        }
+        other => panic!("expected a problem, got {other:?}"),
+    }
+    assert!(matches!(floodgate.check(&user("u").cost(0)).await, Err(Error::InvalidRequest(_))));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_builder_refuses_a_bad_url_or_deadline() {
+    assert!(
+        matches!(Client::builder("nope").build(), Err(Error::InvalidRequest(m)) if m.contains("must be http://"))
+    );
+    assert!(matches!(Client::builder("https://x:1").build(), Err(Error::InvalidRequest(_))));
+    assert!(matches!(
+        Client::builder("http://127.0.0.1:1").deadline(Duration::ZERO).build(),
+        Err(Error::InvalidRequest(_))
+    ));
+}
+
+#[tokio::test]
+async fn fails_open_or_closed_with_the_server_stopped_within_the_deadline() {
+    let mut server = Running::start(CONFIG).await;
+    let url = server.url();
+    let open = Client::builder(&url).deadline(Duration::from_millis(200)).build().unwrap();
+    let closed = Client::builder(&url)
+        .deadline(Duration::from_millis(200))
+        .fail_mode(FailMode::Closed)
+        .build()
+        .unwrap();
+    // Up: answered (a first connection on a busy machine may take longer than 200 ms).
+    let up = || user("f").deadline(Duration::from_secs(5));
+    assert_eq!(open.check(&up()).await.unwrap().status, 200);
+    assert_eq!(closed.check(&up()).await.unwrap().status, 200);
+    server.stop().await;
+
+    let started = Instant::now();
+    let d = open.check(&user("f")).await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(200));
+    assert!(d.allowed);
+    assert_eq!(d.failure, Some((FailureReason::Unreachable, FailMode::Open)));
+    assert_eq!(open.stats().failed_open, 1);
+
+    let started = Instant::now();
+    let d = closed.check(&user("f")).await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(200));
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after_secs(), Some(1));
+    assert_eq!(d.headers["retry-after"], "1");
+    assert_eq!(closed.stats().failed_closed, 1);
+    assert_eq!(closed.stats().unreachable, 1);
+}
+
+#[tokio::test]
+async fn decides_at_the_deadline_when_the_service_never_answers() {
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let accepted = Arc::new(AtomicU32::new(0));
+    let seen = accepted.clone();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            held.push(socket);
+        }
+    });
+    let floodgate = Client::builder(format!("http://{addr}"))
+        .deadline(Duration::from_millis(100))
+        .fail_mode(FailMode::Closed)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let d = floodgate.check(&user("s")).await.unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(100) && took < Duration::from_millis(400), "{took:?}");
+    assert_eq!(d.failure, Some((FailureReason::Deadline, FailMode::Closed)));
+    assert_eq!(floodgate.stats().deadline, 1);
+    let open = floodgate
+        .check(&user("s").fail_mode(FailMode::Open).deadline(Duration::from_millis(30)))
+        .await
+        .unwrap();
+    assert!(open.allowed);
+    assert!(accepted.load(Ordering::SeqCst) >= 1);
+
+    // A deadline miss has an unknown outcome: never retried, unless the call is idempotent.
+    let usage = user("s");
+    let calls = AtomicU32::new(0);
+    let policy = RetryPolicy { base: Duration::from_millis(1), ..RetryPolicy::default() };
+    let result = retry(policy, |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        floodgate.report(&usage)
+    })
+    .await;
+    assert!(matches!(
+        result,
+        Err(Error::Unavailable { reason: FailureReason::Deadline, not_sent: false, .. })
+    ));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let calls = AtomicU32::new(0);
+    let _ = retry(RetryPolicy { idempotent: true, ..policy }, |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        floodgate.report(&usage)
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    holder.abort();
+}
+
+#[tokio::test]
+async fn retries_a_refused_connection_at_most_attempts_times() {
+    let floodgate = client(&refusing_url().await);
+    let calls = AtomicU32::new(0);
+    let policy = RetryPolicy { base: Duration::from_millis(1), ..RetryPolicy::default() };
+    let usage = user("r");
+    let result = retry(policy, |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        floodgate.report(&usage)
+    })
+    .await;
+    assert!(matches!(
+        result,
+        Err(Error::Unavailable { reason: FailureReason::Unreachable, not_sent: true, .. })
+    ));
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "the first call and two retries");
+    assert_eq!(floodgate.stats().unreachable, 3);
+    assert_eq!(floodgate.stats().failed_open, 0, "report has no fail mode");
+}
+
+#[tokio::test]
+async fn retry_waits_out_a_real_429_for_its_retry_after() {
+    let mut server = Running::start(CONFIG).await;
+    let floodgate = client(&server.url());
+    let caller = || Request::new().descriptor("api_key", "k1");
+    floodgate.check(&caller()).await.unwrap();
+    let started = Instant::now();
+    let waited = std::sync::Mutex::new(Duration::ZERO);
+    let calls = AtomicU32::new(0);
+    let (shared, waited_ref) = (&floodgate, &waited);
+    let decision = retry(RetryPolicy { base: Duration::from_millis(1), ..RetryPolicy::default() }, |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let d = shared.check(&caller()).await?;
+            if !d.allowed {
+                *waited_ref.lock().unwrap() = d.retry_after.unwrap();
+            }
+            d.into_result()
+        }
+    })
+    .await
+    .unwrap();
+    let waited_for = *waited.lock().unwrap();
+    assert!(decision.allowed);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(started.elapsed() >= waited_for, "waited the server's retry_after ({waited_for:?})");
+    // Another error is not retried, and a Retry-After above the policy's maximum is not waited for.
+    let calls = AtomicU32::new(0);
+    let too_long =
+        retry(RetryPolicy { max_retry_after: Duration::from_millis(10), ..RetryPolicy::default() }, |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err::<(), _>(Error::RateLimited { retry_after: Duration::from_secs(5) }) }
+        })
+        .await;
+    assert!(too_long.is_err());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    server.stop().await;
+}
