@@ -833,6 +833,10 @@ pub struct ReplayArgs {
     /// How many top denied keys per rule.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Only read and parse the logs, deciding nothing: the lines, the malformed ones and the
+    /// reading rate (what the replay's own rate is compared with).
+    #[arg(long)]
+    pub parse_only: bool,
     /// Output.
     #[command(flatten)]
     pub output: Output,

@@ -149,14 +149,19 @@ impl Mapping {
             out.insert("ip", ip.to_string());
         }
         let method: &str = &record.method;
-        let path = record.path.split(['?', '#']).next().unwrap_or_default();
-        let template = self.routes.template(method, path).unwrap_or(path);
-        let mut route = String::with_capacity(method.len() + 1 + template.len());
-        route.push_str(method);
-        route.push(' ');
-        route.push_str(template);
-        out.insert("route", route);
-        out.insert("method", method.to_owned());
+        // Only what a rule reads is built (`ip` always: clients are counted by it).
+        if self.used.contains("route") {
+            let path = record.path.split(['?', '#']).next().unwrap_or_default();
+            let template = self.routes.template(method, path).unwrap_or(path);
+            let mut route = String::with_capacity(method.len() + 1 + template.len());
+            route.push_str(method);
+            route.push(' ');
+            route.push_str(template);
+            out.insert("route", route);
+        }
+        if self.used.contains("method") {
+            out.insert("method", method.to_owned());
+        }
         for m in &self.maps {
             if let Some(value) = record.field(&m.field) {
                 out.insert(m.descriptor.clone(), value.to_owned());
@@ -193,7 +198,7 @@ mod tests {
         floodgate_config::parse("test", yaml).unwrap().policy
     }
 
-    const PER_USER: &str = "rules:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n  - name: per-agent\n    key: [header.user-agent]\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n";
+    const PER_USER: &str = "rules:\n  - name: per-user\n    key: [user, route, method]\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n  - name: per-agent\n    key: [header.user-agent]\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n";
 
     fn mapping(trusted: &[&str], routes: &[&str], maps: &[(&str, &str)]) -> Mapping {
         let p = policy(PER_USER);

@@ -267,10 +267,20 @@ pub fn replay_with(
         tally_pair(f, &mut only_a, &mut only_b);
     }
 
+    let mut fields: Vec<&str> = Vec::new();
+    for (_, format) in &reading.formats {
+        match *format {
+            "combined" => fields.extend(["remote_user", "header.referer", "header.user-agent"]),
+            "envoy" => fields.extend(["header.user-agent", "header.x-request-id", "header.host"]),
+            _ => fields.extend(options.json_fields.extra.keys().map(String::as_str)),
+        }
+    }
+    let unmapped: Vec<String> = mapping.unmapped(&fields).map(str::to_owned).collect();
     let mut outcome = Outcome::default();
     let mut reports = Vec::new();
     for side in &mut sides {
         let mut report = PolicyReport::new(&reading, &side.tally, span, options.top);
+        report.unmapped_descriptors = unmapped.clone();
         let policy = side.policy();
         let mut peaks = Vec::new();
         for (rule, tally) in policy.rules().zip(side.tally.rules.iter_mut()) {
@@ -315,6 +325,25 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         }
     }
     let started = std::time::Instant::now();
+    if args.parse_only {
+        let mut records = 0u64;
+        let reading = source::read_all(&options.logs, options.format.as_ref(), &options.json_fields, |r| {
+            records += 1;
+            std::hint::black_box(r);
+        })
+        .map_err(|e| match e {
+            source::SourceError::Format { .. } => anyhow::Error::new(Usage(e.to_string())),
+            e => anyhow::Error::new(e),
+        })?;
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "read {} lines ({records} requests, {} malformed) in {elapsed:.2} s ({:.0} lines/s)",
+            reading.lines,
+            reading.malformed,
+            reading.lines as f64 / elapsed.max(1e-9)
+        );
+        return Ok(());
+    }
     let (report, outcome) = replay_with(&options, a, b)?;
     let elapsed = started.elapsed();
     if !args.output.quiet {

@@ -18,7 +18,7 @@ const RIGHT: f64 = 200.0;
 const TIMELINE: f64 = 240.0;
 const PEAKS: f64 = 170.0;
 const GAP: f64 = 64.0;
-const TOP: f64 = 44.0;
+const TOP: f64 = 64.0;
 /// The most rules drawn as peak panels.
 const MAX_PANELS: usize = 8;
 

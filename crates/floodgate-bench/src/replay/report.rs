@@ -48,6 +48,9 @@ pub struct PolicyReport {
     pub out_of_order: u64,
     /// The first malformed lines, with file, line number and reason.
     pub malformed_lines: Vec<Malformed>,
+    /// Descriptors the policies' rules use that no log field gives (give them with `--map` or
+    /// `--json-field`): rules keyed on them never applied.
+    pub unmapped_descriptors: Vec<String>,
 }
 
 /// One rule's part of a report.
@@ -243,6 +246,7 @@ impl PolicyReport {
             duration_s,
             out_of_order: span.map_or(0, |s| s.out_of_order),
             malformed_lines: reading.examples.clone(),
+            unmapped_descriptors: Vec::new(),
         }
     }
 
@@ -261,6 +265,12 @@ impl PolicyReport {
         );
         for m in self.malformed_lines.iter().take(5) {
             let _ = writeln!(t, "    malformed {}:{}: {}", m.file, m.line, m.reason);
+        }
+        for d in &self.unmapped_descriptors {
+            let _ = writeln!(
+                t,
+                "  note: no log field gives descriptor {d:?}, so the rules using it never applied (--map {d}=FIELD)"
+            );
         }
         let _ = writeln!(
             t,

@@ -112,6 +112,10 @@ fn a_gzip_log_reads_as_the_plain_one() {
     let a = json(&["--log", plain.to_str().unwrap(), "--config", config.to_str().unwrap()]);
     let b = json(&["--log", gz.to_str().unwrap(), "--config", config.to_str().unwrap()]);
     assert_eq!(a["rules"], b["rules"]);
+    // Without `--map user=remote_user`, nothing gives `user`: the orders rule never applied, and
+    // the report says why.
+    assert_eq!(a["unmapped_descriptors"], serde_json::json!(["user"]));
+    assert_eq!(a["rules"][1]["matched"], 0);
     assert_eq!((a["requests"].clone(), a["denied"].clone()), (b["requests"].clone(), b["denied"].clone()));
 }
 
