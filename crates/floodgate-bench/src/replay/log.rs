@@ -129,13 +129,14 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn skip_spaces(&mut self) {
-        self.rest = self.rest.trim_start_matches(' ');
+        let n = self.rest.bytes().take_while(|b| *b == b' ').count();
+        self.rest = &self.rest[n..];
     }
 
     /// A bare field up to the next space.
     fn bare(&mut self, what: &str) -> Result<&'a str, LineError> {
         self.skip_spaces();
-        let end = self.rest.find(' ').unwrap_or(self.rest.len());
+        let end = self.rest.bytes().position(|b| b == b' ').unwrap_or(self.rest.len());
         if end == 0 {
             return err(format!("missing {what}"));
         }
@@ -150,15 +151,20 @@ impl<'a> Fields<'a> {
         let Some(inner) = self.rest.strip_prefix(open) else {
             return err(format!("expected {what} starting with {open:?}"));
         };
-        let mut escaped = false;
-        for (i, c) in inner.char_indices() {
-            match c {
-                '\\' if !escaped => escaped = true,
-                c if c == close && !escaped => {
-                    self.rest = &inner[i + 1..];
-                    return Ok(&inner[..i]);
-                }
-                _ => escaped = false,
+        // Delimiters are ASCII: a byte scan finds them without decoding characters.
+        let bytes = inner.as_bytes();
+        let close_byte = close as u8;
+        let mut i = 0;
+        while let Some(at) = bytes[i..].iter().position(|b| *b == close_byte || *b == b'\\') {
+            let at = i + at;
+            if bytes[at] == close_byte {
+                self.rest = &inner[at + 1..];
+                return Ok(&inner[..at]);
+            }
+            // An escape: skip it and the byte it escapes.
+            i = at + 2;
+            if i > bytes.len() {
+                break;
             }
         }
         err(format!("{what} is not closed with {close:?}"))

@@ -11,7 +11,6 @@ use std::net::IpAddr;
 
 use floodgate::{Descriptors, Policy};
 use floodgate_tower::ClientIp;
-use http::{HeaderMap, HeaderValue};
 
 use super::log::Record;
 
@@ -99,7 +98,9 @@ pub struct Mapping {
     maps: Vec<FieldMap>,
     /// The descriptors the policies use: only these are read from a record's fields.
     used: BTreeSet<String>,
-    headers: HeaderMap,
+    /// Clients found already, by logged peer and `X-Forwarded-For`.
+    texts: super::tally::FastMap<Box<str>, Option<String>>,
+    seen: String,
 }
 
 impl Mapping {
@@ -113,7 +114,7 @@ impl Mapping {
                 used.extend(rule.varies_by().map(str::to_owned));
             }
         }
-        Mapping { client_ip, routes, maps, used, headers: HeaderMap::new() }
+        Mapping { client_ip, routes, maps, used, texts: Default::default(), seen: String::new() }
     }
 
     /// The descriptors the policies use that nothing in this mapping can give for a record of a
@@ -128,25 +129,44 @@ impl Mapping {
 
     /// The client address of `record`: the logged peer (or, when only `X-Forwarded-For` is logged,
     /// as in Envoy's default format, its last entry: the peer Envoy saw), walked back through the
-    /// trusted proxies. `None` when neither is an address.
-    pub fn client(&mut self, record: &Record<'_>) -> Option<IpAddr> {
+    /// trusted proxies by [`ClientIp::resolve_x_forwarded_for`]. `None` when neither is an
+    /// address.
+    pub fn client(&self, record: &Record<'_>) -> Option<IpAddr> {
         let xff = record.forwarded_for.as_deref();
         let peer = match (record.addr.as_deref(), xff) {
             (Some(addr), _) => parse_addr(addr)?,
             (None, Some(list)) => parse_addr(list.rsplit(',').next()?)?,
             (None, None) => return None,
         };
-        let Some(list) = xff.filter(|_| self.client_ip.is_trusted(peer)) else { return Some(peer) };
-        let Ok(value) = HeaderValue::from_str(list) else { return Some(peer) };
-        self.headers.insert("x-forwarded-for", value);
-        Some(self.client_ip.resolve_from(peer, &self.headers))
+        Some(match xff {
+            Some(list) => self.client_ip.resolve_x_forwarded_for(peer, list),
+            None => peer,
+        })
+    }
+
+    /// The `ip` descriptor of `record`: [`Mapping::client`] as text, formatted once per address.
+    /// Remembered by the logged peer and `X-Forwarded-For` (the same text always walks to the
+    /// same client), for up to 65 536 of them.
+    fn client_text(&mut self, record: &Record<'_>) -> Option<String> {
+        self.seen.clear();
+        self.seen.push_str(record.addr.as_deref().unwrap_or(""));
+        self.seen.push('\n');
+        self.seen.push_str(record.forwarded_for.as_deref().unwrap_or(""));
+        if let Some(text) = self.texts.get(self.seen.as_str()) {
+            return text.clone();
+        }
+        let text = self.client(record).map(|ip| ip.to_string());
+        if self.texts.len() < 1 << 16 {
+            self.texts.insert(self.seen.as_str().into(), text.clone());
+        }
+        text
     }
 
     /// The descriptors of `record`, written into `out` (cleared first).
     pub fn descriptors(&mut self, record: &Record<'_>, out: &mut Descriptors) {
         *out = Descriptors::with_capacity(4 + self.maps.len());
-        if let Some(ip) = self.client(record) {
-            out.insert("ip", ip.to_string());
+        if let Some(ip) = self.client_text(record) {
+            out.insert("ip", ip);
         }
         let method: &str = &record.method;
         // Only what a rule reads is built (`ip` always: clients are counted by it).
@@ -262,7 +282,7 @@ mod tests {
 
     #[test]
     fn envoy_lines_take_the_last_forwarded_hop_as_the_peer() {
-        let mut m = mapping(&["10.0.0.0/8"], &[], &[]);
+        let m = mapping(&["10.0.0.0/8"], &[], &[]);
         let text = r#"[2026-12-02T09:00:00.120Z] "GET /api/orders/3 HTTP/1.1" 200 - 0 312 4 3 "198.51.100.7, 10.2.0.1" "okhttp/4.12" "5b1f0c8e" "shop.example" "10.1.2.3:8080""#;
         let record = Format::Envoy.parse(text).unwrap();
         assert_eq!(m.client(&record), Some("198.51.100.7".parse().unwrap()));

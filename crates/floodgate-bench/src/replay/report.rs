@@ -288,21 +288,22 @@ impl PolicyReport {
         }
         let _ = writeln!(
             t,
-            "  {:<24} {:<8} {:<15} {:>10} {:>10} {:>9} {:>8}  top denied keys",
-            "rule", "action", "algorithm", "matched", "would-deny", "rate %", "keys"
+            "  {:<24} {:<8} {:<15} {:>10} {:>10} {:>9} {:>9} {:>8}  top denied keys",
+            "rule", "action", "algorithm", "matched", "would-deny", "rate %", "refused", "keys"
         );
         for r in &self.rules {
             let top: Vec<String> =
                 r.top_keys.iter().take(3).map(|k| format!("{} ({})", k.key, k.denied)).collect();
             let _ = writeln!(
                 t,
-                "  {:<24} {:<8} {:<15} {:>10} {:>10} {:>9.3} {:>8}  {}",
+                "  {:<24} {:<8} {:<15} {:>10} {:>10} {:>9.3} {:>9} {:>8}  {}",
                 r.name,
                 r.action,
                 r.algorithm,
                 r.matched,
                 r.denied,
                 r.denied_rate * 100.0,
+                r.enforced_denied,
                 r.keys_denied,
                 top.join(", ")
             );
