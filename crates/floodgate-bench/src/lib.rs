@@ -14,6 +14,9 @@
 //!   and after the fault, and how long the store took to decide again.
 //! - [`prefetch`]: one hot key through M engines sharing a Redis, without and with batch leases;
 //!   store calls per decision and the most admitted in any window versus the limit.
+//! - [`replay`]: access logs replayed against a policy (and a second one to compare) by the
+//!   real engine on the log's clock; what each rule would have denied, and limits suggested
+//!   from the keys' peaks.
 //! - [`flood`]: a flood of distinct keys beside normal users under their limits, on the memory
 //!   store (capped) or a Redis; the normal users' false rejections (known users and newcomers
 //!   apart), their latency, and what the store holds.
@@ -72,6 +75,15 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Prefetch(a) => prefetch::run(a).await,
         Scenario::Flood(a) => flood::run(a).await,
         Scenario::Gateway(a) => gateway::run(a).await,
+        Scenario::Replay(_) => Err(Usage("replay writes its own report: see replay::run".into()).into()),
+    }
+}
+
+/// Runs a scenario and writes its report where its output flags ask.
+pub async fn execute(scenario: &Scenario) -> anyhow::Result<()> {
+    match scenario {
+        Scenario::Replay(a) => replay::run(a),
+        s => emit(&run(s).await?, output(s)),
     }
 }
 
@@ -86,6 +98,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Prefetch(a) => &a.output,
         Scenario::Flood(a) => &a.output,
         Scenario::Gateway(a) => &a.output,
+        Scenario::Replay(a) => &a.output,
     }
 }
 

@@ -6,10 +6,7 @@ use floodgate_bench::cli::{Cli, EXIT_RUNTIME, EXIT_USAGE};
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    let result = match floodgate_bench::run(&cli.scenario).await {
-        Ok(report) => floodgate_bench::emit(&report, floodgate_bench::output(&cli.scenario)),
-        Err(e) => Err(e),
-    };
+    let result = floodgate_bench::execute(&cli.scenario).await;
     if let Err(e) = result {
         eprintln!("floodgate-bench: {e:#}");
         let usage = e.downcast_ref::<floodgate_bench::Usage>().is_some();

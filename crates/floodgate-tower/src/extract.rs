@@ -295,6 +295,41 @@ impl ClientIp {
         }
     }
 
+    /// The client of a request from `peer` whose `X-Forwarded-For` was `list` (its values joined
+    /// by commas, as an access log records it), by the same walk as [`ClientIp::resolve_from`]
+    /// with [`ProxyHeader::XForwardedFor`]: for `floodgate-bench replay`, without building a
+    /// header map per logged request.
+    ///
+    /// ```
+    /// use floodgate_tower::ClientIp;
+    /// let c = ClientIp::new().try_trust(["10.0.0.0/8"])?;
+    /// let peer = "10.0.0.2".parse()?;
+    /// assert_eq!(c.resolve_x_forwarded_for(peer, "1.1.1.1, 203.0.113.9, 10.0.0.7").to_string(), "203.0.113.9");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resolve_x_forwarded_for(&self, peer: IpAddr, list: &str) -> IpAddr {
+        let peer = peer.to_canonical();
+        if !self.is_trusted(peer) {
+            return peer;
+        }
+        let mut reached = peer;
+        match self.walk_list(list, &mut reached) {
+            ControlFlow::Break(client) => client,
+            ControlFlow::Continue(()) => reached,
+        }
+    }
+
+    /// One `X-Forwarded-For` value, right to left.
+    fn walk_list(&self, list: &str, reached: &mut IpAddr) -> ControlFlow<IpAddr> {
+        if !list.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+            return ControlFlow::Break(*reached);
+        }
+        for entry in list.rsplit(',') {
+            self.step(reached, parse_node(entry))?;
+        }
+        ControlFlow::Continue(())
+    }
+
     /// One hop, right to left: stop at an untrusted address or a malformed entry.
     fn step(&self, reached: &mut IpAddr, hop: Option<IpAddr>) -> ControlFlow<IpAddr> {
         let Some(ip) = hop else { return ControlFlow::Break(*reached) };
@@ -305,9 +340,7 @@ impl ClientIp {
     fn walk_x_forwarded_for(&self, headers: &HeaderMap, reached: &mut IpAddr) -> ControlFlow<IpAddr> {
         for value in headers.get_all(X_FORWARDED_FOR).iter().rev() {
             let Some(list) = visible_ascii(value) else { return ControlFlow::Break(*reached) };
-            for entry in list.rsplit(',') {
-                self.step(reached, parse_node(entry))?;
-            }
+            self.walk_list(list, reached)?;
         }
         ControlFlow::Continue(())
     }

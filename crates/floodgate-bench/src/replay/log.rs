@@ -2,28 +2,44 @@
 //! lines with a field mapping. A line that does not parse is an error saying why (its number is
 //! the caller's), never a panic.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use smallvec::SmallVec;
 
-/// One request read from a log line. Text borrows from the line where it can.
+/// One request read from a log line. Text borrows from the line (and field names from the
+/// format) where it can: reading a combined or Envoy line allocates nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub struct Record<'a> {
     /// When the request started, in microseconds since the Unix epoch (UTC).
     pub time_us: i64,
     /// The client address as logged: the peer (`combined`), or none (`envoy`'s default format
     /// logs only `X-Forwarded-For`).
-    pub addr: Option<String>,
+    pub addr: Option<Cow<'a, str>>,
     /// The logged `X-Forwarded-For`, if any.
-    pub forwarded_for: Option<String>,
+    pub forwarded_for: Option<Cow<'a, str>>,
     /// `GET`, `POST`, …
-    pub method: String,
+    pub method: Cow<'a, str>,
     /// The request target as logged (path and query).
-    pub path: String,
+    pub path: Cow<'a, str>,
     /// The response status.
     pub status: u16,
-    /// Other fields a JSON-lines mapping names (`user`, `tenant`, `header.<name>`…).
-    pub fields: BTreeMap<String, String>,
+    /// How long the request took, when the format logs it (Envoy's `%DURATION%`, a JSON field):
+    /// how long a `concurrency` permit is held.
+    pub duration_us: Option<u64>,
+    /// Other logged fields, by name: `remote_user`, `header.referer` and `header.user-agent`
+    /// (combined); `header.user-agent`, `header.x-request-id` and `header.host` (Envoy); the
+    /// names a JSON-lines mapping gives (`user`, `tenant`, `header.<name>`…). Absent (`-`) ones
+    /// are left out.
+    pub fields: SmallVec<[(&'a str, Cow<'a, str>); 4]>,
+}
+
+impl Record<'_> {
+    /// The field named `name`, if logged.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields.iter().find(|(n, _)| *n == name).map(|(_, v)| &**v)
+    }
 }
 
 /// Why a line could not be read.
@@ -65,6 +81,9 @@ pub struct JsonFields {
     pub path: String,
     /// The response status, a number or text (default `status`).
     pub status: String,
+    /// How long the request took, in seconds (fractions allowed), as nginx's `$request_time`
+    /// (default `request_time`; optional in a line).
+    pub duration: String,
     /// More fields to keep, by descriptor name: `user` → `user_id`.
     pub extra: BTreeMap<String, String>,
 }
@@ -78,6 +97,7 @@ impl Default for JsonFields {
             method: "method".into(),
             path: "path".into(),
             status: "status".into(),
+            duration: "request_time".into(),
             extra: BTreeMap::new(),
         }
     }
@@ -93,7 +113,7 @@ impl Format {
     }
 
     /// Reads one line (without its line break).
-    pub fn parse(&self, line: &str) -> Result<Record, LineError> {
+    pub fn parse<'a>(&'a self, line: &'a str) -> Result<Record<'a>, LineError> {
         match self {
             Format::Combined => combined(line),
             Format::Envoy => envoy(line),
@@ -109,13 +129,14 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn skip_spaces(&mut self) {
-        self.rest = self.rest.trim_start_matches(' ');
+        let n = self.rest.bytes().take_while(|b| *b == b' ').count();
+        self.rest = &self.rest[n..];
     }
 
     /// A bare field up to the next space.
     fn bare(&mut self, what: &str) -> Result<&'a str, LineError> {
         self.skip_spaces();
-        let end = self.rest.find(' ').unwrap_or(self.rest.len());
+        let end = self.rest.bytes().position(|b| b == b' ').unwrap_or(self.rest.len());
         if end == 0 {
             return err(format!("missing {what}"));
         }
@@ -130,15 +151,20 @@ impl<'a> Fields<'a> {
         let Some(inner) = self.rest.strip_prefix(open) else {
             return err(format!("expected {what} starting with {open:?}"));
         };
-        let mut escaped = false;
-        for (i, c) in inner.char_indices() {
-            match c {
-                '\\' if !escaped => escaped = true,
-                c if c == close && !escaped => {
-                    self.rest = &inner[i + 1..];
-                    return Ok(&inner[..i]);
-                }
-                _ => escaped = false,
+        // Delimiters are ASCII: a byte scan finds them without decoding characters.
+        let bytes = inner.as_bytes();
+        let close_byte = close as u8;
+        let mut i = 0;
+        while let Some(at) = bytes[i..].iter().position(|b| *b == close_byte || *b == b'\\') {
+            let at = i + at;
+            if bytes[at] == close_byte {
+                self.rest = &inner[at + 1..];
+                return Ok(&inner[..at]);
+            }
+            // An escape: skip it and the byte it escapes.
+            i = at + 2;
+            if i > bytes.len() {
+                break;
             }
         }
         err(format!("{what} is not closed with {close:?}"))
@@ -154,13 +180,13 @@ impl<'a> Fields<'a> {
 }
 
 /// `"GET /path HTTP/1.1"` → method and path.
-fn request_line(request: &str) -> Result<(String, String), LineError> {
+fn request_line(request: &str) -> Result<(&str, &str), LineError> {
     let mut parts = request.split(' ');
     match (parts.next(), parts.next()) {
         (Some(method), Some(path))
             if !method.is_empty() && method.bytes().all(|b| b.is_ascii_uppercase()) && !path.is_empty() =>
         {
-            Ok((method.to_owned(), path.to_owned()))
+            Ok((method, path))
         }
         _ => err(format!("request {request:?} is not \"METHOD /path PROTOCOL\"")),
     }
@@ -174,53 +200,92 @@ fn status(text: &str) -> Result<u16, LineError> {
 }
 
 /// `-` (nginx, Envoy) means absent.
-fn present(text: &str) -> Option<String> {
-    (!text.is_empty() && text != "-").then(|| text.to_owned())
+fn present(text: &str) -> Option<Cow<'_, str>> {
+    (!text.is_empty() && text != "-").then_some(Cow::Borrowed(text))
 }
 
-fn combined(line: &str) -> Result<Record, LineError> {
+/// Appends field `name` when logged.
+fn keep<'a>(fields: &mut SmallVec<[(&'a str, Cow<'a, str>); 4]>, name: &'a str, text: &'a str) {
+    if let Some(value) = present(text) {
+        fields.push((name, value));
+    }
+}
+
+fn combined(line: &str) -> Result<Record<'_>, LineError> {
     let mut f = Fields { rest: line };
     let addr = f.bare("client address")?;
     f.bare("ident")?;
-    f.bare("user")?;
+    let user = f.bare("user")?;
     let time_us = local_time(f.enclosed('[', ']', "time")?)?;
     let (method, path) = request_line(f.quoted("request")?)?;
     let status = status(f.bare("status")?)?;
     f.bare("bytes sent")?;
-    f.quoted("referer")?;
-    f.quoted("user agent")?;
+    let referer = f.quoted("referer")?;
+    let agent = f.quoted("user agent")?;
+    let mut fields = SmallVec::new();
+    keep(&mut fields, "remote_user", user);
+    keep(&mut fields, "header.referer", referer);
+    keep(&mut fields, "header.user-agent", agent);
     let forwarded_for = if f.at_end() { None } else { present(f.quoted("X-Forwarded-For")?) };
     if !f.at_end() {
         return err(format!("unexpected text after the last field: {:?}", f.rest.trim()));
     }
-    Ok(Record { time_us, addr: present(addr), forwarded_for, method, path, status, fields: BTreeMap::new() })
+    Ok(Record {
+        time_us,
+        addr: present(addr),
+        forwarded_for,
+        method: Cow::Borrowed(method),
+        path: Cow::Borrowed(path),
+        status,
+        duration_us: None,
+        fields,
+    })
 }
 
-fn envoy(line: &str) -> Result<Record, LineError> {
+fn envoy(line: &str) -> Result<Record<'_>, LineError> {
     let mut f = Fields { rest: line };
     let time_us = rfc3339(f.enclosed('[', ']', "start time")?)?;
     let (method, path) = request_line(f.quoted("request")?)?;
     let status = status(f.bare("response code")?)?;
-    for what in ["response flags", "bytes received", "bytes sent", "duration", "upstream service time"] {
+    for what in ["response flags", "bytes received", "bytes sent"] {
         f.bare(what)?;
     }
+    let duration = f.bare("duration")?;
+    let duration_us = match duration {
+        "-" => None,
+        ms => Some(
+            ms.parse::<u64>().map_err(|_| LineError(format!("duration {ms:?} is not milliseconds")))? * 1000,
+        ),
+    };
+    f.bare("upstream service time")?;
     let forwarded_for = present(f.quoted("X-Forwarded-For")?);
-    for what in ["user agent", "request id", "authority", "upstream host"] {
-        f.quoted(what)?;
-    }
+    let mut fields = SmallVec::new();
+    keep(&mut fields, "header.user-agent", f.quoted("user agent")?);
+    keep(&mut fields, "header.x-request-id", f.quoted("request id")?);
+    keep(&mut fields, "header.host", f.quoted("authority")?);
+    f.quoted("upstream host")?;
     if !f.at_end() {
         return err(format!("unexpected text after the last field: {:?}", f.rest.trim()));
     }
-    Ok(Record { time_us, addr: None, forwarded_for, method, path, status, fields: BTreeMap::new() })
+    Ok(Record {
+        time_us,
+        addr: None,
+        forwarded_for,
+        method: Cow::Borrowed(method),
+        path: Cow::Borrowed(path),
+        status,
+        duration_us,
+        fields,
+    })
 }
 
-fn json_line(line: &str, names: &JsonFields) -> Result<Record, LineError> {
+fn json_line<'a>(line: &str, names: &'a JsonFields) -> Result<Record<'a>, LineError> {
     let value: Value = serde_json::from_str(line).map_err(|e| LineError(format!("not JSON: {e}")))?;
     let Value::Object(object) = value else { return err("not a JSON object") };
-    let text = |name: &str| -> Option<String> {
+    let text = |name: &str| -> Option<Cow<'a, str>> {
         match object.get(name)? {
-            Value::String(s) => present(s),
-            Value::Number(n) => Some(n.to_string()),
+            Value::String(s) => present(s).map(|s| Cow::Owned(s.into_owned())),
+            Value::Number(n) => Some(Cow::Owned(n.to_string())),
             _ => None,
         }
     };
@@ -236,7 +301,19 @@ fn json_line(line: &str, names: &JsonFields) -> Result<Record, LineError> {
     let method = required(&names.method)?;
     let path = required(&names.path)?;
     let status = status(&required(&names.status)?)?;
-    let fields = names.extra.iter().filter_map(|(d, f)| Some((d.clone(), text(f)?))).collect();
+    let duration_us = match object.get(&names.duration) {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(secs) if (0.0..1e9).contains(&secs) => Some((secs * 1e6).round() as u64),
+            _ => return err(format!("{:?} {n} is not a duration in seconds", names.duration)),
+        },
+        Some(Value::String(s)) => match s.parse::<f64>() {
+            Ok(secs) if (0.0..1e9).contains(&secs) => Some((secs * 1e6).round() as u64),
+            _ => return err(format!("{:?} {s:?} is not a duration in seconds", names.duration)),
+        },
+        Some(other) => return err(format!("{:?} {other} is not a duration in seconds", names.duration)),
+    };
+    let fields = names.extra.iter().filter_map(|(d, f)| Some((d.as_str(), text(f)?))).collect();
     Ok(Record {
         time_us,
         addr: text(&names.addr),
@@ -244,6 +321,7 @@ fn json_line(line: &str, names: &JsonFields) -> Result<Record, LineError> {
         method,
         path,
         status,
+        duration_us,
         fields,
     })
 }
@@ -344,41 +422,47 @@ mod tests {
     fn a_combined_line_as_apache_documents_it() {
         let r = Format::Combined.parse(COMBINED).unwrap();
         assert_eq!(
-            (r.addr.as_deref(), r.method.as_str(), r.path.as_str(), r.status),
+            (r.addr.as_deref(), &*r.method, &*r.path, r.status),
             (Some("127.0.0.1"), "GET", "/apache_pb.gif", 200)
         );
         // 2000-10-10T20:55:36Z
         assert_eq!(r.time_us, 971_211_336_000_000);
         assert_eq!(r.forwarded_for, None);
+        assert_eq!(r.field("remote_user"), Some("frank"));
+        assert_eq!(r.field("header.user-agent"), Some("Mozilla/4.08 [en] (Win98; I ;Nav)"));
+        assert_eq!(r.field("header.referer"), Some("http://www.example.com/start.html"));
     }
 
     #[test]
     fn an_nginx_line_with_x_forwarded_for_appended() {
         let r = Format::Combined.parse(NGINX_XFF).unwrap();
         assert_eq!(r.forwarded_for.as_deref(), Some("203.0.113.9, 10.0.0.7"));
-        assert_eq!((r.method.as_str(), r.path.as_str(), r.status), ("POST", "/api/orders/42?x=1", 429));
+        assert_eq!((&*r.method, &*r.path, r.status), ("POST", "/api/orders/42?x=1", 429));
         assert_eq!(r.time_us, civil(2026, 12, 2, 6, 0, 1, 0).unwrap());
     }
 
     #[test]
     fn an_envoy_line_in_its_default_format() {
         let r = Format::Envoy.parse(ENVOY).unwrap();
-        assert_eq!((r.method.as_str(), r.path.as_str(), r.status), ("POST", "/api/v1/locations", 204));
+        assert_eq!((&*r.method, &*r.path, r.status), ("POST", "/api/v1/locations", 204));
         assert_eq!(r.forwarded_for.as_deref(), Some("10.0.35.28"));
         assert_eq!(r.addr, None);
         assert_eq!(r.time_us, 1_460_751_420_310_000);
+        assert_eq!(r.duration_us, Some(226_000));
     }
 
     #[test]
     fn json_lines_by_their_field_mapping() {
         let mut fields = JsonFields::default();
         fields.extra.insert("user".into(), "uid".into());
-        let line = r#"{"time": 1700000000.25, "remote_addr": "192.0.2.1", "method": "GET", "path": "/a", "status": 200, "uid": "u-7"}"#;
-        let r = Format::JsonLines(fields.clone()).parse(line).unwrap();
+        let line = r#"{"time": 1700000000.25, "remote_addr": "192.0.2.1", "method": "GET", "path": "/a", "status": 200, "uid": "u-7", "request_time": "0.012"}"#;
+        let format = Format::JsonLines(fields);
+        let r = format.parse(line).unwrap();
         assert_eq!(r.time_us, 1_700_000_000_250_000);
-        assert_eq!(r.fields.get("user").map(String::as_str), Some("u-7"));
+        assert_eq!(r.duration_us, Some(12_000));
+        assert_eq!(r.field("user"), Some("u-7"));
         let rfc = r#"{"time": "2026-12-02T06:00:00.5+01:00", "method": "GET", "path": "/", "status": "404"}"#;
-        let r = Format::JsonLines(fields).parse(rfc).unwrap();
+        let r = format.parse(rfc).unwrap();
         assert_eq!(r.time_us, civil(2026, 12, 2, 5, 0, 0, 500_000).unwrap());
         assert_eq!((r.status, r.addr), (404, None));
     }
