@@ -1,4 +1,5 @@
-//! The HTTP front door: the check API (`/v1/check`, `/v1/report`, `/v1/peek`), health and
+//! The HTTP front door: the check API (`/v1/check`, `/v1/report`, `/v1/peek`), the playground
+//! (`/v1/simulate`), health and
 //! metrics, the admin API under `/admin/`, and all of it as an OpenAPI document
 //! (`/openapi.json`, [`openapi`]).
 //!
@@ -9,6 +10,7 @@ mod admin;
 mod api;
 pub mod openapi;
 mod serve;
+mod simulate;
 mod switches;
 
 pub(crate) use serve::serve;
@@ -44,6 +46,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/check", post(api::check))
         .route("/v1/report", post(api::report))
         .route("/v1/peek", post(api::peek))
+        .route("/v1/simulate", post(simulate::simulate))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -10,5 +10,6 @@ mod metrics;
 mod openapi;
 mod redis;
 mod reload;
+mod simulate;
 mod support;
 mod survival;
