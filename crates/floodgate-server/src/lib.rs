@@ -41,6 +41,7 @@ mod decide;
 pub mod gateway;
 pub mod grpc;
 pub mod http;
+pub mod live;
 pub mod metrics;
 pub mod playground;
 pub mod reload;

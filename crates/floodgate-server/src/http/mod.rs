@@ -8,9 +8,11 @@
 
 mod admin;
 mod api;
+mod dashboard;
 pub mod openapi;
 mod serve;
 mod simulate;
+mod stats;
 mod switches;
 
 pub(crate) use serve::serve;

@@ -5,6 +5,7 @@ mod admin;
 mod api;
 mod bad_input;
 mod binary;
+mod dashboard;
 mod grpc;
 mod metrics;
 mod openapi;
