@@ -152,6 +152,7 @@ impl Server {
             crate::reload::on_sighup(Arc::clone(&shared), stop_rx.clone())?;
         }
         let upkeep = tokio::spawn(upkeep(shared.metrics.clone(), stop_rx.clone()));
+        let live = tokio::spawn(live(Arc::clone(&shared), stop_rx.clone()));
         let survival = tokio::spawn(crate::survival::run(Arc::clone(&shared), stop_rx.clone()));
 
         let stopped = |mut rx: watch::Receiver<bool>| async move { stopped(&mut rx).await };
@@ -189,6 +190,7 @@ impl Server {
         };
         drop(watcher);
         let _ = upkeep.await;
+        let _ = live.await;
         let _ = survival.await;
         http_result?;
         gateway_result?;
@@ -211,6 +213,30 @@ async fn upkeep(metrics: Metrics, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = tick.tick() => metrics.run_upkeep(),
             () = stopped(&mut stop) => return,
+        }
+    }
+}
+
+/// Ticks the dashboard's live view once a second (see [`crate::live`]); closes its streams on stop,
+/// so that graceful shutdown does not wait for them.
+async fn live(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    use floodgate_core::Clock as _;
+    let clock = floodgate_core::SystemClock::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick completes at once: start counting from the next.
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let running = shared.control.current();
+                let (config, store) = crate::live::context(&running, shared.control.store());
+                shared.live.tick(clock.now().as_secs(), crate::live::rules_in_force(&running), &config, &store);
+            }
+            () = stopped(&mut stop) => {
+                shared.live.close();
+                return;
+            }
         }
     }
 }

@@ -9,8 +9,8 @@
 //! A front door turns its request into [`Hit`]s (one per descriptor set), finds the [`Domain`] in
 //! the snapshot of the configuration it loaded once, and calls [`DecisionPath::decide`]; it then
 //! renders the verdict its own way (JSON and headers, protobuf statuses). Whatever happens on the
-//! way — metrics, the sampled decision log; the dashboard's live feed and its heavy-hitter sketch
-//! later — is an [`Observer`] that sees each decision once, here, and never code inside a handler.
+//! way — metrics, the sampled decision log, the dashboard's live feed and its heavy-hitter sketch
+//! (`live/`) — is an [`Observer`] that sees each decision once, here, and never code inside a handler.
 
 use std::cell::Cell;
 use std::fmt;
@@ -67,10 +67,16 @@ pub(crate) struct DecisionPath {
 }
 
 impl DecisionPath {
-    /// The decision path on `store`, observed by `metrics`, and by the decision log when
-    /// `decision_log_sample` (a share from 0 to 1) is above 0.
-    pub(crate) fn new(store: AnyStore, metrics: Metrics, decision_log_sample: f64) -> Self {
+    /// The decision path on `store`, observed by `metrics`, by `others` (the dashboard's live
+    /// view), and by the decision log when `decision_log_sample` (a share from 0 to 1) is above 0.
+    pub(crate) fn new(
+        store: AnyStore,
+        metrics: Metrics,
+        others: Vec<Box<dyn Observer>>,
+        decision_log_sample: f64,
+    ) -> Self {
         let mut observers: Vec<Box<dyn Observer>> = vec![Box::new(MetricsObserver(metrics))];
+        observers.extend(others);
         if let Some(log) = DecisionLog::new(decision_log_sample) {
             observers.push(Box::new(log));
         }

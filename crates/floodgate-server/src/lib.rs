@@ -3,7 +3,8 @@
 //! One [`App`] holds the running configuration (hot-reloadable, versioned, audited) over one store,
 //! and serves it through front doors that all go down one decision path (descriptors → engine →
 //! observers → render; `decide.rs`):
-//! - the **HTTP API** (axum): `POST /v1/check`, `/v1/report`, `/v1/peek`, `GET /healthz`,
+//! - the **HTTP API** (axum): `POST /v1/check`, `/v1/report`, `/v1/peek`, `/v1/simulate` (the
+//!   playground: [`playground`]), `GET /healthz`,
 //!   `/readyz`, `/metrics`, `/openapi.json` (the API as OpenAPI 3.1: [`http::openapi`]), and the
 //!   admin API under `/admin/` ([`http`]);
 //! - **Envoy RLS v3** gRPC (tonic): `ShouldRateLimit` ([`grpc`]).
@@ -40,7 +41,9 @@ mod decide;
 pub mod gateway;
 pub mod grpc;
 pub mod http;
+pub mod live;
 pub mod metrics;
+pub mod playground;
 pub mod reload;
 mod state;
 pub mod survival;

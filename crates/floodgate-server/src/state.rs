@@ -3,6 +3,7 @@
 //! and the tasks around them (reload, upkeep) read it; nothing here knows about them.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::control::Control;
 use crate::decide::DecisionPath;
+use crate::live::{Live, LiveObserver};
 use crate::metrics::Metrics;
 use crate::switches::Overrides;
 
@@ -66,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) control: Control,
     pub(crate) path: DecisionPath,
     pub(crate) metrics: Metrics,
+    /// The dashboard's live view of decisions.
+    pub(crate) live: Arc<Live>,
     pub(crate) admin_token: Option<String>,
     pub(crate) options: ServeOptions,
     /// Set once shutdown begins: `/readyz` answers 503 from then on.
@@ -78,11 +82,18 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(control: Control, metrics: Metrics, options: ServeOptions) -> Shared {
-        let path = DecisionPath::new(control.store().clone(), metrics.clone(), options.decision_log_sample);
+        let live = Arc::new(Live::new());
+        let path = DecisionPath::new(
+            control.store().clone(),
+            metrics.clone(),
+            vec![Box::new(LiveObserver(Arc::clone(&live)))],
+            options.decision_log_sample,
+        );
         Shared {
             control,
             path,
             metrics,
+            live,
             admin_token: options.admin_token.clone().filter(|t| !t.is_empty()),
             options,
             draining: AtomicBool::new(false),

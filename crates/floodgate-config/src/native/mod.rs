@@ -24,6 +24,7 @@ use crate::{StoreConfig, Survival};
 
 pub use self::descriptors::KNOWN_DESCRIPTORS;
 pub use self::limits::DEFAULT_LEASE;
+pub(crate) use self::rules::limit_alone;
 
 /// A validated native configuration, before its rules are compiled into a policy.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use floodgate::store::PrefetchBatch;
-use floodgate::{Action, Condition, IpPrefix, LimitKind, OnStoreError, Pattern, Rule};
+use floodgate::{Action, ByDescriptor, Condition, IpPrefix, Limit, LimitKind, OnStoreError, Pattern, Rule};
 
 use super::descriptors::Vocabulary;
 use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
@@ -12,7 +12,7 @@ use crate::algorithm::{self, Algorithm};
 use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
-use crate::yaml::{Item, Value, did_you_mean};
+use crate::yaml::{Fields, Item, Value, did_you_mean};
 
 /// The fields of a rule: these, and every algorithm's parameters (from the registry).
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
@@ -55,33 +55,7 @@ pub(crate) fn compile(
     canonical.field("name", &name);
 
     // algorithm and its parameters
-    let names = || algorithm::names().collect::<Vec<_>>().join(", ");
-    let algorithm_item = fields.require("algorithm", &format!("expected one of {}", names()))?;
-    let algorithm_name = algorithm_item.str("an algorithm")?;
-    let Some(algorithm) = algorithm::by_name(algorithm_name) else {
-        return Err(algorithm_item.error(format!(
-            "unknown algorithm {algorithm_name:?}: expected one of {}{}",
-            names(),
-            did_you_mean(algorithm_name, algorithm::names())
-        )));
-    };
-    canonical.field("algorithm", algorithm.name());
-    check_parameters(item.clone(), &fields, algorithm)?;
-
-    let (limit, by) = match algorithm.kind {
-        LimitKind::TokenBucket | LimitKind::Gcra => {
-            if let Some(overage) = fields.get("overage") {
-                return Err(overage.error(OVERAGE_WITHOUT_BY));
-            }
-            (bucket(&fields, algorithm.kind, &mut canonical)?, None)
-        }
-        _ => {
-            let shape = shape(&fields, algorithm.kind, &mut canonical)?;
-            let limit_item = fields.require("limit", "a limit is required")?;
-            let count = count(limit_item.clone(), vocabulary)?;
-            counted(&fields, &shape, &count, &limit_item, &mut canonical)?
-        }
-    };
+    let (algorithm, limit, by) = algorithm_limit(&item, &fields, vocabulary, &mut canonical)?;
     let mut rule = Rule::new(name.as_ref(), limit);
     if let Some(by) = by {
         rule = rule.vary_by(by);
@@ -232,6 +206,62 @@ pub(crate) fn compile(
     Ok((rule, canonical.hash()))
 }
 
+/// A rule's algorithm and its parameters (`algorithm: token_bucket`, `rate: 2/s`, `burst: 8`):
+/// the algorithm, its limit, and the limit's variants when it varies by a descriptor.
+pub(crate) fn algorithm_limit(
+    item: &Item<'_>,
+    fields: &Fields<'_>,
+    vocabulary: &Vocabulary,
+    canonical: &mut Canonical,
+) -> Result<(&'static Algorithm, Limit, Option<ByDescriptor>), Invalid> {
+    let names = || algorithm::names().collect::<Vec<_>>().join(", ");
+    let algorithm_item = fields.require("algorithm", &format!("expected one of {}", names()))?;
+    let algorithm_name = algorithm_item.str("an algorithm")?;
+    let Some(algorithm) = algorithm::by_name(algorithm_name) else {
+        return Err(algorithm_item.error(format!(
+            "unknown algorithm {algorithm_name:?}: expected one of {}{}",
+            names(),
+            did_you_mean(algorithm_name, algorithm::names())
+        )));
+    };
+    canonical.field("algorithm", algorithm.name());
+    check_parameters(item.clone(), fields, algorithm)?;
+
+    let (limit, by) = match algorithm.kind {
+        LimitKind::TokenBucket | LimitKind::Gcra => {
+            if let Some(overage) = fields.get("overage") {
+                return Err(overage.error(OVERAGE_WITHOUT_BY));
+            }
+            (bucket(fields, algorithm.kind, canonical)?, None)
+        }
+        _ => {
+            let shape = shape(fields, algorithm.kind, canonical)?;
+            let limit_item = fields.require("limit", "a limit is required")?;
+            let count = count(limit_item.clone(), vocabulary)?;
+            counted(fields, &shape, &count, &limit_item, canonical)?
+        }
+    };
+    Ok((algorithm, limit, by))
+}
+
+/// An algorithm and its parameters alone, as a rule writes them (`{algorithm: token_bucket, rate:
+/// 2/s, burst: 8}`), in a mapping whose other fields, named in `others`, the caller reads itself.
+/// One count only: a limit that varies by a descriptor has no meaning without descriptors.
+pub(crate) fn limit_alone(root: Item<'_>, others: &[&str]) -> Result<Limit, Invalid> {
+    let mut allowed = vec!["algorithm"];
+    allowed.extend(algorithm::all_parameters());
+    allowed.extend(others);
+    let fields = root.fields("an algorithm with its parameters", Some(&allowed))?;
+    let (_, limit, by) = algorithm_limit(&root, &fields, &Vocabulary::default(), &mut Canonical::default())?;
+    if by.is_some()
+        && let Some(item) = fields.get("limit")
+    {
+        return Err(item
+            .error("a limit that varies by a descriptor needs descriptors: give one count, e.g. limit: 5"));
+    }
+    Ok(limit)
+}
+
 /// `ip_prefix: { v4: 24, v6: 64 }`: the `ip` descriptor keyed by its network. A family left out
 /// is keyed by the whole address (32 or 128).
 fn ip_prefix(item: &Item<'_>, rule: &Rule) -> Result<IpPrefix, Invalid> {
@@ -312,11 +342,7 @@ fn shards(item: &Item<'_>, rule: &Rule) -> Result<u16, Invalid> {
 }
 
 /// Refuses parameters of other algorithms, and requires the algorithm's own required ones.
-fn check_parameters(
-    item: Item<'_>,
-    fields: &crate::yaml::Fields<'_>,
-    algorithm: &Algorithm,
-) -> Result<(), Invalid> {
+fn check_parameters(item: Item<'_>, fields: &Fields<'_>, algorithm: &Algorithm) -> Result<(), Invalid> {
     let parameters = algorithm::all_parameters();
     for given in fields.names() {
         if parameters.contains(&given)

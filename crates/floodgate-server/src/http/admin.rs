@@ -18,6 +18,9 @@
 //! | `GET /admin/gateway/switches` | the gateway's switches in force (shedding, stale reads, accepted writes) |
 //! | `PUT /admin/gateway/switches` | sets some of them (audited; they outlive reloads) |
 //! | `DELETE /admin/gateway/switches` | clears what the admin API set: the configuration's hold again |
+//! | `GET /admin/stats` | the live view: decisions per rule, top offenders, store health ([`crate::live`]) |
+//! | `GET /admin/stats/stream` | the same as server-sent events, once a second, after 5 minutes of history |
+//! | `GET /dashboard` | the dashboard page (docs/dashboard.md), its assets under `/dashboard/` |
 //!
 //! In `/admin/keys`, `rule` and `domain` are reserved; every other query parameter is a
 //! descriptor (the rule's key descriptors, and those its `match` conditions need). With the
@@ -45,6 +48,7 @@ use super::openapi::{
 };
 use super::switches::{clear_switches, get_switches, set_switches};
 use super::{MAX_ADMIN_BODY, invalid, json, malformed, problem, read_body};
+use super::{dashboard, stats};
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Trigger};
 use crate::control::{ApplyError, Domain, Running};
 use crate::state::Shared;
@@ -58,6 +62,11 @@ pub(super) fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
         .route("/admin/audit", get(audit))
         .route("/admin/keys", get(inspect_key).delete(reset_key))
         .route("/admin/gateway/switches", get(get_switches).put(set_switches).delete(clear_switches))
+        .route("/admin/stats", get(stats::snapshot))
+        .route("/admin/stats/stream", get(stats::stream))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/dashboard.js", get(dashboard::script))
+        .route("/dashboard/dashboard.css", get(dashboard::style))
         .route_layer(middleware::from_fn_with_state(shared, authorize))
 }
 

@@ -1,4 +1,5 @@
-//! The HTTP front door: the check API (`/v1/check`, `/v1/report`, `/v1/peek`), health and
+//! The HTTP front door: the check API (`/v1/check`, `/v1/report`, `/v1/peek`), the playground
+//! (`/v1/simulate`), health and
 //! metrics, the admin API under `/admin/`, and all of it as an OpenAPI document
 //! (`/openapi.json`, [`openapi`]).
 //!
@@ -7,9 +8,12 @@
 
 mod admin;
 mod api;
+mod dashboard;
 pub mod openapi;
 mod reserve;
 mod serve;
+mod simulate;
+mod stats;
 mod switches;
 mod usage;
 
@@ -50,6 +54,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/commit", post(reserve::commit))
         .route("/v1/release", post(reserve::release))
         .route("/v1/usage", get(usage::usage))
+        .route("/v1/simulate", post(simulate::simulate))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -58,6 +58,7 @@ pub(super) const YAML: &str = "application/yaml";
         super::reserve::commit,
         super::reserve::release,
         super::usage::usage,
+        super::simulate::simulate,
         super::healthz,
         super::readyz,
         super::metrics,
@@ -73,6 +74,11 @@ pub(super) const YAML: &str = "application/yaml";
         super::switches::get_switches,
         super::switches::set_switches,
         super::switches::clear_switches,
+        super::stats::snapshot,
+        super::stats::stream,
+        super::dashboard::page,
+        super::dashboard::script,
+        super::dashboard::style,
     ),
     components(schemas(CheckRequest, VerdictBody<'static>, Problem)),
     modifiers(&AdminToken),
@@ -437,6 +443,39 @@ impl IntoResponses for AdminAccess {
                     )],
                 ),
             ),
+        ])
+    }
+}
+
+/// Problems of `/v1/simulate`: every one a 400 naming the field.
+pub(super) struct SimulateProblems;
+
+impl IntoResponses for SimulateProblems {
+    fn responses() -> Responses {
+        BTreeMap::from([
+            (
+                "400".into(),
+                problem_response(
+                    400,
+                    "The body is not JSON (`malformed-request`), or not a simulation (`invalid-request`): the detail \
+                     names the field — an unknown algorithm or parameter, a parameter as a rule could not have it \
+                     (with its line and column), a missing or misordered `requests[i].at_ms`, a \
+                     `requests[i].cost` the limit can never grant, more than 10 000 requests or samples.",
+                    &[
+                        (
+                            MALFORMED_TYPE,
+                            "Malformed Request",
+                            "The body is not valid JSON: expected value at line 1 column 1.",
+                        ),
+                        (
+                            INVALID_TYPE,
+                            "Invalid Simulation",
+                            "line 1, column 46: rate: invalid rate \"two/s\": expected N/unit with unit one of ms, s, m, h, d (e.g. \"10/s\")",
+                        ),
+                    ],
+                ),
+            ),
+            ("413".into(), too_large(super::simulate::MAX_SIMULATE_BODY)),
         ])
     }
 }

@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 
 use self::sharded::Sharded;
 
-mod sharded;
+pub(crate) mod sharded;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 const PER_LINE: usize = 8;
 
 /// How many shards: the machine's parallelism, at most 16.
-fn shards() -> usize {
+pub(crate) fn shards() -> usize {
     static SHARDS: OnceLock<usize> = OnceLock::new();
     *SHARDS.get_or_init(|| std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 16))
 }
 
 /// The calling thread's shard.
-fn shard() -> usize {
+pub(crate) fn shard() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local!(static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed));
     SHARD.with(|s| *s) % shards()

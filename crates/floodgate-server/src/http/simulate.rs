@@ -1,0 +1,236 @@
+//! `POST /v1/simulate`: the playground ([`crate::playground`]) over HTTP.
+//!
+//! Body: an algorithm and its parameters exactly as a rule writes them (read by the
+//! configuration's own parser, so its errors name the line, column and field), the `requests`
+//! (`at_ms`, `cost`), and optionally `sample_ms` / `until_ms` for the level between requests.
+//! Answer: one decision per request. Nothing is stored or counted; every error is a 400 naming the
+//! field.
+
+use axum::extract::Request;
+use axum::response::Response;
+use floodgate_http::Problem;
+use floodgate_http::problem::INVALID_TYPE;
+use http::StatusCode;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::openapi::{SimulateProblems, TAG_DECISIONS};
+use super::{json, malformed, problem, read_body};
+use crate::playground::{self, MAX_REQUESTS, Sampling};
+
+/// The largest body `/v1/simulate` accepts: 1 MiB (10 000 requests fit).
+pub(super) const MAX_SIMULATE_BODY: usize = 1024 * 1024;
+
+/// The fields of the body besides the algorithm's.
+const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
+
+/// What `/v1/simulate` takes (documentation: the body is read by the configuration's parser and
+/// the fields below).
+#[derive(Debug, ToSchema)]
+#[schema(as = Simulate, example = json!({"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": [{"at_ms": 0, "cost": 1}, {"at_ms": 0}, {"at_ms": 250, "cost": 2}]}))]
+#[allow(dead_code)] // read field by field, for errors that name the field
+pub(super) struct SimulateBody {
+    /// The algorithm, as a rule names it: `fixed_window`, `sliding_window`, `sliding_log`,
+    /// `token_bucket`, `gcra`, `concurrency`, `quota`. Its parameters (`limit`, `window`, `rate`,
+    /// `burst`, `lease`, `period`, `time_zone`, `anchor`) are written beside it exactly as in a rule
+    /// of the configuration (docs/configuration.md), with the same defaults and errors.
+    algorithm: String,
+    /// The requests, in time order (at most 10 000).
+    requests: Vec<SimulatedRequest>,
+    /// Sample the level (what a request of 1 would find left) every this many milliseconds, from
+    /// 0 to `until_ms`; at most 10 000 samples. Absent: no `levels` in the answer.
+    sample_ms: Option<u64>,
+    /// The last instant sampled (default: the last request's `at_ms`).
+    until_ms: Option<u64>,
+}
+
+/// One simulated request.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub(super) struct SimulatedRequest {
+    /// When it arrives, in milliseconds of simulated time: the Unix epoch plus `at_ms`, so that a
+    /// fixed window or a quota period begins at 0. Never earlier than the request before.
+    at_ms: u64,
+    /// Its cost (default 1; at most what the limit grants at once).
+    cost: Option<u64>,
+}
+
+/// The decisions.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Simulation)]
+pub(super) struct SimulationView {
+    /// The algorithm simulated.
+    algorithm: &'static str,
+    /// The limit's capacity: the most one window, bucket or period grants.
+    limit: u64,
+    /// One decision per request, in order.
+    decisions: Vec<SimulatedDecision>,
+    /// The level at each sampled instant (with `sample_ms` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    levels: Option<Vec<SampledLevel>>,
+}
+
+/// One request's decision.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SimulatedDecision {
+    /// The request's time.
+    at_ms: u64,
+    /// Whether it passed (and consumed its cost).
+    allowed: bool,
+    /// Capacity left after it.
+    remaining: u64,
+    /// When refused: milliseconds until the same request would pass, rounded up (the exact
+    /// `Retry-After`, in ms); `null` when allowed.
+    retry_after_ms: Option<u64>,
+    /// Milliseconds until the limit is fully replenished, rounded up.
+    reset_after_ms: u64,
+}
+
+/// The level at one instant.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SampledLevel {
+    /// The instant.
+    at_ms: u64,
+    /// What a request of 1 would find left: tokens in a bucket, the limit less a window's count.
+    remaining: u64,
+}
+
+/// Runs one limit — an algorithm with its parameters, as a rule writes them — over request times
+/// and costs on a simulated clock: the real algorithms, no store, nothing counted.
+#[utoipa::path(
+    post,
+    path = "/v1/simulate",
+    tag = TAG_DECISIONS,
+    operation_id = "simulate",
+    request_body(content = SimulateBody, description = "The algorithm with its parameters (as in a rule), and the requests. JSON, at most 1 MiB."),
+    responses(
+        (status = 200, description = "One decision per request.", body = SimulationView, example = json!({"algorithm": "token_bucket", "limit": 8, "decisions": [{"at_ms": 0, "allowed": true, "remaining": 7, "retry_after_ms": null, "reset_after_ms": 500}]})),
+        SimulateProblems,
+    ),
+)]
+pub(super) async fn simulate(request: Request) -> Response {
+    let body = match read_body(request, MAX_SIMULATE_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(value) => value,
+        Err(e) => return malformed(format!("The body is not valid JSON: {e}.")),
+    };
+    let Some(object) = value.as_object() else {
+        return bad(
+            "The body must be a JSON object: {\"algorithm\": ..., its parameters, \"requests\": [...]}.",
+        );
+    };
+    // The algorithm and its parameters, by the configuration's parser (JSON is YAML).
+    let text = String::from_utf8_lossy(&body);
+    let limit = match floodgate_config::algorithm::parse_limit(&text, &FIELDS) {
+        Ok(limit) => limit,
+        Err(e) => return bad(e.message),
+    };
+    let requests = match requests(object) {
+        Ok(requests) => requests,
+        Err(message) => return bad(message),
+    };
+    let sampling = match sampling(object, &requests) {
+        Ok(sampling) => sampling,
+        Err(message) => return bad(message),
+    };
+    let run = match playground::simulate(&limit, &requests, sampling) {
+        Ok(run) => run,
+        Err(e) => return bad(e.to_string()),
+    };
+    let decisions = requests
+        .iter()
+        .zip(&run.decisions)
+        .map(|(r, d)| SimulatedDecision {
+            at_ms: r.at_ms,
+            allowed: d.allowed,
+            remaining: d.remaining,
+            retry_after_ms: d.retry_after.map(playground::ceil_ms),
+            reset_after_ms: playground::ceil_ms(d.reset_after),
+        })
+        .collect();
+    let levels = sampling.map(|_| {
+        run.levels.iter().map(|l| SampledLevel { at_ms: l.at_ms, remaining: l.remaining }).collect()
+    });
+    json(
+        StatusCode::OK,
+        &SimulationView { algorithm: limit.algorithm_name(), limit: limit.capacity(), decisions, levels },
+    )
+}
+
+/// A 400 naming what is wrong.
+fn bad(detail: impl Into<String>) -> Response {
+    problem(Problem::new(StatusCode::BAD_REQUEST, INVALID_TYPE, "Invalid Simulation", detail))
+}
+
+/// `requests`: a list of `{"at_ms": n, "cost": n}`.
+fn requests(object: &Map<String, Value>) -> Result<Vec<playground::Request>, String> {
+    let Some(list) = object.get("requests") else {
+        return Err("requests: missing: the requests to simulate, e.g. [{\"at_ms\": 0, \"cost\": 1}]".into());
+    };
+    let Some(list) = list.as_array() else {
+        return Err(format!("requests: expected a list of {{\"at_ms\": n, \"cost\": n}}, found {list}"));
+    };
+    if list.len() > MAX_REQUESTS {
+        return Err(format!(
+            "requests: {} requests: at most {MAX_REQUESTS} are simulated at once",
+            list.len()
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let Some(fields) = entry.as_object() else {
+                return Err(format!("requests[{i}]: expected {{\"at_ms\": n, \"cost\": n}}, found {entry}"));
+            };
+            if let Some(unknown) = fields.keys().find(|k| *k != "at_ms" && *k != "cost") {
+                return Err(format!("requests[{i}].{unknown}: unknown field: expected at_ms and cost"));
+            }
+            let at_ms = match fields.get("at_ms") {
+                Some(v) => whole(v).ok_or_else(|| {
+                    format!("requests[{i}].at_ms: expected a whole number of milliseconds, found {v}")
+                })?,
+                None => return Err(format!("requests[{i}].at_ms: missing: when the request arrives, in ms")),
+            };
+            let cost = match fields.get("cost") {
+                Some(v) => whole(v)
+                    .filter(|c| *c >= 1)
+                    .ok_or_else(|| format!("requests[{i}].cost: expected a whole number ≥ 1, found {v}"))?,
+                None => 1,
+            };
+            Ok(playground::Request { at_ms, cost })
+        })
+        .collect()
+}
+
+/// `sample_ms` and `until_ms`.
+fn sampling(
+    object: &Map<String, Value>,
+    requests: &[playground::Request],
+) -> Result<Option<Sampling>, String> {
+    let field = |name: &str| -> Result<Option<u64>, String> {
+        match object.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => whole(v)
+                .map(Some)
+                .ok_or_else(|| format!("{name}: expected a whole number of milliseconds, found {v}")),
+        }
+    };
+    let (every, until) = (field("sample_ms")?, field("until_ms")?);
+    match (every, until) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err("until_ms: applies with sample_ms only".into()),
+        (Some(every_ms), until) => {
+            let until_ms = until.unwrap_or_else(|| requests.last().map_or(0, |r| r.at_ms));
+            Ok(Some(Sampling { every_ms, until_ms }))
+        }
+    }
+}
+
+/// A JSON number that is a whole number from 0 to 2^64 - 1.
+fn whole(value: &Value) -> Option<u64> {
+    value.as_u64()
+}
