@@ -50,8 +50,8 @@ use floodgate_redis::{RedisConfig, Target};
 use self::error::{Invalid, file_error, name_path};
 use self::yaml::{Item, Value};
 
-pub use self::native::gateway;
 pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
+pub use self::native::{auth, gateway};
 
 /// Which store holds the counters, with the store's own settings type: its defaults are the only
 /// defaults (documented on [`MemoryConfig`] and [`RedisConfig`]).
@@ -116,6 +116,9 @@ pub struct Config {
     pub gateway: Option<gateway::GatewayConfig>,
     /// Where it came from.
     pub source: Source,
+    /// Who may call the data plane (`auth:` section of the native file), if anyone is named:
+    /// DESIGN.md §12. `None`: every caller may.
+    pub auth: Option<auth::AuthConfig>,
 }
 
 /// How a Redis store is survived when it fails (DESIGN §7; the `breaker`, `instances` and
@@ -362,6 +365,7 @@ fn assemble(
         }
     }
     let mut gateway = None;
+    let mut auth = None;
     let (store, survival, headers, policy) = match native {
         Some((file, n)) => {
             for (rule, fingerprint) in &n.fingerprints {
@@ -372,11 +376,12 @@ fn assemble(
                 Invalid { field: Some("rules".into()), ..Invalid::unlocated(e.to_string()) }.in_file(file_ref)
             })?;
             gateway = n.gateway.map(|g| *g);
+            auth = n.auth.map(|a| *a);
             (n.store, n.survival, n.headers, policy)
         }
         None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),
     };
-    Ok(Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source })
+    Ok(Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source, auth })
 }
 
 #[cfg(test)]

@@ -89,10 +89,12 @@ pub struct Server {
 
 impl Server {
     /// Takes already-bound listeners (tests bind port 0). Refuses an HTTP listener that is not on
-    /// loopback when no admin token is set: the admin API shares the HTTP listener.
+    /// loopback when no admin token is set and no `auth` client holds the `admin` scope: the admin
+    /// API shares the HTTP listener.
     pub fn new(app: App, http: TcpListener, grpc: Option<TcpListener>) -> Result<Server, StartError> {
         let http_addr = http.local_addr()?;
-        check_admin_exposure(http_addr, app.shared.admin_token.is_some())?;
+        let admin_clients = app.shared.control.current().auth.as_ref().is_some_and(|a| a.any_admin());
+        check_admin_exposure(http_addr, app.shared.admin_token.is_some() || admin_clients)?;
         let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
         Ok(Server { app, http, grpc, http_addr, grpc_addr, gateway: None })
     }

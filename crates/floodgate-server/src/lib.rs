@@ -34,6 +34,7 @@
 
 pub mod app;
 pub mod audit;
+mod auth;
 pub mod cli;
 pub mod control;
 mod decide;

@@ -3,6 +3,7 @@
 //! vocabulary rules may use), [`rules`] (`rules:`) and [`limits`] (a rule's algorithm and its
 //! parameters, read through the [algorithm registry](crate::algorithm)).
 
+pub mod auth;
 mod descriptors;
 pub mod gateway;
 mod limits;
@@ -36,9 +37,11 @@ pub(crate) struct Native {
     pub(crate) fingerprints: Vec<(String, u64)>,
     /// The `gateway` section, if any (boxed: most configurations have none).
     pub(crate) gateway: Option<Box<gateway::GatewayConfig>>,
+    /// The `auth` section, if any (boxed: most configurations have none).
+    pub(crate) auth: Option<Box<auth::AuthConfig>>,
 }
 
-const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules", "gateway"];
+const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules", "gateway", "auth"];
 
 /// Validates a native configuration document (its root is a mapping without `domain`).
 pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
@@ -73,5 +76,9 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         Some(item) => Some(Box::new(gateway::compile(item)?)),
         None => None,
     };
-    Ok(Native { store, survival, headers, rules, fingerprints, gateway })
+    let auth = match fields.get("auth").filter(|i| !i.is_null()) {
+        Some(item) => Some(Box::new(auth::compile(item)?)),
+        None => None,
+    };
+    Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth })
 }

@@ -3,6 +3,7 @@
 
 mod admin;
 mod api;
+mod auth;
 mod bad_input;
 mod binary;
 mod grpc;
