@@ -67,6 +67,10 @@ pub struct Running {
     pub gateway: Option<Arc<GatewayPolicies>>,
     /// Who may call (the `auth:` section), when anyone is named.
     pub(crate) auth: Option<Arc<Clients>>,
+    /// The HTTP listener's limits, for the connections accepted from now on.
+    pub http: floodgate_config::http_server::HttpConfig,
+    /// TLS on the HTTP and gRPC listeners (set up at start; its files are watched).
+    pub tls: Option<floodgate_config::tls::TlsConfig>,
 }
 
 /// The native policy as the gateway applies it, in two phases (DESIGN.md §9): the rules that need
@@ -218,6 +222,9 @@ pub enum StartError {
     /// The gateway's accepted writes cannot be opened.
     #[error("gateway: {0}")]
     Gateway(#[source] std::io::Error),
+    /// A listener's TLS files cannot be used.
+    #[error("tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// A gateway listener was given, but the configuration has no `gateway:` section.
     #[error("a gateway listener was given, but the configuration has no gateway section")]
     NoGateway,
@@ -360,6 +367,8 @@ impl Control {
             survival: target.survival.clone(),
             gateway: target.gateway.clone(),
             auth: target.auth.clone(),
+            http: target.http,
+            tls: target.tls.clone(),
         };
         let diff = Diff::between(&current.fingerprints, &running.fingerprints);
         Ok(self.install(&mut history, running, diff, Trigger::Rollback, Some(target.version)))
@@ -521,6 +530,16 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
             config.store.summary()
         )));
     }
+    let gateway_tls = |g: Option<&floodgate_config::gateway::GatewayConfig>| g.and_then(|g| g.tls.clone());
+    if current.tls != config.tls
+        || gateway_tls(current.gateway.as_deref().map(|g| &*g.config)) != gateway_tls(config.gateway.as_ref())
+    {
+        return Err(ApplyError::Refused(
+            "tls: the listeners' TLS settings (tls, gateway.tls) cannot change while running; the certificate \
+             files themselves are reloaded when they change; restart floodgate to change the settings"
+                .into(),
+        ));
+    }
     let running = current.gateway.as_ref().map(|g| (g.config.listen, g.config.state_dir.clone()));
     let wanted = config.gateway.as_ref().map(|g| (g.listen, g.state_dir.clone()));
     match (running, wanted) {
@@ -544,8 +563,20 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
 
 /// The policies of `config`, with their metric handles.
 fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
-    let Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source, auth } =
-        config;
+    let Config {
+        store,
+        survival,
+        headers,
+        policy,
+        domains,
+        fingerprints,
+        detailed,
+        gateway,
+        source,
+        auth,
+        http,
+        tls,
+    } = config;
     let auth = auth.map(|a| Arc::new(Clients::new(a, metrics)));
     let gateway = gateway.map(|g| Arc::new(GatewayPolicies::new(g, &policy, metrics, &detailed)));
     let native = Arc::new(domain(None, policy, metrics, &detailed));
@@ -553,7 +584,20 @@ fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
         .into_iter()
         .map(|(name, policy)| (name.clone(), Arc::new(domain(Some(name), policy, metrics, &detailed))))
         .collect();
-    Running { version, headers, native, domains, source, fingerprints, store, survival, gateway, auth }
+    Running {
+        version,
+        headers,
+        native,
+        domains,
+        source,
+        fingerprints,
+        store,
+        survival,
+        gateway,
+        auth,
+        http,
+        tls,
+    }
 }
 
 /// What changed in who may call, for the audit log: `auth.clients.<name>` for every client added,

@@ -46,6 +46,7 @@ pub mod reload;
 mod state;
 pub mod survival;
 pub mod switches;
+pub mod tls;
 
 pub use app::{App, Server};
 pub use control::{Control, StartError};
