@@ -134,7 +134,7 @@ pub async fn run(args: &SlowlorisArgs) -> anyhow::Result<Report> {
     let details = Details {
         slow_connections: args.slow,
         drip_ms: args.drip.as_secs_f64() * 1000.0,
-        header_read_timeout_ms: args.target.is_none().then(|| args.header_timeout.as_secs_f64() * 1000.0),
+        header_read_timeout_ms: args.target.is_none().then_some(args.header_timeout.as_secs_f64() * 1000.0),
         normal_rate: args.normal_rate,
         phase_s: args.phase.as_secs_f64(),
         p99_ratio: if baseline.latency.p99_us > 0.0 {
