@@ -24,7 +24,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::state::stopped;
+/// Completes once `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
 
 /// How often the files are looked at.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -153,15 +156,6 @@ fn build(files: &TlsConfig, alpn: &[Vec<u8>]) -> Result<ServerConfig, TlsError> 
     })?;
     config.alpn_protocols = alpn.to_vec();
     Ok(config)
-}
-
-/// The gateway's listener over TLS.
-impl crate::gateway::Acceptor for Arc<Tls> {
-    type Io = TlsStream<TcpStream>;
-
-    async fn accept(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
-        Tls::accept(self, tcp).await
-    }
 }
 
 /// A gRPC connection over TLS, as tonic serves it.
