@@ -55,6 +55,37 @@ pub enum Scenario {
     /// policy by the real engine on a clock the log's timestamps drive: what each rule would have
     /// denied, to whom, and when; `--compare` a second policy; `--suggest` limits from the log.
     Replay(ReplayArgs),
+    /// Slow connections that send a request's headers one line at a time and never finish
+    /// (slowloris), beside normal clients: the normal clients' latency without and with them, and
+    /// how long the server takes to close each slow connection.
+    Slowloris(SlowlorisArgs),
+}
+
+/// `slowloris`.
+#[derive(Debug, Clone, Args)]
+pub struct SlowlorisArgs {
+    /// A running server's HTTP API (`http://IP:PORT`); default: one in this process with
+    /// `http.header_read_timeout` set to --header-timeout.
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
+    /// Slow connections held open during the attack (each reconnects once closed).
+    #[arg(long, default_value_t = 500, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    pub slow: usize,
+    /// How often each slow connection sends one more header line.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub drip: Duration,
+    /// The in-process server's `http.header_read_timeout`.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration, conflicts_with = "target")]
+    pub header_timeout: Duration,
+    /// Normal requests per second (`POST /v1/check`), open loop, in each phase.
+    #[arg(long, value_name = "PER_SEC", default_value_t = 500.0)]
+    pub normal_rate: f64,
+    /// The length of each phase (baseline, then under attack).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub phase: Duration,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
 }
 
 /// Output flags, on every scenario.

@@ -20,6 +20,8 @@
 //! - [`flood`]: a flood of distinct keys beside normal users under their limits, on the memory
 //!   store (capped) or a Redis; the normal users' false rejections (known users and newcomers
 //!   apart), their latency, and what the store holds.
+//! - [`slowloris`]: slow connections dripping header lines beside normal clients; the normal
+//!   clients' latency without and with them, and how long the server takes to close them.
 //!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
 //! `--plot PATH.svg` on request. The report math lives in [`math`]:
@@ -49,6 +51,7 @@ mod proxy;
 mod redis_node;
 pub mod replay;
 pub mod report;
+pub mod slowloris;
 pub mod target;
 pub mod throughput;
 mod units;
@@ -75,6 +78,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Prefetch(a) => prefetch::run(a).await,
         Scenario::Flood(a) => flood::run(a).await,
         Scenario::Gateway(a) => gateway::run(a).await,
+        Scenario::Slowloris(a) => slowloris::run(a).await,
         Scenario::Replay(_) => Err(Usage("replay writes its own report: see replay::run".into()).into()),
     }
 }
@@ -99,6 +103,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Flood(a) => &a.output,
         Scenario::Gateway(a) => &a.output,
         Scenario::Replay(a) => &a.output,
+        Scenario::Slowloris(a) => &a.output,
     }
 }
 

@@ -50,8 +50,8 @@ use floodgate_redis::{RedisConfig, Target};
 use self::error::{Invalid, file_error, name_path};
 use self::yaml::{Item, Value};
 
-pub use self::native::gateway;
 pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
+pub use self::native::{auth, gateway, http_server, tls};
 
 /// Which store holds the counters, with the store's own settings type: its defaults are the only
 /// defaults (documented on [`MemoryConfig`] and [`RedisConfig`]).
@@ -116,6 +116,13 @@ pub struct Config {
     pub gateway: Option<gateway::GatewayConfig>,
     /// Where it came from.
     pub source: Source,
+    /// Who may call the data plane (`auth:` section of the native file), if anyone is named:
+    /// DESIGN.md §12. `None`: every caller may.
+    pub auth: Option<auth::AuthConfig>,
+    /// The HTTP listener's limits (`http:` section of the native file, else their defaults).
+    pub http: http_server::HttpConfig,
+    /// TLS on the HTTP and gRPC listeners (`tls:` section of the native file), if any.
+    pub tls: Option<tls::TlsConfig>,
 }
 
 /// How a Redis store is survived when it fails (DESIGN §7; the `breaker`, `instances` and
@@ -268,7 +275,7 @@ impl Source {
 /// One parsed file.
 #[derive(Debug)]
 enum Document {
-    Native(native::Native),
+    Native(Box<native::Native>),
     Envoy(envoy::Domain),
 }
 
@@ -298,7 +305,7 @@ fn document(text: &str) -> Result<Document, Invalid> {
         Value::Map(entries) if entries.iter().any(|(k, _)| k.value == Value::Str("domain".into())) => {
             envoy::compile(item).map(Document::Envoy)
         }
-        Value::Map(_) => native::compile(item).map(Document::Native),
+        Value::Map(_) => native::compile(item).map(|n| Document::Native(Box::new(n))),
         _ => Err(item.error(format!(
             "expected a mapping with `rules:` (Floodgate) or `domain:` (envoyproxy/ratelimit), found {}",
             root.describe()
@@ -332,7 +339,7 @@ fn assemble(
                         ),
                     ));
                 }
-                native = Some((file, n));
+                native = Some((file, *n));
             }
             Document::Envoy(domain) => {
                 if let Some(first) = domain_files.get(&domain.name) {
@@ -362,6 +369,9 @@ fn assemble(
         }
     }
     let mut gateway = None;
+    let mut auth = None;
+    let mut http = http_server::HttpConfig::default();
+    let mut tls = None;
     let (store, survival, headers, policy) = match native {
         Some((file, n)) => {
             for (rule, fingerprint) in &n.fingerprints {
@@ -372,11 +382,27 @@ fn assemble(
                 Invalid { field: Some("rules".into()), ..Invalid::unlocated(e.to_string()) }.in_file(file_ref)
             })?;
             gateway = n.gateway.map(|g| *g);
+            auth = n.auth.map(|a| *a);
+            http = n.http;
+            tls = n.tls.map(|t| *t);
             (n.store, n.survival, n.headers, policy)
         }
         None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),
     };
-    Ok(Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source })
+    Ok(Config {
+        store,
+        survival,
+        headers,
+        policy,
+        domains,
+        fingerprints,
+        detailed,
+        gateway,
+        source,
+        auth,
+        http,
+        tls,
+    })
 }
 
 #[cfg(test)]

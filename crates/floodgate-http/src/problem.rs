@@ -37,6 +37,9 @@ pub const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
 pub const RESERVATION_SETTLED_TYPE: &str = "https://floodgate.dev/problems/reservation-settled";
 /// [`Problem::type_uri`] of a request refused for lack of credentials (401, 403).
 pub const UNAUTHORIZED_TYPE: &str = "https://floodgate.dev/problems/unauthorized";
+/// [`Problem::type_uri`] of a request whose credentials are valid but do not allow it (403: a
+/// scope the client lacks, a descriptor pinned to another value).
+pub const FORBIDDEN_TYPE: &str = "https://floodgate.dev/problems/forbidden";
 /// [`Problem::type_uri`] of an operation the store could not carry out (503).
 pub const STORE_UNAVAILABLE_TYPE: &str = "https://floodgate.dev/problems/store-unavailable";
 /// [`Problem::type_uri`] of a gateway request refused because its route's priority is shed (503).

@@ -17,6 +17,7 @@ use crate::control::{Control, StartError};
 use crate::gateway::{Gateway, PlainTcp};
 use crate::metrics::Metrics;
 use crate::state::{ServeOptions, Shared, stopped};
+use crate::tls::Tls;
 
 /// The rate-limit service: the running configuration with its store, and the HTTP and gRPC front
 /// doors over it. Cheap to clone (shared state).
@@ -85,16 +86,32 @@ pub struct Server {
     http_addr: SocketAddr,
     grpc_addr: Option<SocketAddr>,
     gateway: Option<(Gateway, TcpListener, SocketAddr)>,
+    /// TLS of the HTTP and gRPC listeners (HTTP offers `h2` and `http/1.1`, gRPC `h2`).
+    tls: Option<(Arc<Tls>, Arc<Tls>)>,
+    /// TLS of the gateway's listener.
+    gateway_tls: Option<Arc<Tls>>,
 }
 
 impl Server {
     /// Takes already-bound listeners (tests bind port 0). Refuses an HTTP listener that is not on
-    /// loopback when no admin token is set: the admin API shares the HTTP listener.
+    /// loopback when no admin token is set and no `auth` client holds the `admin` scope: the admin
+    /// API shares the HTTP listener.
     pub fn new(app: App, http: TcpListener, grpc: Option<TcpListener>) -> Result<Server, StartError> {
         let http_addr = http.local_addr()?;
-        check_admin_exposure(http_addr, app.shared.admin_token.is_some())?;
+        let admin_clients = app.shared.control.current().auth.as_ref().is_some_and(|a| a.any_admin());
+        check_admin_exposure(http_addr, app.shared.admin_token.is_some() || admin_clients)?;
         let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
-        Ok(Server { app, http, grpc, http_addr, grpc_addr, gateway: None })
+        let running = app.shared.control.current();
+        let tls = match &running.tls {
+            Some(files) => {
+                let handshake = running.http.header_read_timeout;
+                let http = Tls::new(files, &[b"h2", b"http/1.1"], handshake)?;
+                let grpc = Tls::new(files, &[b"h2"], handshake)?;
+                Some((Arc::new(http), Arc::new(grpc)))
+            }
+            None => None,
+        };
+        Ok(Server { app, http, grpc, http_addr, grpc_addr, gateway: None, tls, gateway_tls: None })
     }
 
     /// Serves the gateway (the configuration's `gateway:` section) on `listener` too. Opens its
@@ -104,6 +121,11 @@ impl Server {
         let gateway = Gateway::open(Arc::clone(&self.app.shared))
             .map_err(|e| StartError::Gateway(std::io::Error::other(e)))?
             .ok_or(StartError::NoGateway)?;
+        let running = self.app.shared.control.current();
+        if let Some(files) = running.gateway.as_ref().and_then(|g| g.config.tls.as_ref()) {
+            let handshake = running.http.header_read_timeout;
+            self.gateway_tls = Some(Arc::new(Tls::new(files, &[b"h2", b"http/1.1"], handshake)?));
+        }
         self.gateway = Some((gateway, listener, addr));
         Ok(self)
     }
@@ -133,7 +155,7 @@ impl Server {
     /// when the app's options ask for them, and on a Redis store the survival task (fleet
     /// heartbeats, charging the store with what local shares admitted: see [`crate::survival`]).
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Server { app, http, grpc, gateway, .. } = self;
+        let Server { app, http, grpc, gateway, tls, gateway_tls, .. } = self;
         let shared = Arc::clone(&app.shared);
         let (stop_tx, stop_rx) = watch::channel(false);
 
@@ -155,24 +177,49 @@ impl Server {
         let live = tokio::spawn(live(Arc::clone(&shared), stop_rx.clone()));
         let survival = tokio::spawn(crate::survival::run(Arc::clone(&shared), stop_rx.clone()));
 
+        for watched in tls.iter().flat_map(|(h, g)| [h, g]).chain(gateway_tls.iter()) {
+            tokio::spawn(Arc::clone(watched).watch(stop_rx.clone()));
+        }
         let stopped = |mut rx: watch::Receiver<bool>| async move { stopped(&mut rx).await };
-        let http_task =
-            tokio::spawn(crate::http::serve(http, Arc::clone(&shared), app.router(), stop_rx.clone()));
+        let http_tls = tls.as_ref().map(|(h, _)| Arc::clone(h));
+        let http_task = tokio::spawn(crate::http::serve(
+            http,
+            Arc::clone(&shared),
+            app.router(),
+            http_tls,
+            stop_rx.clone(),
+        ));
         let grpc_task = grpc.map(|listener| {
-            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let svc = app.grpc_service();
             let stop = stopped(stop_rx.clone());
-            tokio::spawn(async move {
-                tonic::transport::Server::builder()
-                    .add_service(svc)
-                    .serve_with_incoming_shutdown(incoming, stop)
-                    .await
-                    .map_err(std::io::Error::other)
-            })
+            let builder = tonic::transport::Server::builder().add_service(svc);
+            match &tls {
+                None => {
+                    let incoming =
+                        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+                    tokio::spawn(async move {
+                        builder
+                            .serve_with_incoming_shutdown(incoming, stop)
+                            .await
+                            .map_err(std::io::Error::other)
+                    })
+                }
+                Some((_, grpc_tls)) => {
+                    let incoming = crate::tls::grpc_incoming(listener, Arc::clone(grpc_tls), stop_rx.clone());
+                    tokio::spawn(async move {
+                        builder
+                            .serve_with_incoming_shutdown(incoming, stop)
+                            .await
+                            .map_err(std::io::Error::other)
+                    })
+                }
+            }
         });
 
-        let gateway_task = gateway
-            .map(|(gateway, listener, _)| tokio::spawn(gateway.serve(listener, PlainTcp, stop_rx.clone())));
+        let gateway_task = gateway.map(|(gateway, listener, _)| match gateway_tls {
+            None => tokio::spawn(gateway.serve(listener, PlainTcp, stop_rx.clone())),
+            Some(tls) => tokio::spawn(gateway.serve(listener, tls, stop_rx.clone())),
+        });
 
         shutdown.await;
         tracing::info!("shutting down: no new connections; finishing requests in flight");

@@ -168,9 +168,14 @@ pub fn load(args: &ServeArgs) -> Result<Config, ExitCode> {
 /// `floodgate serve` with `config`: refuses an exposed admin API without a token (64), binds the
 /// listeners (1 when one cannot be bound), serves until `SIGTERM`/`SIGINT`, then exits 0.
 pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
-    if let Err(e) =
-        check_admin_exposure(args.http, args.admin_token.as_deref().is_some_and(|t| !t.is_empty()))
-    {
+    let admin_clients = config
+        .auth
+        .as_ref()
+        .is_some_and(|a| a.clients.iter().any(|c| c.scopes.contains(floodgate_config::auth::Scope::Admin)));
+    if let Err(e) = check_admin_exposure(
+        args.http,
+        args.admin_token.as_deref().is_some_and(|t| !t.is_empty()) || admin_clients,
+    ) {
         eprintln!("floodgate: {e}");
         return exit(EXIT_CONFIG);
     }

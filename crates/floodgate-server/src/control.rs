@@ -25,6 +25,7 @@ use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig,
 use floodgate_http::HeaderStyle;
 
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Outcome, Trigger};
+use crate::auth::Clients;
 use crate::metrics::{Metrics, RuleMetrics};
 
 /// How many applied versions are kept for rollback.
@@ -64,6 +65,12 @@ pub struct Running {
     pub survival: Survival,
     /// The gateway's settings and its two phases of the native policy, when there is a gateway.
     pub gateway: Option<Arc<GatewayPolicies>>,
+    /// Who may call (the `auth:` section), when anyone is named.
+    pub(crate) auth: Option<Arc<Clients>>,
+    /// The HTTP listener's limits, for the connections accepted from now on.
+    pub http: floodgate_config::http_server::HttpConfig,
+    /// TLS on the HTTP and gRPC listeners (set up at start; its files are watched).
+    pub tls: Option<floodgate_config::tls::TlsConfig>,
 }
 
 /// The native policy as the gateway applies it, in two phases (DESIGN.md §9): the rules that need
@@ -206,7 +213,7 @@ pub enum StartError {
     /// The HTTP listener is not on loopback and no admin token is set.
     #[error(
         "the HTTP listener {0} is not on loopback: the admin API needs a bearer token \
-         (--admin-token or FLOODGATE_ADMIN_TOKEN)"
+         (--admin-token or FLOODGATE_ADMIN_TOKEN, or an auth client with the admin scope)"
     )]
     AdminTokenRequired(std::net::SocketAddr),
     /// A listener's address cannot be read.
@@ -215,6 +222,9 @@ pub enum StartError {
     /// The gateway's accepted writes cannot be opened.
     #[error("gateway: {0}")]
     Gateway(#[source] std::io::Error),
+    /// A listener's TLS files cannot be used.
+    #[error("tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// A gateway listener was given, but the configuration has no `gateway:` section.
     #[error("a gateway listener was given, but the configuration has no gateway section")]
     NoGateway,
@@ -356,6 +366,9 @@ impl Control {
             store: target.store.clone(),
             survival: target.survival.clone(),
             gateway: target.gateway.clone(),
+            auth: target.auth.clone(),
+            http: target.http,
+            tls: target.tls.clone(),
         };
         let diff = Diff::between(&current.fingerprints, &running.fingerprints);
         Ok(self.install(&mut history, running, diff, Trigger::Rollback, Some(target.version)))
@@ -381,7 +394,10 @@ impl Control {
         if trigger == Trigger::Watch {
             history.last_watch_rejection = None;
         }
-        if config.source.hash == current.source.hash {
+        // The same text may read other tokens (a rotated environment variable or token file): a
+        // change to apply, though no rule changed.
+        let tokens = auth_changes(current.auth.as_deref().map(Clients::config), config.auth.as_ref());
+        if config.source.hash == current.source.hash && tokens.is_empty() {
             return Ok(Applied {
                 version: current.version,
                 hash: current.source.hash.clone(),
@@ -389,7 +405,8 @@ impl Control {
                 diff: Diff::default(),
             });
         }
-        let diff = Diff::between(&current.fingerprints, &config.fingerprints);
+        let mut diff = Diff::between(&current.fingerprints, &config.fingerprints);
+        diff.changed.extend(tokens);
         let running = build(current.version + 1, config, &self.metrics);
         Ok(self.install(history, running, diff, trigger, None))
     }
@@ -513,6 +530,16 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
             config.store.summary()
         )));
     }
+    let gateway_tls = |g: Option<&floodgate_config::gateway::GatewayConfig>| g.and_then(|g| g.tls.clone());
+    if current.tls != config.tls
+        || gateway_tls(current.gateway.as_deref().map(|g| &*g.config)) != gateway_tls(config.gateway.as_ref())
+    {
+        return Err(ApplyError::Refused(
+            "tls: the listeners' TLS settings (tls, gateway.tls) cannot change while running; the certificate \
+             files themselves are reloaded when they change; restart floodgate to change the settings"
+                .into(),
+        ));
+    }
     let running = current.gateway.as_ref().map(|g| (g.config.listen, g.config.state_dir.clone()));
     let wanted = config.gateway.as_ref().map(|g| (g.listen, g.state_dir.clone()));
     match (running, wanted) {
@@ -536,15 +563,64 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
 
 /// The policies of `config`, with their metric handles.
 fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
-    let Config { store, survival, headers, policy, domains, fingerprints, detailed, gateway, source } =
-        config;
+    let Config {
+        store,
+        survival,
+        headers,
+        policy,
+        domains,
+        fingerprints,
+        detailed,
+        gateway,
+        source,
+        auth,
+        http,
+        tls,
+    } = config;
+    let auth = auth.map(|a| Arc::new(Clients::new(a, metrics)));
     let gateway = gateway.map(|g| Arc::new(GatewayPolicies::new(g, &policy, metrics, &detailed)));
     let native = Arc::new(domain(None, policy, metrics, &detailed));
     let domains = domains
         .into_iter()
         .map(|(name, policy)| (name.clone(), Arc::new(domain(Some(name), policy, metrics, &detailed))))
         .collect();
-    Running { version, headers, native, domains, source, fingerprints, store, survival, gateway }
+    Running {
+        version,
+        headers,
+        native,
+        domains,
+        source,
+        fingerprints,
+        store,
+        survival,
+        gateway,
+        auth,
+        http,
+        tls,
+    }
+}
+
+/// What changed in who may call, for the audit log: `auth.clients.<name>` for every client added,
+/// removed, or whose token, scopes or pinned descriptors changed (never the token itself).
+fn auth_changes(
+    before: Option<&floodgate_config::auth::AuthConfig>,
+    after: Option<&floodgate_config::auth::AuthConfig>,
+) -> Vec<String> {
+    let clients =
+        |a: Option<&floodgate_config::auth::AuthConfig>| a.map(|a| a.clients.clone()).unwrap_or_default();
+    let (before, after) = (clients(before), clients(after));
+    let mut changed: Vec<String> = Vec::new();
+    for client in &after {
+        if before.iter().find(|b| b.name == client.name) != Some(client) {
+            changed.push(format!("auth.clients.{}", client.name));
+        }
+    }
+    for client in &before {
+        if !after.iter().any(|a| a.name == client.name) {
+            changed.push(format!("auth.clients.{}", client.name));
+        }
+    }
+    changed
 }
 
 fn domain(name: Option<String>, policy: Policy, metrics: &Metrics, detailed: &BTreeSet<String>) -> Domain {

@@ -39,11 +39,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use floodgate::{Descriptors, Hit, LimitOutcome, Verdict};
+use floodgate_config::auth::Scope;
 use floodgate_http::envoy::envoy_descriptors;
 use floodgate_http::rate_limit_headers;
 use smallvec::SmallVec;
 
-use crate::metrics::Api;
+use crate::auth::Refusal;
+use crate::metrics::{Api, GrpcCode};
 use crate::state::Shared;
 
 /// The tonic service to add to a `tonic::transport::Server`.
@@ -72,8 +74,28 @@ impl RateLimitService for Rls {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let request = request.into_inner();
         let running = self.shared.control.load();
+        let client = match running.auth.as_deref() {
+            None => None,
+            Some(clients) => {
+                let authorization = request.metadata().get("authorization").map(|v| v.as_bytes());
+                match clients.authorize(authorization, Scope::Check) {
+                    Ok(client) => Some(client),
+                    Err(refusal) => return Err(self.refuse(&refusal)),
+                }
+            }
+        };
+        let request = request.into_inner();
+        if let Some(client) = client {
+            // Every descriptor must name the client's pinned descriptors, with their values.
+            for descriptor in &request.descriptors {
+                let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+                if let Err(refusal) = client.check_entries(entries) {
+                    return Err(self.refuse(&refusal));
+                }
+            }
+        }
+        let requests = client.map(|c| &*c.requests);
         let policy = running.domain(Some(&request.domain));
         let default_cost = u64::from(request.hits_addend.max(1));
 
@@ -115,13 +137,27 @@ impl RateLimitService for Rls {
             .collect();
 
         let over = !verdict.allowed;
-        self.shared.metrics.grpc_request(over);
+        self.shared.metrics.grpc_request(requests, if over { GrpcCode::OverLimit } else { GrpcCode::Ok });
         Ok(tonic::Response::new(RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add,
             ..RateLimitResponse::default()
         }))
+    }
+}
+
+impl Rls {
+    /// `UNAUTHENTICATED` or `PERMISSION_DENIED`, counted.
+    fn refuse(&self, refusal: &Refusal<'_>) -> tonic::Status {
+        let requests = refusal.client().map(|c| &*c.requests);
+        if refusal.unauthenticated() {
+            self.shared.metrics.grpc_request(requests, GrpcCode::Unauthenticated);
+            tonic::Status::unauthenticated(refusal.detail())
+        } else {
+            self.shared.metrics.grpc_request(requests, GrpcCode::PermissionDenied);
+            tonic::Status::permission_denied(refusal.detail())
+        }
     }
 }
 

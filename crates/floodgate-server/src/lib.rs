@@ -35,6 +35,7 @@
 
 pub mod app;
 pub mod audit;
+mod auth;
 pub mod cli;
 pub mod control;
 mod decide;
@@ -48,6 +49,7 @@ pub mod reload;
 mod state;
 pub mod survival;
 pub mod switches;
+pub mod tls;
 
 pub use app::{App, Server};
 pub use control::{Control, StartError};

@@ -48,6 +48,8 @@ pub struct GatewayConfig {
     pub state_dir: Option<PathBuf>,
     /// The largest body an accepted write may have (default 1 MiB; larger ones get 413).
     pub max_accepted_body: usize,
+    /// TLS on the gateway's listener (`tls: {cert, key, client_ca}`), if any.
+    pub tls: Option<super::tls::TlsConfig>,
 }
 
 impl Default for GatewayConfig {
@@ -64,6 +66,7 @@ impl Default for GatewayConfig {
             stale_cache: StaleCacheConfig::default(),
             state_dir: None,
             max_accepted_body: 1 << 20,
+            tls: None,
         }
     }
 }
@@ -392,6 +395,7 @@ const FIELDS: &[&str] = &[
     "stale_cache",
     "state_dir",
     "max_accepted_body",
+    "tls",
 ];
 const ROUTE_FIELDS: &[&str] = &[
     "name",
@@ -474,6 +478,9 @@ pub(crate) fn compile(item: Item<'_>) -> Result<GatewayConfig, Invalid> {
     }
     if let Some(m) = fields.get("max_accepted_body") {
         config.max_accepted_body = size(&m, "max_accepted_body")?;
+    }
+    if let Some(t) = fields.get("tls").filter(|i| !i.is_null()) {
+        config.tls = Some(super::tls::compile(t)?);
     }
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     let mut seen = Seen::default();

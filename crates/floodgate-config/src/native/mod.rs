@@ -3,11 +3,14 @@
 //! vocabulary rules may use), [`rules`] (`rules:`) and [`limits`] (a rule's algorithm and its
 //! parameters, read through the [algorithm registry](crate::algorithm)).
 
+pub mod auth;
 mod descriptors;
 pub mod gateway;
+pub mod http_server;
 mod limits;
 mod rules;
 mod store;
+pub mod tls;
 
 #[cfg(test)]
 mod tests;
@@ -37,9 +40,15 @@ pub(crate) struct Native {
     pub(crate) fingerprints: Vec<(String, u64)>,
     /// The `gateway` section, if any (boxed: most configurations have none).
     pub(crate) gateway: Option<Box<gateway::GatewayConfig>>,
+    /// The `auth` section, if any (boxed: most configurations have none).
+    pub(crate) auth: Option<Box<auth::AuthConfig>>,
+    /// The `http` section (its defaults when absent).
+    pub(crate) http: http_server::HttpConfig,
+    /// The `tls` section, if any.
+    pub(crate) tls: Option<Box<tls::TlsConfig>>,
 }
 
-const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules", "gateway"];
+const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules", "gateway", "auth", "http", "tls"];
 
 /// Validates a native configuration document (its root is a mapping without `domain`).
 pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
@@ -74,5 +83,17 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         Some(item) => Some(Box::new(gateway::compile(item)?)),
         None => None,
     };
-    Ok(Native { store, survival, headers, rules, fingerprints, gateway })
+    let auth = match fields.get("auth").filter(|i| !i.is_null()) {
+        Some(item) => Some(Box::new(auth::compile(item)?)),
+        None => None,
+    };
+    let http = match fields.get("http").filter(|i| !i.is_null()) {
+        Some(item) => http_server::compile(item)?,
+        None => http_server::HttpConfig::default(),
+    };
+    let tls = match fields.get("tls").filter(|i| !i.is_null()) {
+        Some(item) => Some(Box::new(tls::compile(item)?)),
+        None => None,
+    };
+    Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth, http, tls })
 }

@@ -78,6 +78,15 @@ impl Acceptor for PlainTcp {
     }
 }
 
+/// Serves connections over TLS (`gateway.tls`), the handshake within its timeout.
+impl Acceptor for Arc<crate::tls::Tls> {
+    type Io = tokio_rustls::server::TlsStream<TcpStream>;
+
+    async fn accept(&self, tcp: TcpStream) -> std::io::Result<Self::Io> {
+        crate::tls::Tls::accept(self, tcp).await
+    }
+}
+
 /// The gateway: its routes, upstream clients, stale cache and accepted-writes queue, over the
 /// server's shared state. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -1,9 +1,10 @@
 //! The admin API under `/admin/`.
 //!
-//! Access: with no admin token configured, only loopback peers (the peer address of the TCP
-//! connection; forwarding headers are ignored); with a token, every caller — loopback or not — must
-//! send `Authorization: Bearer <token>`. A server whose HTTP listener is not on loopback refuses to
-//! start without a token.
+//! Access: with no admin token configured and no `auth` client holding the `admin` scope, only
+//! loopback peers (the peer address of the TCP connection; forwarding headers are ignored); with
+//! either, every caller — loopback or not — must send `Authorization: Bearer <token>` with the
+//! admin token or an `admin` client's token (another client's token: 403). A server whose HTTP
+//! listener is not on loopback refuses to start without one of them.
 //!
 //! | endpoint | does |
 //! |---|---|
@@ -36,7 +37,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use floodgate::{Descriptors, Hit, Impossible, Mode};
-use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE, UNAUTHORIZED_TYPE};
+use floodgate_http::problem::{FORBIDDEN_TYPE, NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE, UNAUTHORIZED_TYPE};
 use floodgate_http::{Problem, ceil_ms};
 use http::{HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,7 @@ use super::switches::{clear_switches, get_switches, set_switches};
 use super::{MAX_ADMIN_BODY, invalid, json, malformed, problem, read_body};
 use super::{dashboard, stats};
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Trigger};
+use crate::auth::{Access, admin_access};
 use crate::control::{ApplyError, Domain, Running};
 use crate::state::Shared;
 
@@ -72,46 +74,46 @@ pub(super) fn router(shared: Arc<Shared>) -> Router<Arc<Shared>> {
 
 // === access ===
 
-/// Whether a request may use the admin API: see the module docs.
+/// Whether a request may use the admin API when no `auth` client holds the `admin` scope: with
+/// `token`, its bearer must carry it; without, the peer must be on loopback. See the module docs.
 pub fn admitted(token: Option<&str>, peer: Option<SocketAddr>, authorization: Option<&HeaderValue>) -> bool {
-    match token {
-        Some(token) => authorization
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|given| constant_time_eq(given.trim().as_bytes(), token.as_bytes())),
-        None => peer.is_some_and(|p| p.ip().is_loopback() || p.ip().to_canonical().is_loopback()),
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let loopback = peer.is_some_and(|p| p.ip().is_loopback() || p.ip().to_canonical().is_loopback());
+    admin_access(token, None, loopback, authorization.map(HeaderValue::as_bytes)) == Access::Admitted
 }
 
 async fn authorize(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    let authorization = request.headers().get(http::header::AUTHORIZATION);
-    if admitted(shared.admin_token.as_deref(), peer, authorization) {
-        return next.run(request).await;
-    }
-    if shared.admin_token.is_some() {
-        let mut response = problem(Problem::new(
-            StatusCode::UNAUTHORIZED,
-            UNAUTHORIZED_TYPE,
-            "Unauthorized",
-            "The admin API requires `Authorization: Bearer <token>` with the server's admin token.",
-        ));
-        response.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        response
-    } else {
-        problem(Problem::new(
+    let loopback = peer.is_some_and(|p| p.ip().is_loopback() || p.ip().to_canonical().is_loopback());
+    let authorization = request.headers().get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes);
+    let running = shared.control.load();
+    let access =
+        admin_access(shared.admin_token.as_deref(), running.auth.as_deref(), loopback, authorization);
+    drop(running);
+    match access {
+        Access::Admitted => next.run(request).await,
+        Access::Unauthorized => {
+            let mut response = problem(Problem::new(
+                StatusCode::UNAUTHORIZED,
+                UNAUTHORIZED_TYPE,
+                "Unauthorized",
+                "The admin API requires `Authorization: Bearer <token>` with the server's admin token or \
+                 the token of a client with the admin scope.",
+            ));
+            response.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
+        Access::MissingScope(client) => problem(Problem::new(
+            StatusCode::FORBIDDEN,
+            FORBIDDEN_TYPE,
+            "Forbidden",
+            format!("Client {client:?} does not have the \"admin\" scope the admin API needs."),
+        )),
+        Access::LoopbackOnly => problem(Problem::new(
             StatusCode::FORBIDDEN,
             UNAUTHORIZED_TYPE,
             "Forbidden",
             "The admin API answers loopback clients only; set an admin token to reach it from elsewhere.",
-        ))
+        )),
     }
 }
 

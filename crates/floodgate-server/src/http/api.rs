@@ -19,13 +19,16 @@ use floodgate::reservation::Kind;
 use floodgate::{Descriptors, EngineError};
 use floodgate_http::envoy::{ENVOY_KEYS, envoy_descriptors};
 use floodgate_http::headers::RESERVATION_HEADER;
-use floodgate_http::problem::NEVER_ALLOWED_TYPE;
+use floodgate_http::problem::{FORBIDDEN_TYPE, NEVER_ALLOWED_TYPE, UNAUTHORIZED_TYPE};
 use floodgate_http::wire::{CheckRequest, VerdictBody};
 use floodgate_http::{Problem, rate_limit_headers, tag_header};
-use http::StatusCode;
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::{HeaderValue, StatusCode};
 
 use super::openapi::{Decided, Reported, TAG_DECISIONS};
 use super::{MAX_BODY, json_bytes, problem, read_body};
+use crate::auth::{Client, Refusal, scope_of};
+use floodgate_config::auth::Scope;
 use crate::control::Running;
 use crate::metrics::Api;
 use crate::state::Shared;
@@ -71,18 +74,64 @@ pub(super) async fn report(State(shared): State<Arc<Shared>>, request: Request) 
     handle(&shared, request, Api::Report).await
 }
 
-/// One check, peek or report: from the HTTP listener directly, or through the router.
+/// One check, peek or report: from the HTTP listener directly, or through the router. With
+/// `auth:` clients configured, the caller's bearer token must be one with the endpoint's scope
+/// (401 / 403 otherwise, before the body is read).
 pub(super) async fn handle<B>(shared: &Shared, request: http::Request<B>, api: Api) -> Response
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let response = decide(shared, request, api).await;
-    shared.metrics.http_request(api, response.status());
+    let running = shared.control.load();
+    let (client, response) = match running.auth.as_deref() {
+        None => (None, decide(shared, &running, request, api, None).await),
+        Some(clients) => {
+            let authorization = request.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
+            match clients.authorize(authorization, scope_of(api)) {
+                Ok(client) => (Some(client), decide(shared, &running, request, api, Some(client)).await),
+                Err(refusal) => (refusal.client(), refused(&refusal)),
+            }
+        }
+    };
+    shared.metrics.http_request(client.map(|c| &*c.requests), api, response.status());
     response
 }
 
-async fn decide<B>(shared: &Shared, request: http::Request<B>, api: Api) -> Response
+/// With `auth:` clients configured, the caller's client when its bearer token holds `scope`, or
+/// the 401/403 to answer; `Ok(None)` when no client is configured (anyone may call).
+pub(super) fn authorized<'r>(
+    running: &'r Running,
+    headers: &http::HeaderMap,
+    scope: Scope,
+) -> Result<Option<&'r Client>, Response> {
+    let Some(clients) = running.auth.as_deref() else { return Ok(None) };
+    let authorization = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes);
+    clients.authorize(authorization, scope).map(Some).map_err(|refusal| refused(&refusal))
+}
+
+/// The 401 or 403 problem of a refused request.
+pub(crate) fn refused(refusal: &Refusal<'_>) -> Response {
+    if refusal.unauthenticated() {
+        let mut response = problem(Problem::new(
+            StatusCode::UNAUTHORIZED,
+            UNAUTHORIZED_TYPE,
+            "Unauthorized",
+            refusal.detail(),
+        ));
+        response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+    } else {
+        problem(Problem::new(StatusCode::FORBIDDEN, FORBIDDEN_TYPE, "Forbidden", refusal.detail()))
+    }
+}
+
+async fn decide<B>(
+    shared: &Shared,
+    running: &Running,
+    request: http::Request<B>,
+    api: Api,
+    client: Option<&Client>,
+) -> Response
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -96,10 +145,15 @@ where
         Err(p) => return problem(p),
     };
 
-    let running = shared.control.load();
     let domain = request.domain.take();
-    let descriptors =
-        as_domain_sees_them(&running, domain.as_deref(), std::mem::take(&mut request.descriptors));
+    let mut descriptors = std::mem::take(&mut request.descriptors);
+    if let Some(client) = client {
+        let native = !domain.as_deref().is_some_and(|d| running.domains.contains_key(d));
+        if let Err(refusal) = client.pin(&mut descriptors, native) {
+            return refused(&refusal);
+        }
+    }
+    let descriptors = as_domain_sees_them(running, domain.as_deref(), descriptors);
     let policy = running.domain(domain.as_deref());
     let verdict = match shared.path.decide(policy, api, &[request.hit(&descriptors)]).await {
         Ok(verdict) => verdict,

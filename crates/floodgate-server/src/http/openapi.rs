@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use floodgate_http::openapi::{decision_headers, problem_example, problem_of, reference};
 use floodgate_http::problem::{
-    INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE,
-    UNAUTHORIZED_TYPE,
+    FORBIDDEN_TYPE, INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE,
+    TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
 };
 use floodgate_http::wire::{CheckRequest, VerdictBody};
 use floodgate_http::{PROBLEM_CONTENT_TYPE, Problem};
@@ -293,6 +293,36 @@ fn unprocessable(impossible: bool) -> RefOr<utoipa::openapi::Response> {
     }
 }
 
+/// The 401 and 403 of a data-plane endpoint when the configuration names `auth` clients.
+fn client_refusals(scope: &str) -> [(String, RefOr<utoipa::openapi::Response>); 2] {
+    let mut unauthorized = problem(
+        401,
+        "Only when the configuration has `auth` clients: no `Authorization: Bearer <token>`, or a token no client has.",
+        &[(
+            UNAUTHORIZED_TYPE,
+            "Unauthorized",
+            "This server requires `Authorization: Bearer <token>` with a client's token.",
+        )],
+    );
+    unauthorized.headers.insert(
+        "WWW-Authenticate".into(),
+        HeaderBuilder::new().schema(String::schema()).description(Some("`Bearer`.")).build(),
+    );
+    let forbidden = problem_response(
+        403,
+        &format!(
+            "Only when the configuration has `auth` clients: the client lacks the `{scope}` scope, or names a \
+             descriptor pinned to it with another value."
+        ),
+        &[(
+            FORBIDDEN_TYPE,
+            "Forbidden",
+            &format!("Client \"shop-bff\" does not have the \"{scope}\" scope this endpoint needs."),
+        )],
+    );
+    [("401".into(), unauthorized.into()), ("403".into(), forbidden)]
+}
+
 fn decision_responses(denies: bool) -> Responses {
     let mut responses = BTreeMap::from([
         ("200".into(), verdict_response(false)),
@@ -303,6 +333,7 @@ fn decision_responses(denies: bool) -> Responses {
     if denies {
         responses.insert("429".into(), verdict_response(true));
     }
+    responses.extend(client_refusals(if denies { "check" } else { "report" }));
     responses
 }
 

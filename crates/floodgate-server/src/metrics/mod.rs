@@ -28,7 +28,7 @@
 //! | `floodgate_overflow_decisions_total` | counter: requests of new keys decided on their rule's overflow counters because the memory store was full (from the first overflow of a rule on) | `rule` |
 //! | `floodgate_config_version` | gauge | — |
 //! | `floodgate_config_reloads_total` | counter | `result` = `applied`, `rejected` |
-//! | `floodgate_requests_total` | counter | `api` = `check`, `peek`, `report`, `grpc`; `code` = HTTP status or `OK`/`OVER_LIMIT` |
+//! | `floodgate_requests_total` | counter | `api` = `check`, `peek`, `report`, `grpc`; `code` = HTTP status or `OK`/`OVER_LIMIT`/`UNAUTHENTICATED`/`PERMISSION_DENIED`; `client` = a configured `auth` client's name, or `anonymous` (no client identified) |
 //! | `floodgate_decisions_detailed_total` | counter, Envoy rules with `detailed_metric` or `value_to_metric` only | `rule`, `value` (at most 100 per rule, then `_other`), `result` |
 //!
 //! Rules of an Envoy domain are labelled `<domain>/<rule>`.
@@ -147,10 +147,11 @@ struct Inner {
     config_version: Gauge,
     reloads_applied: Counter,
     reloads_rejected: Counter,
-    /// `floodgate_requests_total`, by [`Api`] and code: counted sharded, and the series registered
-    /// on first use (so only codes actually answered have a series).
-    requests: Sharded,
-    request_series: [[OnceLock<Counter>; CODES.len()]; APIS.len()],
+    /// `floodgate_requests_total` of requests without a client (`client="anonymous"`).
+    anonymous: Arc<ClientRequests>,
+    /// `floodgate_requests_total` of every `auth` client ever configured, by name: bounded by
+    /// the configurations applied, and kept across reloads so a client's counts go on.
+    clients: Mutex<Vec<Arc<ClientRequests>>>,
     /// The decision counters of every policy still alive, flushed into their series on scrape.
     rule_metrics: Mutex<Vec<Weak<RuleCounts>>>,
     /// A Redis store's breaker and fallback series, registered on the first scrape that has them.
@@ -210,8 +211,8 @@ impl Api {
 }
 
 /// The `code` labels: the HTTP statuses the API answers with (`other` for any other), then the
-/// gRPC overall codes.
-const CODES: [&str; 16] = [
+/// gRPC overall codes and refusals.
+const CODES: [&str; 18] = [
     "200",
     "400",
     "401",
@@ -228,7 +229,72 @@ const CODES: [&str; 16] = [
     "other",
     "OK",
     "OVER_LIMIT",
+    "UNAUTHENTICATED",
+    "PERMISSION_DENIED",
 ];
+
+/// The gRPC answers counted in `floodgate_requests_total{api="grpc"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrpcCode {
+    /// `OK`.
+    Ok = 14,
+    /// `OVER_LIMIT`.
+    OverLimit = 15,
+    /// The `UNAUTHENTICATED` status: no token, or an unknown one.
+    Unauthenticated = 16,
+    /// The `PERMISSION_DENIED` status: a client without the scope, or a pinned descriptor.
+    PermissionDenied = 17,
+}
+
+/// One client's `floodgate_requests_total`, by [`Api`] and code: counted sharded, and the series
+/// registered on first use (so only codes actually answered have a series).
+pub(crate) struct ClientRequests {
+    name: String,
+    requests: Sharded,
+    series: [[OnceLock<Counter>; CODES.len()]; APIS.len()],
+}
+
+impl std::fmt::Debug for ClientRequests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientRequests").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl ClientRequests {
+    fn new(name: &str) -> ClientRequests {
+        ClientRequests {
+            name: name.to_owned(),
+            requests: Sharded::new(APIS.len() * CODES.len()),
+            series: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
+        }
+    }
+
+    fn add(&self, api: Api, code: usize) {
+        self.requests.add(api as usize * CODES.len() + code, 1);
+    }
+
+    /// Moves what was counted into the series.
+    fn flush(&self, recorder: &PrometheusRecorder) {
+        for (a, api) in APIS.iter().enumerate() {
+            for (c, code) in CODES.iter().enumerate() {
+                let n = self.requests.take(a * CODES.len() + c);
+                if n == 0 {
+                    continue;
+                }
+                self.series[a][c]
+                    .get_or_init(|| {
+                        let labels = vec![
+                            Label::new("api", *api),
+                            Label::new("code", *code),
+                            Label::new("client", self.name.clone()),
+                        ];
+                        recorder.register_counter(&Key::from_parts(REQUESTS_TOTAL, labels), &METADATA)
+                    })
+                    .increment(n);
+            }
+        }
+    }
+}
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -273,8 +339,8 @@ impl Metrics {
                 &Key::from_parts(CONFIG_RELOADS_TOTAL, vec![Label::new("result", "rejected")]),
                 &METADATA,
             ),
-            requests: Sharded::new(APIS.len() * CODES.len()),
-            request_series: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
+            anonymous: Arc::new(ClientRequests::new(floodgate_config::auth::ANONYMOUS)),
+            clients: Mutex::new(Vec::new()),
             rule_metrics: Mutex::new(Vec::new()),
             survival: OnceLock::new(),
             store,
@@ -369,19 +435,9 @@ impl Metrics {
     /// of the rules that fall back locally to whether the store is `degraded`.
     fn flush(&self, degraded: bool) {
         let inner = &*self.inner;
-        for (a, api) in APIS.iter().enumerate() {
-            for (c, code) in CODES.iter().enumerate() {
-                let n = inner.requests.take(a * CODES.len() + c);
-                if n == 0 {
-                    continue;
-                }
-                inner.request_series[a][c]
-                    .get_or_init(|| {
-                        let labels = vec![Label::new("api", *api), Label::new("code", *code)];
-                        inner.recorder.register_counter(&Key::from_parts(REQUESTS_TOTAL, labels), &METADATA)
-                    })
-                    .increment(n);
-            }
+        inner.anonymous.flush(&inner.recorder);
+        for client in inner.clients.lock().iter() {
+            client.flush(&inner.recorder);
         }
         inner.rule_metrics.lock().retain(|weak| match weak.upgrade() {
             Some(counts) => {
@@ -481,18 +537,26 @@ impl Metrics {
         if applied { &self.inner.reloads_applied } else { &self.inner.reloads_rejected }.increment(1);
     }
 
-    /// Counts one HTTP API request answered with `status`.
-    pub(crate) fn http_request(&self, api: Api, status: http::StatusCode) {
-        self.request(api, status_index(status));
+    /// Counts one HTTP API request of `client` (`None`: anonymous) answered with `status`.
+    pub(crate) fn http_request(&self, client: Option<&ClientRequests>, api: Api, status: http::StatusCode) {
+        client.unwrap_or(&self.inner.anonymous).add(api, status_index(status));
     }
 
-    /// Counts one `ShouldRateLimit` answered `OK` or `OVER_LIMIT`.
-    pub(crate) fn grpc_request(&self, over_limit: bool) {
-        self.request(Api::Grpc, if over_limit { CODES.len() - 1 } else { CODES.len() - 2 });
+    /// Counts one `ShouldRateLimit` of `client` (`None`: anonymous) answered `code`.
+    pub(crate) fn grpc_request(&self, client: Option<&ClientRequests>, code: GrpcCode) {
+        client.unwrap_or(&self.inner.anonymous).add(Api::Grpc, code as usize);
     }
 
-    fn request(&self, api: Api, code: usize) {
-        self.inner.requests.add(api as usize * CODES.len() + code, 1);
+    /// The request counters of the `auth` client `name`: the same ones for the same name, across
+    /// reloads.
+    pub(crate) fn client(&self, name: &str) -> Arc<ClientRequests> {
+        let mut clients = self.inner.clients.lock();
+        if let Some(found) = clients.iter().find(|c| c.name == name) {
+            return Arc::clone(found);
+        }
+        let counts = Arc::new(ClientRequests::new(name));
+        clients.push(Arc::clone(&counts));
+        counts
     }
 }
 

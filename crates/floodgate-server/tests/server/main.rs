@@ -3,11 +3,13 @@
 
 mod admin;
 mod api;
+mod auth;
 mod bad_input;
 mod binary;
 mod costs;
 mod dashboard;
 mod grpc;
+mod limits;
 mod metrics;
 mod openapi;
 mod redis;
@@ -17,3 +19,4 @@ mod simulate;
 mod support;
 mod survival;
 mod usage;
+mod tls;

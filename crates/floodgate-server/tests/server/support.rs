@@ -177,6 +177,9 @@ pub(crate) fn with_domains(
         fingerprints,
         detailed: Default::default(),
         gateway: None,
+        auth: None,
+        http: Default::default(),
+        tls: None,
         source: Source { path: None, text: "# built in the test\n".into(), hash: "0000000000000001".into() },
     }
 }
