@@ -240,3 +240,18 @@ fn bad_input_is_refused_with_exit_code_64_saying_what() {
         (Some(7), Some(7), Some(0))
     );
 }
+
+#[test]
+fn the_guides_example_policies_replay() {
+    let log = write("access.log", &log());
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/replay");
+    for name in ["guess.yaml", "tuned.yaml", "shadow.yaml", "rollout.yaml"] {
+        let config = format!("{dir}/{name}");
+        let v =
+            json(&["--log", log.to_str().unwrap(), "--config", &config, "--routes", "/api/products/{id}"]);
+        let rules: Vec<&str> =
+            v["rules"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(rules, ["per-ip", "login-per-ip", "products-api"], "{name}");
+        assert_eq!(v["requests"], 6, "{name}");
+    }
+}
