@@ -50,7 +50,7 @@ use crate::{PROBLEM_CONTENT_TYPE, Problem};
 pub const OUTCOMES: [Outcome; 8] = Outcome::ALL;
 
 /// Every problem `type` URI a front door answers with.
-pub const PROBLEM_TYPES: [&str; 10] = [
+pub const PROBLEM_TYPES: [&str; 11] = [
     MALFORMED_TYPE,
     INVALID_TYPE,
     NEVER_ALLOWED_TYPE,

@@ -8,7 +8,9 @@
 //! |---|---|
 //! | `POST /v1/check`, `POST /v1/peek`, gRPC `ShouldRateLimit` | `check` |
 //! | `POST /v1/report` | `report` |
-//! | `POST /v1/reserve`, `/v1/commit`, `/v1/release` (when the server has them) | `reserve` |
+//! | `POST /v1/reserve`, `/v1/commit`, `/v1/release` | `reserve` |
+//! | `GET /v1/usage` | `check` |
+//! | `POST /v1/simulate` | `check`, or the admin API's access (the dashboard's playground) |
 //! | `/admin/...` | `admin` (see [`admin_access`]) |
 //!
 //! No token, or one no client has: [`Refusal::Missing`] / [`Refusal::Unknown`] (401). A client

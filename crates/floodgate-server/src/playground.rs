@@ -149,6 +149,7 @@ pub fn simulate(
         Limit::Gcra(a) => run(a, requests, sampling),
         Limit::Concurrency(a) => run(a, requests, sampling),
         Limit::Quota(a) => run(a, requests, sampling),
+        Limit::Budget(a) => run(a, requests, sampling),
     })
 }
 

@@ -80,11 +80,12 @@ pub enum TokenSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Scope {
-    /// `POST /v1/check`, `POST /v1/peek`, and gRPC `ShouldRateLimit`.
+    /// `POST /v1/check`, `POST /v1/peek`, `GET /v1/usage`, `POST /v1/simulate`, and gRPC
+    /// `ShouldRateLimit`.
     Check = 1,
     /// `POST /v1/report`.
     Report = 2,
-    /// `POST /v1/reserve`, `/v1/commit`, `/v1/release` (where the server has them).
+    /// `POST /v1/reserve`, `/v1/commit`, `/v1/release`.
     Reserve = 4,
     /// The admin API under `/admin/`.
     Admin = 8,

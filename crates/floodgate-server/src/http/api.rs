@@ -28,10 +28,10 @@ use http::{HeaderValue, StatusCode};
 use super::openapi::{Decided, Reported, TAG_DECISIONS};
 use super::{MAX_BODY, json_bytes, problem, read_body};
 use crate::auth::{Client, Refusal, scope_of};
-use floodgate_config::auth::Scope;
 use crate::control::Running;
 use crate::metrics::Api;
 use crate::state::Shared;
+use floodgate_config::auth::Scope;
 
 /// Decides a request: allowed only if every enforced rule that applies allows, and then its cost
 /// is consumed from each; a denied request consumes nothing.

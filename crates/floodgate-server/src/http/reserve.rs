@@ -23,11 +23,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::api::{as_domain_sees_them, never_allowed};
+use super::api::{as_domain_sees_them, authorized, never_allowed, refused};
 use super::openapi::TAG_DECISIONS;
 use super::{MAX_BODY, invalid, json, json_bytes, malformed, problem, read_body};
 use crate::metrics::Api;
 use crate::state::Shared;
+use floodgate_config::auth::Scope;
 
 /// A reservation's ttl when the body names none.
 pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -128,6 +129,11 @@ fn map(costs: &Costs) -> BTreeMap<String, u64> {
     ),
 )]
 pub(super) async fn reserve(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let running = shared.control.load();
+    let client = match authorized(&running, request.headers(), Scope::Reserve) {
+        Ok(client) => client,
+        Err(refusal) => return refusal,
+    };
     let body = match read_body(request, MAX_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -137,10 +143,15 @@ pub(super) async fn reserve(State(shared): State<Arc<Shared>>, request: Request)
         Err(p) => return problem(p),
     };
     let mut request = request;
-    let running = shared.control.load();
     let domain = request.domain.take();
-    let descriptors =
-        as_domain_sees_them(&running, domain.as_deref(), std::mem::take(&mut request.descriptors));
+    let mut descriptors = std::mem::take(&mut request.descriptors);
+    if let Some(client) = client {
+        let native = !domain.as_deref().is_some_and(|d| running.domains.contains_key(d));
+        if let Err(refusal) = client.pin(&mut descriptors, native) {
+            return refused(&refusal);
+        }
+    }
+    let descriptors = as_domain_sees_them(&running, domain.as_deref(), descriptors);
     let policy = running.domain(domain.as_deref());
     let hit = request.hit(&descriptors);
     let verdict = match shared.path.decide(policy, Api::Check, &[hit]).await {
@@ -224,6 +235,9 @@ fn parse_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), Problem> {
     ),
 )]
 pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    if let Err(refusal) = authorized(&shared.control.load(), request.headers(), Scope::Reserve) {
+        return refusal;
+    }
     let body = match read_body(request, MAX_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -260,6 +274,9 @@ pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) 
     ),
 )]
 pub(super) async fn release(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    if let Err(refusal) = authorized(&shared.control.load(), request.headers(), Scope::Reserve) {
+        return refusal;
+    }
     let body = match read_body(request, MAX_BODY).await {
         Ok(body) => body,
         Err(response) => return response,

@@ -6,8 +6,12 @@
 //! Answer: one decision per request. Nothing is stored or counted; every error is a 400 naming the
 //! field.
 
-use axum::extract::Request;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::response::Response;
+use floodgate_config::auth::Scope;
 use floodgate_http::Problem;
 use floodgate_http::problem::INVALID_TYPE;
 use http::StatusCode;
@@ -15,9 +19,12 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::api::authorized;
 use super::openapi::{SimulateProblems, TAG_DECISIONS};
 use super::{json, malformed, problem, read_body};
+use crate::auth::{Access, admin_access};
 use crate::playground::{self, MAX_REQUESTS, Sampling};
+use crate::state::Shared;
 
 /// The largest body `/v1/simulate` accepts: 1 MiB (10 000 requests fit).
 pub(super) const MAX_SIMULATE_BODY: usize = 1024 * 1024;
@@ -109,7 +116,20 @@ pub(super) struct SampledLevel {
         SimulateProblems,
     ),
 )]
-pub(super) async fn simulate(request: Request) -> Response {
+pub(super) async fn simulate(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let running = shared.control.load();
+    if let Err(refusal) = authorized(&running, request.headers(), Scope::Check) {
+        // The dashboard's playground calls it with the admin surface's access.
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        let loopback = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
+        let authorization = request.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+        let access =
+            admin_access(shared.admin_token.as_deref(), running.auth.as_deref(), loopback, authorization);
+        if access != Access::Admitted {
+            return refusal;
+        }
+    }
+    drop(running);
     let body = match read_body(request, MAX_SIMULATE_BODY).await {
         Ok(body) => body,
         Err(response) => return response,

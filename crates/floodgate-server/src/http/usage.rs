@@ -14,9 +14,11 @@ use http::StatusCode;
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
+use super::api::{authorized, refused};
 use super::openapi::TAG_DECISIONS;
 use super::{invalid, json, problem};
 use crate::state::Shared;
+use floodgate_config::auth::Scope;
 
 /// The query: the rule, and the descriptors that make its key.
 #[derive(Debug, IntoParams)]
@@ -70,8 +72,14 @@ pub(super) struct UsageBody {
 )]
 pub(super) async fn usage(
     State(shared): State<Arc<Shared>>,
+    headers: http::HeaderMap,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Response {
+    let running = shared.control.load();
+    let client = match authorized(&running, &headers, Scope::Check) {
+        Ok(client) => client,
+        Err(refusal) => return refusal,
+    };
     let mut rule = None;
     let mut descriptors = Descriptors::new();
     for (name, value) in params {
@@ -88,7 +96,11 @@ pub(super) async fn usage(
     let Some(rule) = rule else {
         return invalid("Missing query parameter \"rule\": the name of the rule whose usage to read.");
     };
-    let running = shared.control.load();
+    if let Some(client) = client
+        && let Err(refusal) = client.pin(&mut descriptors, true)
+    {
+        return refused(&refusal);
+    }
     let policy = &running.domain(None).policy;
     match policy.usage(shared.control.store(), &rule, &descriptors).await {
         Ok(u) => json(

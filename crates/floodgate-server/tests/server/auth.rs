@@ -13,12 +13,14 @@ use crate::support::{Reply, TempDir, TestServer, check_body};
 const BFF_TOKEN: &str = "bff-token-7f3a9c0e5b21d4";
 const REPORTER_TOKEN: &str = "reporter-token-19a0c3e7";
 const OPS_TOKEN: &str = "ops-token-5e8d2b4a6c1f09";
+const AGENT_TOKEN: &str = "agent-token-3c9e1a7f0b42d6";
 
 /// Three clients (their tokens in files of `dir`) and two rules: per tenant and per user.
 fn config(dir: &TempDir) -> String {
     let bff = dir.write_atomic("bff.token", &format!("{BFF_TOKEN}\n"));
     let reporter = dir.write_atomic("reporter.token", REPORTER_TOKEN);
     let ops = dir.write_atomic("ops.token", OPS_TOKEN);
+    let agent = dir.write_atomic("agent.token", AGENT_TOKEN);
     format!(
         "\
 auth:
@@ -33,6 +35,10 @@ auth:
     - name: ops
       token_file: {}
       scopes: [admin]
+    - name: agent
+      token_file: {}
+      scopes: [reserve]
+      descriptors: {{tenant: shop}}
 rules:
   - name: per-tenant
     key: [tenant]
@@ -42,7 +48,8 @@ rules:
 ",
         bff.display(),
         reporter.display(),
-        ops.display()
+        ops.display(),
+        agent.display()
     )
 }
 
@@ -69,7 +76,7 @@ fn assert_problem(reply: &Reply, status: u16, needle: &str) {
     let body = reply.json();
     assert_eq!(body["status"], status, "{body}");
     assert!(body["detail"].as_str().unwrap().contains(needle), "{body}");
-    for token in [BFF_TOKEN, REPORTER_TOKEN, OPS_TOKEN] {
+    for token in [BFF_TOKEN, REPORTER_TOKEN, OPS_TOKEN, AGENT_TOKEN] {
         assert!(!reply.body.contains(token), "a token in an answer: {}", reply.body);
     }
 }
@@ -275,4 +282,56 @@ async fn a_token_rotated_in_its_file_is_in_force_after_a_reload_without_a_restar
     assert!(rejected.body.contains("cannot read the token file"), "{}", rejected.body);
     assert_eq!(call(&server, "/v1/check", &body, Some(rotated)).await.status, 200);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn reservations_usage_and_the_playground_need_their_scopes_and_pinned_descriptors() {
+    let (server, _dir) = start("auth-reserve").await;
+    let shop = check_body(&[("tenant", "shop")], 2);
+    let acme = check_body(&[("tenant", "acme")], 2);
+    // Reserve: the reserve scope, and the client's pinned tenant.
+    assert_problem(&call(&server, "/v1/reserve", &shop, None).await, 401, "Authorization: Bearer");
+    assert_problem(&call(&server, "/v1/reserve", &shop, Some(BFF_TOKEN)).await, 403, "\"reserve\" scope");
+    assert_problem(
+        &call(&server, "/v1/reserve", &acme, Some(AGENT_TOKEN)).await,
+        403,
+        "\"tenant\" = \"shop\"",
+    );
+    let held = call(&server, "/v1/reserve", &shop, Some(AGENT_TOKEN)).await;
+    assert_eq!(held.status, 200, "{}", held.body);
+    let id = held.json()["reservation"].as_str().expect("a reservation id").to_owned();
+    let settle = serde_json::json!({ "reservation": id }).to_string();
+    for path in ["/v1/commit", "/v1/release"] {
+        assert_problem(&call(&server, path, &settle, None).await, 401, "Authorization: Bearer");
+        assert_problem(&call(&server, path, &settle, Some(BFF_TOKEN)).await, 403, "\"reserve\" scope");
+    }
+    let released = call(&server, "/v1/release", &settle, Some(AGENT_TOKEN)).await;
+    assert_eq!(released.status, 200, "{}", released.body);
+
+    // Usage: the check scope, and only the client's own tenant.
+    assert_problem(&usage(&server, "tenant=shop", None).await, 401, "Authorization: Bearer");
+    assert_problem(&usage(&server, "tenant=shop", Some(AGENT_TOKEN)).await, 403, "\"check\" scope");
+    assert_problem(&usage(&server, "tenant=acme", Some(BFF_TOKEN)).await, 403, "\"tenant\" = \"shop\"");
+    let own = usage(&server, "tenant=shop", Some(BFF_TOKEN)).await;
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(own.json()["used"], 0, "the released reservation gave its 2 back: {}", own.body);
+    // Without a tenant, the pinned one is read.
+    assert_eq!(usage(&server, "", Some(BFF_TOKEN)).await.json()["used"], 0);
+
+    // The playground: the check scope, or the admin API's access (the dashboard calls it).
+    let sim = r#"{"algorithm":"fixed_window","limit":1,"window":"1s","requests":[{"at_ms":0},{"at_ms":1}]}"#;
+    assert_problem(&call(&server, "/v1/simulate", sim, None).await, 401, "Authorization: Bearer");
+    assert_problem(&call(&server, "/v1/simulate", sim, Some(REPORTER_TOKEN)).await, 403, "\"check\" scope");
+    for token in [BFF_TOKEN, OPS_TOKEN] {
+        let simulated = call(&server, "/v1/simulate", sim, Some(token)).await;
+        assert_eq!(simulated.status, 200, "{}", simulated.body);
+        assert_eq!(simulated.json()["decisions"][1]["allowed"], false, "{}", simulated.body);
+    }
+    server.stop().await;
+}
+
+async fn usage(server: &TestServer, query: &str, token: Option<&str>) -> Reply {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+    server.request(Method::GET, &format!("/v1/usage?rule=per-tenant&{query}"), String::new(), &headers).await
 }

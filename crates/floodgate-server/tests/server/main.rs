@@ -18,5 +18,5 @@ mod reservations;
 mod simulate;
 mod support;
 mod survival;
-mod usage;
 mod tls;
+mod usage;
