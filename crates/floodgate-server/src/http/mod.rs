@@ -51,7 +51,36 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     api.merge(admin::router(Arc::clone(&shared)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&shared), v1_auth))
         .with_state(shared)
+}
+
+/// With `auth:` clients, every `/v1` endpoint needs a client's token with its scope: check, peek
+/// and report authorize in their handler (which also pins descriptors and counts the client);
+/// every other `/v1` path is gated here — `/v1/reserve`, `/v1/commit` and `/v1/release` by the
+/// `reserve` scope, any other by `check` — before it reaches its handler (or the 404).
+async fn v1_auth(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use floodgate_config::auth::Scope;
+    let scope = match request.uri().path() {
+        "/v1/check" | "/v1/peek" | "/v1/report" => None,
+        "/v1/reserve" | "/v1/commit" | "/v1/release" => Some(Scope::Reserve),
+        p if p.starts_with("/v1/") => Some(Scope::Check),
+        _ => None,
+    };
+    if let Some(scope) = scope {
+        let running = shared.control.load();
+        if let Some(clients) = running.auth.as_deref() {
+            let authorization = request.headers().get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes);
+            if let Err(refusal) = clients.authorize(authorization, scope) {
+                return api::refused(&refusal);
+            }
+        }
+    }
+    next.run(request).await
 }
 
 /// Whether the process runs: `ok`.
