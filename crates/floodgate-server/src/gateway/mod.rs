@@ -78,6 +78,21 @@ impl Acceptor for PlainTcp {
     }
 }
 
+/// The gateway's verification of a request's credentials (its `Authorization` header) with the
+/// `identity.jwt` settings `jwt`: `Ok(None)` for an anonymous request (no header, or a scheme
+/// other than `Bearer`), `Ok(Some(claims))` for a token that verifies, `Err(why)` for one that does
+/// not (the gateway's 401). What the gateway does per request, without a server around it (the
+/// `jwt` fuzz target drives it).
+pub fn verify_authorization(
+    jwt: &floodgate_config::gateway::Jwt,
+    headers: &http::HeaderMap,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, String> {
+    match identity::Verifier::new(jwt).identify(headers)? {
+        identity::Identity::Anonymous => Ok(None),
+        identity::Identity::Verified(claims) => Ok(Some(claims)),
+    }
+}
+
 /// Serves connections over TLS (`gateway.tls`), the handshake within its timeout.
 impl Acceptor for Arc<crate::tls::Tls> {
     type Io = tokio_rustls::server::TlsStream<TcpStream>;

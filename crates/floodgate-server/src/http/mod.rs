@@ -62,7 +62,38 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     api.merge(admin::router(Arc::clone(&shared)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&shared), v1_auth))
         .with_state(shared)
+}
+
+/// With `auth:` clients, every `/v1` endpoint needs a client's token with its scope: the
+/// endpoints below authorize in their handler (check, peek, report, usage, simulate by `check` or
+/// `report`, reserve, commit and release by `reserve`); any other `/v1` path is gated here by
+/// `check` before it reaches a handler (or the 404), so an endpoint added later is never open.
+async fn v1_auth(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use floodgate_config::auth::Scope;
+    let scope = match request.uri().path() {
+        // These authorize in their handler: pinned descriptors, the client label, the playground's
+        // admin access.
+        "/v1/check" | "/v1/peek" | "/v1/report" | "/v1/reserve" | "/v1/commit" | "/v1/release"
+        | "/v1/usage" | "/v1/simulate" => None,
+        p if p.starts_with("/v1/") => Some(Scope::Check),
+        _ => None,
+    };
+    if let Some(scope) = scope {
+        let running = shared.control.load();
+        if let Some(clients) = running.auth.as_deref() {
+            let authorization = request.headers().get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes);
+            if let Err(refusal) = clients.authorize(authorization, scope) {
+                return api::refused(&refusal);
+            }
+        }
+    }
+    next.run(request).await
 }
 
 /// Whether the process runs: `ok`.

@@ -335,3 +335,33 @@ async fn usage(server: &TestServer, query: &str, token: Option<&str>) -> Reply {
     let headers: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
     server.request(Method::GET, &format!("/v1/usage?rule=per-tenant&{query}"), String::new(), &headers).await
 }
+#[tokio::test]
+async fn every_other_v1_path_is_gated_by_its_scope_before_its_handler() {
+    let dir = TempDir::new("auth-v1-paths");
+    let reserver = dir.write_atomic("reserver.token", "reserver-token-0a1b2c3d4e");
+    let text = config(&dir).replace(
+        "    - name: ops\n",
+        &format!(
+            "    - name: reserver\n      token_file: {}\n      scopes: [reserve]\n    - name: ops\n",
+            reserver.display()
+        ),
+    );
+    let path = dir.write_atomic("floodgate.yaml", &text);
+    let server = TestServer::start(floodgate_config::load(&path).unwrap()).await;
+    for endpoint in ["/v1/reserve", "/v1/commit", "/v1/release"] {
+        assert_problem(&call(&server, endpoint, "{}", None).await, 401, "Authorization: Bearer");
+        assert_problem(&call(&server, endpoint, "{}", Some(BFF_TOKEN)).await, 403, "\"reserve\" scope");
+        // Past the gate: whatever the endpoint answers (this server may not have it: 404).
+        let passed = call(&server, endpoint, "{}", Some("reserver-token-0a1b2c3d4e")).await;
+        assert!(passed.status != 401 && passed.status != 403, "{endpoint}: {}", passed.body);
+    }
+    assert_problem(&call(&server, "/v1/anything-else", "{}", None).await, 401, "Authorization: Bearer");
+    assert_problem(
+        &call(&server, "/v1/anything-else", "{}", Some(REPORTER_TOKEN)).await,
+        403,
+        "\"check\" scope",
+    );
+    // Outside /v1 nothing changes.
+    assert_eq!(server.get("/healthz").await.status, 200);
+    server.stop().await;
+}

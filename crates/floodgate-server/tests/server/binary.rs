@@ -49,12 +49,18 @@ impl Floodgate {
 
     /// [`Floodgate::serve`] with options before the subcommand (`--log-format json`).
     fn serve_with(global: &[&str], args: &[&str]) -> Floodgate {
+        Floodgate::serve_env(global, args, &[])
+    }
+
+    /// [`Floodgate::serve_with`] with environment variables set (after `RUST_LOG=info`).
+    fn serve_env(global: &[&str], args: &[&str], env: &[(&str, &str)]) -> Floodgate {
         let mut child = Command::new(BIN)
             .args(global)
             .arg("serve")
             .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .env_remove("FLOODGATE_ADMIN_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -369,4 +375,52 @@ async fn decisions_are_not_logged_unless_sampled() {
     let lines = json_lines(&log);
     assert!(events(&lines, "decision").is_empty(), "{log:#?}");
     assert_eq!(events(&lines, "config_applied").len(), 1, "{log:#?}");
+}
+
+#[tokio::test]
+async fn a_client_token_from_the_environment_is_required_and_never_logged() {
+    const TOKEN: &str = "binary-test-token-5f1c9e2a7d";
+    let config = format!(
+        "auth:\n  clients:\n    - name: bff\n      token_env: FLOODGATE_BINARY_TEST_TOKEN\n      scopes: [check]\n{GOOD}"
+    );
+    let dir = TempDir::new("auth-binary");
+    let path = dir.write_atomic("floodgate.yaml", &config);
+
+    // Without the variable: exit 64 naming it and its line, before anything is bound.
+    let unset = Command::new(BIN)
+        .args(["check-config", path.to_str().unwrap()])
+        .env_remove("FLOODGATE_BINARY_TEST_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(unset.status.code(), Some(64));
+    let error = String::from_utf8_lossy(&unset.stderr);
+    assert!(
+        error.contains(":4:") && error.contains("FLOODGATE_BINARY_TEST_TOKEN") && error.contains("not set"),
+        "{error}"
+    );
+
+    let mut floodgate = Floodgate::serve_env(
+        &["--log-format", "json"],
+        &["--config", path.to_str().unwrap(), "--decision-log-sample", "1"],
+        &[("FLOODGATE_BINARY_TEST_TOKEN", TOKEN), ("RUST_LOG", "debug")],
+    );
+    let http = floodgate.http;
+    let check = r#"{"descriptors": {"user": "u1"}}"#;
+    assert!(raw(http, "POST", "/v1/check", check).await.starts_with("HTTP/1.1 401"));
+    let mut tcp = tokio::net::TcpStream::connect(http).await.unwrap();
+    let request = format!(
+        "POST /v1/check HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{check}",
+        check.len()
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    floodgate.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    floodgate.signal("INT");
+    assert_eq!(floodgate.wait(), 0);
+    let log = floodgate.log();
+    assert!(log.iter().any(|l| l.contains("\"event\":\"decision\"")), "decisions were logged: {log:?}");
+    assert!(!log.iter().any(|l| l.contains(TOKEN)), "the token in the log: {log:?}");
 }
