@@ -102,7 +102,7 @@ impl Family {
 
 /// The families a rule's limit is compared in: every window and bucket algorithm at its window,
 /// or its own calendar; none for `concurrency` (a permit's peak needs request durations, which
-/// are not a rate).
+/// are not a rate) nor for `budget` (a count per key over its life, not a rate).
 pub fn families(limit: &Limit) -> Vec<Family> {
     let window = match limit {
         Limit::FixedWindow(a) => a.window(),
@@ -111,7 +111,7 @@ pub fn families(limit: &Limit) -> Vec<Family> {
         Limit::TokenBucket(a) => a.fill_time(),
         Limit::Gcra(a) => a.fill_time(),
         Limit::Quota(q) => return vec![Family::Quota(q.clone())],
-        Limit::Concurrency(_) => return Vec::new(),
+        Limit::Concurrency(_) | Limit::Budget(_) => return Vec::new(),
     };
     [
         LimitKind::FixedWindow,
@@ -144,6 +144,7 @@ pub fn allows_all(limit: &Limit, times: &[i64]) -> bool {
         Limit::Gcra(a) => never_refuses(a, times),
         Limit::Quota(a) => never_refuses(a, times),
         Limit::Concurrency(a) => never_refuses(a, times),
+        Limit::Budget(a) => never_refuses(a, times),
     }
 }
 

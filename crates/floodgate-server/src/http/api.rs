@@ -99,6 +99,7 @@ where
 
 /// With `auth:` clients configured, the caller's client when its bearer token holds `scope`, or
 /// the 401/403 to answer; `Ok(None)` when no client is configured (anyone may call).
+#[allow(clippy::result_large_err)] // a refusal is built only on the error path, and answered at once
 pub(super) fn authorized<'r>(
     running: &'r Running,
     headers: &http::HeaderMap,
