@@ -67,6 +67,30 @@ pub(crate) enum Settle {
 /// it is released by a task spawned on the current Tokio runtime: drop it inside one. Dropped
 /// outside a runtime, nothing is sent and the reservation stays charged its estimate until its
 /// `ttl` passes (and then stays charged: an expired reservation is never given back).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let yaml = "store: {kind: memory}\nrules: [{name: tenant-tokens, key: [tenant], algorithm: fixed_window, limit: 10000, window: 1h, cost: tokens}]\n";
+/// # let app = floodgate_server::App::new(floodgate_config::parse("doc.yaml", yaml)?, Default::default())?;
+/// # let server = floodgate_server::Server::new(app, tokio::net::TcpListener::bind("127.0.0.1:0").await?, None)?;
+/// # let url = format!("http://{}", server.http_addr());
+/// # tokio::spawn(server.run(std::future::pending()));
+/// use std::time::Duration;
+/// use floodgate_client::{Client, Request};
+///
+/// let floodgate = Client::builder(url).deadline(Duration::from_secs(1)).build()?;
+/// let tenant = || Request::new().descriptor("tenant", "t1");
+/// let estimate = tenant().costs("requests", 1).costs("tokens", 4300).ttl(Duration::from_secs(120));
+/// let reserved = floodgate.reserve(&estimate).await?;
+/// if let Some(reservation) = reserved.reservation {
+///     let used = 812; // what the model reported
+///     let settled = reservation.commit(&[("tokens", used)]).await?;
+///     assert_eq!(settled.refunded["tokens"], 3488);
+/// }
+/// assert_eq!(floodgate.usage("tenant-tokens", &tenant()).await?.used, 812);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Reservation {
     client: Client,
