@@ -144,3 +144,70 @@ async fn settling_is_retried_when_no_answer_came_then_unavailable() {
     assert_eq!(floodgate.stats().calls, 3, "the first attempt and two retries");
     assert_eq!(floodgate.stats().unreachable, 1);
 }
+
+/// Reads one HTTP/1.1 message (head, and a `content-length` body) from `stream`; `None` at EOF.
+async fn read_message(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+            if buffer.len() >= end + 4 + length {
+                return Some(buffer.drain(..end + 4 + length).collect());
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.unwrap();
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A proxy that forwards every request to `upstream`, but cuts the connection instead of the first
+/// commit's answer: the commit ran, its caller never heard.
+async fn proxy_losing_the_first_commit_answer(upstream: std::net::SocketAddr) -> String {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let lost = Arc::new(AtomicBool::new(false));
+    tokio::spawn(async move {
+        loop {
+            let (mut downstream, _) = listener.accept().await.unwrap();
+            let lost = lost.clone();
+            tokio::spawn(async move {
+                let mut up = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let (mut down_buffer, mut up_buffer) = (Vec::new(), Vec::new());
+                while let Some(request) = read_message(&mut downstream, &mut down_buffer).await {
+                    up.write_all(&request).await.unwrap();
+                    let answer = read_message(&mut up, &mut up_buffer).await.unwrap();
+                    if request.starts_with(b"POST /v1/commit ") && !lost.swap(true, Ordering::SeqCst) {
+                        return; // both connections dropped: the answer is lost
+                    }
+                    downstream.write_all(&answer).await.unwrap();
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_is_retried_and_settles_once() {
+    let mut server = Running::start(CONFIG).await;
+    let direct = client(&server.url());
+    let floodgate = client(&proxy_losing_the_first_commit_answer(server.addr).await);
+    let reserved =
+        floodgate.reserve(&tenant("lost").costs("requests", 1).costs("tokens", 1000)).await.unwrap();
+    let settled = reserved.reservation.unwrap().commit(&[("tokens", 100)]).await.unwrap();
+    assert_eq!(settled.refunded.get("tokens"), Some(&900));
+    assert_eq!(floodgate.stats().calls, 3, "the reserve, the commit whose answer was lost, its retry");
+    assert_eq!(used(&direct, "tenant-tokens", "lost").await, 100, "refunded once, not twice");
+    server.stop().await;
+}
