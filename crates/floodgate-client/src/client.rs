@@ -14,6 +14,7 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::decision::{Decision, FailMode, Request, WireProblem, WireVerdict, passed_header};
 use crate::error::{Error, FailureReason};
+use crate::reservation::{Reservation, Reserved, Settle};
 
 /// Builds a [`Client`]: `Client::builder("http://127.0.0.1:8080").deadline(..).fail_mode(..).build()`.
 #[derive(Debug, Clone)]
@@ -83,6 +84,10 @@ impl ClientBuilder {
                 check: endpoint("check"),
                 peek: endpoint("peek"),
                 report: endpoint("report"),
+                reserve: endpoint("reserve"),
+                commit: endpoint("commit"),
+                release: endpoint("release"),
+                base: base.to_owned(),
                 deadline: self.deadline,
                 fail_mode: self.fail_mode,
                 fail_closed_retry_after: self.fail_closed_retry_after,
@@ -107,6 +112,10 @@ struct Inner {
     check: Uri,
     peek: Uri,
     report: Uri,
+    reserve: Uri,
+    commit: Uri,
+    release: Uri,
+    base: String,
     deadline: Duration,
     fail_mode: FailMode,
     fail_closed_retry_after: Duration,
@@ -178,6 +187,7 @@ enum Call {
     Check,
     Peek,
     Report,
+    Reserve,
 }
 
 impl Client {
@@ -244,6 +254,8 @@ impl Client {
                     limits: Vec::new(),
                     headers,
                     failure: Some((reason, mode)),
+                    reservation: None,
+                    expires_at_ms: None,
                 })
             }
             Err(other) => Err(other),
@@ -256,24 +268,39 @@ impl Client {
 
     async fn call(&self, call: Call, request: &Request) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        let body = request.body()?;
-        let deadline = request.deadline.unwrap_or(inner.deadline);
-        if deadline.is_zero() {
-            return Err(Error::InvalidRequest("deadline must be longer than 0".into()));
-        }
-        inner.stats.call();
+        let body = request.body(matches!(call, Call::Reserve))?;
         let uri = match call {
             Call::Check => &inner.check,
             Call::Peek => &inner.peek,
             Call::Report => &inner.report,
+            Call::Reserve => &inner.reserve,
         };
-        let mut builder = http::Request::builder().method(Method::POST).uri(uri.clone());
+        let (parts, bytes) = self.exchange(Method::POST, uri.clone(), Some(body), request.deadline).await?;
+        render(parts.status.as_u16(), &parts.headers, &bytes)
+    }
+
+    /// One request with the deadline: the answer's head and body, or [`Error::Unavailable`].
+    pub(crate) async fn exchange(
+        &self,
+        method: Method,
+        uri: Uri,
+        body: Option<Vec<u8>>,
+        deadline: Option<Duration>,
+    ) -> Result<(http::response::Parts, Bytes), Error> {
+        let inner = &*self.inner;
+        let deadline = deadline.unwrap_or(inner.deadline);
+        if deadline.is_zero() {
+            return Err(Error::InvalidRequest("deadline must be longer than 0".into()));
+        }
+        inner.stats.call();
+        let mut builder = http::Request::builder().method(method).uri(uri);
         if let Some(headers) = builder.headers_mut() {
             headers.extend(inner.headers.iter().map(|(n, v)| (n.clone(), v.clone())));
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
-        let http_request =
-            builder.body(Full::new(Bytes::from(body))).map_err(|e| Error::InvalidRequest(e.to_string()))?;
+        let http_request = builder
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| Error::InvalidRequest(e.to_string()))?;
         let exchange = async {
             let response = inner.http.request(http_request).await.map_err(|e| {
                 let not_sent = e.is_connect();
@@ -296,18 +323,42 @@ impl Client {
             })?;
             Ok::<_, Error>((parts, bytes.to_bytes()))
         };
-        let (parts, bytes) = match tokio::time::timeout(deadline, exchange).await {
-            Ok(result) => result?,
-            Err(_) => {
-                return Err(Error::Unavailable {
-                    reason: FailureReason::Deadline,
-                    not_sent: false,
-                    message: format!("no answer within {} ms", deadline.as_millis()),
-                    source: None,
-                });
-            }
-        };
-        render(parts.status.as_u16(), &parts.headers, &bytes)
+        match tokio::time::timeout(deadline, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Unavailable {
+                reason: FailureReason::Deadline,
+                not_sent: false,
+                message: format!("no answer within {} ms", deadline.as_millis()),
+                source: None,
+            }),
+        }
+    }
+
+    pub(crate) fn endpoint(&self, which: Settle) -> &Uri {
+        match which {
+            Settle::Commit => &self.inner.commit,
+            Settle::Release => &self.inner.release,
+        }
+    }
+
+    pub(crate) fn base(&self) -> &str {
+        &self.inner.base
+    }
+
+    pub(crate) fn count_failure(&self, reason: FailureReason) {
+        self.count(reason, None);
+    }
+
+    /// Reserves an estimate (e.g. the prompt's tokens plus `max_tokens`, with
+    /// [`Request::costs`] and [`Request::ttl`]) before a call whose cost is known only at its end.
+    /// Decided as a check (all-or-nothing, the same fail mode). When allowed,
+    /// [`Reserved::reservation`] is a guard to [`commit`](Reservation::commit) the actual cost with;
+    /// dropped unsettled, it releases the reservation. When denied, or when the fail mode decided,
+    /// there is none.
+    pub async fn reserve(&self, request: &Request) -> Result<Reserved, Error> {
+        let decision = self.decide(Call::Reserve, request).await?;
+        let reservation = decision.reservation.clone().map(|id| Reservation::new(self.clone(), id));
+        Ok(Reserved { decision, reservation })
     }
 }
 
@@ -330,24 +381,44 @@ fn render(status: u16, headers: &HeaderMap, body: &[u8]) -> Result<Decision, Err
             limits: verdict.limits,
             headers: passed,
             failure: None,
+            reservation: if verdict.allowed {
+                verdict.reservation.or_else(|| {
+                    headers.get("floodgate-reservation").and_then(|v| v.to_str().ok()).map(str::to_owned)
+                })
+            } else {
+                None
+            },
+            expires_at_ms: if verdict.allowed { verdict.expires_at_ms } else { None },
         });
     }
+    Err(failed(status, body))
+}
+
+/// The error of an answer that is no result: a problem (4xx; typed for 404 and 409) or an outage.
+pub(crate) fn failed(status: u16, body: &[u8]) -> Error {
     if (400..500).contains(&status)
         && status != 429
         && let Ok(problem) = serde_json::from_slice::<WireProblem>(body)
     {
-        return Err(Error::Problem {
-            status,
-            type_uri: problem.type_uri,
-            title: problem.title,
-            detail: problem.detail,
-        });
+        return match (status, problem.type_uri.as_str()) {
+            (404, NOT_FOUND_TYPE) => Error::NotFound { detail: problem.detail },
+            (409, SETTLED_TYPE) => Error::ReservationSettled { detail: problem.detail },
+            _ => Error::Problem {
+                status,
+                type_uri: problem.type_uri,
+                title: problem.title,
+                detail: problem.detail,
+            },
+        };
     }
     let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-    Err(Error::Unavailable {
+    Error::Unavailable {
         reason: FailureReason::ServerError,
         not_sent: false,
         message: format!("answered {status} without a verdict: {text}"),
         source: None,
-    })
+    }
 }
+
+const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
+const SETTLED_TYPE: &str = "https://floodgate.dev/problems/reservation-settled";

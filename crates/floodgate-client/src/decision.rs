@@ -22,6 +22,8 @@ pub enum FailMode {
 pub struct Request {
     pub(crate) descriptors: Vec<(String, String)>,
     pub(crate) cost: Option<u64>,
+    pub(crate) costs: Vec<(String, u64)>,
+    pub(crate) ttl: Option<Duration>,
     pub(crate) domain: Option<String>,
     pub(crate) deadline: Option<Duration>,
     pub(crate) fail_mode: Option<FailMode>,
@@ -47,6 +49,23 @@ impl Request {
         self
     }
 
+    /// The cost in one dimension (`requests`, `tokens`…), a whole number; each rule counts its own
+    /// (`cost: tokens`), e.g. `.costs("requests", 1).costs("tokens", 1200)`. A dimension given
+    /// twice keeps the last. Not with [`cost`](Request::cost).
+    pub fn costs(mut self, dimension: impl Into<String>, amount: u64) -> Request {
+        let dimension = dimension.into();
+        self.costs.retain(|(d, _)| *d != dimension);
+        self.costs.push((dimension, amount));
+        self
+    }
+
+    /// How long a [`reserve`](crate::Client::reserve) holds the reservation unsettled (server
+    /// default 5 min, at most 24 h; whole milliseconds). Ignored by the other calls.
+    pub fn ttl(mut self, ttl: Duration) -> Request {
+        self.ttl = Some(ttl);
+        self
+    }
+
     /// Checks against the policy of an Envoy domain instead of the native rules.
     pub fn domain(mut self, domain: impl Into<String>) -> Request {
         self.domain = Some(domain.into());
@@ -65,9 +84,12 @@ impl Request {
         self
     }
 
-    pub(crate) fn body(&self) -> Result<Vec<u8>, Error> {
+    pub(crate) fn body(&self, with_ttl: bool) -> Result<Vec<u8>, Error> {
         if self.cost == Some(0) {
             return Err(Error::InvalidRequest("cost must be at least 1".into()));
+        }
+        if self.cost.is_some() && !self.costs.is_empty() {
+            return Err(Error::InvalidRequest("give cost or costs, not both".into()));
         }
         let descriptors: serde_json::Map<String, serde_json::Value> =
             self.descriptors.iter().map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone()))).collect();
@@ -76,8 +98,20 @@ impl Request {
         if let Some(cost) = self.cost {
             body.insert("cost".into(), cost.into());
         }
+        if !self.costs.is_empty() {
+            let costs: serde_json::Map<String, serde_json::Value> =
+                self.costs.iter().map(|(d, n)| (d.clone(), (*n).into())).collect();
+            body.insert("costs".into(), costs.into());
+        }
         if let Some(domain) = &self.domain {
             body.insert("domain".into(), domain.clone().into());
+        }
+        if with_ttl && let Some(ttl) = self.ttl {
+            let ms = ttl.as_millis();
+            if ms == 0 {
+                return Err(Error::InvalidRequest("ttl must be at least 1 ms".into()));
+            }
+            body.insert("ttl".into(), format!("{ms}ms").into());
         }
         serde_json::to_vec(&body).map_err(|e| Error::InvalidRequest(e.to_string()))
     }
@@ -118,6 +152,12 @@ pub struct Decision {
     pub headers: http::HeaderMap,
     /// Set when the fail mode decided because the service gave no verdict.
     pub failure: Option<(FailureReason, FailMode)>,
+    /// The reservation's id: of an allowed [`reserve`](crate::Client::reserve), or of a check that
+    /// took concurrency permits (the `floodgate-reservation` header, which
+    /// [`release`](crate::Client::release) frees them with). `None` otherwise.
+    pub reservation: Option<String>,
+    /// When an allowed reserve's reservation expires unsettled, ms since the Unix epoch.
+    pub expires_at_ms: Option<u64>,
 }
 
 impl Decision {
@@ -139,6 +179,10 @@ impl Decision {
 #[derive(Deserialize)]
 pub(crate) struct WireVerdict {
     pub(crate) allowed: bool,
+    #[serde(default)]
+    pub(crate) reservation: Option<String>,
+    #[serde(default)]
+    pub(crate) expires_at_ms: Option<u64>,
     pub(crate) retry_after_ms: Option<u64>,
     pub(crate) limits: Vec<LimitStatus>,
 }

@@ -40,6 +40,20 @@ pub enum Error {
         /// The problem's `detail`.
         detail: String,
     },
+    /// `404 not-found`: the server does not know this reservation id (never given, or forgotten a
+    /// while after it expired), or, from `usage`, this rule.
+    #[error("floodgate does not know it (404): {detail}")]
+    NotFound {
+        /// The problem's `detail`.
+        detail: String,
+    },
+    /// `409 reservation-settled`: the reservation was released, committed with other costs, or
+    /// expired (it stays charged its estimate), or is a check's permits and was committed.
+    #[error("the reservation is already settled (409): {detail}")]
+    ReservationSettled {
+        /// The problem's `detail`.
+        detail: String,
+    },
     /// No verdict: the service is down, late or failing. Only `report` returns it (checks and
     /// peeks are decided by the fail mode instead).
     #[error("floodgate gave no verdict ({}): {message}", reason.as_str())]

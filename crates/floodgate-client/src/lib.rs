@@ -37,6 +37,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Costs per dimension ([`Request::costs`]: requests and tokens in one call), reservations
+//! ([`Client::reserve`] → a [`Reservation`] guard: [`commit`](Reservation::commit) the actual cost,
+//! or [`release`](Reservation::release); dropped unsettled, it is released by a task spawned on the
+//! current Tokio runtime — outside one, nothing is sent and the estimate stays charged), and
+//! [`Client::usage`]. [`Client::commit`] and [`Client::release`] are idempotent on the server, so
+//! an attempt that got no answer is retried (twice at most); 404 and 409 are
+//! [`Error::NotFound`] and [`Error::ReservationSettled`].
+//!
 //! Feature `grpc`: [`grpc::RlsClient`], Envoy's rate limit service (RLS v3) over gRPC, with the
 //! same deadline, fail mode and counters.
 //!
@@ -45,6 +53,7 @@
 mod client;
 mod decision;
 mod error;
+mod reservation;
 mod retry;
 
 #[cfg(feature = "grpc")]
@@ -53,4 +62,5 @@ pub mod grpc;
 pub use client::{Client, ClientBuilder, Stats};
 pub use decision::{Decision, FailMode, LimitStatus, Request};
 pub use error::{Error, FailureReason};
+pub use reservation::{Reservation, Reserved, Settled, Usage};
 pub use retry::{RetryPolicy, Retryable, retry};

@@ -34,6 +34,7 @@ rules:
 
 #[cfg(feature = "grpc")]
 mod grpc;
+mod reservations;
 
 struct Running {
     addr: SocketAddr,

@@ -1,5 +1,30 @@
 import { Sessions, type SessionOptions } from './session.js';
-import { FloodgateProblemError, FloodgateUnavailableError, type FailureReason } from './errors.js';
+import {
+  FloodgateProblemError,
+  FloodgateUnavailableError,
+  ReservationNotFoundError,
+  ReservationSettledError,
+  type FailureReason,
+} from './errors.js';
+
+function parse(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The typed error of a problem+json answer: 404 not-found, 409 reservation-settled, or any other. */
+function problemError(status: number, body: object, text: string): FloodgateProblemError {
+  const problem = body as { type?: unknown; title?: unknown; detail?: unknown };
+  const type = String(problem.type ?? 'about:blank');
+  const title = String(problem.title ?? status);
+  const detail = String(problem.detail ?? text);
+  if (status === 404 && type === ReservationNotFoundError.TYPE) return new ReservationNotFoundError(status, type, title, detail);
+  if (status === 409 && type === ReservationSettledError.TYPE) return new ReservationSettledError(status, type, title, detail);
+  return new FloodgateProblemError(status, type, title, detail);
+}
 
 /** What to decide when Floodgate gives no verdict in time: let the request pass, or deny it. */
 export type FailMode = 'open' | 'closed';
@@ -28,10 +53,19 @@ export interface FloodgateClientOptions {
   onFailure?: (event: FailureEvent) => void;
 }
 
+/** Cost per dimension, e.g. `{requests: 1, tokens: 1200}`: each rule counts its own (`cost:`). */
+export type Costs = Record<string, number>;
+
 /** Options of one call. */
 export interface CallOptions {
-  /** The cost of the request, a whole number ≥ 1. Default 1. */
+  /** The cost of the request, a whole number ≥ 1. Default 1. Not with `costs`. */
   cost?: number;
+  /**
+   * The cost per dimension (at most 16, each a whole number ≥ 0, at least one ≥ 1), e.g.
+   * `{requests: 1, tokens: 1200}`: a rule with `cost: tokens` counts the tokens, the others the
+   * requests. Not with `cost`.
+   */
+  costs?: Costs;
   /** The deadline of this call (ms), instead of the client's. */
   deadline?: number;
   /** The fail mode of this call, instead of the client's. */
@@ -54,13 +88,16 @@ export interface LimitStatus {
   outcome: string;
 }
 
+/** The client's calls. */
+export type Call = 'check' | 'peek' | 'report' | 'reserve' | 'commit' | 'release' | 'usage';
+
 /** A call that got no verdict: why, and what the fail mode decided. */
 export interface FailureEvent {
   reason: FailureReason;
   /** The mode that decided (`report` has none: it throws). */
   mode: FailMode | null;
   /** Which call failed. */
-  call: 'check' | 'peek' | 'report';
+  call: Call;
   error: unknown;
 }
 
@@ -82,6 +119,62 @@ export interface Decision {
   headers: Record<string, string>;
   /** Set when the fail mode decided because the service gave no verdict. */
   failure: { reason: FailureReason; mode: FailMode } | null;
+  /**
+   * The reservation's id: of an allowed {@link FloodgateClient.reserve}, or of a check that took
+   * concurrency permits (the `floodgate-reservation` header; {@link FloodgateClient.release} frees
+   * them). Null otherwise, and when the fail mode decided.
+   */
+  reservation: string | null;
+  /** When an allowed reserve's reservation expires unsettled (ms since the Unix epoch), else null. */
+  expiresAtMs: number | null;
+}
+
+/** Options of {@link FloodgateClient.reserve}: a check's, plus how long the reservation is held. */
+export interface ReserveOptions extends CallOptions {
+  /** How long the reservation is held unsettled, e.g. `'2m'` (server default `5m`, at most `24h`). */
+  ttl?: string;
+}
+
+/** Options of a commit, a release or a usage read. */
+export interface SettleOptions {
+  /** The deadline of each attempt (ms), instead of the client's. */
+  deadline?: number;
+  /**
+   * Retries after the first attempt when it got no answer (refused, late, reset, 5xx). Commit and
+   * release are idempotent on the server, so a retry of one whose outcome is unknown settles
+   * nothing twice. Default 2. Not used by `usage`.
+   */
+  attempts?: number;
+  /** Aborts the call. */
+  signal?: AbortSignal;
+}
+
+/** What a commit or a release did; a retry of it answers the same. Each is dimension → amount. */
+export interface Settled {
+  reservation: string;
+  state: 'committed' | 'released';
+  /** What was reserved. */
+  reserved: Costs;
+  /** What stays charged. */
+  charged: Costs;
+  /** What was given back. */
+  refunded: Costs;
+  /** What the actual cost exceeded the reservation by, charged on top. */
+  excess: Costs;
+}
+
+/** One rule's counter for a key, now (`GET /v1/usage`). */
+export interface Usage {
+  rule: string;
+  limit: number;
+  used: number;
+  remaining: number;
+  /** Start of the current window or period (ms since the Unix epoch); null for buckets and concurrency. */
+  periodStart: number | null;
+  /** Its end (exclusive); null for buckets and concurrency. */
+  periodEnd: number | null;
+  /** Until the counter is fully replenished with no further traffic (ms). */
+  resetAfterMs: number;
 }
 
 /** What a client counted since it was made. */
@@ -114,6 +207,8 @@ interface WireLimit {
 
 interface WireVerdict {
   allowed: boolean;
+  reservation?: string;
+  expires_at_ms?: number;
   retry_after_ms: number | null;
   limits: WireLimit[];
 }
@@ -157,6 +252,40 @@ function validateCost(cost: number): number {
     throw new RangeError(`cost must be a whole number ≥ 1, got ${cost}`);
   }
   return cost;
+}
+
+function validateCosts(costs: Costs, where: string): Costs {
+  if (typeof costs !== 'object' || costs === null || Array.isArray(costs)) {
+    throw new TypeError(`${where}: costs must be an object of dimension → whole number`);
+  }
+  for (const [dimension, amount] of Object.entries(costs)) {
+    if (!Number.isSafeInteger(amount) || amount < 0) {
+      throw new RangeError(`${where}: costs.${dimension} must be a whole number ≥ 0, got ${amount}`);
+    }
+  }
+  return costs;
+}
+
+function validateId(id: string, where: string): string {
+  if (typeof id !== 'string' || id === '') {
+    throw new TypeError(`${where}: the reservation id must be a non-empty string`);
+  }
+  return id;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 /**
@@ -227,6 +356,67 @@ export class FloodgateClient {
   }
 
   /**
+   * Reserves an estimate (e.g. the prompt's tokens plus `max_tokens`) before a call whose cost is
+   * known only at its end: decided as a check (all-or-nothing, same fail mode); when allowed,
+   * `decision.reservation` is the id to {@link commit} the actual cost with, or {@link release}.
+   * Unsettled past `ttl`, it stays charged its estimate. When the fail mode decided, there is no
+   * reservation (`reservation: null`): nothing to settle.
+   */
+  reserve(descriptors: Descriptors, options: ReserveOptions = {}): Promise<Decision> {
+    return this.decide('reserve', descriptors, options);
+  }
+
+  /**
+   * Charges a reservation's actual cost: per dimension, what was reserved beyond it is given
+   * back, what exceeds it is charged on top (never denied); a dimension left out stays as
+   * reserved; concurrency permits are freed. Idempotent on the server: the same commit again
+   * answers the same and charges nothing more, so a call that got no answer (refused, late,
+   * reset, 5xx) is retried up to `attempts` times. Throws {@link ReservationNotFoundError} (404)
+   * for an id the server does not know, {@link ReservationSettledError} (409) for one released,
+   * committed with other costs, or expired; {@link FloodgateUnavailableError} when no attempt got
+   * an answer.
+   */
+  async commit(reservation: string, costs?: Costs, options: SettleOptions = {}): Promise<Settled> {
+    const body: { reservation: string; costs?: Costs } = { reservation: validateId(reservation, 'commit') };
+    if (costs !== undefined) body.costs = validateCosts(costs, 'commit');
+    return this.settle('commit', body, options);
+  }
+
+  /**
+   * Gives a reservation back entirely (concurrency permits included), or frees the permits of a
+   * check (its `reservation`; the check's costs stay counted). Idempotent and retried as
+   * {@link commit}; 409 after a commit.
+   */
+  async release(reservation: string, options: SettleOptions = {}): Promise<Settled> {
+    return this.settle('release', { reservation: validateId(reservation, 'release') }, options);
+  }
+
+  /**
+   * What one rule's counter holds now for the descriptors that make its key, consuming nothing.
+   * Throws {@link FloodgateProblemError} (404 for an unknown rule, 422 for a missing descriptor),
+   * {@link FloodgateUnavailableError} when the service gave no answer (not retried).
+   */
+  async usage(rule: string, descriptors: Descriptors, options: Omit<SettleOptions, 'attempts'> = {}): Promise<Usage> {
+    if (typeof rule !== 'string' || rule === '') throw new TypeError('usage: the rule must be a non-empty string');
+    if ('rule' in descriptors) throw new TypeError('usage: no descriptor may be named `rule` (it is the rule parameter)');
+    const query = new URLSearchParams({ rule, ...descriptors });
+    const { status, text } = await this.send('usage', 'GET', `/v1/usage?${query}`, undefined, options);
+    const body = parse(text) as Record<string, unknown> | undefined;
+    if (status === 200 && typeof body?.used === 'number') {
+      return {
+        rule: String(body.rule),
+        limit: body.limit as number,
+        used: body.used,
+        remaining: body.remaining as number,
+        periodStart: (body.period_start as number | null) ?? null,
+        periodEnd: (body.period_end as number | null) ?? null,
+        resetAfterMs: body.reset_after_ms as number,
+      };
+    }
+    throw this.failed('usage', status, text, body);
+  }
+
+  /**
    * Agent step budgets with no extra descriptors: `client.session.step(id)` checks
    * `{session: id}` (see {@link Sessions}).
    */
@@ -263,7 +453,75 @@ export class FloodgateClient {
     return { ...this.counters, failures: { ...this.counters.failures } };
   }
 
-  private async decide(call: 'check' | 'peek', descriptors: Descriptors, options: CallOptions): Promise<Decision> {
+  private async settle(call: 'commit' | 'release', body: object, options: SettleOptions): Promise<Settled> {
+    const attempts = options.attempts ?? 2;
+    if (!Number.isInteger(attempts) || attempts < 0) {
+      throw new RangeError(`${call}: attempts must be a whole number ≥ 0, got ${attempts}`);
+    }
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const { status, text } = await this.send(call, 'POST', `/v1/${call}`, JSON.stringify(body), options);
+        const parsed = parse(text) as Settled | undefined;
+        if (status === 200 && typeof parsed?.state === 'string') return parsed;
+        throw this.failed(call, status, text, parsed);
+      } catch (error) {
+        if (!(error instanceof FloodgateUnavailableError) || attempt >= attempts || options.signal?.aborted) {
+          if (error instanceof FloodgateUnavailableError) this.count(call, error.reason, null, error);
+          throw error;
+        }
+        await sleep(Math.min(1000, 25 * 2 ** attempt), options.signal);
+      }
+    }
+  }
+
+  /** One request with the deadline; the status and the text, or a FloodgateUnavailableError. */
+  private async send(
+    call: Call,
+    method: 'GET' | 'POST',
+    path: string,
+    body: string | undefined,
+    options: { deadline?: number; signal?: AbortSignal },
+  ): Promise<{ status: number; text: string; response: Response }> {
+    const deadline = options.deadline === undefined ? this.deadline : validateDeadline(options.deadline, call);
+    this.counters.calls += 1;
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), deadline);
+    const onAbort = (): void => controller.abort();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const init: RequestInit = { method, headers: this.headers, signal: controller.signal };
+      if (body !== undefined) init.body = body;
+      const response = await this.fetchImpl(`${this.url}${path}`, init);
+      const text = await response.text();
+      return { status: response.status, text, response };
+    } catch (error) {
+      if (controller.signal.aborted) {
+        throw new FloodgateUnavailableError('deadline', `floodgate gave no answer to ${call} within ${deadline} ms`, {
+          cause: error,
+          code: 'ETIMEDOUT',
+        });
+      }
+      const code = errorCode(error);
+      throw new FloodgateUnavailableError(
+        'unreachable',
+        `floodgate at ${this.url} is unreachable (${code ?? String(error)})`,
+        code === undefined ? { cause: error } : { cause: error, code },
+      );
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** The error for an answer that is no result: a problem (4xx) or an outage (5xx, garbage). */
+  private failed(call: Call, status: number, text: string, body: unknown): Error {
+    if (status >= 400 && status < 500 && status !== 429 && typeof body === 'object' && body !== null) {
+      return problemError(status, body, text);
+    }
+    return new FloodgateUnavailableError('server_error', `floodgate answered ${call} with ${status}: ${text.slice(0, 200)}`);
+  }
+
+  private async decide(call: 'check' | 'peek' | 'reserve', descriptors: Descriptors, options: CallOptions): Promise<Decision> {
     const mode = options.failMode === undefined ? this.failMode : validateFailMode(options.failMode, call);
     const outcome = await this.call(call, descriptors, options);
     if ('decision' in outcome) return outcome.decision;
@@ -279,6 +537,8 @@ export class FloodgateClient {
       limits: [],
       headers: retryAfterSeconds === null ? {} : { 'retry-after': String(retryAfterSeconds) },
       failure: { reason: outcome.reason, mode },
+      reservation: null,
+      expiresAtMs: null,
     };
   }
 
@@ -290,13 +550,18 @@ export class FloodgateClient {
   }
 
   private async call(
-    call: 'check' | 'peek' | 'report',
+    call: 'check' | 'peek' | 'report' | 'reserve',
     descriptors: Descriptors,
-    options: CallOptions,
+    options: ReserveOptions,
   ): Promise<{ decision: Decision } | { reason: FailureReason; error: FloodgateUnavailableError }> {
-    const body: { descriptors: Descriptors; cost?: number; domain?: string } = { descriptors };
+    const body: { descriptors: Descriptors; cost?: number; costs?: Costs; domain?: string; ttl?: string } = { descriptors };
+    if (options.cost !== undefined && options.costs !== undefined) {
+      throw new TypeError(`${call}: give cost or costs, not both`);
+    }
     if (options.cost !== undefined) body.cost = validateCost(options.cost);
+    if (options.costs !== undefined) body.costs = validateCosts(options.costs, call);
     if (options.domain !== undefined) body.domain = options.domain;
+    if (options.ttl !== undefined) body.ttl = options.ttl;
     const deadline = options.deadline === undefined ? this.deadline : validateDeadline(options.deadline, call);
     this.counters.calls += 1;
 
@@ -368,16 +633,12 @@ export class FloodgateClient {
         })),
         headers,
         failure: null,
+        reservation: body.allowed ? (body.reservation ?? headers['floodgate-reservation'] ?? null) : null,
+        expiresAtMs: body.allowed ? (body.expires_at_ms ?? null) : null,
       };
     }
     if (status >= 400 && status < 500 && status !== 429 && typeof body === 'object' && body !== null) {
-      const problem = body as { type?: unknown; title?: unknown; detail?: unknown };
-      throw new FloodgateProblemError(
-        status,
-        String(problem.type ?? 'about:blank'),
-        String(problem.title ?? response.statusText),
-        String(problem.detail ?? text),
-      );
+      throw problemError(status, body, text);
     }
     throw new FloodgateUnavailableError('server_error', `floodgate answered ${status} without a verdict: ${text.slice(0, 200)}`);
   }

@@ -13,7 +13,7 @@ export type FailureReason =
  * fail mode never hides it: it is thrown.
  */
 export class FloodgateProblemError extends Error {
-  override readonly name = 'FloodgateProblemError';
+  override readonly name: string = 'FloodgateProblemError';
   /** The HTTP status Floodgate answered. */
   readonly status: number;
   /** The problem's `type` URI, e.g. `https://floodgate.dev/problems/never-allowed`. */
@@ -27,6 +27,24 @@ export class FloodgateProblemError extends Error {
     this.type = type;
     this.detail = detail;
   }
+}
+
+/**
+ * `404 not-found`: the server does not know this reservation id (never given, or forgotten a
+ * while after it expired). Also an unknown rule of `usage`.
+ */
+export class ReservationNotFoundError extends FloodgateProblemError {
+  static readonly TYPE = 'https://floodgate.dev/problems/not-found';
+  override readonly name = 'ReservationNotFoundError';
+}
+
+/**
+ * `409 reservation-settled`: the reservation was released, committed with other costs, or expired
+ * (it stays charged its estimate), or it is a check's permits and was committed.
+ */
+export class ReservationSettledError extends FloodgateProblemError {
+  static readonly TYPE = 'https://floodgate.dev/problems/reservation-settled';
+  override readonly name = 'ReservationSettledError';
 }
 
 /**

@@ -1,7 +1,13 @@
 export {
   FloodgateClient,
   errorCode,
+  type Call,
   type CallOptions,
+  type Costs,
+  type ReserveOptions,
+  type SettleOptions,
+  type Settled,
+  type Usage,
   type ClientStats,
   type Decision,
   type Descriptors,
@@ -14,6 +20,8 @@ export {
   FloodgateProblemError,
   FloodgateUnavailableError,
   RateLimitedError,
+  ReservationNotFoundError,
+  ReservationSettledError,
   TimeoutError,
   type FailureReason,
 } from './errors.js';

@@ -18,7 +18,8 @@ export interface Step {
 
 /**
  * Agent step budgets: `step(id)` is a check with the descriptor `session: id`, which a rule keyed
- * on `[session]` counts (e.g. 50 steps per session).
+ * on `[session]` counts — `algorithm: budget` (e.g. `limit: 50`, `ttl: 24h`: 50 steps, never
+ * refilled, gone a day after the session's first step).
  */
 export class Sessions {
   constructor(

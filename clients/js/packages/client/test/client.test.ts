@@ -24,9 +24,9 @@ rules:
     window: 1h
   - name: steps
     key: [session]
-    algorithm: fixed_window
+    algorithm: budget
     limit: 2
-    window: 24h
+    ttl: 24h
 `;
 
 let server: RunningFloodgate;
@@ -94,6 +94,10 @@ describe('check, peek, report against the real server', () => {
     const three = await client.session.step('s-1');
     assert.deepEqual([one.allowed, two.allowed, three.allowed], [true, true, false]);
     assert.deepEqual([one.remaining, two.remaining], [1, 0]);
+    assert.ok(
+      three.decision.retryAfterMs !== null && three.decision.retryAfterMs > 23 * 3_600_000,
+      'a spent budget is gone a day after its first step',
+    );
     assert.equal((await client.session.step('s-2')).allowed, true, 'another session has its own budget');
     await assert.rejects(client.session.step(''), /non-empty string/);
   });
