@@ -1,7 +1,7 @@
 //! Identity-aware pools: rules before verification (the IP pool, which stops a flood of bad tokens
-//! before any signature is checked), JWT verification (ES256 from a JWKS file here; HS256 in
-//! `binary.rs`, whose secret comes from the environment), rules after it (per user, per tenant,
-//! the anonymous pool), and client identity headers that never override verified claims.
+//! before any signature is checked), JWT verification (ES256 and RS256 from a JWKS file here;
+//! HS256 in `binary.rs`, whose secret comes from the environment), rules after it (per user, per
+//! tenant, the anonymous pool), and client identity headers that never override verified claims.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -222,5 +222,62 @@ async fn expired_wrong_audience_wrong_issuer_premature_and_unsigned_tokens_get_4
         gateway.get("/r", &[("x-forwarded-for", "198.51.100.99"), ("authorization", &valid)]).await.status,
         200
     );
+    gateway.stop().await;
+}
+
+/// An RS256 token signed with a key of `fixtures/` (the JWKS beside it holds the public half of
+/// `rs256-signing.pem` under kid `r1`; `rs256-other.pem` is a key the gateway does not know).
+fn rs256_token(pem: &str, claims: serde_json::Value) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gateway/fixtures").join(pem);
+    // PKCS#1 PEM: the base64 between the armour lines is the DER that ring reads.
+    let pem = std::fs::read_to_string(&path).unwrap();
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD.decode(body).unwrap();
+    let key = EncodingKey::from_rsa_der(&der);
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("r1".into());
+    let mut claims = claims;
+    claims["exp"] = json!(now() + 3600);
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
+#[tokio::test]
+async fn rs256_tokens_verify_against_an_rsa_key_of_the_jwks_file() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let jwks = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gateway/fixtures/rs256-jwks.json");
+    let text = format!(
+        r#"
+rules:
+  - name: per-user
+    key: [user]
+    algorithm: fixed_window
+    limit: 1
+    window: 60s
+gateway:
+  identity:
+    jwt: {{ jwks_file: "{jwks}", issuer: https://id.example, audience: api }}
+    claims: {{ user: sub, tenant: tid }}
+    headers: {{ user: x-user-id }}
+  routes:
+    - name: all
+      match: {{ path: "/{{*rest}}" }}
+      upstream: {url}
+"#,
+        jwks = jwks.display(),
+        url = upstream.url()
+    );
+    let gateway = Gateway::start(&text).await;
+    let good = format!("Bearer {}", rs256_token("rs256-signing.pem", claims("r-user", "t1")));
+    let first = gateway.get("/r", &[("authorization", &good)]).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(upstream.seen.lock()[0].headers["x-user-id"], "r-user", "the verified subject");
+    // The per-user pool is the verified subject's: its one request is spent.
+    assert_eq!(gateway.get("/r", &[("authorization", &good)]).await.status, 429);
+    // Signed by another RSA key under the same kid: refused before the upstream.
+    let forged = format!("Bearer {}", rs256_token("rs256-other.pem", claims("r-user", "t1")));
+    let refused = gateway.get("/r", &[("authorization", &forged)]).await;
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    assert_eq!(upstream.count(), 1);
     gateway.stop().await;
 }
