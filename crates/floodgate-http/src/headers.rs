@@ -29,6 +29,7 @@
 //!         enforced: true,
 //!         window: Duration::from_secs(60),
 //!         quota: false,
+//!         degrade_to: None,
 //!         grant: None,
 //!         permit: false,
 //!     }]
@@ -71,6 +72,9 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// `floodgate-tag`: the names of the `tag` rules that flagged the request, comma separated.
 pub const TAG_HEADER: HeaderName = HeaderName::from_static("floodgate-tag");
+/// `floodgate-degrade`: the model to switch to, when a plan over its limit degrades rather than
+/// refuses (`overage: {free: {degrade_to: gpt-4o-mini}}`).
+pub const DEGRADE_HEADER: HeaderName = HeaderName::from_static("floodgate-degrade");
 /// `floodgate-reservation`: on an allowed check that took concurrency permits, the id that
 /// `/v1/release` frees them with.
 pub const RESERVATION_HEADER: HeaderName = HeaderName::from_static("floodgate-reservation");
@@ -223,7 +227,19 @@ fn push_u64(out: &mut BytesMut, n: u64) {
 /// (`floodgate-tag: scraper-suspect, burst-watch`), replacing any already there; removes it when
 /// no rule tagged the request, so a client cannot forge it on the way in. Characters outside
 /// printable ASCII, and commas, become `?`.
+///
+/// Also writes [`DEGRADE_HEADER`] with [`Verdict::degrade_to`] (the model a plan over its limit
+/// switches to), or removes it when there is none.
 pub fn tag_header(verdict: &Verdict, out: &mut HeaderMap) {
+    match verdict.degrade_to() {
+        Some(model) => {
+            let model: String = model.chars().map(|c| if is_printable_ascii(c) { c } else { '?' }).collect();
+            insert_str(out, DEGRADE_HEADER, &model);
+        }
+        None => {
+            out.remove(DEGRADE_HEADER);
+        }
+    }
     let mut value = String::new();
     for tag in verdict.tags() {
         if !value.is_empty() {

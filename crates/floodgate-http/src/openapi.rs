@@ -36,8 +36,8 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::headers::{
-    RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    DEGRADE_HEADER, RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
 use crate::problem::{
     INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE, RATE_LIMITED_TYPE,
@@ -238,6 +238,14 @@ impl PartialSchema for VerdictBody<'_> {
                      wait of the denying rules), rounded up; `null` when allowed.",
                 )),
             )
+            .property(
+                "degrade_to",
+                ObjectBuilder::new().schema_type(Type::String).description(Some(
+                    "Only on an allowed verdict whose plan is over its limit and degrades \
+                     (`overage: {free: {degrade_to: <model>}}`): the model to switch to; also sent \
+                     as the `floodgate-degrade` header.",
+                )),
+            )
             .property("limits", ArrayBuilder::new().items(reference::<LimitBody>()))
             .required("allowed")
             .required("retry_after_ms")
@@ -415,6 +423,14 @@ pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
     ];
     if !denied {
         headers.push(documented(
+            DEGRADE_HEADER,
+            "floodgate-degrade",
+            false,
+            string(),
+            "The model to switch to: the request's plan is over its limit and degrades rather than \
+             refuses (`overage: {<plan>: {degrade_to: <model>}}`); as `degrade_to` in the body.",
+        ));
+        headers.push(documented(
             RESERVATION_HEADER,
             "floodgate-reservation",
             false,
@@ -473,6 +489,7 @@ mod tests {
             enforced: true,
             window: Duration::from_secs(60),
             quota: false,
+            degrade_to: None,
             grant: None,
             permit: false,
         };

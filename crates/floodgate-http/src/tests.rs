@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 
 use crate::headers::{X_RATELIMIT_LIMIT, rate_limit_headers, tag_header};
 use crate::problem::{NEVER_ALLOWED_TYPE, QUOTA_EXCEEDED_TYPE};
-use crate::{HeaderStyle, Problem, TAG_HEADER};
+use crate::{DEGRADE_HEADER, HeaderStyle, Problem, TAG_HEADER};
 
 const AT: Timestamp = Timestamp::from_secs(1_700_000_000);
 
@@ -30,6 +30,7 @@ fn limit(rule: &str, outcome: Outcome, limit: u64, remaining: u64, reset_ms: u64
         enforced: matches!(outcome, Outcome::Allowed | Outcome::Denied),
         window: Duration::from_secs(60),
         quota: false,
+        degrade_to: None,
         grant: None,
         permit: false,
     }
@@ -251,6 +252,31 @@ fn tag_header_lists_tagging_rules_and_removes_a_forged_one() {
     let untagged = verdict([limit("enforced", Outcome::Allowed, 5, 4, 1_000)]);
     tag_header(&untagged, &mut h);
     assert!(h.get(TAG_HEADER).is_none());
+}
+
+#[test]
+fn a_degrading_plan_names_its_model_in_the_header_and_the_body() {
+    let mut over = limit("monthly-calls", Outcome::Tagged, 100, 0, 1_000);
+    over.degrade_to = Some(Arc::from("gpt-4o-mini"));
+    let v = verdict([limit("per-minute", Outcome::Allowed, 10, 9, 1_000), over]);
+    assert_eq!(v.degrade_to(), Some("gpt-4o-mini"));
+    let mut h = HeaderMap::new();
+    tag_header(&v, &mut h);
+    assert_eq!(h[DEGRADE_HEADER], "gpt-4o-mini");
+    assert_eq!(h[TAG_HEADER], "monthly-calls");
+    let body: serde_json::Value =
+        serde_json::from_slice(&crate::wire::VerdictBody::from(&v).to_json()).unwrap();
+    assert_eq!(body["degrade_to"], "gpt-4o-mini");
+
+    // A denied request degrades to nothing, and a forged header is removed.
+    let mut denied = v.clone();
+    denied.allowed = false;
+    h.insert(DEGRADE_HEADER, HeaderValue::from_static("forged"));
+    tag_header(&denied, &mut h);
+    assert!(h.get(DEGRADE_HEADER).is_none());
+    let body: serde_json::Value =
+        serde_json::from_slice(&crate::wire::VerdictBody::from(&denied).to_json()).unwrap();
+    assert!(body.get("degrade_to").is_none(), "{body}");
 }
 
 #[test]

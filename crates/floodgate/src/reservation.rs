@@ -187,6 +187,7 @@ impl Policy {
                 enforced: true,
                 window: Duration::ZERO,
                 quota: false,
+                degrade_to: None,
                 grant: Some(Grant { cost: refund.min(l.grant.cost), ..l.grant }),
                 permit: l.permit,
             });

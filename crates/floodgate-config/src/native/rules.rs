@@ -6,7 +6,7 @@ use floodgate::store::PrefetchBatch;
 use floodgate::{Action, Condition, IpPrefix, LimitKind, OnStoreError, Pattern, Rule};
 
 use super::descriptors::Vocabulary;
-use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
+use super::limits::{bucket, count, counted, shape};
 use super::store::positive_duration;
 use crate::algorithm::{self, Algorithm};
 use crate::duration;
@@ -70,10 +70,7 @@ pub(crate) fn compile(
 
     let (limit, by) = match algorithm.kind {
         LimitKind::TokenBucket | LimitKind::Gcra => {
-            if let Some(overage) = fields.get("overage") {
-                return Err(overage.error(OVERAGE_WITHOUT_BY));
-            }
-            (bucket(&fields, algorithm.kind, &mut canonical)?, None)
+            bucket(&fields, algorithm.kind, vocabulary, &mut canonical)?
         }
         _ => {
             let shape = shape(&fields, algorithm.kind, &mut canonical)?;

@@ -746,6 +746,7 @@ mod tests {
             enforced: true,
             window: Duration::from_secs(60),
             quota: false,
+            degrade_to: None,
             grant: None,
             permit: false,
         };

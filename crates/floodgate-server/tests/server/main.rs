@@ -9,6 +9,7 @@ mod costs;
 mod grpc;
 mod metrics;
 mod openapi;
+mod plans;
 mod redis;
 mod reload;
 mod reservations;
