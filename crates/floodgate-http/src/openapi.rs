@@ -37,7 +37,9 @@ use utoipa::{PartialSchema, ToSchema};
 
 use crate::headers::{
     DEGRADE_HEADER, RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_REMAINING_REQUESTS, X_RATELIMIT_REMAINING_TOKENS, X_RATELIMIT_RESET,
+    X_RATELIMIT_RESET_REQUESTS, X_RATELIMIT_RESET_TOKENS,
 };
 use crate::problem::{
     INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE, RATE_LIMITED_TYPE,
@@ -86,10 +88,12 @@ pub fn reference<T: ToSchema>() -> RefOr<Schema> {
 
 impl PartialSchema for crate::HeaderStyle {
     fn schema() -> RefOr<Schema> {
-        use crate::HeaderStyle::{Both, Ietf, Legacy, None};
         string()
-            .enum_values(Some([Ietf, Legacy, Both, None].map(crate::HeaderStyle::as_str)))
-            .description(Some("Which rate-limit headers are sent: `ietf`, `legacy`, `both` or `none`."))
+            .enum_values(Some(crate::HeaderStyle::all().map(crate::HeaderStyle::as_str)))
+            .description(Some(
+                "Which rate-limit headers are sent: `ietf`, `legacy`, `both`, `openai` or `none`, or \
+                 several sets joined by `, ` (`ietf, openai`).",
+            ))
             .into()
     }
 }
@@ -370,6 +374,11 @@ fn documented(
 /// An RFC 8941 sf-string as the headers write a rule name: quoted, `"` and `\` escaped.
 const SF_STRING: &str = r#""(?:[^"\\]|\\.)*""#;
 
+/// A Go duration as the OpenAI-style headers write it: `0s`, `<n>ms`, or hours, minutes and
+/// seconds with up to three decimals.
+const GO_DURATION: &str =
+    r"^(0s|[1-9][0-9]{0,2}ms|([1-9][0-9]*h[0-9]{1,2}m|[1-9][0-9]?m)?[0-9]{1,2}(\.[0-9]{0,2}[1-9])?s)$";
+
 /// The headers of a decision (`/v1/check`, `/v1/peek`, `/v1/report`), `denied` for a 429: the
 /// rate-limit headers of the configured style (present when an enforced limit applied),
 /// `Retry-After` on every denial, `floodgate-tag` when a tag rule flagged the request.
@@ -412,6 +421,51 @@ pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
             false,
             integer(0),
             "Legacy: when the most restrictive limit is fully replenished, in Unix seconds.",
+        ),
+        documented(
+            X_RATELIMIT_LIMIT_REQUESTS,
+            "x-ratelimit-limit-requests",
+            false,
+            integer(0),
+            "OpenAI style (`headers: openai`, alone or in a list): the capacity of the tightest enforced \
+             rule counting `requests`. The same three headers with `-tokens` describe the rules counting \
+             `tokens`.",
+        ),
+        documented(
+            X_RATELIMIT_REMAINING_REQUESTS,
+            "x-ratelimit-remaining-requests",
+            false,
+            integer(0),
+            "OpenAI style: what is left of that rule.",
+        ),
+        documented(
+            X_RATELIMIT_RESET_REQUESTS,
+            "x-ratelimit-reset-requests",
+            false,
+            string().pattern(Some(GO_DURATION)),
+            "OpenAI style: the time until that rule is fully replenished, as a Go duration rounded up to \
+             milliseconds (`12ms`, `1.5s`, `6m0s`, `1h2m3s`).",
+        ),
+        documented(
+            X_RATELIMIT_LIMIT_TOKENS,
+            "x-ratelimit-limit-tokens",
+            false,
+            integer(0),
+            "OpenAI style: the capacity of the tightest enforced rule counting `tokens`.",
+        ),
+        documented(
+            X_RATELIMIT_REMAINING_TOKENS,
+            "x-ratelimit-remaining-tokens",
+            false,
+            integer(0),
+            "OpenAI style: what is left of that rule.",
+        ),
+        documented(
+            X_RATELIMIT_RESET_TOKENS,
+            "x-ratelimit-reset-tokens",
+            false,
+            string().pattern(Some(GO_DURATION)),
+            "OpenAI style: the time until that rule is fully replenished, as a Go duration.",
         ),
         documented(
             TAG_HEADER,
@@ -488,6 +542,7 @@ mod tests {
             outcome: Outcome::Denied,
             enforced: true,
             window: Duration::from_secs(60),
+            dimension: "requests".into(),
             quota: false,
             degrade_to: None,
             grant: None,

@@ -602,6 +602,7 @@ mod tests {
                 outcome: if ok { Outcome::Allowed } else { Outcome::Denied },
                 enforced: true,
                 window: Duration::from_secs(1),
+                dimension: "requests".into(),
                 quota: false,
                 degrade_to: degrade_to.as_deref().map(std::sync::Arc::from),
                 grant: None,

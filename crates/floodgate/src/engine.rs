@@ -93,6 +93,9 @@ pub struct LimitOutcome {
     pub enforced: bool,
     /// The window advertised in `RateLimit-Policy` (`w=`).
     pub window: Duration,
+    /// The cost dimension the rule counts (`requests`, `tokens`, ...; see
+    /// [`Rule::cost`](crate::Rule::cost)).
+    pub dimension: Arc<str>,
     /// Whether the limit is a calendar quota (a 429 says "quota exceeded" rather than "rate limited").
     pub quota: bool,
     /// The model to switch to: set when the limit tagged the request ([`Outcome::Tagged`]) under
@@ -878,6 +881,7 @@ fn decided(
         outcome,
         enforced: p.enforce,
         window: p.limit.policy_window(at),
+        dimension: p.rule.rule.cost.clone(),
         quota: matches!(p.limit, Limit::Quota(_)),
         degrade_to: if outcome == Outcome::Tagged { p.degrade_to.cloned() } else { None },
         grant,
@@ -975,6 +979,7 @@ fn failed(p: &Planned<'_>) -> LimitOutcome {
         outcome: if closed { Outcome::ErrorDenied } else { Outcome::ErrorAllowed },
         enforced: p.enforce,
         window: Duration::ZERO,
+        dimension: rule.cost.clone(),
         quota: false,
         degrade_to: None,
         grant: None,

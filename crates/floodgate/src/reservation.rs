@@ -186,6 +186,7 @@ impl Policy {
                 outcome: crate::Outcome::Allowed,
                 enforced: true,
                 window: Duration::ZERO,
+                dimension: Arc::clone(&self.rules[index].rule.cost),
                 quota: false,
                 degrade_to: None,
                 grant: Some(Grant { cost: refund.min(l.grant.cost), ..l.grant }),

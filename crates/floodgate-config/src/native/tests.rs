@@ -132,6 +132,25 @@ fn header_styles() {
     }
     let e = error("headers: x-ratelimit\n");
     assert!(e.message.contains("\"x-ratelimit\""), "{}", e.message);
+    for (text, style) in [
+        ("openai", HeaderStyle::OpenAi),
+        ("[ietf, openai]", HeaderStyle::Ietf.with(HeaderStyle::OpenAi)),
+        ("[both, openai]", HeaderStyle::Both.with(HeaderStyle::OpenAi)),
+        ("[legacy]", HeaderStyle::Legacy),
+    ] {
+        assert_eq!(compile_text(&format!("headers: {text}\n")).unwrap().headers, style, "{text}");
+    }
+    for (text, field, says) in [
+        ("[ietf, openai, ietf]", "headers[2]", "\"ietf\""),
+        ("[none, openai]", "headers[1]", "none alone"),
+        ("[ietf, opnai]", "headers[1]", "\"opnai\""),
+        ("[ietf, 3]", "headers[1]", "a header style"),
+        ("[]", "headers", "empty list"),
+    ] {
+        let e = error(&format!("headers: {text}\n"));
+        assert_eq!(e.field.as_deref(), Some(field), "{text}: {}", e.message);
+        assert!(e.message.contains(says), "{text}: {}", e.message);
+    }
 }
 
 #[test]
