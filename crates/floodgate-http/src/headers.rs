@@ -424,18 +424,9 @@ fn push_u64(out: &mut BytesMut, n: u64) {
 /// no rule tagged the request, so a client cannot forge it on the way in. Characters outside
 /// printable ASCII, and commas, become `?`.
 ///
-/// Also writes [`DEGRADE_HEADER`] with [`Verdict::degrade_to`] (the model a plan over its limit
-/// switches to), or removes it when there is none.
+/// Also writes [`DEGRADE_HEADER`] ([`degrade_header`]).
 pub fn tag_header(verdict: &Verdict, out: &mut HeaderMap) {
-    match verdict.degrade_to() {
-        Some(model) => {
-            let model: String = model.chars().map(|c| if is_printable_ascii(c) { c } else { '?' }).collect();
-            insert_str(out, DEGRADE_HEADER, &model);
-        }
-        None => {
-            out.remove(DEGRADE_HEADER);
-        }
-    }
+    degrade_header(verdict, out);
     let mut value = String::new();
     for tag in verdict.tags() {
         if !value.is_empty() {
@@ -447,6 +438,21 @@ pub fn tag_header(verdict: &Verdict, out: &mut HeaderMap) {
         out.remove(TAG_HEADER);
     } else {
         insert_str(out, TAG_HEADER, &value);
+    }
+}
+
+/// Writes [`DEGRADE_HEADER`] with [`Verdict::degrade_to`] (the model a plan over its limit
+/// switches to), replacing any already there; removes it when there is none, so that a client
+/// cannot forge it on the way in. Characters outside printable ASCII become `?`.
+pub fn degrade_header(verdict: &Verdict, out: &mut HeaderMap) {
+    match verdict.degrade_to() {
+        Some(model) => {
+            let model: String = model.chars().map(|c| if is_printable_ascii(c) { c } else { '?' }).collect();
+            insert_str(out, DEGRADE_HEADER, &model);
+        }
+        None => {
+            out.remove(DEGRADE_HEADER);
+        }
     }
 }
 
