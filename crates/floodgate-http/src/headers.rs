@@ -28,7 +28,9 @@
 //!         outcome: Outcome::Denied,
 //!         enforced: true,
 //!         window: Duration::from_secs(60),
+//!         dimension: "requests".into(),
 //!         quota: false,
+//!         degrade_to: None,
 //!         grant: None,
 //!         permit: false,
 //!     }]
@@ -69,54 +71,160 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 /// `X-RateLimit-Reset` (legacy): when the most restrictive limit is fully replenished, in Unix
 /// seconds.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `x-ratelimit-limit-requests` (OpenAI style): the capacity of the tightest enforced rule
+/// counting `requests`.
+pub const X_RATELIMIT_LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
+/// `x-ratelimit-remaining-requests` (OpenAI style): what is left of it.
+pub const X_RATELIMIT_REMAINING_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining-requests");
+/// `x-ratelimit-reset-requests` (OpenAI style): the time until it is fully replenished, as a Go
+/// duration (`1.5s`, `6m0s`).
+pub const X_RATELIMIT_RESET_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
+/// `x-ratelimit-limit-tokens` (OpenAI style): the capacity of the tightest enforced rule counting
+/// `tokens`.
+pub const X_RATELIMIT_LIMIT_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-limit-tokens");
+/// `x-ratelimit-remaining-tokens` (OpenAI style): what is left of it.
+pub const X_RATELIMIT_REMAINING_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-tokens");
+/// `x-ratelimit-reset-tokens` (OpenAI style): the time until it is fully replenished, as a Go
+/// duration.
+pub const X_RATELIMIT_RESET_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-reset-tokens");
 /// `floodgate-tag`: the names of the `tag` rules that flagged the request, comma separated.
 pub const TAG_HEADER: HeaderName = HeaderName::from_static("floodgate-tag");
+/// `floodgate-degrade`: the model to switch to, when a plan over its limit degrades rather than
+/// refuses (`overage: {free: {degrade_to: gpt-4o-mini}}`).
+pub const DEGRADE_HEADER: HeaderName = HeaderName::from_static("floodgate-degrade");
 /// `floodgate-reservation`: on an allowed check that took concurrency permits, the id that
 /// `/v1/release` frees them with.
 pub const RESERVATION_HEADER: HeaderName = HeaderName::from_static("floodgate-reservation");
 
 // === impl HeaderStyle ===
 
-/// Which rate-limit headers to send. `Retry-After` is sent on every denial whatever the style.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HeaderStyle {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers, structured fields).
-    Ietf,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (Unix seconds).
-    Legacy,
-    /// Both sets (the default).
-    #[default]
-    Both,
-    /// No rate-limit headers (still `Retry-After` on a denial).
-    None,
-}
+/// Which rate-limit headers to send: any of the IETF draft, the legacy and the OpenAI-style sets.
+/// `Retry-After` is sent on every denial whatever the style.
+///
+/// Written in configuration as one name (`ietf`, `legacy`, `both`, `openai`, `none`) or a list
+/// of them (`[ietf, openai]`), which sends every set named.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HeaderStyle(u8);
 
+const IETF_BIT: u8 = 1;
+const LEGACY_BIT: u8 = 2;
+const OPENAI_BIT: u8 = 4;
+
+/// The names of the styles, by their bits (the index): what [`HeaderStyle::as_str`] writes.
+const STYLE_NAMES: [&str; 8] =
+    ["none", "ietf", "legacy", "both", "openai", "ietf, openai", "legacy, openai", "both, openai"];
+
+#[allow(non_upper_case_globals)]
 impl HeaderStyle {
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers, structured fields).
+    pub const Ietf: HeaderStyle = HeaderStyle(IETF_BIT);
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` (Unix seconds).
+    pub const Legacy: HeaderStyle = HeaderStyle(LEGACY_BIT);
+    /// Both the IETF and the legacy sets (the default).
+    pub const Both: HeaderStyle = HeaderStyle(IETF_BIT | LEGACY_BIT);
+    /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` as OpenAI's API sends them (see
+    /// [`rate_limit_headers`]).
+    pub const OpenAi: HeaderStyle = HeaderStyle(OPENAI_BIT);
+    /// No rate-limit headers (still `Retry-After` on a denial).
+    pub const None: HeaderStyle = HeaderStyle(0);
+
+    /// Every set of `self` and of `other`.
+    pub const fn with(self, other: HeaderStyle) -> HeaderStyle {
+        HeaderStyle(self.0 | other.0)
+    }
+
     /// Whether the IETF draft headers are sent.
     pub fn ietf(self) -> bool {
-        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
+        self.0 & IETF_BIT != 0
     }
 
     /// Whether the legacy `X-RateLimit-*` headers are sent.
     pub fn legacy(self) -> bool {
-        matches!(self, HeaderStyle::Legacy | HeaderStyle::Both)
+        self.0 & LEGACY_BIT != 0
     }
 
-    /// The name as written in configuration: `ietf`, `legacy`, `both` or `none`.
+    /// Whether the OpenAI-style `x-ratelimit-*-requests` and `-tokens` headers are sent.
+    pub fn openai(self) -> bool {
+        self.0 & OPENAI_BIT != 0
+    }
+
+    /// The name as written in configuration: `ietf`, `legacy`, `both`, `openai` or `none`, or
+    /// the names of a combination joined by `, ` (`ietf, openai`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            HeaderStyle::Ietf => "ietf",
-            HeaderStyle::Legacy => "legacy",
-            HeaderStyle::Both => "both",
-            HeaderStyle::None => "none",
+        STYLE_NAMES[usize::from(self.0 & 7)]
+    }
+
+    /// Every style, as [`HeaderStyle::as_str`] names them.
+    pub fn all() -> impl Iterator<Item = HeaderStyle> {
+        (0..8).map(HeaderStyle)
+    }
+
+    /// One name (`ietf`, `legacy`, `both`, `openai`, `none`; ASCII case-insensitive).
+    fn one(name: &str) -> Option<HeaderStyle> {
+        [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::Both, HeaderStyle::OpenAi, HeaderStyle::None]
+            .into_iter()
+            .find(|style| style.as_str().eq_ignore_ascii_case(name))
+    }
+
+    /// The style of a list of names (`[ietf, openai]`): every set named. `none` may not be listed
+    /// with others, nor a name twice.
+    pub fn from_names<'a>(
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<HeaderStyle, ParseHeaderStyleError> {
+        let mut style = HeaderStyle::None;
+        let mut count = 0;
+        for name in names {
+            let one = HeaderStyle::one(name.trim())
+                .ok_or_else(|| ParseHeaderStyleError { value: name.trim().to_owned() })?;
+            // `none` beside another name (either order), or a set named twice.
+            let with_none = count > 0 && (one == HeaderStyle::None || style == HeaderStyle::None);
+            if with_none || one.0 & style.0 != 0 {
+                return Err(ParseHeaderStyleError { value: name.trim().to_owned() });
+            }
+            style = style.with(one);
+            count += 1;
         }
+        if count == 0 {
+            return Err(ParseHeaderStyleError { value: String::new() });
+        }
+        Ok(style)
     }
 }
 
-/// A header style that is none of `ietf`, `legacy`, `both`, `none`.
+impl Default for HeaderStyle {
+    /// [`HeaderStyle::Both`].
+    fn default() -> Self {
+        HeaderStyle::Both
+    }
+}
+
+impl std::fmt::Debug for HeaderStyle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeaderStyle({})", self.as_str())
+    }
+}
+
+impl Serialize for HeaderStyle {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for HeaderStyle {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A header style that is none of `ietf`, `legacy`, `both`, `openai`, `none`, or a list that
+/// repeats a set or names `none` with another.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown header style {value:?}: expected ietf, legacy, both or none")]
+#[error(
+    "invalid header style {value:?}: expected ietf, legacy, both, openai or none, or a list of them \
+     such as [ietf, openai] (each set once, none alone)"
+)]
 pub struct ParseHeaderStyleError {
     /// The value given.
     pub value: String,
@@ -125,18 +233,18 @@ pub struct ParseHeaderStyleError {
 impl FromStr for HeaderStyle {
     type Err = ParseHeaderStyleError;
 
-    /// Parses `ietf`, `legacy`, `both` or `none` (ASCII case-insensitive).
+    /// Parses `ietf`, `legacy`, `both`, `openai` or `none` (ASCII case-insensitive), or several
+    /// separated by commas (`ietf, openai`), as [`HeaderStyle::as_str`] writes them.
     ///
     /// ```
     /// use floodgate_http::HeaderStyle;
     /// assert_eq!("ietf".parse(), Ok(HeaderStyle::Ietf));
+    /// assert_eq!("ietf, openai".parse(), Ok(HeaderStyle::Ietf.with(HeaderStyle::OpenAi)));
     /// assert!("x-ratelimit".parse::<HeaderStyle>().unwrap_err().to_string().contains("x-ratelimit"));
     /// ```
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::Both, HeaderStyle::None]
-            .into_iter()
-            .find(|style| style.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| ParseHeaderStyleError { value: s.to_owned() })
+        HeaderStyle::from_names(s.split(','))
+            .map_err(|e| if e.value.is_empty() { ParseHeaderStyleError { value: s.to_owned() } } else { e })
     }
 }
 
@@ -157,6 +265,12 @@ impl std::fmt::Display for HeaderStyle {
 /// - Legacy ([`HeaderStyle::legacy`]): `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 ///   `X-RateLimit-Reset` of the most restrictive limit, the reset in Unix seconds (`verdict.at` +
 ///   `reset_after`, rounded up).
+/// - OpenAI style ([`HeaderStyle::openai`]): for each of the dimensions `requests` and `tokens`
+///   ([`LimitOutcome::dimension`]), the tightest enforced rule counting it — when denied, the
+///   denying one with the longest wait, else the one with the least remaining — as
+///   `x-ratelimit-limit-<dimension>`, `x-ratelimit-remaining-<dimension>` and
+///   `x-ratelimit-reset-<dimension>`, the reset as a Go duration ([`push_go_duration`]: `6m0s`,
+///   `1.5s`, `12ms`). A dimension no enforced rule counts gets none of its three.
 /// - `Retry-After` on every denied verdict, whatever the style: [`Verdict::retry_after`] in
 ///   seconds, rounded up, at least 1.
 ///
@@ -168,7 +282,7 @@ pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut Heade
     // Every value is written into one buffer, then each header takes its slice of it: one
     // allocation for all the headers of a response, rather than one per header.
     let mut buf = BytesMut::with_capacity(32 + 64 * verdict.limits.len());
-    let mut values: [(Option<HeaderName>, usize, usize); 6] = Default::default();
+    let mut values: [(Option<HeaderName>, usize, usize); 12] = Default::default();
     let mut n = 0;
     let mut push = |buf: &mut BytesMut, name: HeaderName, write: &dyn Fn(&mut BytesMut)| {
         let start = buf.len();
@@ -206,6 +320,22 @@ pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut Heade
             });
         }
     }
+    if style.openai() {
+        for (dimension, [limit, remaining, reset]) in [
+            (
+                floodgate::cost::REQUESTS,
+                [X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_REMAINING_REQUESTS, X_RATELIMIT_RESET_REQUESTS],
+            ),
+            ("tokens", [X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING_TOKENS, X_RATELIMIT_RESET_TOKENS]),
+        ] {
+            if let Some(tightest) = tightest_of(verdict, dimension) {
+                let decision = &tightest.decision;
+                push(&mut buf, limit, &|b| push_u64(b, decision.limit));
+                push(&mut buf, remaining, &|b| push_u64(b, decision.remaining));
+                push(&mut buf, reset, &|b| push_go_duration(b, decision.reset_after));
+            }
+        }
+    }
     let buf = buf.freeze();
     for (name, start, end) in values.into_iter().take(n) {
         // Built from printable ASCII only; a value that is not is skipped rather than panicked on.
@@ -213,6 +343,76 @@ pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut Heade
             out.insert(name, value);
         }
     }
+}
+
+/// The tightest enforced limit counting `dimension`: when the verdict is denied and one of them
+/// denies, the denying one with the longest wait; otherwise the one with the least remaining
+/// (then the longest reset).
+fn tightest_of<'v>(verdict: &'v Verdict, dimension: &str) -> Option<&'v LimitOutcome> {
+    let of = || verdict.enforced().filter(move |l| &*l.dimension == dimension);
+    if !verdict.allowed
+        && let Some(denying) = of()
+            .filter(|l| l.outcome.denies())
+            .max_by_key(|l| (l.decision.retry_after.unwrap_or_default(), l.decision.reset_after))
+    {
+        return Some(denying);
+    }
+    of().min_by_key(|l| (l.decision.remaining, std::cmp::Reverse(l.decision.reset_after)))
+}
+
+/// Appends `d` as Go's `time.Duration` writes it (the format of OpenAI's `x-ratelimit-reset-*`
+/// headers), after rounding `d` up to whole milliseconds so that a client is never early:
+/// `0s`; under a second `12ms`; from a second on `1.5s`, `6m0s`, `1h2m3.004s` — hours when
+/// there are any, minutes when there are hours or minutes, then seconds with the fraction's
+/// trailing zeros (and a bare `.`) left out.
+///
+/// ```
+/// use std::time::Duration;
+/// let go = |d| {
+///     let mut b = bytes::BytesMut::new();
+///     floodgate_http::headers::push_go_duration(&mut b, d);
+///     String::from_utf8(b.to_vec()).unwrap()
+/// };
+/// assert_eq!(go(Duration::from_secs(360)), "6m0s");
+/// assert_eq!(go(Duration::from_millis(1_500)), "1.5s");
+/// assert_eq!(go(Duration::from_millis(12)), "12ms");
+/// assert_eq!(go(Duration::from_secs(3_723)), "1h2m3s");
+/// ```
+pub fn push_go_duration(out: &mut BytesMut, d: Duration) {
+    let ms = crate::ceil_ms(d);
+    if ms == 0 {
+        out.extend_from_slice(b"0s");
+        return;
+    }
+    if ms < 1_000 {
+        push_u64(out, ms);
+        out.extend_from_slice(b"ms");
+        return;
+    }
+    let (secs, frac) = (ms / 1_000, ms % 1_000);
+    let (hours, minutes, seconds) = (secs / 3_600, secs / 60 % 60, secs % 60);
+    if hours > 0 {
+        push_u64(out, hours);
+        out.extend_from_slice(b"h");
+    }
+    if secs >= 60 {
+        push_u64(out, minutes);
+        out.extend_from_slice(b"m");
+    }
+    push_u64(out, seconds);
+    if frac > 0 {
+        let digits = [b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8];
+        let len = if digits[2] != b'0' {
+            3
+        } else if digits[1] != b'0' {
+            2
+        } else {
+            1
+        };
+        out.extend_from_slice(b".");
+        out.extend_from_slice(&digits[..len]);
+    }
+    out.extend_from_slice(b"s");
 }
 
 fn push_u64(out: &mut BytesMut, n: u64) {
@@ -223,7 +423,10 @@ fn push_u64(out: &mut BytesMut, n: u64) {
 /// (`floodgate-tag: scraper-suspect, burst-watch`), replacing any already there; removes it when
 /// no rule tagged the request, so a client cannot forge it on the way in. Characters outside
 /// printable ASCII, and commas, become `?`.
+///
+/// Also writes [`DEGRADE_HEADER`] ([`degrade_header`]).
 pub fn tag_header(verdict: &Verdict, out: &mut HeaderMap) {
+    degrade_header(verdict, out);
     let mut value = String::new();
     for tag in verdict.tags() {
         if !value.is_empty() {
@@ -235,6 +438,21 @@ pub fn tag_header(verdict: &Verdict, out: &mut HeaderMap) {
         out.remove(TAG_HEADER);
     } else {
         insert_str(out, TAG_HEADER, &value);
+    }
+}
+
+/// Writes [`DEGRADE_HEADER`] with [`Verdict::degrade_to`] (the model a plan over its limit
+/// switches to), replacing any already there; removes it when there is none, so that a client
+/// cannot forge it on the way in. Characters outside printable ASCII become `?`.
+pub fn degrade_header(verdict: &Verdict, out: &mut HeaderMap) {
+    match verdict.degrade_to() {
+        Some(model) => {
+            let model: String = model.chars().map(|c| if is_printable_ascii(c) { c } else { '?' }).collect();
+            insert_str(out, DEGRADE_HEADER, &model);
+        }
+        None => {
+            out.remove(DEGRADE_HEADER);
+        }
     }
 }
 

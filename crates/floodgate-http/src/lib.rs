@@ -39,6 +39,9 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use headers::{HeaderStyle, ParseHeaderStyleError, TAG_HEADER, rate_limit_headers, tag_header};
+pub use headers::{
+    DEGRADE_HEADER, HeaderStyle, ParseHeaderStyleError, TAG_HEADER, degrade_header, rate_limit_headers,
+    tag_header,
+};
 pub use problem::{PROBLEM_CONTENT_TYPE, Problem};
 pub use wire::ceil_ms;

@@ -36,8 +36,10 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::headers::{
-    RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
-    X_RATELIMIT_RESET,
+    DEGRADE_HEADER, RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT,
+    X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_REMAINING_REQUESTS, X_RATELIMIT_REMAINING_TOKENS, X_RATELIMIT_RESET,
+    X_RATELIMIT_RESET_REQUESTS, X_RATELIMIT_RESET_TOKENS,
 };
 use crate::problem::{
     FORBIDDEN_TYPE, INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE,
@@ -87,10 +89,12 @@ pub fn reference<T: ToSchema>() -> RefOr<Schema> {
 
 impl PartialSchema for crate::HeaderStyle {
     fn schema() -> RefOr<Schema> {
-        use crate::HeaderStyle::{Both, Ietf, Legacy, None};
         string()
-            .enum_values(Some([Ietf, Legacy, Both, None].map(crate::HeaderStyle::as_str)))
-            .description(Some("Which rate-limit headers are sent: `ietf`, `legacy`, `both` or `none`."))
+            .enum_values(Some(crate::HeaderStyle::all().map(crate::HeaderStyle::as_str)))
+            .description(Some(
+                "Which rate-limit headers are sent: `ietf`, `legacy`, `both`, `openai` or `none`, or \
+                 several sets joined by `, ` (`ietf, openai`).",
+            ))
             .into()
     }
 }
@@ -239,6 +243,14 @@ impl PartialSchema for VerdictBody<'_> {
                      wait of the denying rules), rounded up; `null` when allowed.",
                 )),
             )
+            .property(
+                "degrade_to",
+                ObjectBuilder::new().schema_type(Type::String).description(Some(
+                    "Only on an allowed verdict whose plan is over its limit and degrades \
+                     (`overage: {free: {degrade_to: <model>}}`): the model to switch to; also sent \
+                     as the `floodgate-degrade` header.",
+                )),
+            )
             .property("limits", ArrayBuilder::new().items(reference::<LimitBody>()))
             .required("allowed")
             .required("retry_after_ms")
@@ -363,6 +375,11 @@ fn documented(
 /// An RFC 8941 sf-string as the headers write a rule name: quoted, `"` and `\` escaped.
 const SF_STRING: &str = r#""(?:[^"\\]|\\.)*""#;
 
+/// A Go duration as the OpenAI-style headers write it: `0s`, `<n>ms`, or hours, minutes and
+/// seconds with up to three decimals.
+const GO_DURATION: &str =
+    r"^(0s|[1-9][0-9]{0,2}ms|([1-9][0-9]*h[0-9]{1,2}m|[1-9][0-9]?m)?[0-9]{1,2}(\.[0-9]{0,2}[1-9])?s)$";
+
 /// The headers of a decision (`/v1/check`, `/v1/peek`, `/v1/report`), `denied` for a 429: the
 /// rate-limit headers of the configured style (present when an enforced limit applied),
 /// `Retry-After` on every denial, `floodgate-tag` when a tag rule flagged the request.
@@ -407,6 +424,51 @@ pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
             "Legacy: when the most restrictive limit is fully replenished, in Unix seconds.",
         ),
         documented(
+            X_RATELIMIT_LIMIT_REQUESTS,
+            "x-ratelimit-limit-requests",
+            false,
+            integer(0),
+            "OpenAI style (`headers: openai`, alone or in a list): the capacity of the tightest enforced \
+             rule counting `requests`. The same three headers with `-tokens` describe the rules counting \
+             `tokens`.",
+        ),
+        documented(
+            X_RATELIMIT_REMAINING_REQUESTS,
+            "x-ratelimit-remaining-requests",
+            false,
+            integer(0),
+            "OpenAI style: what is left of that rule.",
+        ),
+        documented(
+            X_RATELIMIT_RESET_REQUESTS,
+            "x-ratelimit-reset-requests",
+            false,
+            string().pattern(Some(GO_DURATION)),
+            "OpenAI style: the time until that rule is fully replenished, as a Go duration rounded up to \
+             milliseconds (`12ms`, `1.5s`, `6m0s`, `1h2m3s`).",
+        ),
+        documented(
+            X_RATELIMIT_LIMIT_TOKENS,
+            "x-ratelimit-limit-tokens",
+            false,
+            integer(0),
+            "OpenAI style: the capacity of the tightest enforced rule counting `tokens`.",
+        ),
+        documented(
+            X_RATELIMIT_REMAINING_TOKENS,
+            "x-ratelimit-remaining-tokens",
+            false,
+            integer(0),
+            "OpenAI style: what is left of that rule.",
+        ),
+        documented(
+            X_RATELIMIT_RESET_TOKENS,
+            "x-ratelimit-reset-tokens",
+            false,
+            string().pattern(Some(GO_DURATION)),
+            "OpenAI style: the time until that rule is fully replenished, as a Go duration.",
+        ),
+        documented(
             TAG_HEADER,
             "floodgate-tag",
             false,
@@ -415,6 +477,14 @@ pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
         ),
     ];
     if !denied {
+        headers.push(documented(
+            DEGRADE_HEADER,
+            "floodgate-degrade",
+            false,
+            string(),
+            "The model to switch to: the request's plan is over its limit and degrades rather than \
+             refuses (`overage: {<plan>: {degrade_to: <model>}}`); as `degrade_to` in the body.",
+        ));
         headers.push(documented(
             RESERVATION_HEADER,
             "floodgate-reservation",
@@ -473,7 +543,9 @@ mod tests {
             outcome: Outcome::Denied,
             enforced: true,
             window: Duration::from_secs(60),
+            dimension: "requests".into(),
             quota: false,
+            degrade_to: None,
             grant: None,
             permit: false,
         };

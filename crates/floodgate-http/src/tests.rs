@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 
 use crate::headers::{X_RATELIMIT_LIMIT, rate_limit_headers, tag_header};
 use crate::problem::{NEVER_ALLOWED_TYPE, QUOTA_EXCEEDED_TYPE};
-use crate::{HeaderStyle, Problem, TAG_HEADER};
+use crate::{DEGRADE_HEADER, HeaderStyle, Problem, TAG_HEADER};
 
 const AT: Timestamp = Timestamp::from_secs(1_700_000_000);
 
@@ -29,7 +29,9 @@ fn limit(rule: &str, outcome: Outcome, limit: u64, remaining: u64, reset_ms: u64
         outcome,
         enforced: matches!(outcome, Outcome::Allowed | Outcome::Denied),
         window: Duration::from_secs(60),
+        dimension: "requests".into(),
         quota: false,
+        degrade_to: None,
         grant: None,
         permit: false,
     }
@@ -56,10 +58,145 @@ fn header_style_parses_the_four_names_and_names_a_bad_value() {
     assert_eq!(HeaderStyle::default(), HeaderStyle::Both);
     let err = "draft".parse::<HeaderStyle>().unwrap_err();
     assert_eq!(err.value, "draft");
-    assert_eq!(err.to_string(), r#"unknown header style "draft": expected ietf, legacy, both or none"#);
-    for style in [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::Both, HeaderStyle::None] {
+    assert_eq!(
+        err.to_string(),
+        r#"invalid header style "draft": expected ietf, legacy, both, openai or none, or a list of them such as [ietf, openai] (each set once, none alone)"#
+    );
+    assert_eq!("openai".parse(), Ok(HeaderStyle::OpenAi));
+    assert_eq!("ietf,openai".parse(), Ok(HeaderStyle::Ietf.with(HeaderStyle::OpenAi)));
+    assert_eq!(HeaderStyle::from_names(["both", "openai"]), Ok(HeaderStyle::Both.with(HeaderStyle::OpenAi)));
+    for (bad, named) in [
+        ("ietf, ietf", "ietf"),
+        ("both, legacy", "legacy"),
+        ("none, openai", "openai"),
+        ("openai, none", "none"),
+    ] {
+        assert_eq!(bad.parse::<HeaderStyle>().unwrap_err().value, named, "{bad}");
+    }
+    for style in HeaderStyle::all() {
         assert_eq!(style.to_string().parse(), Ok(style));
     }
+    let sets = |s: HeaderStyle| (s.ietf(), s.legacy(), s.openai());
+    assert_eq!(sets(HeaderStyle::Both), (true, true, false));
+    assert_eq!(sets(HeaderStyle::OpenAi), (false, false, true));
+    assert_eq!(sets(HeaderStyle::Ietf.with(HeaderStyle::OpenAi)), (true, false, true));
+    assert_eq!(sets(HeaderStyle::None), (false, false, false));
+}
+
+fn go(d: Duration) -> String {
+    let mut b = bytes::BytesMut::new();
+    crate::headers::push_go_duration(&mut b, d);
+    String::from_utf8(b.to_vec()).unwrap()
+}
+
+/// Go's `time.Duration.String()` of the duration rounded up to milliseconds, at every unit
+/// boundary.
+#[test]
+fn resets_are_go_durations_at_every_unit_boundary() {
+    let ms = Duration::from_millis;
+    for (d, expected) in [
+        (Duration::ZERO, "0s"),
+        (Duration::from_nanos(1), "1ms"),
+        (Duration::from_micros(1_001), "2ms"),
+        (ms(1), "1ms"),
+        (ms(12), "12ms"),
+        (ms(999), "999ms"),
+        (Duration::from_micros(999_001), "1s"),
+        (ms(1_000), "1s"),
+        (ms(1_001), "1.001s"),
+        (ms(1_010), "1.01s"),
+        (ms(1_500), "1.5s"),
+        (ms(10_000), "10s"),
+        (ms(59_999), "59.999s"),
+        (ms(60_000), "1m0s"),
+        (ms(60_001), "1m0.001s"),
+        (ms(61_500), "1m1.5s"),
+        (ms(360_000), "6m0s"),
+        (ms(3_599_999), "59m59.999s"),
+        (ms(3_600_000), "1h0m0s"),
+        (ms(3_600_500), "1h0m0.5s"),
+        (ms(3_660_000), "1h1m0s"),
+        (ms(3_723_000), "1h2m3s"),
+        (ms(86_400_000), "24h0m0s"),
+        (ms(360_000_000), "100h0m0s"),
+    ] {
+        assert_eq!(go(d), expected, "{d:?}");
+    }
+}
+
+fn of(mut l: LimitOutcome, dimension: &str) -> LimitOutcome {
+    l.dimension = dimension.into();
+    l
+}
+
+fn openai_headers(h: &HeaderMap) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = h
+        .iter()
+        .filter(|(n, _)| n.as_str().ends_with("-requests") || n.as_str().ends_with("-tokens"))
+        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap().to_owned()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> =
+        expected.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn openai_headers_take_the_tightest_rule_of_each_dimension() {
+    let v = verdict([
+        of(limit("rpm", Outcome::Allowed, 60, 59, 1_000), "requests"),
+        of(limit("rpd", Outcome::Allowed, 1_000, 10, 86_400_000), "requests"),
+        of(limit("tpm", Outcome::Allowed, 150_000, 149_000, 360_000), "tokens"),
+        of(limit("shadow-tpm", Outcome::ShadowDenied, 10, 0, 1_000), "tokens"),
+        of(limit("images", Outcome::Allowed, 5, 0, 1_000), "images"),
+    ]);
+    let h = render(&v, HeaderStyle::OpenAi);
+    assert_eq!(
+        openai_headers(&h),
+        pairs(&[
+            ("x-ratelimit-limit-requests", "1000"),
+            ("x-ratelimit-remaining-requests", "10"),
+            ("x-ratelimit-reset-requests", "24h0m0s"),
+            ("x-ratelimit-limit-tokens", "150000"),
+            ("x-ratelimit-remaining-tokens", "149000"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ])
+    );
+    assert!(h.get("ratelimit").is_none() && h.get("x-ratelimit-limit").is_none(), "openai alone");
+    let both = render(&v, HeaderStyle::Ietf.with(HeaderStyle::OpenAi));
+    assert!(both.get("ratelimit").is_some() && both.get("x-ratelimit-limit-tokens").is_some());
+    assert!(render(&v, HeaderStyle::Both).get("x-ratelimit-limit-tokens").is_none(), "not asked for");
+
+    // Only requests rules: no token headers at all.
+    let only_requests = verdict([of(limit("rpm", Outcome::Allowed, 60, 59, 1_000), "requests")]);
+    assert_eq!(openai_headers(&render(&only_requests, HeaderStyle::OpenAi)).len(), 3);
+}
+
+#[test]
+fn openai_headers_on_a_denial_show_the_denying_rule() {
+    let v = verdict([
+        of(limit("rpm", Outcome::Allowed, 60, 3, 1_000), "requests"),
+        of(limit("tpm", Outcome::Denied, 150_000, 0, 1_500), "tokens"),
+        of(limit("tpd", Outcome::Allowed, 1_000_000, 10, 3_723_000), "tokens"),
+    ]);
+    let h = render(&v, HeaderStyle::OpenAi);
+    assert_eq!(h["retry-after"], "2");
+    assert_eq!(
+        openai_headers(&h),
+        pairs(&[
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-requests", "3"),
+            ("x-ratelimit-reset-requests", "1s"),
+            ("x-ratelimit-limit-tokens", "150000"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "1.5s"),
+        ])
+    );
 }
 
 #[test]
@@ -251,6 +388,31 @@ fn tag_header_lists_tagging_rules_and_removes_a_forged_one() {
     let untagged = verdict([limit("enforced", Outcome::Allowed, 5, 4, 1_000)]);
     tag_header(&untagged, &mut h);
     assert!(h.get(TAG_HEADER).is_none());
+}
+
+#[test]
+fn a_degrading_plan_names_its_model_in_the_header_and_the_body() {
+    let mut over = limit("monthly-calls", Outcome::Tagged, 100, 0, 1_000);
+    over.degrade_to = Some(Arc::from("gpt-4o-mini"));
+    let v = verdict([limit("per-minute", Outcome::Allowed, 10, 9, 1_000), over]);
+    assert_eq!(v.degrade_to(), Some("gpt-4o-mini"));
+    let mut h = HeaderMap::new();
+    tag_header(&v, &mut h);
+    assert_eq!(h[DEGRADE_HEADER], "gpt-4o-mini");
+    assert_eq!(h[TAG_HEADER], "monthly-calls");
+    let body: serde_json::Value =
+        serde_json::from_slice(&crate::wire::VerdictBody::from(&v).to_json()).unwrap();
+    assert_eq!(body["degrade_to"], "gpt-4o-mini");
+
+    // A denied request degrades to nothing, and a forged header is removed.
+    let mut denied = v.clone();
+    denied.allowed = false;
+    h.insert(DEGRADE_HEADER, HeaderValue::from_static("forged"));
+    tag_header(&denied, &mut h);
+    assert!(h.get(DEGRADE_HEADER).is_none());
+    let body: serde_json::Value =
+        serde_json::from_slice(&crate::wire::VerdictBody::from(&denied).to_json()).unwrap();
+    assert!(body.get("degrade_to").is_none(), "{body}");
 }
 
 #[test]

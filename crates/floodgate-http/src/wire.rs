@@ -381,7 +381,8 @@ fn kind(value: &Value) -> String {
 
 // === the verdict body ===
 
-/// The JSON verdict: `{"allowed", "retry_after_ms", "limits": [{"name", "limit", "remaining",
+/// The JSON verdict: `{"allowed", "retry_after_ms", "degrade_to" (only when a plan over its
+/// limit degrades, see [`Verdict::degrade_to`]), "limits": [{"name", "limit", "remaining",
 /// "reset_after_ms", "retry_after_ms", "allowed", "outcome"}]}`, one entry per rule that applied,
 /// milliseconds rounded up ([`ceil_ms`]).
 ///
@@ -419,6 +420,10 @@ impl VerdictBody<'_> {
         out.extend_from_slice(if self.0.allowed { b"{\"allowed\":true" } else { b"{\"allowed\":false" });
         out.extend_from_slice(b",\"retry_after_ms\":");
         opt(out, self.retry_after_ms());
+        if let Some(model) = self.0.degrade_to() {
+            out.extend_from_slice(b",\"degrade_to\":");
+            push_json_string(out, model);
+        }
         out.extend_from_slice(b",\"limits\":[");
         for (i, l) in self.0.limits.iter().enumerate() {
             if i > 0 {
@@ -505,9 +510,13 @@ impl Serialize for VerdictBody<'_> {
             }
         }
 
-        let mut s = serializer.serialize_struct("VerdictBody", 3)?;
+        let degrade_to = self.0.degrade_to();
+        let mut s = serializer.serialize_struct("VerdictBody", 3 + usize::from(degrade_to.is_some()))?;
         s.serialize_field("allowed", &self.0.allowed)?;
         s.serialize_field("retry_after_ms", &self.retry_after_ms())?;
+        if let Some(model) = degrade_to {
+            s.serialize_field("degrade_to", model)?;
+        }
         s.serialize_field("limits", &Limits(self.0))?;
         s.end()
     }
@@ -576,6 +585,7 @@ mod tests {
                 0..4,
             ),
             allowed in proptest::prelude::any::<bool>(),
+            degrade_to in proptest::option::of("\\PC{0,12}|[\\x00-\\x20\"\\\\]{0,4}"),
         ) {
             use floodgate::{LimitOutcome, Outcome};
             let limits = limits.into_iter().map(|(name, (ok, limit, remaining, reset, retry))| LimitOutcome {
@@ -592,7 +602,9 @@ mod tests {
                 outcome: if ok { Outcome::Allowed } else { Outcome::Denied },
                 enforced: true,
                 window: Duration::from_secs(1),
+                dimension: "requests".into(),
                 quota: false,
+                degrade_to: degrade_to.as_deref().map(std::sync::Arc::from),
                 grant: None,
                 permit: false,
             });

@@ -51,4 +51,11 @@ impl RateLimitInfo {
     pub fn is_tagged(&self) -> bool {
         self.tags().next().is_some()
     }
+
+    /// The model to switch to, when the request's plan is over its limit and degrades rather
+    /// than refuses (see [`Verdict::degrade_to`](floodgate::Verdict::degrade_to)); the response
+    /// also gets the `floodgate-degrade` header.
+    pub fn degrade_to(&self) -> Option<&str> {
+        self.inner.verdict.degrade_to()
+    }
 }

@@ -93,8 +93,14 @@ pub struct LimitOutcome {
     pub enforced: bool,
     /// The window advertised in `RateLimit-Policy` (`w=`).
     pub window: Duration,
+    /// The cost dimension the rule counts (`requests`, `tokens`, ...; see
+    /// [`Rule::cost`](crate::Rule::cost)).
+    pub dimension: Arc<str>,
     /// Whether the limit is a calendar quota (a 429 says "quota exceeded" rather than "rate limited").
     pub quota: bool,
+    /// The model to switch to: set when the limit tagged the request ([`Outcome::Tagged`]) under
+    /// a plan that degrades past its limit ([`ByDescriptor::degrading`](crate::ByDescriptor::degrading)).
+    pub degrade_to: Option<Arc<str>>,
     /// What was consumed, to refund or release later.
     pub grant: Option<Grant>,
     /// Whether the grant is a concurrency permit that must be released.
@@ -137,6 +143,15 @@ impl Verdict {
     /// The rules that tagged this request.
     pub fn tags(&self) -> impl Iterator<Item = &str> {
         self.limits.iter().filter(|l| l.outcome == Outcome::Tagged).map(|l| &*l.rule)
+    }
+
+    /// The model the request should switch to: the first limit's
+    /// [`LimitOutcome::degrade_to`], when the request is allowed.
+    pub fn degrade_to(&self) -> Option<&str> {
+        if !self.allowed {
+            return None;
+        }
+        self.limits.iter().find_map(|l| l.degrade_to.as_deref())
     }
 
     /// Whether the request holds concurrency permits to release with [`Engine::release`].
@@ -313,6 +328,8 @@ struct Planned<'p> {
     key: std::ops::Range<usize>,
     /// The rule's action for this request.
     action: Action,
+    /// The model past the limit, for a plan that degrades.
+    degrade_to: Option<&'p Arc<str>>,
     enforce: bool,
     /// The cost can never be granted: the limit records a would-deny without asking the store.
     impossible: bool,
@@ -637,7 +654,9 @@ impl Policy {
                 if hit_cost == 0 || replaced.contains(&index) || !matches(compiled, hit.descriptors) {
                     continue;
                 }
-                let Some((limit, action)) = compiled.rule.select(hit.descriptors) else { continue };
+                let Some((limit, action, degrade_to)) = compiled.rule.select_variant(hit.descriptors) else {
+                    continue;
+                };
                 let start = buf.len();
                 match build_key(compiled, hit.descriptors, buf) {
                     Ok(true) => {}
@@ -681,6 +700,7 @@ impl Policy {
                     limit,
                     key,
                     action,
+                    degrade_to,
                     enforce,
                     impossible: never.is_some(),
                     op: usize::MAX,
@@ -861,7 +881,9 @@ fn decided(
         outcome,
         enforced: p.enforce,
         window: p.limit.policy_window(at),
+        dimension: p.rule.rule.cost.clone(),
         quota: matches!(p.limit, Limit::Quota(_)),
+        degrade_to: if outcome == Outcome::Tagged { p.degrade_to.cloned() } else { None },
         grant,
         permit: p.limit.holds_permits(),
     }
@@ -957,7 +979,9 @@ fn failed(p: &Planned<'_>) -> LimitOutcome {
         outcome: if closed { Outcome::ErrorDenied } else { Outcome::ErrorAllowed },
         enforced: p.enforce,
         window: Duration::ZERO,
+        dimension: rule.cost.clone(),
         quota: false,
+        degrade_to: None,
         grant: None,
         permit: false,
     }

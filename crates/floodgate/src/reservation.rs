@@ -186,7 +186,9 @@ impl Policy {
                 outcome: crate::Outcome::Allowed,
                 enforced: true,
                 window: Duration::ZERO,
+                dimension: Arc::clone(&self.rules[index].rule.cost),
                 quota: false,
+                degrade_to: None,
                 grant: Some(Grant { cost: refund.min(l.grant.cost), ..l.grant }),
                 permit: l.permit,
             });

@@ -345,12 +345,21 @@ impl Rule {
     /// The limit and action that apply to a request with `descriptors`, or `None` when the rule's
     /// variants exclude it.
     pub(crate) fn select(&self, descriptors: &crate::Descriptors) -> Option<(&Limit, Action)> {
-        let Some(by) = &self.by else { return Some((&self.limit, self.action)) };
+        self.select_variant(descriptors).map(|(limit, action, _)| (limit, action))
+    }
+
+    /// [`Rule::select`], with the model a request over the limit degrades to (see
+    /// [`ByDescriptor::degrading`]).
+    pub(crate) fn select_variant(
+        &self,
+        descriptors: &crate::Descriptors,
+    ) -> Option<(&Limit, Action, Option<&Arc<str>>)> {
+        let Some(by) = &self.by else { return Some((&self.limit, self.action, None)) };
         let value = descriptors.get(&by.descriptor);
-        match value.and_then(|v| by.variants.iter().find(|(x, _, _)| x == v)) {
-            Some((_, limit, action)) => Some((limit, action.unwrap_or(self.action))),
+        match value.and_then(|v| by.variants.iter().find(|variant| variant.value == v)) {
+            Some(v) => Some((&v.limit, v.action.unwrap_or(self.action), v.degrade_to.as_ref())),
             None if by.only_listed => None,
-            None => Some((&self.limit, self.action)),
+            None => Some((&self.limit, self.action, None)),
         }
     }
 
@@ -462,7 +471,7 @@ impl Rule {
 
     /// Every limit the rule may apply: its own, then those of its variants.
     pub fn limits(&self) -> impl Iterator<Item = &Limit> {
-        std::iter::once(&self.limit).chain(self.by.iter().flat_map(|b| b.variants.iter().map(|v| &v.1)))
+        std::iter::once(&self.limit).chain(self.by.iter().flat_map(|b| b.variants.iter().map(|v| &v.limit)))
     }
 }
 
@@ -470,8 +479,18 @@ impl Rule {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ByDescriptor {
     pub(crate) descriptor: String,
-    pub(crate) variants: Vec<(String, Limit, Option<Action>)>,
+    pub(crate) variants: Vec<Variant>,
     pub(crate) only_listed: bool,
+}
+
+/// One value's limit, and what to do past it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Variant {
+    pub(crate) value: String,
+    pub(crate) limit: Limit,
+    pub(crate) action: Option<Action>,
+    /// The model to switch to past the limit (the action is then [`Action::Tag`]).
+    pub(crate) degrade_to: Option<Arc<str>>,
 }
 
 impl ByDescriptor {
@@ -488,7 +507,26 @@ impl ByDescriptor {
         limit: impl Into<Limit>,
         action: Option<Action>,
     ) -> Self {
-        self.variants.push((value.into(), limit.into(), action));
+        self.variants.push(Variant { value: value.into(), limit: limit.into(), action, degrade_to: None });
+        self
+    }
+
+    /// For requests whose `descriptor` is `value`: `limit`, and past it the request is allowed,
+    /// tagged ([`Action::Tag`]) and its verdict names `model` to switch to
+    /// ([`LimitOutcome::degrade_to`](crate::LimitOutcome::degrade_to)) — a plan that degrades to
+    /// a smaller model instead of being refused.
+    pub fn degrading(
+        mut self,
+        value: impl Into<String>,
+        limit: impl Into<Limit>,
+        model: impl Into<Arc<str>>,
+    ) -> Self {
+        self.variants.push(Variant {
+            value: value.into(),
+            limit: limit.into(),
+            action: Some(Action::Tag),
+            degrade_to: Some(model.into()),
+        });
         self
     }
 

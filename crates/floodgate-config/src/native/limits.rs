@@ -56,30 +56,125 @@ pub(crate) enum Count<'a> {
     },
 }
 
-/// A token bucket or GCRA rule: `rate` and `burst`.
+/// A token bucket or GCRA rule: `rate` and `burst`; the rate may vary by a descriptor
+/// (`rate: {by: plan, values: {free: 10/m, pro: 100/m}, default: 1/m}`), each value then with the
+/// `burst` given or its own default.
 pub(crate) fn bucket(
     fields: &Fields<'_>,
     kind: LimitKind,
+    vocabulary: &Vocabulary,
     canonical: &mut Canonical,
-) -> Result<Limit, Invalid> {
+) -> Result<(Limit, Option<ByDescriptor>), Invalid> {
     let rate_item = fields.require("rate", "e.g. rate: 10/s")?;
-    let rate = rate(&rate_item)?;
     let burst_item = fields.get("burst");
     let burst = match &burst_item {
-        Some(b) => b.u64_at_least("burst", 1)?,
-        None if kind == LimitKind::Gcra => 1,
-        None => rate.count(),
+        Some(b) => Some(NonZeroU64::new(b.u64_at_least("burst", 1)?).unwrap_or(NonZeroU64::MIN)),
+        None => None,
     };
-    let burst = NonZeroU64::new(burst).unwrap_or(NonZeroU64::MIN);
-    canonical.field("rate", (rate.count(), rate.period().as_micros())).field("burst", burst.get());
-    let at = burst_item.as_ref().unwrap_or(&rate_item);
-    let limit: Limit = if kind == LimitKind::Gcra {
-        Gcra::try_new(rate, burst).map(Limit::from)
-    } else {
-        TokenBucket::try_new(rate, burst).map(Limit::from)
+    let burst_of = |rate: Rate| match burst {
+        Some(b) => b,
+        None if kind == LimitKind::Gcra => NonZeroU64::MIN,
+        None => NonZeroU64::new(rate.count()).unwrap_or(NonZeroU64::MIN),
+    };
+    let make = |rate: Rate, at: &Item<'_>| -> Result<Limit, Invalid> {
+        let burst = burst_of(rate);
+        let at = burst_item.as_ref().unwrap_or(at);
+        if kind == LimitKind::Gcra {
+            Gcra::try_new(rate, burst).map(Limit::from)
+        } else {
+            TokenBucket::try_new(rate, burst).map(Limit::from)
+        }
+        .map_err(|e| at.error(e.to_string()))
+    };
+    if !rate_item.is_map() {
+        if let Some(overage) = fields.get("overage") {
+            return Err(overage.error(OVERAGE_WITHOUT_BY));
+        }
+        let r = rate(&rate_item)?;
+        canonical.field("rate", (r.count(), r.period().as_micros())).field("burst", burst_of(r).get());
+        return Ok((make(r, &rate_item)?, None));
     }
-    .map_err(|e| at.error(e.to_string()))?;
-    Ok(limit)
+    let by_fields =
+        rate_item.fields("a rate that varies by a descriptor", Some(&["by", "values", "default"]))?;
+    let by = by_fields.require("by", "the descriptor the rate varies with, e.g. by: plan")?;
+    let descriptor = by.str("a descriptor name")?;
+    vocabulary.check(descriptor, by)?;
+    let values_item =
+        by_fields.require("values", "the rate for each value, e.g. values: {free: 10/m, pro: 100/m}")?;
+    let values_fields = values_item.fields("rates by value", None)?;
+    if values_fields.len() == 0 {
+        return Err(values_item.error("values is empty: give the rate for at least one value"));
+    }
+    let mut variants = Vec::new();
+    let mut canonical_values = Vec::new();
+    for (value, _, entry) in values_fields.iter() {
+        let r = rate(&entry)?;
+        canonical_values.push((value.to_owned(), r.count(), r.period().as_micros()));
+        variants.push((value.to_owned(), make(r, &entry)?));
+    }
+    canonical_values.sort_unstable();
+    let default = match by_fields.get("default") {
+        Some(d) => {
+            let r = rate(&d)?;
+            canonical.field("rate.default", (r.count(), r.period().as_micros()));
+            Some(make(r, &d)?)
+        }
+        None => None,
+    };
+    canonical
+        .field("rate.by", descriptor)
+        .field("rate.values", canonical_values)
+        .field("burst", burst.map(NonZeroU64::get));
+    let (base, by) = vary(fields, descriptor, variants, default, canonical)?;
+    Ok((base, Some(by)))
+}
+
+/// The [`ByDescriptor`] of `variants` (one limit per value) with the rule's `overage`, and the
+/// rule's own limit: `default`, or the first variant's when values not listed are not subject
+/// to the rule.
+fn vary(
+    fields: &Fields<'_>,
+    descriptor: &str,
+    variants: Vec<(String, Limit)>,
+    default: Option<Limit>,
+    canonical: &mut Canonical,
+) -> Result<(Limit, ByDescriptor), Invalid> {
+    let listed: Vec<&str> = variants.iter().map(|(v, _)| v.as_str()).collect();
+    let mut actions = match fields.get("overage") {
+        Some(o) => overage_actions(&o, &listed)?,
+        None => Vec::new(),
+    };
+    let mut by = ByDescriptor::new(descriptor);
+    let first = variants[0].1.clone();
+    for (value, limit) in variants {
+        by = match actions.iter().find(|(v, _)| *v == value).map(|(_, a)| a) {
+            Some(Overage::DegradeTo(model)) => by.degrading(value, limit, model.as_str()),
+            Some(Overage::Act(action)) => by.variant(value, limit, Some(*action)),
+            None => by.variant(value, limit, None),
+        };
+    }
+    let base = match default {
+        Some(limit) => limit,
+        None => {
+            // Values not listed are not subject to the rule; the rule's own limit is never used
+            // but must exist: take the first variant's.
+            by = by.only_listed();
+            first
+        }
+    };
+    actions.sort_by(|a, b| a.0.cmp(&b.0));
+    let actions: Vec<(&str, String)> = actions
+        .iter()
+        .map(|(v, a)| {
+            let action = match a {
+                Overage::Act(action) => action_name(*action).to_owned(),
+                Overage::DegradeTo(model) => format!("degrade_to:{model}"),
+            };
+            (v.as_str(), action)
+        })
+        .collect();
+    canonical.field("overage", &actions);
+    Ok((base, by))
 }
 
 /// A rate such as `10/s`, `600/m`, `5000/h`.
@@ -232,8 +327,7 @@ pub(crate) fn count<'a>(item: Item<'a>, vocabulary: &Vocabulary) -> Result<Count
     Ok(Count::By { descriptor: descriptor.to_owned(), values, default })
 }
 
-pub(crate) const OVERAGE_WITHOUT_BY: &str =
-    "overage applies only to a limit that varies by a descriptor (limit: {by: plan, values: {...}})";
+pub(crate) const OVERAGE_WITHOUT_BY: &str = "overage applies only to a limit that varies by a descriptor (limit: {by: plan, values: {...}}, or rate: {by: plan, values: {...}} for a bucket)";
 
 /// The limit (and its variants) of a window, concurrency or quota rule.
 pub(crate) fn counted(
@@ -253,67 +347,75 @@ pub(crate) fn counted(
             Ok((shape.limit(*n, limit_item)?, None))
         }
         Count::By { descriptor, values, default } => {
-            let mut actions = match overage {
-                Some(o) => overage_actions(&o, values)?,
-                None => Vec::new(),
-            };
-            let mut by = ByDescriptor::new(descriptor.as_str());
+            let mut variants = Vec::new();
             for (value, n, at) in values {
-                let action = actions.iter().find(|(v, _)| v == value).map(|(_, a)| *a);
-                by = by.variant(value.as_str(), shape.limit(*n, at)?, action);
+                variants.push((value.clone(), shape.limit(*n, at)?));
             }
             let base = match default {
-                Some((n, at)) => shape.limit(*n, at)?,
-                None => {
-                    // Values not listed are not subject to the rule; the rule's own limit is never
-                    // used but must exist: take the first variant's.
-                    by = by.only_listed();
-                    let (_, n, at) = &values[0];
-                    shape.limit(*n, at)?
-                }
+                Some((n, at)) => Some(shape.limit(*n, at)?),
+                None => None,
             };
             let mut counts: Vec<(&str, u64)> = values.iter().map(|(v, n, _)| (v.as_str(), n.get())).collect();
             counts.sort_unstable();
-            actions.sort_by(|a, b| a.0.cmp(&b.0));
-            let actions: Vec<(&str, &str)> =
-                actions.iter().map(|(v, a)| (v.as_str(), action_name(*a))).collect();
             canonical
                 .field("limit.by", descriptor)
                 .field("limit.values", counts)
-                .field("limit.default", default.as_ref().map(|(n, _)| n.get()))
-                .field("overage", &actions);
+                .field("limit.default", default.as_ref().map(|(n, _)| n.get()));
+            let (base, by) = vary(fields, descriptor, variants, base, canonical)?;
             Ok((base, Some(by)))
         }
     }
 }
 
-/// `overage: {free: degrade, enterprise: deny}`: the action per value when the limit is exceeded.
-fn overage_actions(
-    item: &Item<'_>,
-    values: &[(String, NonZeroU64, Item<'_>)],
-) -> Result<Vec<(String, Action)>, Invalid> {
+/// What happens past one value's limit: an action, or `{degrade_to: <model>}`.
+#[derive(Debug, Clone)]
+pub(crate) enum Overage {
+    Act(Action),
+    DegradeTo(String),
+}
+
+/// `overage: {free: {degrade_to: gpt-4o-mini}, pro: degrade, enterprise: deny}`: what happens per
+/// value when the limit is exceeded.
+fn overage_actions(item: &Item<'_>, listed: &[&str]) -> Result<Vec<(String, Overage)>, Invalid> {
     let fields = item.fields("actions by value", None)?;
     let mut actions = Vec::new();
     for (value, key, action_item) in fields.iter() {
-        if !values.iter().any(|(v, ..)| v == value) {
-            let listed: Vec<&str> = values.iter().map(|(v, ..)| v.as_str()).collect();
+        if !listed.contains(&value) {
             return Err(key.error(format!(
-                "overage for {value:?}, which has no limit in limit.values (values: {})",
+                "overage for {value:?}, which has no limit in the values (values: {})",
                 listed.join(", ")
             )));
         }
-        let action = match action_item.str("deny or degrade")? {
+        if action_item.is_map() {
+            let to =
+                action_item.fields("a degrade (e.g. {degrade_to: gpt-4o-mini})", Some(&["degrade_to"]))?;
+            let model_item = to.require(
+                "degrade_to",
+                "the model to switch to past the limit, e.g. degrade_to: gpt-4o-mini",
+            )?;
+            let model = model_item.text("a model name")?;
+            if model.trim().is_empty() || !model.chars().all(|c| (' '..='~').contains(&c)) {
+                return Err(model_item.error(format!(
+                    "invalid model {}: degrade_to must be non-empty printable ASCII (it is sent in a header)",
+                    model_item.node.describe()
+                )));
+            }
+            actions.push((value.to_owned(), Overage::DegradeTo(model.into_owned())));
+            continue;
+        }
+        let action = match action_item.str("deny, degrade or {degrade_to: <model>}")? {
             "deny" => Action::Deny,
             "degrade" | "tag" => Action::Tag,
             "shadow" => Action::Shadow,
             other => {
                 return Err(action_item.error(format!(
-                    "unknown overage {other:?}: expected deny, degrade (allow and tag) or shadow{}",
+                    "unknown overage {other:?}: expected deny, degrade (allow and tag), shadow or \
+                     {{degrade_to: <model>}}{}",
                     did_you_mean(other, ["deny", "degrade", "shadow", "tag"])
                 )));
             }
         };
-        actions.push((value.to_owned(), action));
+        actions.push((value.to_owned(), Overage::Act(action)));
     }
     Ok(actions)
 }

@@ -62,8 +62,26 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         None => (StoreConfig::default(), Survival::default()),
     };
     let headers = match fields.get("headers") {
+        Some(item) if item.seq("").is_ok() => {
+            let mut names = Vec::new();
+            for element in item.elements("header styles")? {
+                names.push((element.str("a header style")?, element));
+            }
+            if names.is_empty() {
+                return Err(
+                    item.error("headers is an empty list: name at least one of ietf, legacy, both, openai")
+                );
+            }
+            let mut style = HeaderStyle::None;
+            // Each prefix of the list, so that the error points at the name that makes it wrong.
+            for (k, (_, element)) in names.iter().enumerate() {
+                style = HeaderStyle::from_names(names[..=k].iter().map(|(n, _)| *n))
+                    .map_err(|e| element.error(e.to_string()))?;
+            }
+            style
+        }
         Some(item) => {
-            let text = item.str("a header style")?;
+            let text = item.str("a header style, or a list of them such as [ietf, openai]")?;
             HeaderStyle::from_str(text).map_err(|e| item.error(e.to_string()))?
         }
         None => HeaderStyle::default(),

@@ -6,7 +6,7 @@ use floodgate::store::PrefetchBatch;
 use floodgate::{Action, ByDescriptor, Condition, IpPrefix, Limit, LimitKind, OnStoreError, Pattern, Rule};
 
 use super::descriptors::Vocabulary;
-use super::limits::{OVERAGE_WITHOUT_BY, bucket, count, counted, shape};
+use super::limits::{bucket, count, counted, shape};
 use super::store::positive_duration;
 use crate::algorithm::{self, Algorithm};
 use crate::duration;
@@ -228,12 +228,7 @@ pub(crate) fn algorithm_limit(
     check_parameters(item.clone(), fields, algorithm)?;
 
     let (limit, by) = match algorithm.kind {
-        LimitKind::TokenBucket | LimitKind::Gcra => {
-            if let Some(overage) = fields.get("overage") {
-                return Err(overage.error(OVERAGE_WITHOUT_BY));
-            }
-            (bucket(fields, algorithm.kind, canonical)?, None)
-        }
+        LimitKind::TokenBucket | LimitKind::Gcra => bucket(fields, algorithm.kind, vocabulary, canonical)?,
         _ => {
             let shape = shape(fields, algorithm.kind, canonical)?;
             let limit_item = fields.require("limit", "a limit is required")?;

@@ -132,6 +132,25 @@ fn header_styles() {
     }
     let e = error("headers: x-ratelimit\n");
     assert!(e.message.contains("\"x-ratelimit\""), "{}", e.message);
+    for (text, style) in [
+        ("openai", HeaderStyle::OpenAi),
+        ("[ietf, openai]", HeaderStyle::Ietf.with(HeaderStyle::OpenAi)),
+        ("[both, openai]", HeaderStyle::Both.with(HeaderStyle::OpenAi)),
+        ("[legacy]", HeaderStyle::Legacy),
+    ] {
+        assert_eq!(compile_text(&format!("headers: {text}\n")).unwrap().headers, style, "{text}");
+    }
+    for (text, field, says) in [
+        ("[ietf, openai, ietf]", "headers[2]", "\"ietf\""),
+        ("[none, openai]", "headers[1]", "none alone"),
+        ("[ietf, opnai]", "headers[1]", "\"opnai\""),
+        ("[ietf, 3]", "headers[1]", "a header style"),
+        ("[]", "headers", "empty list"),
+    ] {
+        let e = error(&format!("headers: {text}\n"));
+        assert_eq!(e.field.as_deref(), Some(field), "{text}: {}", e.message);
+        assert!(e.message.contains(says), "{text}: {}", e.message);
+    }
 }
 
 #[test]
@@ -261,10 +280,66 @@ fn limits_by_descriptor() {
             "unknown overage",
         ),
         ("    limit: 5\n    overage: {free: deny}\n", "rules[0].overage", "varies by a descriptor"),
+        (
+            "    limit: {by: plan, values: {free: 1}}\n    overage: {free: {degrade_to: \"\"}}\n",
+            "rules[0].overage.free.degrade_to",
+            "invalid model",
+        ),
+        (
+            "    limit: {by: plan, values: {free: 1}}\n    overage: {free: {degrade: small}}\n",
+            "rules[0].overage.free.degrade",
+            "unknown field",
+        ),
+        (
+            "    limit: {by: plan, values: {free: 1}}\n    overage: {free: {}}\n",
+            "rules[0].overage.free.degrade_to",
+            "missing field",
+        ),
+        (
+            "    limit: {by: plan, values: {free: 1}}\n    overage: {free: [small]}\n",
+            "rules[0].overage.free",
+            "expected deny, degrade or {degrade_to: <model>}",
+        ),
     ] {
         let e = one_rule(&format!("{base}{extra}")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some(field), "{extra}");
         assert!(e.message.contains(says), "{extra}: {}", e.message);
+    }
+    let degrading = one_rule(&format!(
+        "{base}    limit: {{by: plan, values: {{free: 100, pro: 10000, enterprise: 100000}}}}\n    overage: {{free: {{degrade_to: gpt-4o-mini}}, pro: {{degrade_to: gpt-4o-mini}}, enterprise: deny}}\n"
+    ));
+    assert!(degrading.is_ok(), "{degrading:?}");
+}
+
+#[test]
+fn bucket_rates_by_descriptor() {
+    for algorithm in ["token_bucket", "gcra"] {
+        let base = format!("    key: [tenant]\n    algorithm: {algorithm}\n");
+        let ok = one_rule(&format!(
+            "{base}    rate: {{by: plan, values: {{free: 10/m, pro: 100/s}}, default: 1/m}}\n    overage: {{free: {{degrade_to: small}}, pro: deny}}\n"
+        ));
+        assert!(ok.is_ok(), "{algorithm}: {ok:?}");
+        assert!(
+            one_rule(&format!("{base}    rate: {{by: plan, values: {{free: 10/m}}}}\n    burst: 3\n"))
+                .is_ok()
+        );
+        for (extra, field, says) in [
+            ("    rate: {by: plan, values: {}}\n", "rules[0].rate.values", "empty"),
+            ("    rate: {by: plan, values: {free: 10}}\n", "rules[0].rate.values.free", "unit is missing"),
+            ("    rate: {by: plan, values: {free: 1/s}, default: fast}\n", "rules[0].rate.default", "fast"),
+            ("    rate: {values: {free: 1/s}}\n", "rules[0].rate.by", "missing field"),
+            ("    rate: {by: plan, values: {free: 1/s}, burst: 2}\n", "rules[0].rate.burst", "unknown field"),
+            ("    rate: 1/s\n    overage: {free: deny}\n", "rules[0].overage", "varies by a descriptor"),
+            (
+                "    rate: {by: plan, values: {free: 1/s}}\n    overage: {pro: deny}\n",
+                "rules[0].overage.pro",
+                "no limit",
+            ),
+        ] {
+            let e = one_rule(&format!("{base}{extra}")).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{algorithm}: {extra}");
+            assert!(e.message.contains(says), "{algorithm}: {extra}: {}", e.message);
+        }
     }
 }
 

@@ -299,6 +299,8 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     };
     let mut headers = std::mem::take(&mut parts.headers);
     upstream::forward_headers(&mut headers, *peer, upgrade, &identity_headers);
+    // The model a plan over its limit switches to, for the upstream (a forged one removed).
+    floodgate_http::degrade_header(&verdict, &mut headers);
     let Some(uri) = upstream::target(&route.config.upstream.uri, &path_and_query) else {
         return respond::malformed("the request's path cannot be sent to the upstream");
     };
@@ -351,6 +353,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let (mut head, incoming) = response.into_parts();
     upstream::strip_hop_by_hop(&mut head.headers, false);
     rate_limit_headers(&verdict, style, &mut head.headers);
+    floodgate_http::degrade_header(&verdict, &mut head.headers);
     let tee = cache_key.filter(|_| head.status == StatusCode::OK).map(|key| Tee {
         cache: Arc::clone(&gateway.stale),
         key,

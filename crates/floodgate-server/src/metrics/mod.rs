@@ -809,7 +809,9 @@ mod tests {
             outcome: Outcome::Allowed,
             enforced: true,
             window: Duration::from_secs(60),
+            dimension: "requests".into(),
             quota: false,
+            degrade_to: None,
             grant: None,
             permit: false,
         };

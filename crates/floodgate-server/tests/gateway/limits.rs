@@ -184,3 +184,49 @@ gateway:
     assert_eq!(metric(&page, "floodgate_gateway_waiting"), Some(0.0));
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn a_degrading_plan_tells_the_upstream_and_the_client_which_model_to_use() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let config = format!(
+        r#"
+rules:
+  - name: monthly-calls
+    key: [user]
+    algorithm: fixed_window
+    window: 30d
+    limit: {{ by: plan, values: {{ free: 1, enterprise: 1 }} }}
+    overage: {{ free: {{ degrade_to: gpt-4o-mini }}, enterprise: deny }}
+gateway:
+  identity:
+    headers: {{ user: x-user-id, plan: x-plan }}
+  routes:
+    - name: chat
+      match: {{ path: /chat, methods: [POST] }}
+      upstream: {url}
+"#,
+        url = upstream.url()
+    );
+    let gateway = Gateway::start(&config).await;
+    let free = [("x-user-id", "u1"), ("x-plan", "free"), ("floodgate-degrade", "forged")];
+    let within = gateway.send(Method::POST, "/chat", &free, "").await;
+    assert_eq!(within.status, 200);
+    assert_eq!(within.header("floodgate-degrade"), None);
+    let over = gateway.send(Method::POST, "/chat", &free, "").await;
+    assert_eq!(over.status, 200, "free past its limit degrades");
+    assert_eq!(over.header("floodgate-degrade"), Some("gpt-4o-mini"));
+    {
+        let seen = upstream.seen.lock();
+        let models: Vec<Option<&str>> =
+            seen.iter().map(|s| s.headers.get("floodgate-degrade").map(|v| v.to_str().unwrap())).collect();
+        assert_eq!(models, [None, Some("gpt-4o-mini")], "the forged header never reaches the upstream");
+    }
+
+    let enterprise = [("x-user-id", "u2"), ("x-plan", "enterprise")];
+    assert_eq!(gateway.send(Method::POST, "/chat", &enterprise, "").await.status, 200);
+    let refused = gateway.send(Method::POST, "/chat", &enterprise, "").await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("floodgate-degrade"), None);
+    assert_eq!(upstream.count(), 3);
+    gateway.stop().await;
+}

@@ -134,3 +134,92 @@ async fn bad_costs_are_refused_naming_the_field() {
     assert_eq!((remaining(&peek, "rpm"), remaining(&peek, "tpm")), (Some(2), Some(999)), "{}", peek.body);
     server.stop().await;
 }
+
+fn reset_after_ms(reply: &Reply, rule: &str) -> Option<u64> {
+    let body = reply.json();
+    body["limits"]
+        .as_array()?
+        .iter()
+        .find(|l| l["name"] == rule)
+        .map(|l| l["reset_after_ms"].as_u64().unwrap())
+}
+
+/// Milliseconds of a Go duration of hours, minutes and (fractional) seconds, or of `<n>ms`.
+fn go_duration_ms(text: &str) -> u64 {
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse().unwrap();
+    }
+    let (mut total, mut number) = (0u64, String::new());
+    for c in text.chars() {
+        match c {
+            'h' => total += number.parse::<u64>().unwrap() * 3_600_000,
+            'm' => total += number.parse::<u64>().unwrap() * 60_000,
+            's' => total += (number.parse::<f64>().unwrap() * 1000.0).round() as u64,
+            _ => {
+                number.push(c);
+                continue;
+            }
+        }
+        number.clear();
+    }
+    total
+}
+
+/// `headers: [ietf, openai]`: the OpenAI-style headers of the requests and the tokens rules on a
+/// 200 and on a 429, beside the IETF ones.
+async fn openai_headers(server: &TestServer) {
+    let first = server.post("/v1/check", body(json!({"requests": 1, "tokens": 700}))).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("x-ratelimit-limit-requests"), Some("3"));
+    assert_eq!(first.header("x-ratelimit-remaining-requests"), Some("2"));
+    assert_eq!(first.header("x-ratelimit-limit-tokens"), Some("1000"));
+    assert_eq!(first.header("x-ratelimit-remaining-tokens"), Some("300"));
+    // The resets are the rules' own, as Go durations.
+    for (name, rule) in [("x-ratelimit-reset-requests", "rpm"), ("x-ratelimit-reset-tokens", "tpm")] {
+        let reset = first.header(name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(
+            Some(go_duration_ms(reset)),
+            reset_after_ms(&first, rule),
+            "{name}: {reset}: {}",
+            first.body
+        );
+        assert!(
+            reset.contains('m') && reset.ends_with('s'),
+            "over a minute, in minutes and seconds: {reset}"
+        );
+    }
+    assert!(first.header("ratelimit").is_some(), "ietf too");
+    assert_eq!(first.header("x-ratelimit-limit"), None, "no legacy headers");
+
+    let denied = server.post("/v1/check", body(json!({"requests": 1, "tokens": 700}))).await;
+    assert_eq!(denied.status, 429, "{}", denied.body);
+    assert_eq!(denied.header("x-ratelimit-remaining-tokens"), Some("300"), "the denying rule, unconsumed");
+    assert_eq!(denied.header("x-ratelimit-limit-tokens"), Some("1000"));
+    assert_eq!(denied.header("x-ratelimit-remaining-requests"), Some("2"), "no request counted");
+    let reset = denied.header("x-ratelimit-reset-tokens").unwrap();
+    assert_eq!(Some(go_duration_ms(reset)), reset_after_ms(&denied, "tpm"), "{reset}: {}", denied.body);
+    assert!(denied.header("retry-after").is_some());
+
+    // A call of requests only: no token rule applies, so no token headers.
+    let plain = server.post("/v1/check", json!({"descriptors": {"tenant": "t1"}}).to_string()).await;
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    assert_eq!(plain.header("x-ratelimit-remaining-requests"), Some("1"));
+    assert_eq!(plain.header("x-ratelimit-limit-tokens"), None);
+}
+
+#[tokio::test]
+async fn openai_headers_on_200_and_429_on_memory() {
+    let config = format!("headers: [ietf, openai]\n{}", rpm_and_tpm("{ kind: memory }"));
+    let server = TestServer::start(parse(&config)).await;
+    openai_headers(&server).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_headers_on_200_and_429_on_redis() {
+    let redis = tokio::task::spawn_blocking(RedisServer::start).await.unwrap();
+    let store = format!("{{ kind: redis, url: \"{}\", deadline: 1s }}", redis.url());
+    let server = TestServer::start(parse(&format!("headers: [ietf, openai]\n{}", rpm_and_tpm(&store)))).await;
+    openai_headers(&server).await;
+    server.stop().await;
+}

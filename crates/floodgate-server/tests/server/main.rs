@@ -12,6 +12,7 @@ mod grpc;
 mod limits;
 mod metrics;
 mod openapi;
+mod plans;
 mod redis;
 mod reload;
 mod reservations;

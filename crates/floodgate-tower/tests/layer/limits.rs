@@ -210,3 +210,62 @@ async fn errors_of_the_inner_service_pass_through() {
     let result = tower::ServiceExt::oneshot(service, chat("u1")).await;
     assert_eq!(result.err(), Some("boom"));
 }
+
+#[tokio::test]
+async fn a_degrading_plan_tells_the_handler_and_the_client_which_model_to_use() {
+    const PLAN: HeaderName = HeaderName::from_static("x-plan");
+    let monthly =
+        |n: u64| FixedWindow::try_new(NonZeroU64::new(n).unwrap(), Duration::from_secs(60)).unwrap();
+    let plans = Rule::new("monthly-calls", monthly(1)).key(["user"]).vary_by(
+        floodgate::ByDescriptor::new("plan").degrading("free", monthly(1), "gpt-4o-mini").variant(
+            "enterprise",
+            monthly(1),
+            Some(Action::Deny),
+        ),
+    );
+    let (engine, _clock) = engine([plans]);
+    let handler = |Extension(info): Extension<RateLimitInfo>, headers: HeaderMap| async move {
+        let header = headers.get("floodgate-degrade").map(|v| v.to_str().unwrap().to_owned());
+        format!("{}|{}", info.degrade_to().unwrap_or("-"), header.unwrap_or_else(|| "-".to_owned()))
+    };
+    let app = Router::new()
+        .route("/chat", post_route(handler))
+        .layer(RateLimitLayer::new(engine).header(USER, "user").header(PLAN, "plan"));
+    let call = |user: &str, plan: &str| {
+        post("/chat").header(USER, user).header(PLAN, plan).body(Body::empty()).unwrap()
+    };
+
+    let within = send(&app, call("u1", "free")).await;
+    assert!(!within.headers().contains_key("floodgate-degrade"));
+    assert_eq!(body_string(within).await, "-|-");
+    let over = send(&app, call("u1", "free")).await;
+    assert_eq!(over.status(), StatusCode::OK);
+    assert_eq!(over.headers()["floodgate-degrade"], "gpt-4o-mini");
+    assert_eq!(body_string(over).await, "gpt-4o-mini|gpt-4o-mini");
+
+    send(&app, call("u2", "enterprise")).await;
+    let refused = send(&app, call("u2", "enterprise")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(!refused.headers().contains_key("floodgate-degrade"));
+}
+
+#[tokio::test]
+async fn a_calendar_quota_refuses_with_a_quota_exceeded_problem() {
+    let calendar = floodgate_core::Calendar::try_new(floodgate_core::calendar::Period::Day, "UTC").unwrap();
+    let daily = Rule::new("daily-calls", floodgate_core::Quota::new(NonZeroU64::new(1).unwrap(), calendar))
+        .key(["user"]);
+    let (engine, _clock) = engine([daily, per_user(10)]);
+    let app = chat_app(RateLimitLayer::new(engine).header(USER, "user"));
+    assert_eq!(send(&app, chat("u1")).await.status(), StatusCode::OK);
+    let refused = send(&app, chat("u1")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body = body_json(refused).await;
+    assert_eq!(body["type"], "https://floodgate.dev/problems/quota-exceeded", "{body}");
+
+    // A rate limit's denial stays rate-limited.
+    let (rate_engine, _clock) = crate::engine([per_user(1)]);
+    let app = chat_app(RateLimitLayer::new(rate_engine).header(USER, "user"));
+    send(&app, chat("u1")).await;
+    let limited = body_json(send(&app, chat("u1")).await).await;
+    assert_eq!(limited["type"], "https://floodgate.dev/problems/rate-limited", "{limited}");
+}

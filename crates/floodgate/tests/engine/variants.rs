@@ -45,6 +45,31 @@ async fn a_variant_may_change_the_action() {
 }
 
 #[tokio::test]
+async fn a_degrading_variant_names_its_model_past_the_limit_only() {
+    let rule = Rule::new("monthly", per_minute(1)).key(["tenant"]).vary_by(
+        ByDescriptor::new("plan").degrading("free", per_minute(1), "gpt-4o-mini").variant(
+            "enterprise",
+            per_minute(1),
+            Some(Action::Deny),
+        ),
+    );
+    let (e, _) = engine([rule]);
+    let free = request(&[("tenant", "f"), ("plan", "free")]);
+    let within = e.check(&free, 1).await.unwrap();
+    assert_eq!((within.allowed, within.degrade_to()), (true, None));
+    let over = e.check(&free, 1).await.unwrap();
+    assert!(over.allowed, "degrades instead of denying");
+    assert_eq!(over.degrade_to(), Some("gpt-4o-mini"));
+    assert_eq!(over.limits[0].outcome, Outcome::Tagged);
+    assert_eq!(over.tags().collect::<Vec<_>>(), ["monthly"]);
+
+    let enterprise = request(&[("tenant", "e"), ("plan", "enterprise")]);
+    assert!(e.check(&enterprise, 1).await.unwrap().allowed);
+    let refused = e.check(&enterprise, 1).await.unwrap();
+    assert_eq!((refused.allowed, refused.degrade_to()), (false, None));
+}
+
+#[tokio::test]
 async fn usage_carries_over_when_a_key_changes_plan() {
     let (e, _) = engine([plans()]);
     for _ in 0..2 {
