@@ -127,6 +127,12 @@ export interface Decision {
   reservation: string | null;
   /** When an allowed reserve's reservation expires unsettled (ms since the Unix epoch), else null. */
   expiresAtMs: number | null;
+  /**
+   * The model to switch to: set on an allowed verdict when the request's plan is over its limit
+   * and its `overage` degrades (`degrade_to`, also sent as the `floodgate-degrade` header); null
+   * otherwise, and when the fail mode decided.
+   */
+  degradeTo: string | null;
 }
 
 /** Options of {@link FloodgateClient.reserve}: a check's, plus how long the reservation is held. */
@@ -209,6 +215,7 @@ interface WireVerdict {
   allowed: boolean;
   reservation?: string;
   expires_at_ms?: number;
+  degrade_to?: string;
   retry_after_ms: number | null;
   limits: WireLimit[];
 }
@@ -539,6 +546,7 @@ export class FloodgateClient {
       failure: { reason: outcome.reason, mode },
       reservation: null,
       expiresAtMs: null,
+      degradeTo: null,
     };
   }
 
@@ -635,6 +643,7 @@ export class FloodgateClient {
         failure: null,
         reservation: body.allowed ? (body.reservation ?? headers['floodgate-reservation'] ?? null) : null,
         expiresAtMs: body.allowed ? (body.expires_at_ms ?? null) : null,
+        degradeTo: body.allowed ? (body.degrade_to ?? headers['floodgate-degrade'] ?? null) : null,
       };
     }
     if (status >= 400 && status < 500 && status !== 429 && typeof body === 'object' && body !== null) {

@@ -2,6 +2,7 @@ import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@ne
 import { Reflector } from '@nestjs/core';
 import { FloodgateClient, describeRequest, type Decision, type IncomingLike } from '@floodgate/client';
 import { RATE_LIMIT_KEY, SKIP_RATE_LIMIT_KEY } from './decorators.js';
+import { DECISION_KEY } from './degrade.js';
 import { FloodgateRateLimitException } from './exception.js';
 import { FLOODGATE_OPTIONS, type FloodgateModuleOptions, type RateLimitOptions } from './options.js';
 
@@ -41,6 +42,7 @@ export class FloodgateGuard implements CanActivate {
 
     const decision = await this.client.check(descriptors, cost === undefined ? {} : { cost });
     if (res.locals !== undefined) res.locals.floodgate = decision;
+    (req as { [DECISION_KEY]?: Decision })[DECISION_KEY] = decision;
     if (decision.allowed) {
       if (this.options.headersOnAllowed ?? true) setHeaders(res, decision.headers);
       return true;
