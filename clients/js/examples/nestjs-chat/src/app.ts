@@ -1,9 +1,9 @@
 import 'reflect-metadata';
-import { Body, Controller, Get, Headers, HttpCode, HttpException, Injectable, Module, Post, Res } from '@nestjs/common';
+import { Body, Controller, Get, Headers, HttpCode, HttpException, Injectable, Module, Post, Req, Res } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { INestApplication } from '@nestjs/common';
 import { FloodgateClient, retry, withTimeout, type Decision } from '@floodgate/client';
-import { FloodgateModule, FloodgateRateLimitException, SkipRateLimit } from '@floodgate/nestjs';
+import { FloodgateModule, FloodgateRateLimitException, SkipRateLimit, degradedModel } from '@floodgate/nestjs';
 
 /** A rough token count: a token is about four characters of English text. */
 export function tokensOf(text: string): number {
@@ -38,6 +38,9 @@ export class Model {
   }
 }
 
+/** The model a chat asks for, and the one a plan over its monthly quota switches to. */
+export const LARGE_MODEL = 'large-model';
+
 /** `max_tokens` when the body gives none. */
 export const DEFAULT_MAX_TOKENS = 256;
 
@@ -58,15 +61,18 @@ export class ChatController {
    * Limited by the global guard: `chat-per-user` (10/min) and `chat-per-tenant` (1000/h). Then
    * the tenant's tokens (`chat-tokens-per-tenant`): the prompt's tokens plus `max_tokens` are
    * reserved before the model runs, the tokens it really used are committed after (the rest goes
-   * back), and a call cancelled by its client releases the reservation.
+   * back), and a call cancelled by its client releases the reservation. A tenant whose plan is
+   * over its monthly quota (`monthly-plan`) is answered by the model the verdict degrades to.
    */
   @Post('chat')
   @HttpCode(200)
   async chat(
     @Body() body: { prompt?: string; max_tokens?: number },
     @Headers('x-tenant-id') tenant: string | undefined,
+    @Req() req: object,
     @Res({ passthrough: true }) res: ResponseLike,
   ) {
+    const model = degradedModel(req, LARGE_MODEL);
     const prompt = body?.prompt ?? '';
     const maxTokens = body?.max_tokens ?? DEFAULT_MAX_TOKENS;
     if (!Number.isSafeInteger(maxTokens) || maxTokens < 1) {
@@ -96,7 +102,7 @@ export class ChatController {
       throw error;
     }
     if (held.reservation !== null) await this.floodgate.commit(held.reservation, { tokens: completion.tokens });
-    return { answer: completion.text, tokens: completion.tokens };
+    return { answer: completion.text, tokens: completion.tokens, model };
   }
 
   /** One step of an agent session: 50 steps per session (`agent-steps`). */
@@ -132,7 +138,18 @@ function deny(decision: Decision, res: { setHeader(name: string, value: string):
 
 export function appModule(floodgateUrl: string, deadline = 50) {
   @Module({
-    imports: [FloodgateModule.forRoot({ url: floodgateUrl, deadline, failMode: 'open' })],
+    imports: [
+      FloodgateModule.forRoot({
+        url: floodgateUrl,
+        deadline,
+        failMode: 'open',
+        // The tenant's plan, as the authentication in front of the app sets it.
+        descriptors: (ctx) => {
+          const plan = ctx.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-plan'];
+          return { plan: plan ?? 'free' };
+        },
+      }),
+    ],
     controllers: [ChatController],
     providers: [Model],
   })

@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import type { INestApplication } from '@nestjs/common';
 import { startFloodgate, type RunningFloodgate } from '@floodgate/testkit';
 import { FloodgateClient } from '@floodgate/client';
-import { createApp, tokensOf } from 'nestjs-chat/app';
+import { LARGE_MODEL, createApp, tokensOf } from 'nestjs-chat/app';
 
 const CONFIG = readFileSync(new URL('../../floodgate.yaml', import.meta.url), 'utf8');
 
@@ -36,7 +36,11 @@ describe('nestjs-chat', () => {
     const answers = [];
     for (let i = 0; i < 12; i++) answers.push(await chat('alice', 'acme'));
     assert.deepEqual(answers.map((a) => a.status), [200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429]);
-    assert.deepEqual(await answers[0]!.json(), { answer: 'echo: hi', tokens: tokensOf('hi') + tokensOf('echo: hi') });
+    assert.deepEqual(await answers[0]!.json(), {
+      answer: 'echo: hi',
+      tokens: tokensOf('hi') + tokensOf('echo: hi'),
+      model: LARGE_MODEL,
+    });
     assert.equal(answers[9]!.headers.get('x-ratelimit-remaining'), '0');
     for (const denied of answers.slice(10)) {
       const retryAfter = Number(denied.headers.get('retry-after'));
@@ -49,6 +53,21 @@ describe('nestjs-chat', () => {
       assert.equal(problem.limit, 10);
     }
     assert.equal((await chat('bob', 'acme')).status, 200, 'another user of the tenant still passes');
+  });
+
+  it('a free tenant past its 100 calls of the month is switched to the small model', async () => {
+    const models = [];
+    for (let i = 0; i < 102; i++) {
+      const answer = await fetch(`${url}/chat`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-user-id': `member-${i}`, 'x-tenant-id': 'plan-free', 'x-plan': 'free' },
+        body: JSON.stringify({ prompt: 'hi' }),
+      });
+      assert.equal(answer.status, 200);
+      models.push(((await answer.json()) as { model: string }).model);
+    }
+    assert.deepEqual(models.slice(0, 100), Array(100).fill(LARGE_MODEL));
+    assert.deepEqual(models.slice(100), ['small-model', 'small-model']);
   });
 
   it('an agent session has 50 steps, then 429', async () => {
