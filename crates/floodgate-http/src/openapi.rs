@@ -555,9 +555,19 @@ mod tests {
     /// Every field the renderer writes is in the schema, and nothing else.
     #[test]
     fn the_verdict_schema_names_every_field_written() {
-        let written: Value = serde_json::from_slice(&VerdictBody::from(&denied()).to_json()).unwrap();
+        // An allowed verdict whose plan degrades writes every field (`degrade_to` only then).
+        let mut degraded = denied();
+        degraded.allowed = true;
+        degraded.limits[0].outcome = Outcome::Tagged;
+        degraded.limits[0].degrade_to = Some("gpt-4o-mini".into());
+        let written: Value = serde_json::from_slice(&VerdictBody::from(&degraded).to_json()).unwrap();
         assert_eq!(keys(&written), keys(&properties::<VerdictBody<'_>>()));
         assert_eq!(keys(&written["limits"][0]), keys(&properties::<LimitBody>()));
+        // A denied one: every field but `degrade_to`.
+        let denied: Value = serde_json::from_slice(&VerdictBody::from(&denied()).to_json()).unwrap();
+        let mut expected = keys(&properties::<VerdictBody<'_>>());
+        expected.retain(|k| k != "degrade_to");
+        assert_eq!(keys(&denied), expected);
     }
 
     #[test]
