@@ -135,7 +135,7 @@ impl PartialSchema for CheckRequest {
                 integer(1).maximum(Some(MAX_COST)).default(Some(json!(1))).description(Some(format!(
                     "What the request costs in `requests`, a whole number from 1 to {MAX_COST} \
                          (default 1). A cost some enforced rule can never grant at once is refused \
-                         (422 `never-allowed`). Not with `costs` (400)."
+                         (422 `never-allowed`). Not with `costs` (422)."
                 ))),
             )
             .property(
@@ -147,8 +147,9 @@ impl PartialSchema for CheckRequest {
                          whole number from 0 to {MAX_COST}, at most {MAX_COST_DIMENSIONS} names, at \
                          least one cost of 1 or more. Each rule takes the cost of its own dimension; \
                          a rule whose dimension is left out (or 0) does not apply to this request. \
-                         Not with `cost` (400)."
+                         Not with `cost` (422). `null` is the same as leaving it out."
                     )))
+                    .schema_type(nullable(Type::Object))
                     .additional_properties(Some(integer(0).maximum(Some(MAX_COST))))
                     .max_properties(Some(MAX_COST_DIMENSIONS))
                     .property_names(Some(string().pattern(Some("^[a-z][a-z0-9_]{0,63}$"))))

@@ -177,7 +177,7 @@ impl CheckRequest {
     #[allow(clippy::result_large_err)] // a problem is built only on the error path, and sent once
     pub fn parse(body: &[u8]) -> Result<CheckRequest, Problem> {
         match serde_json::from_slice::<Body>(body) {
-            Ok(Body { cost: Some(_), costs: Some(_), .. }) => Err(Problem::malformed(
+            Ok(Body { cost: Some(_), costs: Some(_), .. }) => Err(Problem::invalid(
                 "\"cost\" and \"costs\" are both given: send one (\"cost\": n is \"costs\": {\"requests\": n}).",
             )),
             Ok(Body { cost: Some(0), .. }) => Err(Problem::invalid("cost must be at least 1.")),

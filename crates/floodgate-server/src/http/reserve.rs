@@ -123,7 +123,7 @@ fn map(costs: &Costs) -> BTreeMap<String, u64> {
     responses(
         (status = 200, description = "Allowed: the estimate is held.", body = ReservedBody),
         (status = 429, description = "Denied, as `/v1/check`: nothing is held.", body = VerdictBody),
-        (status = 400, description = "Not JSON, or both `cost` and `costs`.", body = Problem),
+        (status = 400, description = "Not JSON.", body = Problem),
         (status = 422, description = "JSON of the wrong shape (as `/v1/check`, or a bad `ttl`), or a cost that can never be allowed.", body = Problem),
         (status = 503, description = "The store could not keep the reservation; nothing is held.", body = Problem),
     ),

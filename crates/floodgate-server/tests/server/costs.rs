@@ -109,7 +109,7 @@ async fn bad_costs_are_refused_naming_the_field() {
             json!({"descriptors": {"tenant": "t1"}, "cost": 1, "costs": {"tokens": 5}}).to_string(),
         )
         .await;
-    assert_eq!(both.status, 400, "{}", both.body);
+    assert_eq!(both.status, 422, "{}", both.body);
     assert_eq!(both.content_type(), "application/problem+json");
     let detail = both.json()["detail"].as_str().unwrap().to_owned();
     assert!(detail.contains("\"cost\" and \"costs\""), "{detail}");

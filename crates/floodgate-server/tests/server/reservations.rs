@@ -153,7 +153,7 @@ async fn unknown_ids_are_404_and_bad_bodies_are_named() {
             json!({"descriptors": {"tenant": "t1"}, "cost": 1, "costs": {"tokens": 1}}).to_string(),
         )
         .await;
-    assert_eq!(both.status, 400, "{}", both.body);
+    assert_eq!(both.status, 422, "{}", both.body);
     assert_eq!(left(&server).await, (10, 1000, 2), "nothing was held by any of them");
     server.stop().await;
 }
