@@ -4,7 +4,7 @@
 //! Request: `{"descriptors": {"user": "u1", "route": "POST /chat"}, "cost": 1, "domain": "envoy"}`
 //! — `descriptors` required (an object of strings, at most [`MAX_DESCRIPTORS`]), `cost` optional
 //! (an integer from 1 to [`MAX_COST`], default 1) or instead `costs` (dimension → integer, at most
-//! [`MAX_COST_DIMENSIONS`], at least one of 1 or more; both → 400), `domain` optional (an Envoy domain's policy
+//! [`MAX_COST_DIMENSIONS`], at least one of 1 or more; both → 422), `domain` optional (an Envoy domain's policy
 //! instead of the native one; `null` is the same as leaving it out). Any other field is an error.
 //!
 //! ```
