@@ -60,7 +60,8 @@ floodgate_fuzz::fuzz_target!(|data| {
     #[allow(clippy::disallowed_methods)]
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     if let Some(object) = payload.as_object()
-        && object.get("exp").and_then(Value::as_f64).is_some_and(|exp| exp > (now + 3600) as f64)
+        // A NumericDate the verifier reads: a whole number of seconds that fits 64 bits.
+        && object.get("exp").and_then(Value::as_u64).is_some_and(|exp| exp > now + 3600)
         && !object.contains_key("nbf")
     {
         assert!(matches!(result, Ok(Some(_))), "a well-signed token with a far exp was refused: {result:?}");

@@ -145,7 +145,10 @@ fn describe(error: &jsonwebtoken::errors::Error) -> String {
         ErrorKind::InvalidAudience => "it is not for this audience".into(),
         ErrorKind::InvalidIssuer => "it is not from the expected issuer".into(),
         ErrorKind::InvalidSignature => "its signature does not verify".into(),
-        ErrorKind::MissingRequiredClaim(claim) => format!("it has no {claim} claim"),
+        // Also a claim present but no whole number of seconds that fits 64 bits (`exp: 1e23`).
+        ErrorKind::MissingRequiredClaim(claim) => {
+            format!("it has no {claim} claim, or one that is no whole number of seconds")
+        }
         ErrorKind::InvalidAlgorithm => "its algorithm does not match the key".into(),
         other => format!("it cannot be read ({other:?})"),
     }
