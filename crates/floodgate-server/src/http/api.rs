@@ -110,6 +110,20 @@ pub(super) fn authorized<'r>(
     clients.authorize(authorization, scope).map(Some).map_err(|refusal| refused(&refusal))
 }
 
+/// Applies `client`'s pinned descriptors to a request's for `domain` (see [`Client::pin`]), or
+/// the 403 to answer.
+#[allow(clippy::result_large_err)] // a refusal is built only on the error path, and answered at once
+pub(super) fn pin(
+    running: &Running,
+    client: Option<&Client>,
+    domain: Option<&str>,
+    descriptors: &mut Descriptors,
+) -> Result<(), Response> {
+    let Some(client) = client else { return Ok(()) };
+    let native = !domain.is_some_and(|d| running.domains.contains_key(d));
+    client.pin(descriptors, native).map_err(|refusal| refused(&refusal))
+}
+
 /// The 401 or 403 problem of a refused request.
 pub(crate) fn refused(refusal: &Refusal<'_>) -> Response {
     if refusal.unauthenticated() {
@@ -148,11 +162,8 @@ where
 
     let domain = request.domain.take();
     let mut descriptors = std::mem::take(&mut request.descriptors);
-    if let Some(client) = client {
-        let native = !domain.as_deref().is_some_and(|d| running.domains.contains_key(d));
-        if let Err(refusal) = client.pin(&mut descriptors, native) {
-            return refused(&refusal);
-        }
+    if let Err(refusal) = pin(running, client, domain.as_deref(), &mut descriptors) {
+        return refusal;
     }
     let descriptors = as_domain_sees_them(running, domain.as_deref(), descriptors);
     let policy = running.domain(domain.as_deref());

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::api::{as_domain_sees_them, authorized, never_allowed, refused};
+use super::api::{as_domain_sees_them, authorized, never_allowed, pin};
 use super::openapi::TAG_DECISIONS;
 use super::{MAX_BODY, invalid, json, json_bytes, malformed, problem, read_body};
 use crate::metrics::Api;
@@ -145,11 +145,8 @@ pub(super) async fn reserve(State(shared): State<Arc<Shared>>, request: Request)
     let mut request = request;
     let domain = request.domain.take();
     let mut descriptors = std::mem::take(&mut request.descriptors);
-    if let Some(client) = client {
-        let native = !domain.as_deref().is_some_and(|d| running.domains.contains_key(d));
-        if let Err(refusal) = client.pin(&mut descriptors, native) {
-            return refused(&refusal);
-        }
+    if let Err(refusal) = pin(&running, client, domain.as_deref(), &mut descriptors) {
+        return refusal;
     }
     let descriptors = as_domain_sees_them(&running, domain.as_deref(), descriptors);
     let policy = running.domain(domain.as_deref());
@@ -235,14 +232,7 @@ fn parse_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), Problem> {
     ),
 )]
 pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    if let Err(refusal) = authorized(&shared.control.load(), request.headers(), Scope::Reserve) {
-        return refusal;
-    }
-    let body = match read_body(request, MAX_BODY).await {
-        Ok(body) => body,
-        Err(response) => return response,
-    };
-    let request: CommitRequest = match parse(&body) {
+    let request: CommitRequest = match settlement(&shared, request).await {
         Ok(request) => request,
         Err(response) => return response,
     };
@@ -274,18 +264,21 @@ pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) 
     ),
 )]
 pub(super) async fn release(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    if let Err(refusal) = authorized(&shared.control.load(), request.headers(), Scope::Reserve) {
-        return refusal;
-    }
-    let body = match read_body(request, MAX_BODY).await {
-        Ok(body) => body,
-        Err(response) => return response,
-    };
-    let request: ReleaseRequest = match parse(&body) {
+    let request: ReleaseRequest = match settlement(&shared, request).await {
         Ok(request) => request,
         Err(response) => return response,
     };
     settle(&shared, &request.reservation, Settlement::Release).await
+}
+
+/// A commit's or release's body, from a caller with the `reserve` scope; else the answer.
+async fn settlement<T: serde::de::DeserializeOwned>(
+    shared: &Shared,
+    request: Request,
+) -> Result<T, Response> {
+    authorized(&shared.control.load(), request.headers(), Scope::Reserve)?;
+    let body = read_body(request, MAX_BODY).await?;
+    parse(&body)
 }
 
 // The error is the finished answer to the client, returned once per call.

@@ -14,7 +14,7 @@ use http::StatusCode;
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::api::{authorized, refused};
+use super::api::{authorized, pin};
 use super::openapi::TAG_DECISIONS;
 use super::{invalid, json, problem};
 use crate::state::Shared;
@@ -96,10 +96,8 @@ pub(super) async fn usage(
     let Some(rule) = rule else {
         return invalid("Missing query parameter \"rule\": the name of the rule whose usage to read.");
     };
-    if let Some(client) = client
-        && let Err(refusal) = client.pin(&mut descriptors, true)
-    {
-        return refused(&refusal);
+    if let Err(refusal) = pin(&running, client, None, &mut descriptors) {
+        return refusal;
     }
     let policy = &running.domain(None).policy;
     match policy.usage(shared.control.store(), &rule, &descriptors).await {
