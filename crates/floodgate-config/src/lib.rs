@@ -51,7 +51,7 @@ use self::error::{Invalid, file_error, name_path};
 use self::yaml::{Item, Value};
 
 pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
-pub use self::native::{auth, gateway, http_server, tls};
+pub use self::native::{admin, auth, gateway, http_server, tls};
 
 /// Which store holds the counters, with the store's own settings type: its defaults are the only
 /// defaults (documented on [`MemoryConfig`] and [`RedisConfig`]).
@@ -123,6 +123,8 @@ pub struct Config {
     pub http: http_server::HttpConfig,
     /// TLS on the HTTP and gRPC listeners (`tls:` section of the native file), if any.
     pub tls: Option<tls::TlsConfig>,
+    /// The admin API's settings (`admin:` section of the native file, else their defaults).
+    pub admin: admin::AdminConfig,
 }
 
 /// How a Redis store is survived when it fails (DESIGN §7; the `breaker`, `instances` and
@@ -164,6 +166,10 @@ pub struct Source {
     pub text: String,
     /// SHA-256-free content hash (FNV-1a 64 of `text`), hex.
     pub hash: String,
+    /// Each file read and its text, in load order: one for a file, each `*.yaml` of a directory;
+    /// none for a text parsed with [`parse`]. With [`path`](Source::path), what [`from_files`]
+    /// needs to read the same configuration again without the files.
+    pub files: Vec<(PathBuf, String)>,
 }
 
 /// A configuration that cannot be used: what, where (file, line, column), which field, and the
@@ -202,9 +208,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let metadata = std::fs::metadata(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
     if !metadata.is_dir() {
         let text = read(path)?;
-        let document = document(&text).map_err(|e| e.in_file(Some(path)))?;
-        let source = Source::new(Some(path.to_path_buf()), text);
-        return assemble(vec![(path.to_path_buf(), document)], source, Some(path));
+        return from_files(path, vec![(path.to_path_buf(), text)]);
     }
     let listing = std::fs::read_dir(path).map_err(|e| file_error(path, format!("cannot list: {e}")))?;
     let mut files: Vec<PathBuf> = Vec::new();
@@ -227,22 +231,44 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     if files.is_empty() {
         return Err(file_error(path, "no configuration files (*.yaml, *.yml) in this directory"));
     }
-    let mut text = String::new();
-    let mut documents = Vec::new();
+    let mut texts = Vec::with_capacity(files.len());
     for file in files {
         let content = read(&file)?;
-        let document = document(&content).map_err(|e| e.in_file(Some(&file)))?;
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        text.push_str("# file: ");
-        text.push_str(&name);
-        text.push('\n');
-        text.push_str(&content);
-        if !content.ends_with('\n') {
-            text.push('\n');
-        }
-        documents.push((file, document));
+        texts.push((file, content));
     }
-    assemble(documents, Source::new(Some(path.to_path_buf()), text), Some(path))
+    from_files(path, texts)
+}
+
+/// The configuration that [`load`] reads from `path` when it holds `files` (each file and its
+/// text, in load order; a file's own path when `path` is a file): what [`load`] does once the files
+/// are read. [`Source::files`] holds them, so that a configuration can be read again as it was
+/// loaded, e.g. from a copy kept on disk, whatever the files say now.
+pub fn from_files(path: &Path, files: Vec<(PathBuf, String)>) -> Result<Config, ConfigError> {
+    let single = matches!(files.as_slice(), [(file, _)] if file == path);
+    let mut text = String::new();
+    let mut documents = Vec::with_capacity(files.len());
+    for (file, content) in &files {
+        let document = document(content).map_err(|e| e.in_file(Some(file)))?;
+        if single {
+            text.push_str(content);
+        } else {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            text.push_str("# file: ");
+            text.push_str(&name);
+            text.push('\n');
+            text.push_str(content);
+            if !content.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        documents.push((file.clone(), document));
+    }
+    if documents.is_empty() {
+        return Err(file_error(path, "no configuration files (*.yaml, *.yml) in this directory"));
+    }
+    let mut source = Source::new(Some(path.to_path_buf()), text);
+    source.files = files;
+    assemble(documents, source, Some(path))
 }
 
 /// Parses one configuration text (either format); `name` is used in error messages.
@@ -268,7 +294,7 @@ pub fn builtin() -> Config {
 impl Source {
     fn new(path: Option<PathBuf>, text: String) -> Self {
         let hash = fingerprint::hex(&text);
-        Source { path, text, hash }
+        Source { path, text, hash, files: Vec::new() }
     }
 }
 
@@ -372,6 +398,7 @@ fn assemble(
     let mut auth = None;
     let mut http = http_server::HttpConfig::default();
     let mut tls = None;
+    let mut admin = admin::AdminConfig::default();
     let (store, survival, headers, policy) = match native {
         Some((file, n)) => {
             for (rule, fingerprint) in &n.fingerprints {
@@ -385,6 +412,7 @@ fn assemble(
             auth = n.auth.map(|a| *a);
             http = n.http;
             tls = n.tls.map(|t| *t);
+            admin = n.admin;
             (n.store, n.survival, n.headers, policy)
         }
         None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),
@@ -402,6 +430,7 @@ fn assemble(
         auth,
         http,
         tls,
+        admin,
     })
 }
 

@@ -42,6 +42,9 @@ pub const UNAUTHORIZED_TYPE: &str = "https://floodgate.dev/problems/unauthorized
 pub const FORBIDDEN_TYPE: &str = "https://floodgate.dev/problems/forbidden";
 /// [`Problem::type_uri`] of an operation the store could not carry out (503).
 pub const STORE_UNAVAILABLE_TYPE: &str = "https://floodgate.dev/problems/store-unavailable";
+/// [`Problem::type_uri`] of an admin change that was not made because the admin state directory
+/// could not be written (500).
+pub const STATE_NOT_WRITTEN_TYPE: &str = "https://floodgate.dev/problems/state-not-written";
 /// [`Problem::type_uri`] of a gateway request refused because its route's priority is shed (503).
 pub const SHED_TYPE: &str = "https://floodgate.dev/problems/shed";
 /// [`Problem::type_uri`] of a gateway request refused because its route has as many requests in

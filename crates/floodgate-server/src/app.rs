@@ -13,6 +13,7 @@ use floodgate_config::store::{AnyStore, Hooks};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::admin_state::StateDir;
 use crate::control::{Control, StartError};
 use crate::gateway::{Gateway, PlainTcp};
 use crate::metrics::Metrics;
@@ -50,7 +51,12 @@ impl App {
             Hooks { breaker: Some(crate::survival::breaker_log(config.store.kind())), fallback: None };
         let store = AnyStore::open_with(&config.store, &config.survival, hooks)?;
         let metrics = Metrics::for_store(store.kind(), store.counts_keys());
-        let control = Control::start(config, store, options.config_path.clone(), metrics.clone());
+        let state = match state_dir(options.state_dir.as_deref(), config.admin.state_dir.as_deref())? {
+            Some(dir) => Some(StateDir::open(dir, crate::control::KEPT_AUDIT_RECORDS)?),
+            None => None,
+        };
+        let control =
+            Control::start_with_state(config, store, options.config_path.clone(), metrics.clone(), state)?;
         Ok(App { shared: Arc::new(Shared::new(control, metrics, options)) })
     }
 
@@ -73,6 +79,19 @@ impl App {
     /// The Envoy RLS v3 gRPC service.
     pub fn grpc_service(&self) -> crate::grpc::RateLimitServer {
         crate::grpc::service(Arc::clone(&self.shared))
+    }
+}
+
+/// The admin state directory: `--state-dir`'s, else the configuration's `admin.state_dir`; both
+/// given and different is an error.
+fn state_dir<'a>(
+    option: Option<&'a std::path::Path>,
+    configured: Option<&'a std::path::Path>,
+) -> Result<Option<&'a std::path::Path>, StartError> {
+    match (option, configured) {
+        (Some(a), Some(b)) if a != b => Err(StartError::StateDirConflict(a.to_path_buf(), b.to_path_buf())),
+        (Some(dir), _) | (None, Some(dir)) => Ok(Some(dir)),
+        (None, None) => Ok(None),
     }
 }
 

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use floodgate_config::ConfigError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// What triggered a configuration change (the audit record's `source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     /// The configuration loaded at start.
@@ -45,7 +45,7 @@ impl Trigger {
 }
 
 /// Whether a change was applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 #[schema(as = ChangeResult)]
 pub enum Outcome {
@@ -56,7 +56,7 @@ pub enum Outcome {
 }
 
 /// A configuration error as JSON: the message, and where.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorReport {
     /// The full message (`file:line:col: field: what`).
     pub message: String,
@@ -89,7 +89,7 @@ impl ErrorReport {
 }
 
 /// One audit record: a configuration change, applied or rejected.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AuditRecord {
     /// The version it became (`null` when rejected).
     pub version: Option<u64>,

@@ -88,6 +88,11 @@ pub struct ServeArgs {
     /// section).
     #[arg(long, value_name = "ADDR")]
     pub gateway: Option<SocketAddr>,
+    /// Keep the admin state here: configuration versions, the audit log and the gateway's admin
+    /// switches, on disk before each admin call is answered (the configuration's admin.state_dir
+    /// says the same).
+    #[arg(long, value_name = "DIR", env = "FLOODGATE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// A share of decisions to log: a number from 0 to 1.
@@ -183,6 +188,7 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
     options.config_path = args.config.clone();
     options.admin_token = args.admin_token.clone();
     options.decision_log_sample = args.decision_log_sample;
+    options.state_dir = args.state_dir.clone();
 
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -24,9 +24,11 @@ use floodgate_config::store::{AnyStore, OpenError};
 use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig, Survival};
 use floodgate_http::HeaderStyle;
 
+use crate::admin_state::{self, Restored, StateDir, StateError, StoredSource, StoredVersion};
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Outcome, Trigger};
 use crate::auth::Clients;
 use crate::metrics::{Metrics, RuleMetrics};
+use crate::switches::{Overrides, SwitchChange};
 
 /// How many applied versions are kept for rollback.
 pub const KEPT_VERSIONS: usize = 32;
@@ -71,6 +73,8 @@ pub struct Running {
     pub http: floodgate_config::http_server::HttpConfig,
     /// TLS on the HTTP and gRPC listeners (set up at start; its files are watched).
     pub tls: Option<floodgate_config::tls::TlsConfig>,
+    /// The admin API's settings (its state directory is opened at start).
+    pub admin: floodgate_config::admin::AdminConfig,
 }
 
 /// The native policy as the gateway applies it, in two phases (DESIGN.md §9): the rules that need
@@ -167,6 +171,9 @@ pub enum ApplyError {
         /// The versions kept, as text.
         kept: String,
     },
+    /// The change could not be written to the state directory, so it was not applied.
+    #[error("not applied: {0}")]
+    State(String),
 }
 
 impl ApplyError {
@@ -193,15 +200,32 @@ pub struct Control {
     /// Serializes changes, and holds what they leave behind.
     history: tokio::sync::Mutex<History>,
     /// A copy of the audit log for readers (updated under `history`'s lock).
-    audit: parking_lot::Mutex<VecDeque<AuditRecord>>,
+    audit: Arc<parking_lot::Mutex<VecDeque<AuditRecord>>>,
+    /// Where changes are written before they are answered, when there is a state directory.
+    state: Option<Arc<parking_lot::Mutex<StateDir>>>,
+    /// The gateway switches the state directory held at start.
+    restored_switches: SwitchChange,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct History {
     /// Applied versions, oldest first, at most [`KEPT_VERSIONS`].
-    versions: VecDeque<Arc<Running>>,
+    versions: VecDeque<Kept>,
     /// The last rejection recorded for a watch event, to not repeat it for every event.
     last_watch_rejection: Option<String>,
+    /// The hash of the configuration file (or directory, or built-in example) as last read.
+    file_hash: String,
+}
+
+/// A version kept for rollback.
+#[derive(Debug)]
+struct Kept {
+    version: u64,
+    /// The version as it ran; `None` for a version read back from the state directory and not put
+    /// in force since (it is read again from `source` when rolled back to).
+    running: Option<Arc<Running>>,
+    /// Its texts.
+    source: Arc<StoredSource>,
 }
 
 /// A configuration the server cannot start with.
@@ -228,17 +252,54 @@ pub enum StartError {
     /// A gateway listener was given, but the configuration has no `gateway:` section.
     #[error("a gateway listener was given, but the configuration has no gateway section")]
     NoGateway,
+    /// The admin state directory cannot be used.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// `--state-dir` and the configuration's `admin.state_dir` name different directories.
+    #[error(
+        "--state-dir {} and the configuration's admin.state_dir {} differ: give one, or the same",
+        .0.display(),
+        .1.display()
+    )]
+    StateDirConflict(PathBuf, PathBuf),
 }
 
 impl Control {
-    /// Puts `config` in force as version 1 over `store` (opened from `config.store`).
+    /// Puts `config` in force as version 1 over `store` (opened from `config.store`), keeping the
+    /// admin state in memory only.
     pub fn start(config: Config, store: AnyStore, path: Option<PathBuf>, metrics: Metrics) -> Control {
-        let running = build(1, config, &metrics);
-        let engine = Arc::new(Engine::from_shared(Arc::clone(&running.native.policy), store.clone()));
-        metrics.config_version(1);
+        match Control::start_with_state(config, store, path, metrics, None) {
+            Ok(control) => control,
+            // Only writing to a state directory fails, and there is none.
+            Err(e) => unreachable!("starting without a state directory failed: {e}"),
+        }
+    }
+
+    /// Puts a configuration in force over `store` (opened from `config.store`), with the admin
+    /// state read from `state` when there is one: the kept versions become rollback targets, the
+    /// audit log continues, and the latest kept version is put back in force — unless the
+    /// configuration file changed since it was applied, in which case `config` (the file as it is
+    /// now) wins as a new version. Writes the start to the state directory before returning.
+    pub fn start_with_state(
+        config: Config,
+        store: AnyStore,
+        path: Option<PathBuf>,
+        metrics: Metrics,
+        state: Option<(StateDir, Restored)>,
+    ) -> Result<Control, StartError> {
         let clock = SystemClock::new();
+        let (dir, restored) = match state {
+            Some((dir, restored)) => (Some(dir), restored),
+            None => (None, Restored::default()),
+        };
+        let Restored { versions: stored, audit: restored_audit, switches } = restored;
+        let file_hash = config.source.hash.clone();
+        let (config, version, resumed) = resume(config, stored.last());
+        let running = build(version, config, &metrics);
+        let engine = Arc::new(Engine::from_shared(Arc::clone(&running.native.policy), store.clone()));
+        metrics.config_version(version);
         let record = AuditRecord {
-            version: Some(1),
+            version: Some(version),
             time: rfc3339(&clock),
             source: Trigger::Startup,
             path: running.source.path.as_ref().map(|p| p.display().to_string()),
@@ -248,19 +309,75 @@ impl Control {
             changed: Vec::new(),
             result: Outcome::Applied,
             error: None,
-            restored: None,
+            restored: resumed,
         };
         tracing::info!(
             event = "config_applied",
-            version = 1,
+            version,
             source = Trigger::Startup.as_str(),
+            resumed,
             hash = %running.source.hash,
             added = ?record.added,
             "configuration applied"
         );
         let running = Arc::new(running);
-        let history =
-            History { versions: VecDeque::from([Arc::clone(&running)]), last_watch_rejection: None };
+        let mut versions: VecDeque<Kept> = stored
+            .iter()
+            .map(|v| Kept { version: v.version, running: None, source: Arc::new(v.source.clone()) })
+            .collect();
+        let source = match (resumed, versions.back()) {
+            (Some(_), Some(last)) => Arc::clone(&last.source),
+            _ => Arc::new(StoredSource::of(&running.source, "built-in example")),
+        };
+        match versions.back_mut() {
+            Some(last) if resumed.is_some() => last.running = Some(Arc::clone(&running)),
+            _ => versions.push_back(Kept {
+                version,
+                running: Some(Arc::clone(&running)),
+                source: Arc::clone(&source),
+            }),
+        }
+        while versions.len() > KEPT_VERSIONS {
+            versions.pop_front();
+        }
+        let mut audit: VecDeque<AuditRecord> = restored_audit.into();
+        audit.push_back(record.clone());
+        while audit.len() > KEPT_AUDIT_RECORDS {
+            audit.pop_front();
+        }
+        let mut dir = dir;
+        if let Some(dir) = dir.as_mut() {
+            if resumed.is_none() {
+                let stored = StoredVersion {
+                    version,
+                    time: record.time.clone(),
+                    trigger: Trigger::Startup,
+                    restored: None,
+                    file_hash: file_hash.clone(),
+                    source: (*source).clone(),
+                };
+                dir.write_version(&stored, versions.front().map_or(version, |k| k.version))?;
+            }
+            let kept: Vec<AuditRecord> = audit.iter().cloned().collect();
+            dir.append_audit(&record, &kept)?;
+        }
+        let history = History { versions, last_watch_rejection: None, file_hash };
+        Ok(Control::assemble(running, store, engine, metrics, path, clock, history, audit, dir, switches))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        running: Arc<Running>,
+        store: AnyStore,
+        engine: Arc<Engine<AnyStore>>,
+        metrics: Metrics,
+        path: Option<PathBuf>,
+        clock: SystemClock,
+        history: History,
+        audit: VecDeque<AuditRecord>,
+        state: Option<StateDir>,
+        restored_switches: SwitchChange,
+    ) -> Control {
         Control {
             current: ArcSwap::new(running),
             store,
@@ -269,8 +386,21 @@ impl Control {
             path,
             clock,
             history: tokio::sync::Mutex::new(history),
-            audit: parking_lot::Mutex::new(VecDeque::from([record])),
+            audit: Arc::new(parking_lot::Mutex::new(audit)),
+            state: state.map(|s| Arc::new(parking_lot::Mutex::new(s))),
+            restored_switches,
         }
+    }
+
+    /// The gateway switches the admin API had set, as the state directory held them at start
+    /// (none without a state directory).
+    pub fn restored_switches(&self) -> SwitchChange {
+        self.restored_switches
+    }
+
+    /// The state directory, when there is one.
+    pub fn state_dir(&self) -> Option<PathBuf> {
+        self.state.as_ref().map(|s| s.lock().dir().to_path_buf())
     }
 
     /// The configuration in force.
@@ -307,7 +437,7 @@ impl Control {
 
     /// The versions kept for rollback, oldest first.
     pub async fn kept_versions(&self) -> Vec<u64> {
-        self.history.lock().await.versions.iter().map(|r| r.version).collect()
+        self.history.lock().await.versions.iter().map(|k| k.version).collect()
     }
 
     /// Reloads from the configuration file.
@@ -324,13 +454,13 @@ impl Control {
                 field: None,
             })
         });
-        self.apply_loaded(&mut history, loaded, trigger)
+        self.apply_loaded(&mut history, loaded, trigger).await
     }
 
     /// Validates and applies a YAML body (`POST /admin/config`).
     pub async fn apply_text(&self, text: &str) -> Result<Applied, ApplyError> {
         let mut history = self.history.lock().await;
-        self.apply_loaded(&mut history, config::parse("admin", text), Trigger::Admin)
+        self.apply_loaded(&mut history, config::parse("admin", text), Trigger::Admin).await
     }
 
     /// Validates a YAML body without applying it; also refuses what a reload would refuse.
@@ -341,40 +471,56 @@ impl Control {
     }
 
     /// Puts the configuration of `version` back in force as a new version, or that of the version
-    /// applied before the current one when `version` is `None`.
+    /// applied before the current one when `version` is `None`. A version read back from the state
+    /// directory is read again from its kept texts, and refused ([`ApplyError::Refused`]) when they
+    /// no longer make a valid configuration or would change what is fixed at start.
     pub async fn rollback(&self, version: Option<u64>) -> Result<Applied, ApplyError> {
         let mut history = self.history.lock().await;
         let current = self.current.load_full();
         let target = match version {
-            Some(v) => history.versions.iter().find(|r| r.version == v).cloned(),
-            None => history.versions.iter().rev().nth(1).cloned(),
+            Some(v) => history.versions.iter().find(|k| k.version == v),
+            None => history.versions.iter().rev().nth(1),
         };
         let Some(target) = target else {
-            let kept: Vec<String> = history.versions.iter().map(|r| r.version.to_string()).collect();
+            let kept: Vec<String> = history.versions.iter().map(|k| k.version.to_string()).collect();
             return Err(ApplyError::UnknownVersion {
                 version: version.unwrap_or(current.version.saturating_sub(1)),
                 kept: kept.join(", "),
             });
         };
-        let running = Running {
-            version: current.version + 1,
-            headers: target.headers,
-            native: Arc::clone(&target.native),
-            domains: target.domains.clone(),
-            source: target.source.clone(),
-            fingerprints: target.fingerprints.clone(),
-            store: target.store.clone(),
-            survival: target.survival.clone(),
-            gateway: target.gateway.clone(),
-            auth: target.auth.clone(),
-            http: target.http,
-            tls: target.tls.clone(),
+        let (target_version, source) = (target.version, Arc::clone(&target.source));
+        let running = match &target.running {
+            Some(target) => Running {
+                version: current.version + 1,
+                headers: target.headers,
+                native: Arc::clone(&target.native),
+                domains: target.domains.clone(),
+                source: target.source.clone(),
+                fingerprints: target.fingerprints.clone(),
+                store: target.store.clone(),
+                survival: target.survival.clone(),
+                gateway: target.gateway.clone(),
+                auth: target.auth.clone(),
+                http: target.http,
+                tls: target.tls.clone(),
+                admin: target.admin.clone(),
+            },
+            None => {
+                let config = source.read().map_err(|e| {
+                    ApplyError::Refused(format!(
+                        "version {target_version} cannot be put back in force: its kept configuration no longer \
+                         reads: {e}"
+                    ))
+                })?;
+                check_replaceable(&current, &config)?;
+                build(current.version + 1, config, &self.metrics)
+            }
         };
         let diff = Diff::between(&current.fingerprints, &running.fingerprints);
-        Ok(self.install(&mut history, running, diff, Trigger::Rollback, Some(target.version)))
+        self.install(&mut history, running, source, diff, Trigger::Rollback, Some(target_version)).await
     }
 
-    fn apply_loaded(
+    async fn apply_loaded(
         &self,
         history: &mut History,
         loaded: Result<Config, ConfigError>,
@@ -387,7 +533,7 @@ impl Control {
         let config = match checked {
             Ok(config) => config,
             Err(error) => {
-                self.reject(history, &error, trigger);
+                self.reject(history, &error, trigger).await;
                 return Err(error);
             }
         };
@@ -407,22 +553,86 @@ impl Control {
         }
         let mut diff = Diff::between(&current.fingerprints, &config.fingerprints);
         diff.changed.extend(tokens);
+        let source = Arc::new(StoredSource::of(&config.source, "admin"));
         let running = build(current.version + 1, config, &self.metrics);
-        Ok(self.install(history, running, diff, trigger, None))
+        self.install(history, running, source, diff, trigger, None).await
     }
 
-    fn install(
+    async fn install(
         &self,
         history: &mut History,
         running: Running,
+        source: Arc<StoredSource>,
         diff: Diff,
         trigger: Trigger,
         restored: Option<u64>,
-    ) -> Applied {
+    ) -> Result<Applied, ApplyError> {
+        let record = AuditRecord {
+            version: Some(running.version),
+            time: rfc3339(&self.clock),
+            source: trigger,
+            path: running.source.path.as_ref().map(|p| p.display().to_string()),
+            hash: Some(running.source.hash.clone()),
+            added: diff.added.clone(),
+            removed: diff.removed.clone(),
+            changed: diff.changed.clone(),
+            result: Outcome::Applied,
+            error: None,
+            restored,
+        };
+        let file_hash = match trigger {
+            Trigger::Startup | Trigger::Watch | Trigger::Sighup | Trigger::File => {
+                running.source.hash.clone()
+            }
+            Trigger::Admin | Trigger::Rollback | Trigger::Switch => history.file_hash.clone(),
+        };
+        // On disk first: a change that cannot be kept is not applied.
+        if let Some(state) = &self.state {
+            let stored = StoredVersion {
+                version: running.version,
+                time: record.time.clone(),
+                trigger,
+                restored,
+                file_hash: file_hash.clone(),
+                source: (*source).clone(),
+            };
+            // The versions kept once this one is pushed.
+            let oldest_kept = history
+                .versions
+                .iter()
+                .map(|k| k.version)
+                .chain([running.version])
+                .rev()
+                .nth(KEPT_VERSIONS - 1)
+                .unwrap_or(0);
+            let (state, audit, appended) = (Arc::clone(state), Arc::clone(&self.audit), record.clone());
+            let written = admin_state::blocking(move || {
+                let mut state = state.lock();
+                state.write_version(&stored, oldest_kept)?;
+                let kept = kept_with(&audit, &appended);
+                state.append_audit(&appended, &kept)
+            })
+            .await;
+            if let Err(e) = written {
+                tracing::error!(
+                    event = "config_not_persisted",
+                    version = running.version,
+                    source = trigger.as_str(),
+                    error = %e,
+                    "configuration not applied: the state directory cannot be written"
+                );
+                return Err(ApplyError::State(e.to_string()));
+            }
+        }
+        history.file_hash = file_hash;
         let running = Arc::new(running);
         self.current.store(Arc::clone(&running));
         self.engine.set_shared_policy(Arc::clone(&running.native.policy));
-        history.versions.push_back(Arc::clone(&running));
+        history.versions.push_back(Kept {
+            version: running.version,
+            running: Some(Arc::clone(&running)),
+            source,
+        });
         while history.versions.len() > KEPT_VERSIONS {
             history.versions.pop_front();
         }
@@ -439,23 +649,11 @@ impl Control {
             changed = ?diff.changed,
             "configuration applied"
         );
-        self.record(AuditRecord {
-            version: Some(running.version),
-            time: rfc3339(&self.clock),
-            source: trigger,
-            path: running.source.path.as_ref().map(|p| p.display().to_string()),
-            hash: Some(running.source.hash.clone()),
-            added: diff.added.clone(),
-            removed: diff.removed.clone(),
-            changed: diff.changed.clone(),
-            result: Outcome::Applied,
-            error: None,
-            restored,
-        });
-        Applied { version: running.version, hash: running.source.hash.clone(), changed: true, diff }
+        self.remember(record);
+        Ok(Applied { version: running.version, hash: running.source.hash.clone(), changed: true, diff })
     }
 
-    fn reject(&self, history: &mut History, error: &ApplyError, trigger: Trigger) {
+    async fn reject(&self, history: &mut History, error: &ApplyError, trigger: Trigger) {
         let report = error.report();
         if trigger == Trigger::Watch {
             // An editor may touch the file several times with the same mistake: record it once.
@@ -476,7 +674,7 @@ impl Control {
             Trigger::Admin => None,
             _ => self.path.as_ref().map(|p| p.display().to_string()),
         };
-        self.record(AuditRecord {
+        let record = AuditRecord {
             version: None,
             time: rfc3339(&self.clock),
             source: trigger,
@@ -488,15 +686,32 @@ impl Control {
             result: Outcome::Rejected,
             error: Some(report),
             restored: None,
-        });
+        };
+        // The rejection is answered whether or not its record is kept: nothing changed.
+        if let Err(e) = self.persist_record(&record).await {
+            tracing::error!(event = "audit_not_persisted", error = %e, "the rejection's audit record was not written");
+        }
+        self.remember(record);
     }
 
-    /// Records a change of the gateway's operator switches (admin API) in the audit log: `changed`
-    /// says what, e.g. `gateway.switches.shed: none → low`.
-    pub fn audit_switches(&self, changed: Vec<String>) {
+    /// Changes the gateway's operator switches (admin API): `change` sets them on `overrides` and
+    /// says what changed, as audit lines (`gateway.switches.shed: none → low`). With a state
+    /// directory, the switches and the audit record are on disk before this returns; when they
+    /// cannot be written, the switches are put back as they were and the change is refused.
+    pub async fn change_switches(
+        &self,
+        overrides: &Overrides,
+        change: impl FnOnce() -> Vec<String>,
+    ) -> Result<Vec<String>, ApplyError> {
+        // One change at a time, with the configuration's.
+        let _history = self.history.lock().await;
+        let before = overrides.current();
+        let changed = change();
+        if changed.is_empty() {
+            return Ok(changed);
+        }
         let current = self.current.load();
-        tracing::info!(changes = ?changed, "gateway switches changed");
-        self.record(AuditRecord {
+        let record = AuditRecord {
             version: Some(current.version),
             time: rfc3339(&self.clock),
             source: Trigger::Switch,
@@ -504,20 +719,105 @@ impl Control {
             hash: Some(current.source.hash.clone()),
             added: Vec::new(),
             removed: Vec::new(),
-            changed,
+            changed: changed.clone(),
             result: Outcome::Applied,
             error: None,
             restored: None,
-        });
+        };
+        if let Some(state) = &self.state {
+            let (state, audit, appended, now) =
+                (Arc::clone(state), Arc::clone(&self.audit), record.clone(), overrides.current());
+            let written = admin_state::blocking(move || {
+                let mut state = state.lock();
+                state.write_switches(now)?;
+                let kept = kept_with(&audit, &appended);
+                state.append_audit(&appended, &kept)
+            })
+            .await;
+            if let Err(e) = written {
+                overrides.restore(before);
+                tracing::error!(event = "switches_not_persisted", error = %e, "gateway switches not changed: the state directory cannot be written");
+                return Err(ApplyError::State(e.to_string()));
+            }
+        }
+        tracing::info!(event = "switches_changed", changes = ?changed, "gateway switches changed");
+        self.remember(record);
+        Ok(changed)
     }
 
-    fn record(&self, record: AuditRecord) {
+    /// Appends `record` to the state directory's audit log, when there is one.
+    async fn persist_record(&self, record: &AuditRecord) -> Result<(), StateError> {
+        let Some(state) = &self.state else { return Ok(()) };
+        let (state, audit, appended) = (Arc::clone(state), Arc::clone(&self.audit), record.clone());
+        admin_state::blocking(move || {
+            let kept = kept_with(&audit, &appended);
+            state.lock().append_audit(&appended, &kept)
+        })
+        .await
+    }
+
+    /// Adds `record` to the audit log readers see.
+    fn remember(&self, record: AuditRecord) {
         let mut audit = self.audit.lock();
         audit.push_back(record);
         while audit.len() > KEPT_AUDIT_RECORDS {
             audit.pop_front();
         }
     }
+}
+
+/// The audit log as kept once `record` is added: what a rewrite of the log's file holds.
+fn kept_with(audit: &parking_lot::Mutex<VecDeque<AuditRecord>>, record: &AuditRecord) -> Vec<AuditRecord> {
+    let audit = audit.lock();
+    let skip = (audit.len() + 1).saturating_sub(KEPT_AUDIT_RECORDS);
+    audit.iter().skip(skip).cloned().chain([record.clone()]).collect()
+}
+
+/// Which configuration to start with, given the latest version kept in the state directory: the
+/// latest kept version when the configuration file has not changed since it was applied (an admin
+/// change outlives the restart), else `config` (the file as it is now) as a new version. Returns the
+/// configuration, its version, and the kept version it resumes.
+fn resume(config: Config, latest: Option<&StoredVersion>) -> (Config, u64, Option<u64>) {
+    let Some(latest) = latest else { return (config, 1, None) };
+    if latest.source.hash == config.source.hash {
+        return (config, latest.version, Some(latest.version));
+    }
+    if latest.file_hash != config.source.hash {
+        tracing::info!(
+            event = "config_file_changed",
+            kept = latest.version,
+            "the configuration file changed since the last kept version was applied: the file wins"
+        );
+        return (config, latest.version + 1, None);
+    }
+    match latest.source.read() {
+        Ok(kept) if fixed(&kept) == fixed(&config) => (kept, latest.version, Some(latest.version)),
+        Ok(_) => {
+            tracing::warn!(
+                event = "config_not_resumed",
+                kept = latest.version,
+                "the last kept version changes what is fixed at start (store, listeners, state): starting from the file"
+            );
+            (config, latest.version + 1, None)
+        }
+        Err(e) => {
+            tracing::warn!(
+                event = "config_not_resumed",
+                kept = latest.version,
+                error = %e,
+                "the last kept version cannot be read again: starting from the file"
+            );
+            (config, latest.version + 1, None)
+        }
+    }
+}
+
+/// What a configuration fixes at start and a reload cannot change.
+fn fixed(config: &Config) -> impl PartialEq + '_ {
+    (
+        (&config.store, &config.survival, &config.tls, &config.admin),
+        config.gateway.as_ref().map(|g| (g.listen, &g.state_dir, &g.tls)),
+    )
 }
 
 /// Refuses a configuration that changes the store (opened once, at start), or the gateway's
@@ -537,6 +837,13 @@ fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyErro
         return Err(ApplyError::Refused(
             "tls: the listeners' TLS settings (tls, gateway.tls) cannot change while running; the certificate \
              files themselves are reloaded when they change; restart floodgate to change the settings"
+                .into(),
+        ));
+    }
+    if current.admin != config.admin {
+        return Err(ApplyError::Refused(
+            "admin: the state directory is opened at start and cannot change while running; restart floodgate \
+             to change it"
                 .into(),
         ));
     }
@@ -576,6 +883,7 @@ fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
         auth,
         http,
         tls,
+        admin,
     } = config;
     let auth = auth.map(|a| Arc::new(Clients::new(a, metrics)));
     let gateway = gateway.map(|g| Arc::new(GatewayPolicies::new(g, &policy, metrics, &detailed)));
@@ -597,6 +905,7 @@ fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
         auth,
         http,
         tls,
+        admin,
     }
 }
 

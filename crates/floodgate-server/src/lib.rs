@@ -33,6 +33,7 @@
 //! # }).unwrap();
 //! ```
 
+pub mod admin_state;
 pub mod app;
 pub mod audit;
 mod auth;

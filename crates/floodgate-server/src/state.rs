@@ -34,6 +34,9 @@ pub struct ServeOptions {
     /// The share of decisions logged, one line each (0 to 1; default 0: none). See
     /// `floodgate serve --decision-log-sample`.
     pub decision_log_sample: f64,
+    /// Where the admin state is kept (`--state-dir`); the configuration's `admin.state_dir` when
+    /// `None`. Giving both, different, is an error at start.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl ServeOptions {
@@ -60,6 +63,12 @@ impl ServeOptions {
         self.sighup = sighup;
         self
     }
+
+    /// Keep the admin state in `dir`.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
 }
 
 /// The server's shared state.
@@ -83,6 +92,8 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(control: Control, metrics: Metrics, options: ServeOptions) -> Shared {
         let live = Arc::new(Live::new());
+        let switches = Overrides::default();
+        switches.restore(control.restored_switches());
         let path = DecisionPath::new(
             control.store().clone(),
             metrics.clone(),
@@ -97,7 +108,7 @@ impl Shared {
             admin_token: options.admin_token.clone().filter(|t| !t.is_empty()),
             options,
             draining: AtomicBool::new(false),
-            switches: Overrides::default(),
+            switches,
             readiness: AtomicU8::new(0),
         }
     }

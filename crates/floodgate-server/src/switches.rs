@@ -95,6 +95,35 @@ impl Overrides {
         }
     }
 
+    /// The overrides set, as a change that [`Overrides::restore`] puts back.
+    pub fn current(&self) -> SwitchChange {
+        let flag = |cell: &AtomicU8| match cell.load(Ordering::Relaxed) {
+            UNSET => None,
+            v => Some(v == 1),
+        };
+        let shed = match self.shed.load(Ordering::Relaxed) {
+            0 => Some(Shed::None),
+            1 => Some(Shed::Low),
+            2 => Some(Shed::Normal),
+            _ => None,
+        };
+        SwitchChange { shed, stale_reads: flag(&self.stale_reads), async_writes: flag(&self.async_writes) }
+    }
+
+    /// Sets exactly the overrides `change` names, clearing the others.
+    pub fn restore(&self, change: SwitchChange) {
+        self.clear();
+        if let Some(shed) = change.shed {
+            self.shed.store(shed as u8, Ordering::Relaxed);
+        }
+        if let Some(stale) = change.stale_reads {
+            self.stale_reads.store(u8::from(stale), Ordering::Relaxed);
+        }
+        if let Some(writes) = change.async_writes {
+            self.async_writes.store(u8::from(writes), Ordering::Relaxed);
+        }
+    }
+
     /// Whether any override is set.
     pub fn any(&self) -> bool {
         [&self.shed, &self.stale_reads, &self.async_writes].iter().any(|c| c.load(Ordering::Relaxed) != UNSET)
@@ -120,8 +149,16 @@ mod tests {
         );
         let now = overrides.effective(configured);
         assert_eq!((now.shed, now.stale_reads, now.async_writes), (Shed::Normal, true, true));
+        let set = overrides.current();
+        assert_eq!(
+            set,
+            SwitchChange { shed: Some(Shed::Normal), stale_reads: None, async_writes: Some(true) }
+        );
         overrides.clear();
         assert!(!overrides.any());
+        overrides.restore(set);
+        assert_eq!(overrides.current(), set, "restore puts back exactly what current read");
+        overrides.clear();
         assert_eq!(overrides.effective(configured), configured);
     }
 }

@@ -3,6 +3,7 @@
 //! vocabulary rules may use), [`rules`] (`rules:`) and [`limits`] (a rule's algorithm and its
 //! parameters, read through the [algorithm registry](crate::algorithm)).
 
+pub mod admin;
 pub mod auth;
 mod descriptors;
 pub mod gateway;
@@ -46,9 +47,12 @@ pub(crate) struct Native {
     pub(crate) http: http_server::HttpConfig,
     /// The `tls` section, if any.
     pub(crate) tls: Option<Box<tls::TlsConfig>>,
+    /// The `admin` section (its defaults when absent).
+    pub(crate) admin: admin::AdminConfig,
 }
 
-const TOP_FIELDS: &[&str] = &["store", "headers", "descriptors", "rules", "gateway", "auth", "http", "tls"];
+const TOP_FIELDS: &[&str] =
+    &["store", "headers", "descriptors", "rules", "gateway", "auth", "http", "tls", "admin"];
 
 /// Validates a native configuration document (its root is a mapping without `domain`).
 pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
@@ -113,5 +117,9 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         Some(item) => Some(Box::new(tls::compile(item)?)),
         None => None,
     };
-    Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth, http, tls })
+    let admin = match fields.get("admin").filter(|i| !i.is_null()) {
+        Some(item) => admin::compile(item)?,
+        None => admin::AdminConfig::default(),
+    };
+    Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth, http, tls, admin })
 }

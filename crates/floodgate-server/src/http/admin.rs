@@ -300,6 +300,7 @@ fn apply_response(result: Result<Applied, ApplyError>) -> Response {
                 ApplyError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 ApplyError::Refused(_) | ApplyError::NoFile => StatusCode::CONFLICT,
                 ApplyError::UnknownVersion { .. } => StatusCode::NOT_FOUND,
+                ApplyError::State(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };
             let refused = ApplyView {
                 applied: false,
@@ -329,6 +330,7 @@ fn apply_response(result: Result<Applied, ApplyError>) -> Response {
     responses(
         (status = 200, description = "Applied (or equal to the running configuration: `applied` false).", body = ApplyView),
         (status = 409, description = "Valid, but it changes the store: restart to change stores.", body = ApplyView),
+        (status = 500, description = "Not applied: the admin state directory could not be written.", body = ApplyView),
         (status = 422, description = "Not a valid configuration: the error with file, line, column and field.", body = ApplyView),
         BodyProblems,
         AdminAccess,
@@ -351,6 +353,7 @@ pub(super) async fn apply_config(State(shared): State<Arc<Shared>>, request: Req
     responses(
         (status = 200, description = "Reloaded (or unchanged: `applied` false).", body = ApplyView),
         (status = 409, description = "No file to reload from (started without `--config`), or the file changes the store.", body = ApplyView),
+        (status = 500, description = "Not applied: the admin state directory could not be written.", body = ApplyView),
         (status = 422, description = "The file is not a valid configuration now; the running one stays.", body = ApplyView),
         AdminAccess,
     ),
@@ -378,6 +381,8 @@ pub(super) struct RollbackBody {
     responses(
         (status = 200, description = "Restored, as a new version.", body = ApplyView),
         (status = 404, description = "That version is not kept (the last 32 are).", body = ApplyView),
+        (status = 409, description = "That version, read back from the state directory, cannot be put back in force: its configuration no longer reads, or it changes what is fixed at start.", body = ApplyView),
+        (status = 500, description = "Not applied: the admin state directory could not be written.", body = ApplyView),
         JsonProblems,
         AdminAccess,
     ),

@@ -9,7 +9,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use floodgate_config::gateway::{Shed, Switches};
 use floodgate_http::Problem;
-use floodgate_http::problem::NOT_FOUND_TYPE;
+use floodgate_http::problem::{NOT_FOUND_TYPE, STATE_NOT_WRITTEN_TYPE};
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -106,6 +106,7 @@ pub(super) async fn get_switches(State(shared): State<Arc<Shared>>) -> Response 
     responses(
         (status = 200, description = "The switches in force now.", body = SwitchesView),
         (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Not changed: the admin state directory could not be written.", body = Problem, content_type = "application/problem+json"),
         BodyProblems,
         AdminAccess,
     ),
@@ -150,12 +151,25 @@ pub(super) async fn set_switches(State(shared): State<Arc<Shared>>, request: Req
         Ok(v) => v,
         Err(response) => return response,
     };
-    let before = shared.switches.effective(configured);
-    let changed = shared.switches.set(change, before);
-    if !changed.is_empty() {
-        shared.control.audit_switches(changed);
+    let switches = &shared.switches;
+    let changed = shared
+        .control
+        .change_switches(switches, || switches.set(change, switches.effective(configured)))
+        .await;
+    if let Err(e) = changed {
+        return not_kept(&e);
     }
     json(StatusCode::OK, &view(shared.switches.effective(configured), shared.switches.any()))
+}
+
+/// The answer when the switches' change cannot be written to the state directory (it was not made).
+fn not_kept(e: &crate::control::ApplyError) -> Response {
+    problem(Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        STATE_NOT_WRITTEN_TYPE,
+        "State not written",
+        format!("The switches were not changed: {e}."),
+    ))
 }
 
 /// Clears the admin API's switches (audited): the configuration's hold again.
@@ -168,6 +182,7 @@ pub(super) async fn set_switches(State(shared): State<Arc<Shared>>, request: Req
     responses(
         (status = 200, description = "The switches in force now: the configuration's.", body = SwitchesView),
         (status = 409, description = "The configuration has no gateway section.", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Not cleared: the admin state directory could not be written.", body = Problem, content_type = "application/problem+json"),
         AdminAccess,
     ),
 )]
@@ -176,19 +191,29 @@ pub(super) async fn clear_switches(State(shared): State<Arc<Shared>>) -> Respons
         Ok(configured) => configured,
         Err(response) => return response,
     };
-    if shared.switches.any() {
-        let before = shared.switches.effective(configured);
-        shared.switches.clear();
-        let after = shared.switches.effective(configured);
-        let mut changed = vec!["gateway.switches: admin overrides cleared".to_owned()];
-        if before != after {
-            changed.push(format!(
-                "gateway.switches.shed: {} → {}",
-                before.shed.as_str(),
-                after.shed.as_str()
-            ));
-        }
-        shared.control.audit_switches(changed);
+    let switches = &shared.switches;
+    let cleared = shared
+        .control
+        .change_switches(switches, || {
+            if !switches.any() {
+                return Vec::new();
+            }
+            let before = switches.effective(configured);
+            switches.clear();
+            let after = switches.effective(configured);
+            let mut changed = vec!["gateway.switches: admin overrides cleared".to_owned()];
+            if before != after {
+                changed.push(format!(
+                    "gateway.switches.shed: {} → {}",
+                    before.shed.as_str(),
+                    after.shed.as_str()
+                ));
+            }
+            changed
+        })
+        .await;
+    if let Err(e) = cleared {
+        return not_kept(&e);
     }
     json(StatusCode::OK, &view(configured, false))
 }

@@ -10,9 +10,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::TempDir;
 
-const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_floodgate");
 
-const GOOD: &str = "\
+pub(crate) const GOOD: &str = "\
 rules:
   - name: per-user
     key: [user]
@@ -32,9 +32,9 @@ rules:
 ";
 
 /// A running `floodgate serve`, killed on drop.
-struct Floodgate {
-    child: Child,
-    http: SocketAddr,
+pub(crate) struct Floodgate {
+    pub(crate) child: Child,
+    pub(crate) http: SocketAddr,
     stderr: mpsc::Receiver<String>,
     /// The lines logged up to the address, not yet returned by [`Floodgate::log`].
     early: std::sync::Mutex<Vec<String>>,
@@ -43,7 +43,7 @@ struct Floodgate {
 impl Floodgate {
     /// Starts `floodgate serve` on ports chosen by the system, with `args`, and waits until it
     /// logs its addresses.
-    fn serve(args: &[&str]) -> Floodgate {
+    pub(crate) fn serve(args: &[&str]) -> Floodgate {
         Floodgate::serve_with(&[], args)
     }
 
@@ -100,7 +100,7 @@ impl Floodgate {
         assert!(ok.success());
     }
 
-    fn wait(&mut self) -> i32 {
+    pub(crate) fn wait(&mut self) -> i32 {
         for _ in 0..300 {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code().expect("exited, not killed");
@@ -111,7 +111,7 @@ impl Floodgate {
     }
 
     /// The lines logged since the last call (the first call: from the start).
-    fn log(&self) -> Vec<String> {
+    pub(crate) fn log(&self) -> Vec<String> {
         let mut lines = std::mem::take(&mut *self.early.lock().unwrap());
         lines.extend(self.stderr.try_iter());
         lines
@@ -126,7 +126,7 @@ impl Drop for Floodgate {
 }
 
 /// A raw HTTP/1.1 request; the whole answer.
-async fn raw(addr: SocketAddr, method: &str, path: &str, body: &str) -> String {
+pub(crate) async fn raw(addr: SocketAddr, method: &str, path: &str, body: &str) -> String {
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -138,7 +138,7 @@ async fn raw(addr: SocketAddr, method: &str, path: &str, body: &str) -> String {
     answer
 }
 
-fn run(args: &[&str]) -> std::process::Output {
+pub(crate) fn run(args: &[&str]) -> std::process::Output {
     Command::new(BIN).args(args).env_remove("FLOODGATE_ADMIN_TOKEN").output().expect("run floodgate")
 }
 

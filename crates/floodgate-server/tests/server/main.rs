@@ -2,6 +2,7 @@
 //! the real binary for exit codes, signals and graceful shutdown.
 
 mod admin;
+mod admin_state;
 mod api;
 mod auth;
 mod bad_input;

@@ -180,7 +180,13 @@ pub(crate) fn with_domains(
         auth: None,
         http: Default::default(),
         tls: None,
-        source: Source { path: None, text: "# built in the test\n".into(), hash: "0000000000000001".into() },
+        admin: Default::default(),
+        source: Source {
+            path: None,
+            text: "# built in the test\n".into(),
+            hash: "0000000000000001".into(),
+            files: Vec::new(),
+        },
     }
 }
 
