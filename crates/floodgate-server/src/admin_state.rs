@@ -6,11 +6,11 @@
 //!
 //! - `lock`: held (an advisory `flock`) while a server uses the directory, with its process id, so
 //!   two servers never write one state;
-//! - `versions/<version>.json`: one file per kept version (the last
-//!   [`KEPT_VERSIONS`](crate::control::KEPT_VERSIONS)): the texts it was read from, what applied it
-//!   and when, and the hash of the configuration file as the server last read it;
-//! - `audit.jsonl`: the audit log, one JSON record per line, oldest first; rewritten to the last
-//!   [`KEPT_AUDIT_RECORDS`](crate::control::KEPT_AUDIT_RECORDS) once it holds twice as many;
+//! - `versions/<version>.json`: one file per kept version (the last 32, as the control keeps): the
+//!   texts it was read from, what applied it and when, and the hash of the configuration file as the
+//!   server last read it;
+//! - `audit.jsonl`: the audit log, one JSON record per line, oldest first; rewritten to the records
+//!   kept (the last 1000) once it holds twice as many;
 //! - `switches.json`: the gateway switches the admin API set, when any.
 //!
 //! **Every write is on disk before the call that made it is answered**: a version or the switches

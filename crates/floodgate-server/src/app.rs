@@ -141,8 +141,10 @@ impl Server {
             .map_err(|e| StartError::Gateway(std::io::Error::other(e)))?
             .ok_or(StartError::NoGateway)?;
         let running = self.app.shared.control.current();
-        if let Some(files) = running.gateway.as_ref().and_then(|g| g.config.tls.as_ref()) {
-            let handshake = running.http.header_read_timeout;
+        if let Some(gateway) = running.gateway.as_ref()
+            && let Some(files) = gateway.config.tls.as_ref()
+        {
+            let handshake = gateway.config.http.header_read_timeout;
             self.gateway_tls = Some(Arc::new(Tls::new(files, &[b"h2", b"http/1.1"], handshake)?));
         }
         self.gateway = Some((gateway, listener, addr));
@@ -211,28 +213,18 @@ impl Server {
         let grpc_task = grpc.map(|listener| {
             let svc = app.grpc_service();
             let stop = stopped(stop_rx.clone());
-            let builder = tonic::transport::Server::builder().add_service(svc);
-            match &tls {
-                None => {
-                    let incoming =
-                        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-                    tokio::spawn(async move {
-                        builder
-                            .serve_with_incoming_shutdown(incoming, stop)
-                            .await
-                            .map_err(std::io::Error::other)
-                    })
-                }
-                Some((_, grpc_tls)) => {
-                    let incoming = crate::tls::grpc_incoming(listener, Arc::clone(grpc_tls), stop_rx.clone());
-                    tokio::spawn(async move {
-                        builder
-                            .serve_with_incoming_shutdown(incoming, stop)
-                            .await
-                            .map_err(std::io::Error::other)
-                    })
-                }
-            }
+            // The limits of `http:` apply to the gRPC listener's connections too (see
+            // `crate::listener`); the header list's bound is set at start.
+            let max_header_list = shared.control.load().http.max_header_bytes;
+            let builder = tonic::transport::Server::builder()
+                .http2_max_header_list_size(u32::try_from(max_header_list).unwrap_or(u32::MAX))
+                .add_service(svc);
+            let grpc_tls = tls.as_ref().map(|(_, grpc)| Arc::clone(grpc));
+            let incoming =
+                crate::listener::grpc_incoming(listener, Arc::clone(&shared), grpc_tls, stop_rx.clone());
+            tokio::spawn(async move {
+                builder.serve_with_incoming_shutdown(incoming, stop).await.map_err(std::io::Error::other)
+            })
         });
 
         let gateway_task = gateway.map(|(gateway, listener, _)| match gateway_tls {

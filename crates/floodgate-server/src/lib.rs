@@ -43,6 +43,7 @@ mod decide;
 pub mod gateway;
 pub mod grpc;
 pub mod http;
+mod listener;
 pub mod live;
 pub mod metrics;
 pub mod playground;

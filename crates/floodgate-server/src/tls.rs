@@ -8,21 +8,17 @@
 //! a change, builds a new configuration: in force for the next handshake, or — when the new files
 //! do not make one (a key that does not match, a half-written file) — logged, the old one staying.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use floodgate_config::tls::{TlsConfig, TlsFileError};
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
 
 /// Completes once `stop` turns true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
@@ -156,87 +152,4 @@ fn build(files: &TlsConfig, alpn: &[Vec<u8>]) -> Result<ServerConfig, TlsError> 
     })?;
     config.alpn_protocols = alpn.to_vec();
     Ok(config)
-}
-
-/// A gRPC connection over TLS, as tonic serves it.
-#[derive(Debug)]
-pub struct GrpcTls(TlsStream<TcpStream>);
-
-impl tonic::transport::server::Connected for GrpcTls {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for GrpcTls {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for GrpcTls {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
-    }
-}
-
-/// The gRPC listener's connections over TLS, for `serve_with_incoming_shutdown`: accepted and
-/// handshaken here (each handshake on a task of its own, so a slow one holds up no other), until
-/// stopped.
-pub(crate) fn grpc_incoming(
-    listener: TcpListener,
-    tls: Arc<Tls>,
-    mut stop: watch::Receiver<bool>,
-) -> ReceiverStream<std::io::Result<GrpcTls>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "gRPC: accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = stopped(&mut stop) => return,
-            };
-            let _ = tcp.set_nodelay(true);
-            let (tls, tx) = (Arc::clone(&tls), tx.clone());
-            tokio::spawn(async move {
-                match tls.accept(tcp).await {
-                    Ok(io) => {
-                        let _ = tx.send(Ok(GrpcTls(io))).await;
-                    }
-                    Err(e) => tracing::debug!(error = %e, %peer, "gRPC: TLS handshake failed"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
 }

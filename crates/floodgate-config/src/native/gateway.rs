@@ -50,6 +50,9 @@ pub struct GatewayConfig {
     pub max_accepted_body: usize,
     /// TLS on the gateway's listener (`tls: {cert, key, client_ca}`), if any.
     pub tls: Option<super::tls::TlsConfig>,
+    /// The gateway listener's limits against slow and hostile clients (`http:`, the same fields and
+    /// defaults as the top-level `http:` section, which is the HTTP API listener's).
+    pub http: super::http_server::HttpConfig,
 }
 
 impl Default for GatewayConfig {
@@ -67,6 +70,7 @@ impl Default for GatewayConfig {
             state_dir: None,
             max_accepted_body: 1 << 20,
             tls: None,
+            http: super::http_server::HttpConfig::default(),
         }
     }
 }
@@ -396,6 +400,7 @@ const FIELDS: &[&str] = &[
     "state_dir",
     "max_accepted_body",
     "tls",
+    "http",
 ];
 const ROUTE_FIELDS: &[&str] = &[
     "name",
@@ -475,6 +480,9 @@ pub(crate) fn compile(item: Item<'_>) -> Result<GatewayConfig, Invalid> {
             return Err(d.error("state_dir is empty: give a directory for accepted writes"));
         }
         config.state_dir = Some(PathBuf::from(text));
+    }
+    if let Some(h) = fields.get("http").filter(|i| !i.is_null()) {
+        config.http = super::http_server::compile(h)?;
     }
     if let Some(m) = fields.get("max_accepted_body") {
         config.max_accepted_body = size(&m, "max_accepted_body")?;

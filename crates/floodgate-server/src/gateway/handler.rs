@@ -46,7 +46,7 @@ pub(super) struct Context {
 /// The gateway's state.
 #[derive(Debug)]
 pub(crate) struct Gateway {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     table: ArcSwap<RouteTable>,
     rebuild: parking_lot::Mutex<()>,
     clients: super::upstream::Clients,

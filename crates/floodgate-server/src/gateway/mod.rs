@@ -41,17 +41,15 @@ mod stale;
 mod upstream;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::listener::{Builders, Slot, serve_connection};
 use crate::state::{Shared, stopped};
 
 pub use self::queue::QueueError;
@@ -127,6 +125,8 @@ impl Gateway {
         let replayer = tokio::spawn(queue::replay(Arc::clone(&self.inner), stop.clone()));
         let acceptor = Arc::new(acceptor);
         let graceful = GracefulShutdown::new();
+        let open = Arc::new(AtomicUsize::new(0));
+        let mut builders = Builders::default();
         loop {
             let (tcp, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -139,11 +139,22 @@ impl Gateway {
                 },
                 () = stopped(&mut stop) => break,
             };
+            let limits = match &self.inner.shared.control.load().gateway {
+                Some(gateway) => gateway.config.http,
+                None => floodgate_config::http_server::HttpConfig::default(),
+            };
+            let Some(slot) = Slot::take(&open, limits.max_connections) else {
+                tracing::debug!(%peer, max_connections = limits.max_connections, "gateway: connection refused: at max_connections");
+                drop(tcp);
+                continue;
+            };
+            let builder = builders.get(&limits);
             let _ = tcp.set_nodelay(true);
             let gateway = Arc::clone(&self.inner);
             let acceptor = Arc::clone(&acceptor);
             let watcher = graceful.watcher();
             tokio::spawn(async move {
+                let _slot = slot;
                 let io = match acceptor.accept(tcp).await {
                     Ok(io) => io,
                     Err(e) => {
@@ -151,32 +162,16 @@ impl Gateway {
                         return;
                     }
                 };
-                serve_connection(gateway, io, peer, watcher).await;
+                let service = move |request| {
+                    let gateway = Arc::clone(&gateway);
+                    async move { gateway.dispatch(request, peer).await }
+                };
+                serve_connection(io, builder, service, watcher, limits.idle_timeout, peer, "gateway").await;
             });
         }
         drop(listener);
         graceful.shutdown().await;
         let _ = replayer.await;
         Ok(())
-    }
-}
-
-/// Serves one connection (HTTP/1.1 with upgrades, or h2c).
-async fn serve_connection<Io>(
-    gateway: Arc<handler::Gateway>,
-    io: Io,
-    peer: SocketAddr,
-    watcher: hyper_util::server::graceful::Watcher,
-) where
-    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
-        let gateway = Arc::clone(&gateway);
-        async move { Ok::<_, std::convert::Infallible>(gateway.dispatch(request, peer).await) }
-    });
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    if let Err(e) = watcher.watch(connection.into_owned()).await {
-        tracing::debug!(error = %e, %peer, "gateway connection ended with an error");
     }
 }

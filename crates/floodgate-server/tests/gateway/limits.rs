@@ -230,3 +230,54 @@ gateway:
     assert_eq!(upstream.count(), 3);
     gateway.stop().await;
 }
+
+/// Waits until the server closes `tcp` (end of file or a reset), at most `within`; how long it took.
+async fn closed_within(tcp: &mut tokio::net::TcpStream, within: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = tokio::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(started + within, tcp.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_gateway_listener_closes_slowloris_and_extra_connections_under_its_own_limits() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let config = chat_config(&upstream)
+        .replace("gateway:\n", "gateway:\n  http: { header_read_timeout: 500ms, max_connections: 2 }\n");
+    let gateway = Gateway::start(&config).await;
+    // A request line and one header, never the end of the headers.
+    let mut slow = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    slow.write_all(b"POST /chat HTTP/1.1\r\nHost: g\r\n").await.unwrap();
+    let took = closed_within(&mut slow, Duration::from_secs(3)).await.expect("closed by the header timeout");
+    assert!(took >= Duration::from_millis(450), "not before the timeout: {took:?}");
+
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(tokio::net::TcpStream::connect(gateway.addr).await.unwrap());
+    }
+    // The server takes the two slots as it accepts them.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut extra = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let _ = extra.write_all(b"POST /chat HTTP/1.1\r\nHost: g\r\n\r\n").await;
+    assert!(
+        closed_within(&mut extra, Duration::from_secs(2)).await.is_some(),
+        "the 3rd connection is closed"
+    );
+    drop(held);
+    // The top-level `http:` limits are the HTTP API's, not the gateway's: the admin listener still
+    // takes more connections.
+    let mut admin = Vec::new();
+    for _ in 0..3 {
+        admin.push(tokio::net::TcpStream::connect(gateway.admin).await.unwrap());
+    }
+    let reply = gateway.admin(Method::GET, "/healthz", "").await;
+    assert_eq!(reply.status, 200);
+    gateway.stop().await;
+}

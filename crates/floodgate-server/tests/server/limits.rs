@@ -181,3 +181,55 @@ async fn the_check_api_speaks_h2c() {
     assert!(String::from_utf8_lossy(&body).contains("\"allowed\":true"));
     server.stop().await;
 }
+
+/// An HTTP/2 connection to `addr` (preface and settings exchanged); completes when it ends.
+async fn h2_connection(addr: std::net::SocketAddr) -> tokio::task::JoinHandle<Duration> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("an HTTP/2 handshake");
+    let started = Instant::now();
+    tokio::spawn(async move {
+        let _sender = sender;
+        let _ = connection.await;
+        started.elapsed()
+    })
+}
+
+#[tokio::test]
+async fn a_grpc_connection_without_the_http2_preface_is_closed_after_the_header_timeout() {
+    let server = start("{header_read_timeout: 500ms}").await;
+    // Half a preface, then nothing.
+    let mut tcp = TcpStream::connect(server.grpc).await.unwrap();
+    tcp.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let took = closed_within(&mut tcp, Duration::from_secs(3)).await.expect("closed without a preface");
+    assert!(took >= Duration::from_millis(450), "not before the timeout: {took:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_grpc_connection_is_closed_after_the_idle_timeout() {
+    let server = start("{idle_timeout: 500ms, header_read_timeout: 5s}").await;
+    let connection = h2_connection(server.grpc).await;
+    let lasted =
+        tokio::time::timeout(Duration::from_secs(3), connection).await.expect("closed when idle").unwrap();
+    assert!(lasted >= Duration::from_millis(450), "not before the idle timeout: {lasted:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_grpc_connection_beyond_max_connections_is_closed_at_once() {
+    let server = start("{max_connections: 2}").await;
+    let held = [h2_connection(server.grpc).await, h2_connection(server.grpc).await];
+    let mut extra = TcpStream::connect(server.grpc).await.unwrap();
+    let _ = extra.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+    assert!(
+        closed_within(&mut extra, Duration::from_secs(2)).await.is_some(),
+        "the 3rd connection is closed"
+    );
+    assert!(held.iter().all(|c| !c.is_finished()), "the first two stay open");
+    server.stop().await;
+}
