@@ -191,6 +191,9 @@ impl Server {
         } else {
             None
         };
+        let tokens = watcher
+            .is_some()
+            .then(|| tokio::spawn(crate::reload::watch_token_files(Arc::clone(&shared), stop_rx.clone())));
         if shared.options.sighup {
             crate::reload::on_sighup(Arc::clone(&shared), stop_rx.clone())?;
         }
@@ -247,6 +250,9 @@ impl Server {
             None => Ok(()),
         };
         drop(watcher);
+        if let Some(tokens) = tokens {
+            let _ = tokens.await;
+        }
         let _ = upkeep.await;
         let _ = live.await;
         let _ = survival.await;

@@ -9,6 +9,11 @@
 //! invalid file is rejected (recorded in the audit log and `floodgate_config_reloads_total
 //! {result="rejected"}`, once per distinct error) and the running configuration stays. A file
 //! whose content is unchanged is ignored.
+//!
+//! The token files of `auth` clients (`token_file`, often a mounted Secret outside the
+//! configuration's directory) are polled once a second while the watcher runs — their modification
+//! time, size and inode, following symbolic links — and a change reloads the configuration too, so
+//! a rotated token is in force within about a second, without a signal.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -115,6 +120,62 @@ async fn debounced(
             }
         }
         reload_logged(&shared, Trigger::Watch).await;
+    }
+}
+
+/// How often token files are looked at.
+const TOKEN_POLL: Duration = Duration::from_secs(1);
+
+/// What says a token file changed: its modification time, size and inode (`None`: unreadable).
+type Signature = Option<(std::time::SystemTime, u64, u64)>;
+
+fn signature(path: &Path) -> Signature {
+    use std::os::unix::fs::MetadataExt as _;
+    let metadata = std::fs::metadata(path).ok()?;
+    Some((metadata.modified().ok()?, metadata.len(), metadata.ino()))
+}
+
+/// Polls the token files of the configuration in force every [`TOKEN_POLL`] and reloads when one
+/// changes (a file that appears in the configuration is not a change), until stopped.
+pub(crate) async fn watch_token_files(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut seen: std::collections::HashMap<PathBuf, Signature> = std::collections::HashMap::new();
+    let mut tick = tokio::time::interval(TOKEN_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stopped(&mut stop) => return,
+        }
+        let running = shared.control.current();
+        let files: Vec<PathBuf> = running
+            .auth
+            .iter()
+            .flat_map(|auth| auth.config().clients.iter())
+            .filter_map(|client| match &client.token_source {
+                floodgate_config::auth::TokenSource::File(path) => Some(path.clone()),
+                floodgate_config::auth::TokenSource::Env(_) => None,
+            })
+            .collect();
+        drop(running);
+        let mut changed = false;
+        let mut now = std::collections::HashMap::with_capacity(files.len());
+        for file in files {
+            let signature = tokio::task::spawn_blocking({
+                let file = file.clone();
+                move || signature(&file)
+            })
+            .await
+            .unwrap_or(None);
+            if seen.get(&file).is_some_and(|before| *before != signature) {
+                tracing::debug!(file = %file.display(), "a token file changed: reloading");
+                changed = true;
+            }
+            now.insert(file, signature);
+        }
+        seen = now;
+        if changed {
+            reload_logged(&shared, Trigger::Watch).await;
+        }
     }
 }
 

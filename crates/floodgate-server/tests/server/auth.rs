@@ -284,6 +284,42 @@ async fn a_token_rotated_in_its_file_is_in_force_after_a_reload_without_a_restar
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_rotated_in_its_file_is_in_force_without_a_signal_while_the_configuration_is_watched() {
+    let dir = TempDir::new("auth-token-watch");
+    let path = dir.write_atomic("floodgate.yaml", &config(&dir));
+    let loaded = floodgate_config::load(&path).expect("valid configuration");
+    let server =
+        TestServer::with_options(loaded, ServeOptions::default().config_path(&path).watch(true)).await;
+    let body = check_body(&[("tenant", "shop")], 1);
+    assert_eq!(call(&server, "/v1/check", &body, Some(BFF_TOKEN)).await.status, 200);
+
+    let rotated = "bff-token-watched-6c1d0a93";
+    // The token file lives beside the configuration here, but it is not a `*.yaml`: only the token
+    // poll sees it change.
+    dir.write_atomic("bff.token", rotated);
+    let mut in_force = false;
+    for _ in 0..50 {
+        if call(&server, "/v1/check", &body, Some(rotated)).await.status == 200 {
+            in_force = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(in_force, "the rotated token is in force within the poll");
+    assert_problem(&call(&server, "/v1/check", &body, Some(BFF_TOKEN)).await, 401, "not one");
+    let audit = server
+        .request(Method::GET, "/admin/audit", "", &[("authorization", &format!("Bearer {OPS_TOKEN}"))])
+        .await;
+    let last = audit.json()["records"].as_array().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        (last["source"].as_str(), &last["changed"]),
+        (Some("watch"), &serde_json::json!(["auth.clients.shop-bff"])),
+        "{last}"
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn reservations_usage_and_the_playground_need_their_scopes_and_pinned_descriptors() {
     let (server, _dir) = start("auth-reserve").await;
