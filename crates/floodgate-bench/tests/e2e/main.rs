@@ -4,6 +4,7 @@
 
 mod flood;
 mod outage;
+mod reserve;
 
 use clap::Parser;
 use floodgate_bench::cli::Cli;
