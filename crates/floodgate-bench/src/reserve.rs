@@ -534,6 +534,11 @@ struct Details {
     per_call_mismatches: u64,
     /// Σ of all witnesses (must be the ledger: each call was charged with the tenant's tokens).
     witnesses_sum: u64,
+    /// Of the mismatches: commits and releases answered 200 whose witness still holds the whole
+    /// estimate — the settlement marked, its refunds not applied (the instance died between the
+    /// store calls: see docs/api.md) — and the tokens they were over-charged.
+    refunds_lost: u64,
+    refunds_lost_tokens: u64,
     /// The first mismatched calls: `fate estimate actual witness`.
     mismatched: Vec<String>,
     ledger_exact: bool,
@@ -634,7 +639,13 @@ pub async fn run(args: &ReserveArgs) -> anyhow::Result<Report> {
         ReserveStore::Redis => Some(RedisNode::start(&args.redis_server, &[]).await?),
         ReserveStore::Memory => None,
     };
-    let dir = std::env::temp_dir().join(format!("floodgate-bench-reserve-{}", std::process::id()));
+    // One directory per run (runs in one process, as tests are, must not share it).
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-bench-reserve-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let config = dir.join("floodgate.yaml");
     std::fs::write(&config, config_yaml(args, redis.as_ref().map(RedisNode::url).as_deref()))?;
@@ -795,6 +806,7 @@ async fn run_on(
     let count = |fate: Fate| calls.iter().filter(|c| c.fate == fate).count() as u64;
     let (mut known, mut in_doubt_charged, mut mismatches, mut applied) = (0u64, 0u64, 0u64, 0u64);
     let mut mismatched = Vec::new();
+    let (mut refunds_lost, mut refunds_lost_tokens) = (0u64, 0u64);
     for (call, &witness) in calls.iter().zip(&witnesses) {
         let wrong = match call.charges() {
             (expected, None) => {
@@ -806,6 +818,10 @@ async fn run_on(
                 witness != either && witness != or
             }
         };
+        if wrong && matches!(call.fate, Fate::Committed | Fate::Released) && witness == call.estimate {
+            refunds_lost += 1;
+            refunds_lost_tokens += call.estimate - call.charges().0;
+        }
         if wrong {
             mismatches += 1;
             if mismatched.len() < 20 {
@@ -851,6 +867,8 @@ async fn run_on(
         ledger_diff,
         per_call_mismatches: mismatches,
         witnesses_sum,
+        refunds_lost,
+        refunds_lost_tokens,
         mismatched,
         ledger_exact,
         sampled_max_used: tokens_samples.max_used,
