@@ -665,14 +665,27 @@ async fn run_on(
     let client = http_client();
     let mut instances = Vec::new();
     for _ in 0..n {
-        let mut instance = Instance {
-            binary: binary.to_owned(),
-            config: config.to_owned(),
-            port: free_port()?,
-            child: None,
-        };
-        start(&mut instance, &client).await?;
-        instances.push(instance);
+        // A port free now may be taken before the server binds it: then another one.
+        let mut last = None;
+        for _ in 0..3 {
+            let mut instance = Instance {
+                binary: binary.to_owned(),
+                config: config.to_owned(),
+                port: free_port()?,
+                child: None,
+            };
+            match start(&mut instance, &client).await {
+                Ok(()) => {
+                    instances.push(instance);
+                    last = None;
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(error) = last {
+            return Err(error);
+        }
     }
     let urls: Vec<String> = instances.iter().map(Instance::url).collect();
     let run_id = format!("{}-{}", std::process::id(), crate::boundary::unique_key());
