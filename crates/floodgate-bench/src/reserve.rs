@@ -905,7 +905,53 @@ async fn run_on(
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser as _;
+
     use super::*;
+    use crate::cli::{Cli, Scenario};
+
+    fn args(extra: &[&str]) -> ReserveArgs {
+        let argv = [&["floodgate-bench", "reserve"][..], extra].concat();
+        match Cli::try_parse_from(argv).expect("arguments").scenario {
+            Scenario::Reserve(a) => a,
+            other => panic!("not reserve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_store_and_contradictions_are_refused() {
+        assert_eq!(validate(&args(&[])).unwrap(), (1, 0));
+        assert_eq!(validate(&args(&["--store", "redis"])).unwrap(), (3, 6));
+        assert_eq!(
+            validate(&args(&["--store", "redis", "--instances", "2", "--kills", "0"])).unwrap(),
+            (2, 0)
+        );
+        let refused = |extra: &[&str], says: &str| {
+            let e = validate(&args(extra)).unwrap_err().to_string();
+            assert!(e.contains(says), "{extra:?}: {e}");
+        };
+        refused(&["--instances", "2"], "one instance");
+        refused(&["--kills", "1"], "--kills needs --store redis");
+        refused(&["--cancel", "0.6", "--crash", "0.5"], "add up to more than 1");
+        refused(&["--ttl", "50ms"], "--ttl must be");
+        assert!(Cli::try_parse_from(["floodgate-bench", "reserve", "--cancel", "1.5"]).is_err());
+    }
+
+    #[test]
+    fn the_configuration_is_one_the_server_loads() {
+        for redis in [None, Some("redis://127.0.0.1:6379")] {
+            let yaml = config_yaml(&args(&["--limit", "1000", "--permits", "7", "--lease", "1500ms"]), redis);
+            let config =
+                floodgate_config::parse("reserve.yaml", &yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+            let names: Vec<&str> = config.fingerprints.keys().map(String::as_str).collect();
+            assert_eq!(names, [PERMITS, WITNESS, TOKENS], "{yaml}");
+            assert!(
+                yaml.contains("limit: 1000\n")
+                    && yaml.contains("limit: 7\n")
+                    && yaml.contains("lease: 1500ms")
+            );
+        }
+    }
 
     #[test]
     fn each_fate_charges_what_the_contract_says() {
