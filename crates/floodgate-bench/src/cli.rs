@@ -59,6 +59,100 @@ pub enum Scenario {
     /// (slowloris), beside normal clients: the normal clients' latency without and with them, and
     /// how long the server takes to close each slow connection.
     Slowloris(SlowlorisArgs),
+    /// Callers reserving an estimate, then committing an actual, cancelling or crashing, on the
+    /// memory store or on `floodgate` processes sharing a Redis and killed at random: the token
+    /// ledger against what the callers know, exactly, the limit at all times, and the permits left.
+    Reserve(ReserveArgs),
+}
+
+/// The store of a `reserve` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReserveStore {
+    /// One `floodgate` process with its memory store.
+    Memory,
+    /// `--instances` `floodgate` processes sharing a `redis-server` this run starts.
+    Redis,
+}
+
+impl ReserveStore {
+    /// The store's `kind` in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReserveStore::Memory => "memory",
+            ReserveStore::Redis => "redis",
+        }
+    }
+}
+
+/// `reserve`.
+#[derive(Debug, Clone, Args)]
+pub struct ReserveArgs {
+    /// The store: `memory` (one instance) or `redis` (a `redis-server` this run starts, shared).
+    #[arg(long, value_enum, default_value_t = ReserveStore::Memory)]
+    pub store: ReserveStore,
+    /// `floodgate serve` processes (default: 1 on memory, 3 on redis; memory takes only 1).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=16))]
+    pub instances: Option<usize>,
+    /// Instances killed (`SIGKILL`) at random moments and restarted (redis only; default: 6 on
+    /// redis, 0 on memory).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub kills: Option<u64>,
+    /// How long a killed instance stays down before it is restarted.
+    #[arg(long, value_name = "DURATION", default_value = "300ms", value_parser = parse_duration)]
+    pub down: Duration,
+    /// Calls: each one reserve, then a commit, a release or nothing.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub calls: u64,
+    /// Concurrent callers.
+    #[arg(long, short = 'c', default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub concurrency: usize,
+    /// The tenant's token limit (a `budget`: never refilled during the run), so that the last
+    /// calls meet it.
+    #[arg(long, default_value_t = 8_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: u64,
+    /// The tenant's concurrency limit (permits in flight).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub permits: u64,
+    /// The largest estimate, in tokens (each is uniform in 1..=this).
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub max_estimate: u64,
+    /// The share of granted calls released (cancelled).
+    #[arg(long, default_value_t = 0.10, value_parser = parse_share)]
+    pub cancel: f64,
+    /// The share of granted calls that crash (never settle: charged their estimate at expiry).
+    #[arg(long, default_value_t = 0.03, value_parser = parse_share)]
+    pub crash: f64,
+    /// Each reservation's `ttl`.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// The concurrency rule's `lease`.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// The longest simulated call between a reserve and its settlement (uniform from 0).
+    #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = parse_duration)]
+    pub work: Duration,
+    /// The `floodgate` binary (default: beside `floodgate-bench`).
+    #[arg(long, value_name = "PATH")]
+    pub floodgate: Option<PathBuf>,
+    /// `--store redis`: the `redis-server` to run (default: the one on PATH).
+    #[arg(long, value_name = "PATH", default_value = "redis-server")]
+    pub redis_server: PathBuf,
+    /// Per-request timeout of the bench's HTTP client.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// The seed of the callers' and the killer's choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a share between 0 and 1")),
+    }
 }
 
 /// `slowloris`.

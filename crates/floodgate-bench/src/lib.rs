@@ -23,6 +23,9 @@
 //! - [`slowloris`]: slow connections dripping header lines beside normal clients; the normal
 //!   clients' latency without and with them, and how long the server takes to close them.
 //!
+//! - [`reserve`]: callers reserving, committing, cancelling and crashing, on `floodgate`
+//!   processes killed at random; the token ledger against the callers' accounting, exactly.
+//!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
 //! `--plot PATH.svg` on request. The report math lives in [`math`]:
 //!
@@ -51,6 +54,7 @@ mod proxy;
 mod redis_node;
 pub mod replay;
 pub mod report;
+pub mod reserve;
 pub mod slowloris;
 pub mod target;
 pub mod throughput;
@@ -79,6 +83,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Flood(a) => flood::run(a).await,
         Scenario::Gateway(a) => gateway::run(a).await,
         Scenario::Slowloris(a) => slowloris::run(a).await,
+        Scenario::Reserve(a) => reserve::run(a).await,
         Scenario::Replay(_) => Err(Usage("replay writes its own report: see replay::run".into()).into()),
     }
 }
@@ -104,6 +109,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Gateway(a) => &a.output,
         Scenario::Replay(a) => &a.output,
         Scenario::Slowloris(a) => &a.output,
+        Scenario::Reserve(a) => &a.output,
     }
 }
 

@@ -1,9 +1,11 @@
 //! End to end: every scenario against a server this test starts (in-process `floodgate` on
 //! port 0), checking that the JSON report's fields are present and consistent; `outage` on a
-//! `redis-server` of its own ([`outage`]); `flood` on the memory store ([`flood`]).
+//! `redis-server` of its own ([`outage`]); `flood` on the memory store ([`flood`]); `reserve` on
+//! `floodgate` processes ([`reserve`]).
 
 mod flood;
 mod outage;
+mod reserve;
 
 use clap::Parser;
 use floodgate_bench::cli::Cli;

@@ -1,0 +1,969 @@
+//! `reserve`: reservations under load and under crashes — is the token ledger exactly what the
+//! callers were charged?
+//!
+//! The run starts `--instances` real `floodgate serve` processes (the binary beside this one, or
+//! `--floodgate`): one on its memory store, or several sharing a `redis-server` the run starts. One
+//! tenant has three rules:
+//!
+//! - `tokens`: a `budget` of `--limit` tokens (never refilled during the run: the ledger is
+//!   everything charged), `cost: tokens`;
+//! - `in-flight`: a `concurrency` rule of `--permits` permits, `lease: --lease`;
+//! - `per-call`: a `budget` keyed by a descriptor unique to each call, far above any estimate — a
+//!   witness: each call's own counter, taken and refunded together with `tokens` (all-or-nothing),
+//!   so that after the run it says what that one call was charged.
+//!
+//! `-c` callers make `--calls` calls between them. Each reserves a random estimate E (1 ..=
+//! `--max-estimate` tokens, and a permit) with `ttl: --ttl` on a random instance, waits up to
+//! `--work`, then, on another instance when there are several: releases it (`--cancel` of the
+//! calls), never settles it (`--crash`: it must expire and stay charged E), or commits a random
+//! actual A ≤ E. A settlement whose answer is lost (its instance killed, a 5xx) is retried on the
+//! next instance — settlements are idempotent — until one answers. With `--kills`, a killer
+//! `SIGKILL`s a random instance at random moments (spread over the calls), waits `--down`, and
+//! restarts it on the same port; callers move on to the others.
+//!
+//! **In-doubt calls.** A reserve whose answer was lost (the connection dropped after the request
+//! was sent, a timeout, a 5xx or a verdict made by `on_store_error`) may or may not have been
+//! applied by the store — charged E (with a record that expires, or without one) or nothing. A
+//! settlement whose retries all failed is in doubt the same way. The callers cannot know; the
+//! call's witness counter does: the check reads every call's witness after the run, requires an
+//! in-doubt reserve's to be 0 or E (an in-doubt commit's A or E, an in-doubt release's 0 or E), and
+//! counts it as it reads. Every call the callers know the end of must have exactly the witness
+//! they expect. So the ledger check is exact, in-doubt calls included:
+//!
+//! `tokens used = Σ committed A + Σ expired E (crashed, or settled too late) + Σ witnesses of the
+//! in-doubt calls`, ±0.
+//!
+//! **The limit.** Never more than `--limit` reserved + committed: `/v1/usage` of `tokens` (and of
+//! `in-flight`, against `--permits`) is sampled every 10 ms through the run and the expiry wait;
+//! and the callers' own accounting — adding E once a grant is received, taking back what a
+//! settlement refunds before it is sent — is a lower bound of the ledger at every moment, so it
+//! must stay at or under the limit too.
+//!
+//! **Permits.** After every reservation has expired (the run waits the longer of `--ttl` and
+//! `--lease`, plus a second), `in-flight` must hold 0 permits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::Usage;
+use crate::cli::{ReserveArgs, ReserveStore};
+use crate::keys::Rng;
+use crate::progress::{Batch, Live, Progress};
+use crate::redis_node::RedisNode;
+use crate::report::{Outcome, Report, Tally};
+use crate::units::{millis, nanos};
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// The rules' names.
+const TOKENS: &str = "tokens";
+const PERMITS: &str = "in-flight";
+const WITNESS: &str = "per-call";
+
+/// The witness rule's limit: far above any estimate, so that it never denies.
+const WITNESS_LIMIT: u64 = 1_000_000_000_000;
+
+/// How long a (re)started instance may take to answer `/readyz`.
+const STARTUP: Duration = Duration::from_secs(20);
+
+// === the processes ===
+
+/// A `floodgate serve` process on a fixed loopback port; killed when dropped.
+struct Instance {
+    binary: PathBuf,
+    config: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Instance {
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let child = Command::new(&self.binary)
+            .args([
+                "serve",
+                "--http",
+                &format!("127.0.0.1:{}", self.port),
+                "--grpc",
+                "127.0.0.1:0",
+                "--no-watch",
+            ])
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "error")
+            .env_remove("FLOODGATE_ADMIN_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", self.binary.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// `SIGKILL`, and the process reaped.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `instance` and waits until it answers `/readyz` with 200.
+async fn start(instance: &mut Instance, client: &HttpClient) -> anyhow::Result<()> {
+    instance.spawn()?;
+    let deadline = Instant::now() + STARTUP;
+    let url = format!("{}/readyz", instance.url());
+    loop {
+        if matches!(get(client, &url, Duration::from_secs(1)).await, Ok((200, _))) {
+            return Ok(());
+        }
+        if let Some(child) = instance.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            bail!("{} exited ({status}) on port {}", instance.binary.display(), instance.port);
+        }
+        if Instant::now() > deadline {
+            bail!("floodgate on port {} did not become ready within {STARTUP:?}", instance.port);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+// === HTTP ===
+
+fn http_client() -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector)
+}
+
+/// Why an exchange has no answer: the request was never sent (`Refused`), or it may have been
+/// (`Lost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoAnswer {
+    Refused,
+    Lost,
+}
+
+async fn exchange(
+    client: &HttpClient,
+    request: http::Request<Full<Bytes>>,
+    timeout: Duration,
+) -> Result<(u16, Bytes), NoAnswer> {
+    let exchange = async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| if e.is_connect() { NoAnswer::Refused } else { NoAnswer::Lost })?;
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.map_err(|_| NoAnswer::Lost)?.to_bytes();
+        Ok((status, body))
+    };
+    tokio::time::timeout(timeout, exchange).await.unwrap_or(Err(NoAnswer::Lost))
+}
+
+async fn post(
+    client: &HttpClient,
+    url: &str,
+    body: String,
+    timeout: Duration,
+) -> Result<(u16, Bytes), NoAnswer> {
+    let request = http::Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|_| NoAnswer::Refused)?;
+    exchange(client, request, timeout).await
+}
+
+async fn get(client: &HttpClient, url: &str, timeout: Duration) -> Result<(u16, Bytes), NoAnswer> {
+    let request = http::Request::get(url).body(Full::new(Bytes::new())).map_err(|_| NoAnswer::Refused)?;
+    exchange(client, request, timeout).await
+}
+
+fn contains(body: &[u8], needle: &str) -> bool {
+    body.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// `used` of `rule` for the descriptor `name=value`, read from `url` (`None` without a 200).
+async fn usage(client: &HttpClient, url: &str, rule: &str, name: &str, value: &str) -> Option<u64> {
+    let url = format!("{url}/v1/usage?rule={rule}&{name}={value}");
+    match get(client, &url, Duration::from_secs(2)).await {
+        Ok((200, body)) => serde_json::from_slice::<Value>(&body).ok()?["used"].as_u64(),
+        _ => None,
+    }
+}
+
+// === the calls ===
+
+/// How a call ended, as its caller knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// The reserve was denied (429 by the store's verdict): nothing charged.
+    Denied,
+    /// Committed: A charged.
+    Committed,
+    /// Released: nothing charged.
+    Released,
+    /// Never settled: E charged at expiry.
+    Crashed,
+    /// Settled after its expiry (409): E charged.
+    Expired,
+    /// The reserve's answer was lost: 0 or E.
+    ReserveInDoubt,
+    /// Every attempt of the commit failed: A or E.
+    CommitInDoubt,
+    /// Every attempt of the release failed: 0 or E.
+    ReleaseInDoubt,
+    /// An answer the contract does not allow here (a 404, a 409 that is not an expiry, a 200
+    /// without an id): counted, and the check fails.
+    Unexpected,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Call {
+    index: u64,
+    estimate: u64,
+    actual: u64,
+    fate: Fate,
+}
+
+impl Call {
+    /// What the store must have charged this call: one value, or one of two for an in-doubt call.
+    fn charges(&self) -> (u64, Option<u64>) {
+        match self.fate {
+            Fate::Denied | Fate::Released | Fate::Unexpected => (0, None),
+            Fate::Committed => (self.actual, None),
+            Fate::Crashed | Fate::Expired => (self.estimate, None),
+            Fate::ReserveInDoubt | Fate::ReleaseInDoubt => (0, Some(self.estimate)),
+            Fate::CommitInDoubt => (self.actual, Some(self.estimate)),
+        }
+    }
+
+    fn in_doubt(&self) -> bool {
+        self.charges().1.is_some()
+    }
+}
+
+/// What the callers share.
+struct Shared {
+    client: HttpClient,
+    urls: Vec<String>,
+    tenant: String,
+    run: String,
+    calls: u64,
+    max_estimate: u64,
+    cancel: f64,
+    crash: f64,
+    ttl_ms: u64,
+    work: Duration,
+    timeout: Duration,
+    limit: i64,
+    next: AtomicU64,
+    done: AtomicU64,
+    /// The callers' accounting: granted estimates, less what settlements sent give back.
+    view: AtomicI64,
+    view_max: AtomicI64,
+    view_over: AtomicU64,
+    /// Settlement attempts that got no answer (or a 5xx) and were sent again.
+    settle_retries: AtomicU64,
+    /// Reserves sent again because their instance refused the connection (never sent).
+    refused: AtomicU64,
+}
+
+impl Shared {
+    fn add(&self, tokens: u64) {
+        let now = self.view.fetch_add(tokens as i64, Ordering::SeqCst) + tokens as i64;
+        self.view_max.fetch_max(now, Ordering::SeqCst);
+        if now > self.limit {
+            self.view_over.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn take(&self, tokens: u64) {
+        self.view.fetch_sub(tokens as i64, Ordering::SeqCst);
+    }
+}
+
+/// A reserve's answer.
+enum Reserved {
+    Granted(String),
+    Denied,
+    InDoubt,
+    Unexpected,
+}
+
+/// A settlement's answer.
+enum Settled {
+    Done,
+    Expired,
+    InDoubt,
+    Unexpected,
+}
+
+async fn reserve(shared: &Shared, rng: &mut Rng, index: u64, estimate: u64) -> (Reserved, Outcome, u64) {
+    let body = json!({
+        "descriptors": {"tenant": shared.tenant, "call": format!("{}-{index}", shared.run)},
+        "costs": {"requests": 1, "tokens": estimate},
+        "ttl": format!("{}ms", shared.ttl_ms),
+    })
+    .to_string();
+    let n = shared.urls.len();
+    let first = (rng.next_u64() % n as u64) as usize;
+    let sent = Instant::now();
+    // A refused connection was never sent: the next instance is asked (several rounds while
+    // instances restart).
+    for attempt in 0..n * 50 {
+        let url = format!("{}/v1/reserve", shared.urls[(first + attempt) % n]);
+        let answer = post(&shared.client, &url, body.clone(), shared.timeout).await;
+        let latency = nanos(sent.elapsed());
+        return match answer {
+            Ok((200, reply)) => match serde_json::from_slice::<Value>(&reply) {
+                Ok(v) if v["reservation"].is_string() => (
+                    Reserved::Granted(v["reservation"].as_str().unwrap_or_default().to_owned()),
+                    Outcome::Allowed,
+                    latency,
+                ),
+                _ => (Reserved::Unexpected, Outcome::Error("unexpected_200"), latency),
+            },
+            Ok((429, reply)) if !contains(&reply, "\"error_denied\"") => {
+                (Reserved::Denied, Outcome::Denied, latency)
+            }
+            Ok((429, _)) => (Reserved::InDoubt, Outcome::Error("store_fail_closed"), latency),
+            Ok((500..=599, _)) => (Reserved::InDoubt, Outcome::Error("http_5xx"), latency),
+            Ok(_) => (Reserved::Unexpected, Outcome::Error("http_other"), latency),
+            Err(NoAnswer::Lost) => (Reserved::InDoubt, Outcome::Error("lost"), latency),
+            Err(NoAnswer::Refused) => {
+                shared.refused.fetch_add(1, Ordering::Relaxed);
+                if (attempt + 1) % n == 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                continue;
+            }
+        };
+    }
+    (Reserved::InDoubt, Outcome::Error("connect"), nanos(sent.elapsed()))
+}
+
+/// Sends the settlement `body` to `path`, first on instance `first`, then on the next ones until
+/// one answers (at most 10 rounds over the instances, 100 ms apart).
+async fn settle(shared: &Shared, first: usize, path: &str, body: String) -> Settled {
+    let n = shared.urls.len();
+    for attempt in 0..n * 10 {
+        if attempt > 0 && attempt % n == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let url = format!("{}{path}", shared.urls[(first + attempt) % n]);
+        match post(&shared.client, &url, body.clone(), shared.timeout).await {
+            Ok((200, _)) => return Settled::Done,
+            Ok((409, reply)) if contains(&reply, "expired") => return Settled::Expired,
+            Ok((500..=599, _)) | Err(_) => {
+                shared.settle_retries.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(_) => return Settled::Unexpected,
+        }
+    }
+    Settled::InDoubt
+}
+
+/// One caller: calls until `shared.calls` have been made.
+async fn caller(
+    shared: Arc<Shared>,
+    seed: u64,
+    worker: u64,
+    live: Arc<Live>,
+    started: Instant,
+) -> (Vec<Call>, Tally) {
+    let mut rng = Rng::stream(seed, worker);
+    let (mut calls, mut tally, mut batch) = (Vec::new(), Tally::default(), Batch::default());
+    let n = shared.urls.len();
+    loop {
+        let index = shared.next.fetch_add(1, Ordering::Relaxed);
+        if index >= shared.calls {
+            break;
+        }
+        let estimate = 1 + rng.next_u64() % shared.max_estimate;
+        let actual = rng.next_u64() % (estimate + 1);
+        let roll = rng.unit();
+        let at_ms = millis(started.elapsed());
+        let (reserved, outcome, latency) = reserve(&shared, &mut rng, index, estimate).await;
+        tally.record(outcome, latency, at_ms);
+        batch.count(outcome, &live);
+        let fate = match reserved {
+            Reserved::Denied => Fate::Denied,
+            Reserved::InDoubt => Fate::ReserveInDoubt,
+            Reserved::Unexpected => Fate::Unexpected,
+            Reserved::Granted(id) => {
+                shared.add(estimate);
+                let work = shared.work.as_micros() as u64;
+                if work > 0 {
+                    tokio::time::sleep(Duration::from_micros(rng.next_u64() % (work + 1))).await;
+                }
+                // Settled on another instance than the one that reserved, when there is one.
+                let other = if n > 1 { (rng.next_u64() % n as u64) as usize } else { 0 };
+                if roll < shared.crash {
+                    Fate::Crashed
+                } else if roll < shared.crash + shared.cancel {
+                    shared.take(estimate);
+                    match settle(&shared, other, "/v1/release", json!({"reservation": id}).to_string()).await
+                    {
+                        Settled::Done => Fate::Released,
+                        Settled::Expired => {
+                            shared.add(estimate);
+                            Fate::Expired
+                        }
+                        Settled::InDoubt => Fate::ReleaseInDoubt,
+                        Settled::Unexpected => Fate::Unexpected,
+                    }
+                } else {
+                    shared.take(estimate - actual);
+                    let body = json!({"reservation": id, "costs": {"tokens": actual}}).to_string();
+                    match settle(&shared, other, "/v1/commit", body).await {
+                        Settled::Done => Fate::Committed,
+                        Settled::Expired => {
+                            shared.add(estimate - actual);
+                            Fate::Expired
+                        }
+                        Settled::InDoubt => Fate::CommitInDoubt,
+                        Settled::Unexpected => Fate::Unexpected,
+                    }
+                }
+            }
+        };
+        calls.push(Call { index, estimate, actual, fate });
+        shared.done.fetch_add(1, Ordering::Relaxed);
+    }
+    batch.flush(&live);
+    (calls, tally)
+}
+
+// === the samplers ===
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Samples {
+    count: u64,
+    max_used: u64,
+    over: u64,
+}
+
+/// Reads `used` of `rule` for the tenant every 10 ms, round the instances, until `stop`.
+async fn sample(
+    client: HttpClient,
+    urls: Vec<String>,
+    tenant: String,
+    rule: &'static str,
+    limit: u64,
+    stop: Arc<AtomicBool>,
+) -> Samples {
+    let mut samples = Samples::default();
+    let mut i = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(used) = usage(&client, &urls[i % urls.len()], rule, "tenant", &tenant).await {
+            samples.count += 1;
+            samples.max_used = samples.max_used.max(used);
+            if used > limit {
+                samples.over += 1;
+            }
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    samples
+}
+
+// === the report ===
+
+#[derive(Debug, Serialize)]
+struct Details {
+    store: &'static str,
+    instances: usize,
+    calls: u64,
+    calls_per_sec: f64,
+    granted: u64,
+    denied: u64,
+    committed: u64,
+    released: u64,
+    crashed: u64,
+    /// Settled after their ttl (409): charged their estimate.
+    expired_before_settled: u64,
+    instance_kills: u64,
+    /// Reserves whose answer was lost; of them, those the store had applied (witness = E).
+    in_doubt_reserves: u64,
+    in_doubt_reserves_applied: u64,
+    /// Commits and releases whose every attempt failed.
+    in_doubt_settlements: u64,
+    settle_retries: u64,
+    reserves_refused_and_resent: u64,
+    unexpected_answers: u64,
+    limit: u64,
+    /// `tokens` used after every reservation expired.
+    ledger: u64,
+    /// Σ committed actuals + Σ expired estimates (what the callers know).
+    known: u64,
+    /// Σ witnesses of the in-doubt calls.
+    in_doubt_charged: u64,
+    /// `ledger − (known + in_doubt_charged)`: 0 is exact.
+    ledger_diff: i64,
+    /// Calls whose witness is not what their caller knows (or, in doubt, neither value).
+    per_call_mismatches: u64,
+    /// Σ of all witnesses (must be the ledger: each call was charged with the tenant's tokens).
+    witnesses_sum: u64,
+    /// Of the mismatches: commits and releases answered 200 whose witness still holds the whole
+    /// estimate — the settlement marked, its refunds not applied (the instance died between the
+    /// store calls: see docs/api.md) — and the tokens they were over-charged.
+    refunds_lost: u64,
+    refunds_lost_tokens: u64,
+    /// The first mismatched calls: `fate estimate actual witness`.
+    mismatched: Vec<String>,
+    ledger_exact: bool,
+    /// The most `/v1/usage` of `tokens` showed, over how many samples, and samples above the limit.
+    sampled_max_used: u64,
+    samples: u64,
+    samples_over_limit: u64,
+    /// The most the callers' own accounting reached, and how often it was above the limit.
+    callers_max_reserved_plus_committed: i64,
+    callers_over_limit: u64,
+    limit_held: bool,
+    permits: u64,
+    sampled_max_permits: u64,
+    permits_held_at_end: u64,
+    permits_freed: bool,
+    /// All three checks, and no unexpected answer.
+    passed: bool,
+}
+
+fn validate(args: &ReserveArgs) -> Result<(usize, u64), Usage> {
+    let instances = args.instances.unwrap_or(match args.store {
+        ReserveStore::Memory => 1,
+        ReserveStore::Redis => 3,
+    });
+    let kills = args.kills.unwrap_or(match args.store {
+        ReserveStore::Memory => 0,
+        ReserveStore::Redis => 6,
+    });
+    if args.store == ReserveStore::Memory && instances != 1 {
+        return Err(Usage("--store memory runs one instance (each would have its own ledger)".into()));
+    }
+    if args.store == ReserveStore::Memory && kills != 0 {
+        return Err(Usage("--kills needs --store redis (a killed memory store loses its ledger)".into()));
+    }
+    if args.cancel + args.crash > 1.0 {
+        return Err(Usage("--cancel and --crash add up to more than 1".into()));
+    }
+    for (name, d) in [("--ttl", args.ttl), ("--lease", args.lease)] {
+        if d < Duration::from_millis(100) || d > Duration::from_secs(600) {
+            return Err(Usage(format!("{name} must be between 100ms and 10m")));
+        }
+    }
+    Ok((instances, kills))
+}
+
+fn config_yaml(args: &ReserveArgs, redis: Option<&str>) -> String {
+    let store = match redis {
+        // A deadline far above the machine's stalls: a store call that misses it is a verdict the
+        // store may still have applied, which would only add in-doubt calls.
+        Some(url) => format!("store:\n  kind: redis\n  url: {url:?}\n  deadline: 2s\n"),
+        None => "store:\n  kind: memory\n".to_owned(),
+    };
+    format!(
+        "{store}descriptors: [call]
+rules:
+  - name: {TOKENS}
+    key: [tenant]
+    algorithm: budget
+    limit: {limit}
+    ttl: 1h
+    cost: tokens
+    on_store_error: fail_closed
+  - name: {PERMITS}
+    key: [tenant]
+    algorithm: concurrency
+    limit: {permits}
+    lease: {lease}ms
+    on_store_error: fail_closed
+  - name: {WITNESS}
+    key: [call]
+    algorithm: budget
+    limit: {WITNESS_LIMIT}
+    ttl: 1h
+    cost: tokens
+    on_store_error: fail_closed
+",
+        limit = args.limit,
+        permits = args.permits,
+        lease = args.lease.as_millis(),
+    )
+}
+
+/// Runs `reserve`.
+pub async fn run(args: &ReserveArgs) -> anyhow::Result<Report> {
+    let (n, kills) = validate(args)?;
+    let binary = match &args.floodgate {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?.with_file_name("floodgate"),
+    };
+    if !binary.exists() {
+        return Err(Usage(format!(
+            "{} not found: build it (cargo build --release -p floodgate-server) or pass --floodgate",
+            binary.display()
+        ))
+        .into());
+    }
+    let redis = match args.store {
+        ReserveStore::Redis => Some(RedisNode::start(&args.redis_server, &[]).await?),
+        ReserveStore::Memory => None,
+    };
+    // One directory per run (runs in one process, as tests are, must not share it).
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-bench-reserve-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let config = dir.join("floodgate.yaml");
+    std::fs::write(&config, config_yaml(args, redis.as_ref().map(RedisNode::url).as_deref()))?;
+    let result = run_on(args, n, kills, &binary, &config).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(redis);
+    result
+}
+
+async fn run_on(
+    args: &ReserveArgs,
+    n: usize,
+    kills: u64,
+    binary: &Path,
+    config: &Path,
+) -> anyhow::Result<Report> {
+    let client = http_client();
+    let mut instances = Vec::new();
+    for _ in 0..n {
+        // A port free now may be taken before the server binds it: then another one.
+        let mut last = None;
+        for _ in 0..3 {
+            let mut instance = Instance {
+                binary: binary.to_owned(),
+                config: config.to_owned(),
+                port: free_port()?,
+                child: None,
+            };
+            match start(&mut instance, &client).await {
+                Ok(()) => {
+                    instances.push(instance);
+                    last = None;
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(error) = last {
+            return Err(error);
+        }
+    }
+    let urls: Vec<String> = instances.iter().map(Instance::url).collect();
+    let run_id = format!("{}-{}", std::process::id(), crate::boundary::unique_key());
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        urls: urls.clone(),
+        tenant: format!("reserve-{run_id}"),
+        run: run_id,
+        calls: args.calls,
+        max_estimate: args.max_estimate,
+        cancel: args.cancel,
+        crash: args.crash,
+        ttl_ms: u64::try_from(args.ttl.as_millis()).unwrap_or(u64::MAX),
+        work: args.work,
+        timeout: args.timeout,
+        limit: i64::try_from(args.limit).unwrap_or(i64::MAX),
+        next: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        view: AtomicI64::new(0),
+        view_max: AtomicI64::new(0),
+        view_over: AtomicU64::new(0),
+        settle_retries: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+    });
+
+    let stop_sampling = Arc::new(AtomicBool::new(false));
+    let samplers = [(TOKENS, args.limit), (PERMITS, args.permits)].map(|(rule, limit)| {
+        tokio::spawn(sample(
+            client.clone(),
+            urls.clone(),
+            shared.tenant.clone(),
+            rule,
+            limit,
+            stop_sampling.clone(),
+        ))
+    });
+
+    let progress = Progress::new("reserve", args.calls, args.output.quiet);
+    let live = Arc::new(Live::default());
+    let stop_ticker = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let ticker = {
+        let (progress, shared, stop) = (progress.clone(), shared.clone(), stop_ticker.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                progress.set(shared.done.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // The killer: at random moments spread over the calls, one instance killed, then restarted.
+    let killer = {
+        let (shared, client) = (shared.clone(), client.clone());
+        let (seed, down, calls) = (args.seed, args.down, args.calls);
+        tokio::spawn(async move {
+            let mut rng = Rng::stream(seed, u64::MAX);
+            let mut at: Vec<u64> =
+                (0..kills).map(|_| calls / 10 + rng.next_u64() % (calls * 8 / 10).max(1)).collect();
+            at.sort_unstable();
+            let mut killed = 0u64;
+            for threshold in at {
+                while shared.done.load(Ordering::Relaxed) < threshold {
+                    if shared.next.load(Ordering::Relaxed) >= calls {
+                        return Ok::<_, anyhow::Error>((instances, killed));
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                let victim = (rng.next_u64() % instances.len() as u64) as usize;
+                instances[victim].kill();
+                killed += 1;
+                tokio::time::sleep(down).await;
+                start(&mut instances[victim], &client).await?;
+            }
+            Ok((instances, killed))
+        })
+    };
+
+    let workers: Vec<_> = (0..args.concurrency as u64)
+        .map(|w| tokio::spawn(caller(shared.clone(), args.seed, w, live.clone(), started)))
+        .collect();
+    let mut calls = Vec::with_capacity(usize::try_from(args.calls).unwrap_or(0));
+    let mut tally = Tally::default();
+    for worker in workers {
+        let (mine, t) = worker.await.context("a caller panicked")?;
+        calls.extend(mine);
+        tally.merge(&t);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    stop_ticker.store(true, Ordering::Relaxed);
+    let _ = ticker.await;
+    progress.finish();
+    let (instances, killed) = killer.await.context("the killer panicked")??;
+
+    // Every reservation expires, and every permit's lease ends; the samplers keep watching.
+    tokio::time::sleep(args.ttl.max(args.lease) + Duration::from_secs(1)).await;
+    stop_sampling.store(true, Ordering::Relaxed);
+    let [tokens_samples, permit_samples] = samplers;
+    let tokens_samples = tokens_samples.await.unwrap_or_default();
+    let permit_samples = permit_samples.await.unwrap_or_default();
+
+    let read = |rule: &'static str, name: &'static str, value: String| {
+        let (client, urls) = (client.clone(), urls.clone());
+        async move {
+            for attempt in 0..20 {
+                if let Some(used) = usage(&client, &urls[attempt % urls.len()], rule, name, &value).await {
+                    return Ok(used);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            bail!("/v1/usage of {rule} for {name}={value} did not answer")
+        }
+    };
+    let ledger = read(TOKENS, "tenant", shared.tenant.clone()).await?;
+    let permits_held = read(PERMITS, "tenant", shared.tenant.clone()).await?;
+
+    // Every call's witness, 16 reads at a time.
+    calls.sort_by_key(|c| c.index);
+    let mut witnesses = vec![0u64; calls.len()];
+    for (chunk_index, chunk) in calls.chunks(16).enumerate() {
+        let reads: Vec<_> = chunk
+            .iter()
+            .map(|c| tokio::spawn(read(WITNESS, "call", format!("{}-{}", shared.run, c.index))))
+            .collect();
+        for (i, r) in reads.into_iter().enumerate() {
+            witnesses[chunk_index * 16 + i] = r.await.context("a witness read panicked")??;
+        }
+    }
+    drop(instances);
+
+    let count = |fate: Fate| calls.iter().filter(|c| c.fate == fate).count() as u64;
+    let (mut known, mut in_doubt_charged, mut mismatches, mut applied) = (0u64, 0u64, 0u64, 0u64);
+    let mut mismatched = Vec::new();
+    let (mut refunds_lost, mut refunds_lost_tokens) = (0u64, 0u64);
+    for (call, &witness) in calls.iter().zip(&witnesses) {
+        let wrong = match call.charges() {
+            (expected, None) => {
+                known += expected;
+                witness != expected
+            }
+            (either, Some(or)) => {
+                in_doubt_charged += witness;
+                witness != either && witness != or
+            }
+        };
+        if wrong && matches!(call.fate, Fate::Committed | Fate::Released) && witness == call.estimate {
+            refunds_lost += 1;
+            refunds_lost_tokens += call.estimate - call.charges().0;
+        }
+        if wrong {
+            mismatches += 1;
+            if mismatched.len() < 20 {
+                mismatched.push(format!("{:?} {} {} {witness}", call.fate, call.estimate, call.actual));
+            }
+        }
+        if call.fate == Fate::ReserveInDoubt && witness == call.estimate && witness != 0 {
+            applied += 1;
+        }
+    }
+    let witnesses_sum: u64 = witnesses.iter().sum();
+    let ledger_diff = ledger as i64 - (known + in_doubt_charged) as i64;
+    let unexpected = count(Fate::Unexpected);
+    let ledger_exact = ledger_diff == 0 && mismatches == 0 && witnesses_sum == ledger;
+    let callers_over = shared.view_over.load(Ordering::Relaxed);
+    let limit_held = tokens_samples.over == 0 && callers_over == 0 && permit_samples.over == 0;
+    let permits_freed = permits_held == 0;
+    let details = Details {
+        store: args.store.name(),
+        instances: n,
+        calls: calls.len() as u64,
+        calls_per_sec: if wall > 0.0 { calls.len() as f64 / wall } else { 0.0 },
+        granted: calls
+            .iter()
+            .filter(|c| !matches!(c.fate, Fate::Denied | Fate::ReserveInDoubt | Fate::Unexpected))
+            .count() as u64,
+        denied: count(Fate::Denied),
+        committed: count(Fate::Committed),
+        released: count(Fate::Released),
+        crashed: count(Fate::Crashed),
+        expired_before_settled: count(Fate::Expired),
+        instance_kills: killed,
+        in_doubt_reserves: count(Fate::ReserveInDoubt),
+        in_doubt_reserves_applied: applied,
+        in_doubt_settlements: calls.iter().filter(|c| c.in_doubt()).count() as u64
+            - count(Fate::ReserveInDoubt),
+        settle_retries: shared.settle_retries.load(Ordering::Relaxed),
+        reserves_refused_and_resent: shared.refused.load(Ordering::Relaxed),
+        unexpected_answers: unexpected,
+        limit: args.limit,
+        ledger,
+        known,
+        in_doubt_charged,
+        ledger_diff,
+        per_call_mismatches: mismatches,
+        witnesses_sum,
+        refunds_lost,
+        refunds_lost_tokens,
+        mismatched,
+        ledger_exact,
+        sampled_max_used: tokens_samples.max_used,
+        samples: tokens_samples.count,
+        samples_over_limit: tokens_samples.over,
+        callers_max_reserved_plus_committed: shared.view_max.load(Ordering::Relaxed),
+        callers_over_limit: callers_over,
+        limit_held,
+        permits: args.permits,
+        sampled_max_permits: permit_samples.max_used,
+        permits_held_at_end: permits_held,
+        permits_freed,
+        passed: ledger_exact && limit_held && permits_freed && unexpected == 0,
+    };
+    let target = format!("{n} floodgate process{} ({})", if n == 1 { "" } else { "es" }, args.store.name());
+    let mut report = Report::new(tally.summary("reserve", &target, wall, wall), details);
+    report.timeline = Some(tally.timeline);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Scenario};
+
+    fn args(extra: &[&str]) -> ReserveArgs {
+        let argv = [&["floodgate-bench", "reserve"][..], extra].concat();
+        match Cli::try_parse_from(argv).expect("arguments").scenario {
+            Scenario::Reserve(a) => a,
+            other => panic!("not reserve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_store_and_contradictions_are_refused() {
+        assert_eq!(validate(&args(&[])).unwrap(), (1, 0));
+        assert_eq!(validate(&args(&["--store", "redis"])).unwrap(), (3, 6));
+        assert_eq!(
+            validate(&args(&["--store", "redis", "--instances", "2", "--kills", "0"])).unwrap(),
+            (2, 0)
+        );
+        let refused = |extra: &[&str], says: &str| {
+            let e = validate(&args(extra)).unwrap_err().to_string();
+            assert!(e.contains(says), "{extra:?}: {e}");
+        };
+        refused(&["--instances", "2"], "one instance");
+        refused(&["--kills", "1"], "--kills needs --store redis");
+        refused(&["--cancel", "0.6", "--crash", "0.5"], "add up to more than 1");
+        refused(&["--ttl", "50ms"], "--ttl must be");
+        assert!(Cli::try_parse_from(["floodgate-bench", "reserve", "--cancel", "1.5"]).is_err());
+    }
+
+    #[test]
+    fn the_configuration_is_one_the_server_loads() {
+        for redis in [None, Some("redis://127.0.0.1:6379")] {
+            let yaml = config_yaml(&args(&["--limit", "1000", "--permits", "7", "--lease", "1500ms"]), redis);
+            let config =
+                floodgate_config::parse("reserve.yaml", &yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+            let names: Vec<&str> = config.fingerprints.keys().map(String::as_str).collect();
+            assert_eq!(names, [PERMITS, WITNESS, TOKENS], "{yaml}");
+            assert!(
+                yaml.contains("limit: 1000\n")
+                    && yaml.contains("limit: 7\n")
+                    && yaml.contains("lease: 1500ms")
+            );
+        }
+    }
+
+    #[test]
+    fn each_fate_charges_what_the_contract_says() {
+        let call = |fate| Call { index: 0, estimate: 100, actual: 30, fate };
+        assert_eq!(call(Fate::Committed).charges(), (30, None));
+        assert_eq!(call(Fate::Released).charges(), (0, None));
+        assert_eq!(call(Fate::Crashed).charges(), (100, None));
+        assert_eq!(call(Fate::Expired).charges(), (100, None));
+        assert_eq!(call(Fate::Denied).charges(), (0, None));
+        assert_eq!(call(Fate::ReserveInDoubt).charges(), (0, Some(100)));
+        assert_eq!(call(Fate::CommitInDoubt).charges(), (30, Some(100)));
+        assert_eq!(call(Fate::ReleaseInDoubt).charges(), (0, Some(100)));
+        assert!(call(Fate::ReserveInDoubt).in_doubt() && !call(Fate::Crashed).in_doubt());
+    }
+}
