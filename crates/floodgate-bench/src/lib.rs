@@ -22,6 +22,8 @@
 //!   apart), their latency, and what the store holds.
 //! - [`slowloris`]: slow connections dripping header lines beside normal clients; the normal
 //!   clients' latency without and with them, and how long the server takes to close them.
+//! - [`durability`]: the persisted memory store: usage lost to `kill -9`, throughput beside the
+//!   plain memory store, restart time with many keys.
 //!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
 //! `--plot PATH.svg` on request. The report math lives in [`math`]:
@@ -37,6 +39,7 @@
 
 pub mod boundary;
 pub mod cli;
+pub mod durability;
 pub mod fairness;
 pub mod flood;
 pub mod gateway;
@@ -79,6 +82,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Flood(a) => flood::run(a).await,
         Scenario::Gateway(a) => gateway::run(a).await,
         Scenario::Slowloris(a) => slowloris::run(a).await,
+        Scenario::Durability(a) => durability::run(a).await,
         Scenario::Replay(_) => Err(Usage("replay writes its own report: see replay::run".into()).into()),
     }
 }
@@ -104,6 +108,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Gateway(a) => &a.output,
         Scenario::Replay(a) => &a.output,
         Scenario::Slowloris(a) => &a.output,
+        Scenario::Durability(a) => &a.output,
     }
 }
 
