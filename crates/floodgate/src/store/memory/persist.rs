@@ -760,8 +760,12 @@ impl Shared {
     }
 
     /// The writer thread: takes what arrived, writes it, syncs, tells the waiting callers.
+    #[allow(clippy::disallowed_methods)] // the writer's own schedule, never a decision's time
     fn run(&self) {
         let mut file: Option<(u64, File)> = None;
+        // With an interval: when the next batch is due, one interval after the last was taken
+        // (not after its write and sync ended), so a crash loses at most about one interval.
+        let mut due = Instant::now();
         loop {
             let (chunks, seq, stopping) = {
                 let mut p = self.pending.lock();
@@ -772,9 +776,14 @@ impl Shared {
                         }
                     }
                     Fsync::Every(interval) => {
-                        // Woken early only to stop (or spuriously: then it syncs early).
+                        due += interval;
+                        let now = Instant::now();
+                        if due < now {
+                            due = now;
+                        }
+                        // Woken early only to stop (or spuriously: then it writes early).
                         if !self.stop.load(Ordering::Acquire) {
-                            self.wake.wait_for(&mut p, interval);
+                            self.wake.wait_until(&mut p, due);
                         }
                     }
                 }
