@@ -243,8 +243,25 @@ async fn throughput(args: &DurabilityArgs, scratch: &Path) -> anyhow::Result<(Th
     Ok((throughput, first.unwrap_or_default()))
 }
 
+/// A `floodgate` process, killed (SIGKILL) when dropped, so that no error leaves one running.
+struct Killed(Child);
+
+impl Killed {
+    fn kill9(&mut self) -> std::io::Result<()> {
+        self.0.kill()?;
+        self.0.wait().map(drop)
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The real binary, started on `config`; its HTTP address once logged.
-async fn spawn(binary: &Path, config: &Path) -> anyhow::Result<(Child, SocketAddr, Duration)> {
+async fn spawn(binary: &Path, config: &Path) -> anyhow::Result<(Killed, SocketAddr, Duration)> {
     let started = Instant::now();
     let mut child = Command::new(binary)
         .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--no-watch", "--config"])
@@ -255,6 +272,7 @@ async fn spawn(binary: &Path, config: &Path) -> anyhow::Result<(Child, SocketAdd
         .stderr(Stdio::piped())
         .spawn()?;
     let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let child = Killed(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
@@ -330,8 +348,7 @@ async fn kills(args: &DurabilityArgs, binary: &Path, dir: &Path, fsync: &str) ->
         let wait = Duration::from_millis(200 + (seed >> 33) % 600);
         tokio::time::sleep(wait).await;
         loaded += wait;
-        child.kill()?; // SIGKILL
-        child.wait()?;
+        child.kill9()?;
         dead.store(true, Ordering::Relaxed);
         for task in tasks {
             let _ = task.await;
@@ -355,8 +372,7 @@ async fn kills(args: &DurabilityArgs, binary: &Path, dir: &Path, fsync: &str) ->
             eprintln!("kill -9 ({fsync}) round {}: acknowledged {acked}, counted {used}", kills.rounds);
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     kills.acknowledged_per_50ms = kills.acknowledged as f64 / (loaded.as_secs_f64() / 0.05).max(1.0);
     Ok(kills)
 }
@@ -427,9 +443,8 @@ async fn restart(args: &DurabilityArgs, binary: &Path, dir: &Path) -> anyhow::Re
             rule_yaml()
         ),
     )?;
-    let (mut child, _, took) = spawn(binary, &yaml).await?;
-    let _ = child.kill();
-    let _ = child.wait();
+    let (child, _, took) = spawn(binary, &yaml).await?;
+    drop(child);
     if !args.output.quiet {
         eprintln!(
             "restart with {} keys: log {open_from_log_s:.2}s, snapshot {open_from_snapshot_s:.2}s, binary {:.2}s",
