@@ -63,6 +63,10 @@ pub enum Scenario {
     /// memory store or on `floodgate` processes sharing a Redis and killed at random: the token
     /// ledger against what the callers know, exactly, the limit at all times, and the permits left.
     Reserve(ReserveArgs),
+    /// The persisted memory store: acknowledged usage lost to `kill -9` of the real binary
+    /// (`fsync: always` and `50ms`), throughput beside the plain memory store over HTTP, and the
+    /// restart time and file sizes with many keys.
+    Durability(DurabilityArgs),
 }
 
 /// The store of a `reserve` run.
@@ -153,6 +157,30 @@ fn parse_share(text: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
         _ => Err(format!("{text:?} is not a share between 0 and 1")),
     }
+}
+
+/// `durability`.
+#[derive(Debug, Clone, Args)]
+pub struct DurabilityArgs {
+    /// The `floodgate` binary for the kill -9 rounds and the restart; default: beside this
+    /// executable.
+    #[arg(long, value_name = "PATH")]
+    pub floodgate: Option<PathBuf>,
+    /// Kill -9 rounds per fsync setting.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// Connections of the throughput comparison.
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub connections: usize,
+    /// The length of each throughput run.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Keys written for the restart measurement.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub keys: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
 }
 
 /// `slowloris`.

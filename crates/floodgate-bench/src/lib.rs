@@ -22,6 +22,8 @@
 //!   apart), their latency, and what the store holds.
 //! - [`slowloris`]: slow connections dripping header lines beside normal clients; the normal
 //!   clients' latency without and with them, and how long the server takes to close them.
+//! - [`durability`]: the persisted memory store: usage lost to `kill -9`, throughput beside the
+//!   plain memory store, restart time with many keys.
 //!
 //! - [`reserve`]: callers reserving, committing, cancelling and crashing, on `floodgate`
 //!   processes killed at random; the token ledger against the callers' accounting, exactly.
@@ -40,6 +42,7 @@
 
 pub mod boundary;
 pub mod cli;
+pub mod durability;
 pub mod fairness;
 pub mod flood;
 pub mod gateway;
@@ -84,6 +87,7 @@ pub async fn run(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Gateway(a) => gateway::run(a).await,
         Scenario::Slowloris(a) => slowloris::run(a).await,
         Scenario::Reserve(a) => reserve::run(a).await,
+        Scenario::Durability(a) => durability::run(a).await,
         Scenario::Replay(_) => Err(Usage("replay writes its own report: see replay::run".into()).into()),
     }
 }
@@ -110,6 +114,7 @@ pub fn output(scenario: &Scenario) -> &Output {
         Scenario::Replay(a) => &a.output,
         Scenario::Slowloris(a) => &a.output,
         Scenario::Reserve(a) => &a.output,
+        Scenario::Durability(a) => &a.output,
     }
 }
 

@@ -84,7 +84,10 @@ impl StoreConfig {
     /// A short description for messages: `memory, max_keys 1000000`, `redis redis://…`.
     pub fn summary(&self) -> String {
         match self {
-            StoreConfig::Memory(m) => format!("memory, max_keys {}", m.max_keys),
+            StoreConfig::Memory(m) => match &m.persist {
+                None => format!("memory, max_keys {}", m.max_keys),
+                Some(p) => format!("memory, max_keys {}, persisted in {}", m.max_keys, p.path.display()),
+            },
             StoreConfig::Redis(RedisConfig { target: Target::Node(url), .. }) => format!("redis {url}"),
             StoreConfig::Redis(RedisConfig { target: Target::Cluster(urls), .. }) => {
                 format!("redis_cluster {}", urls.join(","))

@@ -70,6 +70,10 @@ pub enum OpenError {
         /// What is wrong.
         message: String,
     },
+    /// The memory store's persistence directory cannot be used (locked by another process,
+    /// unreadable, or corrupt).
+    #[error("{0}")]
+    Persist(String),
     /// The Redis store needs a Tokio runtime to be opened in.
     #[error("store: the {kind} store must be opened within a Tokio runtime")]
     NoRuntime {
@@ -91,7 +95,8 @@ impl AnyStore<SystemClock> {
     pub fn open_with(config: &StoreConfig, survival: &Survival, hooks: Hooks) -> Result<AnyStore, OpenError> {
         match config {
             StoreConfig::Memory(memory) => {
-                let store = MemoryStore::with_config(memory.clone(), SystemClock::new());
+                let (store, _) = MemoryStore::open(memory.clone(), SystemClock::new())
+                    .map_err(|e| OpenError::Persist(e.to_string()))?;
                 store.start_sweeper();
                 Ok(AnyStore::Memory(store))
             }
@@ -180,6 +185,15 @@ impl<C: Clock> AnyStore<C> {
         match self {
             AnyStore::Memory(_) => None,
             AnyStore::Redis(store) => Some(store.inner().inner().state()),
+        }
+    }
+
+    /// Writes a checkpoint of a persisted memory store (see [`MemoryStore::checkpoint`]), so that
+    /// the next start loads one file; other stores have nothing to do. Blocks while it writes.
+    pub fn checkpoint(&self) -> Result<(), floodgate::store::PersistError> {
+        match self {
+            AnyStore::Memory(store) => store.checkpoint(),
+            AnyStore::Redis(_) => Ok(()),
         }
     }
 

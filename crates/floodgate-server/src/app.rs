@@ -50,6 +50,24 @@ impl App {
         let hooks =
             Hooks { breaker: Some(crate::survival::breaker_log(config.store.kind())), fallback: None };
         let store = AnyStore::open_with(&config.store, &config.survival, hooks)?;
+        if let AnyStore::Memory(memory) = &store
+            && let Some(r) = memory.recovered()
+        {
+            if let Some((file, at, dropped)) = &r.truncated {
+                tracing::warn!(
+                    file = %file.display(), offset = at, bytes = dropped,
+                    "store.persist: cut a torn write off the end of the log (a crash during a write; it was never acknowledged)"
+                );
+            }
+            tracing::info!(
+                keys = r.keys,
+                records = r.records,
+                expired = r.expired,
+                segments = r.segments,
+                took_ms = r.took.as_millis() as u64,
+                "store.persist: state loaded"
+            );
+        }
         let metrics = Metrics::for_store(store.kind(), store.counts_keys());
         let state = match state_dir(options.state_dir.as_deref(), config.admin.state_dir.as_deref())? {
             Some(dir) => Some(StateDir::open(dir, crate::control::KEPT_AUDIT_RECORDS)?),
@@ -252,6 +270,14 @@ impl Server {
         drop(watcher);
         if let Some(tokens) = tokens {
             let _ = tokens.await;
+        }
+        let store = shared.control.store().clone();
+        match tokio::task::spawn_blocking(move || store.checkpoint()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "store.persist: no checkpoint at shutdown; the next start replays the log")
+            }
+            Err(e) => tracing::warn!(error = %e, "store.persist: the shutdown checkpoint failed"),
         }
         let _ = upkeep.await;
         let _ = live.await;

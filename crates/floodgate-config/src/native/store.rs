@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use floodgate::store::{Fsync, PersistConfig};
 use floodgate::{MemoryConfig, OnFull};
 use floodgate_redis::{HashTag, Pem, RedisConfig, Target, TlsConfig, TlsError, TlsFile};
 
@@ -29,8 +30,11 @@ const STORE_FIELDS: &[&str] = &[
     "breaker",
     "instances",
     "local_factor",
+    "persist",
 ];
-const MEMORY_FIELDS: &[&str] = &["kind", "max_keys", "on_full", "overflow_counters", "sweep_interval"];
+const MEMORY_FIELDS: &[&str] =
+    &["kind", "max_keys", "on_full", "overflow_counters", "sweep_interval", "persist"];
+const PERSIST_FIELDS: &[&str] = &["path", "fsync"];
 const REDIS_FIELDS: &[&str] = &[
     "kind",
     "url",
@@ -285,7 +289,40 @@ fn memory(fields: &Fields<'_>) -> Result<MemoryConfig, Invalid> {
     if let Some(sweep) = fields.get("sweep_interval") {
         config.sweep_interval = positive_duration(sweep, "sweep_interval")?;
     }
+    if let Some(p) = fields.get("persist") {
+        config.persist = Some(persist(p)?);
+    }
     Ok(config)
+}
+
+/// `persist: {path: DIR, fsync: always | <interval>}`: where the memory store keeps its state
+/// across restarts. The path is relative to the working directory.
+fn persist(item: Item<'_>) -> Result<PersistConfig, Invalid> {
+    let fields = item.fields("the persistence settings (path, fsync)", Some(PERSIST_FIELDS))?;
+    let path = fields.require("path", "persist needs path: the directory that keeps the store's state")?;
+    let dir = path.str("a directory path")?;
+    if dir.is_empty() {
+        return Err(path.error("path is empty: give the directory that keeps the store's state"));
+    }
+    let fsync = match fields.get("fsync") {
+        None => Fsync::Always,
+        Some(f) => match &*f.text("always, or an interval such as 50ms")? {
+            "always" => Fsync::Always,
+            text => {
+                let every = duration::parse(text).map_err(|why| {
+                    f.error(format!(
+                        "invalid fsync {}: expected always, or an interval such as 50ms ({why})",
+                        f.node.describe()
+                    ))
+                })?;
+                if every.is_zero() {
+                    return Err(f.error("invalid fsync 0: an interval must be longer than 0 (or say always)"));
+                }
+                Fsync::Every(every)
+            }
+        },
+    };
+    Ok(PersistConfig { path: dir.into(), fsync })
 }
 
 /// The settings a Redis node and a cluster share, over `config`'s defaults.

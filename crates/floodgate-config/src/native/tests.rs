@@ -96,6 +96,42 @@ fn redis_connection_settings_and_hash_tags_are_settable() {
 }
 
 #[test]
+fn memory_persistence() {
+    use floodgate::store::{Fsync, PersistConfig};
+    let persisted = |text: &str| match compile_text(text).unwrap().store {
+        StoreConfig::Memory(m) => m.persist,
+        other => panic!("a memory store, not {other:?}"),
+    };
+    assert_eq!(persisted("store: {kind: memory}\n"), None);
+    assert_eq!(
+        persisted("store: {kind: memory, persist: {path: /var/lib/floodgate}}\n"),
+        Some(PersistConfig { path: "/var/lib/floodgate".into(), fsync: Fsync::Always })
+    );
+    assert_eq!(
+        persisted("store: {persist: {path: state, fsync: always}}\n"),
+        Some(PersistConfig { path: "state".into(), fsync: Fsync::Always })
+    );
+    assert_eq!(
+        persisted("store: {persist: {path: state, fsync: 50ms}}\n"),
+        Some(PersistConfig { path: "state".into(), fsync: Fsync::Every(Duration::from_millis(50)) })
+    );
+    let e = error("store:\n  persist:\n    fsync: always\n");
+    assert_eq!((e.line, e.field.as_deref()), (Some(3), Some("store.persist.path")));
+    assert!(e.message.contains("persist needs path"), "{}", e.message);
+    let e = error("store:\n  persist: {path: x, fsync: sometimes}\n");
+    assert_eq!((e.line, e.field.as_deref()), (Some(2), Some("store.persist.fsync")));
+    assert!(e.message.contains("expected always, or an interval such as 50ms"), "{}", e.message);
+    let e = error("store: {persist: {path: x, fsync: 0s}}\n");
+    assert!(e.message.contains("must be longer than 0"), "{}", e.message);
+    let e = error("store: {persist: {path: ''}}\n");
+    assert!(e.message.contains("path is empty"), "{}", e.message);
+    let e = error("store: {persist: {path: x, fsinc: always}}\n");
+    assert_eq!(e.field.as_deref(), Some("store.persist.fsinc"));
+    let e = error("store: {kind: redis, url: 'redis://a:1', persist: {path: x}}\n");
+    assert!(e.message.contains("does not apply to store kind redis"), "{}", e.message);
+}
+
+#[test]
 fn store_settings_must_fit_the_kind() {
     let e = error("store:\n  kind: memory\n  url: redis://x\n");
     assert_eq!((e.line, e.field.as_deref()), (Some(3), Some("store.url")));

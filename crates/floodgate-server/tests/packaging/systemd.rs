@@ -141,6 +141,11 @@ fn the_units_command_line_parses_and_its_listeners_keep_the_admin_api_on_loopbac
     assert!(serve.http.ip().is_loopback(), "no admin token in the unit: the HTTP listener stays on loopback");
     assert_eq!(serve.config.as_deref(), Some(Path::new("/etc/floodgate/floodgate.yaml")));
     assert_eq!(one_value(&service, "ConfigurationDirectory"), "floodgate", "/etc/floodgate exists");
+    assert_eq!(
+        one_value(&service, "StateDirectory"),
+        "floodgate",
+        "/var/lib/floodgate is writable, for store.persist"
+    );
     // The example the install steps copy to /etc/floodgate is a valid configuration.
     assert!(read(UNIT).contains("crates/floodgate-config/src/example.yaml /etc/floodgate/floodgate.yaml"));
     check_config("example.yaml", &read("crates/floodgate-config/src/example.yaml"));

@@ -9,6 +9,7 @@ mod bad_input;
 mod binary;
 mod costs;
 mod dashboard;
+mod durability;
 mod grpc;
 mod limits;
 mod metrics;

@@ -14,9 +14,12 @@ use crate::key::OVERFLOW_MARK;
 use crate::limit::with_algorithm;
 
 mod key;
+mod persist;
 mod slot;
 
 use key::{KeyHashing, StoredKey, spilled};
+use persist::{CHECKPOINT_BYTES, CHECKPOINT_EVERY_SECS, Wal, encode_delete, encode_key, encode_record};
+pub use persist::{Fsync, PersistConfig, PersistError, Recovered};
 use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, State, consume, decide, refund, report, status};
 
 /// What the memory store does with a *new* key once it holds `max_keys` keys.
@@ -52,6 +55,9 @@ pub struct MemoryConfig {
     pub overflow_counters: usize,
     /// How often the background sweeper drops expired keys (default 10 s).
     pub sweep_interval: Duration,
+    /// Where the store persists its state, if anywhere (default: nowhere; see
+    /// [`MemoryStore::open`], which opens it — [`MemoryStore::with_config`] does not).
+    pub persist: Option<PersistConfig>,
 }
 
 impl MemoryConfig {
@@ -67,6 +73,7 @@ impl Default for MemoryConfig {
             on_full: OnFull::Aggregate,
             overflow_counters: 65_536,
             sweep_interval: Duration::from_secs(10),
+            persist: None,
         }
     }
 }
@@ -153,6 +160,10 @@ struct Inner<C> {
     /// Reservation records, by id: a plain map under one lock (reservations are settled at the
     /// pace of calls to a model, not of rate-limit checks); swept with the keys.
     records: parking_lot::Mutex<std::collections::HashMap<Box<[u8]>, Kept>>,
+    /// The write-ahead log, when the store persists (see the `persist` module).
+    wal: Option<Wal>,
+    /// What opening the persisted state found.
+    recovered: Option<Recovered>,
 }
 
 /// A reservation record in memory.
@@ -184,7 +195,28 @@ impl Default for MemoryStore<SystemClock> {
 impl<C: Clock> MemoryStore<C> {
     /// A store with `config`, reading time from `clock`. `overflow_counters` is kept within 1 and
     /// [`MemoryConfig::MAX_OVERFLOW_COUNTERS`] (the configuration file refuses values outside).
-    pub fn with_config(mut config: MemoryConfig, clock: C) -> Self {
+    /// It keeps its state in memory only: `config.persist` is opened by [`MemoryStore::open`].
+    pub fn with_config(config: MemoryConfig, clock: C) -> Self {
+        Self::build(config, clock, None)
+    }
+
+    /// A store with `config` on `clock`, persisted as `config.persist` says: the state kept in its
+    /// directory is loaded (what was found is returned), every change is logged there, and a
+    /// background thread takes checkpoints. Without `persist`, the same as
+    /// [`MemoryStore::with_config`].
+    pub fn open(config: MemoryConfig, clock: C) -> Result<(Self, Recovered), PersistError> {
+        let Some(persist) = config.persist.clone() else {
+            return Ok((Self::with_config(config, clock), Recovered::default()));
+        };
+        let (wal, loaded) = Wal::open(&persist, clock.now())?;
+        let store = Self::build(config, clock, Some((wal, loaded.recovered.clone())));
+        store.restore(loaded.keys, loaded.records);
+        store.start_checkpoints(loaded.recovered.segments > 0);
+        Ok((store, loaded.recovered))
+    }
+
+    fn build(mut config: MemoryConfig, clock: C, persisted: Option<(Wal, Recovered)>) -> Self {
+        let (wal, recovered) = persisted.unzip();
         config.overflow_counters = config.overflow_counters.clamp(1, MemoryConfig::MAX_OVERFLOW_COUNTERS);
         let hashing = KeyHashing::default();
         let map = papaya::HashMap::builder().hasher(hashing.clone()).build();
@@ -202,7 +234,126 @@ impl<C: Clock> MemoryStore<C> {
                 overflow_hashing: RandomState::new(),
                 sweeper_running: AtomicBool::new(false),
                 records: parking_lot::Mutex::new(std::collections::HashMap::new()),
+                wal,
+                recovered,
             }),
+        }
+    }
+
+    /// What opening a persisted store found in its directory; `None` for a store that does not
+    /// persist.
+    pub fn recovered(&self) -> Option<&Recovered> {
+        self.inner.recovered.as_ref()
+    }
+
+    /// Puts loaded keys and records in the table.
+    fn restore(
+        &self,
+        keys: std::collections::HashMap<Box<[u8]>, (State, u32)>,
+        records: std::collections::HashMap<Box<[u8]>, Kept>,
+    ) {
+        let inner = &*self.inner;
+        let guard = inner.map.guard();
+        let scopes = inner.overflowed.guard();
+        for (key, (state, expires_secs)) in keys {
+            inner.map.insert(StoredKey::new(&key), Slot::restored(state, expires_secs), &guard);
+            inner.key_bytes.fetch_add(spilled(key.len()), Ordering::Relaxed);
+            if key.first() == Some(&OVERFLOW_MARK) && key.len() >= 5 {
+                inner.counters.fetch_add(1, Ordering::Relaxed);
+                let scope: Box<[u8]> = key[1..key.len() - 4].into();
+                inner.overflowed.get_or_insert_with(scope, || AtomicU64::new(0), &scopes);
+            } else {
+                inner.len.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        *inner.records.lock() = records;
+    }
+
+    /// Starts the thread that takes checkpoints: once enough log was written, or a while after
+    /// anything was, and at once when `now` (the log replayed at start is compacted). It stops when
+    /// the last clone of the store is dropped.
+    fn start_checkpoints(&self, now: bool) {
+        let weak: Weak<Inner<C>> = Arc::downgrade(&self.inner);
+        let _ = std::thread::Builder::new().name("floodgate-checkpoint".into()).spawn(move || {
+            // Seconds since the last checkpoint (the thread wakes once a second).
+            let mut since = 0;
+            let mut wanted = now;
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let Some(inner) = weak.upgrade() else { return };
+                let Some(wal) = &inner.wal else { return };
+                let written = wal.written();
+                since += 1;
+                if wanted || written >= CHECKPOINT_BYTES || (written > 0 && since >= CHECKPOINT_EVERY_SECS) {
+                    // A failed checkpoint loses nothing (the log stays): it is tried again.
+                    wanted = MemoryStore { inner }.checkpoint().is_err();
+                    since = 0;
+                }
+            }
+        });
+    }
+
+    /// Writes a checkpoint of a persisted store — every live key and record — and drops the log it
+    /// covers (see the `persist` module); a store that does not persist does nothing. The
+    /// background thread calls it; call it at shutdown too, so that the next start loads one file.
+    pub fn checkpoint(&self) -> Result<(), PersistError> {
+        let inner = &*self.inner;
+        let Some(wal) = &inner.wal else { return Ok(()) };
+        let now = inner.clock.now();
+        let now_secs = now.as_secs();
+        wal.checkpoint(|flush| {
+            let mut buf = Vec::with_capacity(1 << 20);
+            let mut count = 0;
+            let guard = inner.map.guard();
+            for (key, slot) in inner.map.iter(&guard) {
+                let s = slot.lock();
+                let live = !matches!(s.state(), State::Empty | State::Dead | State::Reserved);
+                if live && u64::from(s.expires_secs()) > now_secs {
+                    encode_key(&mut buf, key.as_bytes(), s.state(), s.expires_secs());
+                    count += 1;
+                }
+                drop(s);
+                if buf.len() >= 1 << 20 {
+                    flush(&mut buf)?;
+                }
+            }
+            for (id, r) in inner.records.lock().iter() {
+                if r.forget_at > now {
+                    encode_record(&mut buf, id, r);
+                    count += 1;
+                }
+            }
+            flush(&mut buf)?;
+            Ok(count)
+        })
+    }
+
+    /// The key `slot` is held under, for the log: `key` itself, or its overflow counter's.
+    fn held_key(&self, key: &[u8], slot: &Slot, guard: &impl papaya::Guard) -> SmallVec<[u8; 64]> {
+        let inner = &*self.inner;
+        let is =
+            |k: &[u8]| inner.map.get(&inner.hashing.lookup(k), guard).is_some_and(|s| std::ptr::eq(s, slot));
+        if is(key) {
+            return SmallVec::from_slice(key);
+        }
+        let scopes = inner.overflowed.guard();
+        for scope in inner.overflowed.keys(&scopes) {
+            if key.starts_with(scope) {
+                let counter = counter_key(scope, self.counter_of(key));
+                if is(&counter) {
+                    return counter;
+                }
+            }
+        }
+        SmallVec::from_slice(key)
+    }
+
+    /// Waits until change `seq` (0: none) is on disk as the store's `fsync` says.
+    async fn synced(&self, seq: u64) -> Result<(), StoreError> {
+        match &self.inner.wal {
+            None => Ok(()),
+            Some(wal) if seq == 0 => wal.check(),
+            Some(wal) => wal.durable(seq).await,
         }
     }
 
@@ -455,8 +606,19 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Applies `ops` under the locks of their keys; the heart of [`Store::apply`].
     ///
-    /// Ops must name distinct keys (the engine's keys always do: they include the rule name).
+    /// Ops must name distinct keys (the engine's keys always do: they include the rule name). On a
+    /// store persisted with [`Fsync::Always`] this does not wait for the change to reach the disk:
+    /// [`Store::apply`] does.
     pub fn apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
+        self.apply_logged(ops, mode, out)?;
+        match &self.inner.wal {
+            None => Ok(()),
+            Some(wal) => wal.check(),
+        }
+    }
+
+    /// [`MemoryStore::apply_now`], returning the sequence number of its log entry (0: none).
+    fn apply_logged(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<u64, StoreError> {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
         let create = mode != Mode::Peek;
@@ -508,7 +670,7 @@ impl<C: Clock> MemoryStore<C> {
                         results.push(OpResult { decision, grant: Some(grant) });
                     }
                 }
-                return Ok(());
+                return Ok(self.log_locked(ops, &slots, &lock_of, &locks, &guard));
             }
             let mut fresh: Fresh;
             for (i, op) in ops.iter().enumerate() {
@@ -545,8 +707,37 @@ impl<C: Clock> MemoryStore<C> {
                     r.decision.reset_after = Duration::from_micros(reset_after);
                 }
             }
-            return Ok(());
+            if admitted && mode == Mode::Check {
+                return Ok(self.log_locked(ops, &slots, &lock_of, &locks, &guard));
+            }
+            return Ok(0);
         }
+    }
+
+    /// Logs the state of every key a multi-limit call holds locked (a persisted store), returning
+    /// the entry's sequence number; 0 for a store that does not persist.
+    fn log_locked(
+        &self,
+        ops: &[Op<'_>],
+        slots: &[Option<&Slot>],
+        lock_of: &[usize],
+        locks: &[Option<Held<'_>>],
+        guard: &impl papaya::Guard,
+    ) -> u64 {
+        let Some(wal) = &self.inner.wal else { return 0 };
+        type Logged<'a, 'h> = (SmallVec<[u8; 64]>, &'a Held<'h>);
+        let mut keys: SmallVec<[Logged<'_, '_>; 4]> = SmallVec::new();
+        for (index, held) in locks.iter().enumerate() {
+            let Some(held) = held else { continue };
+            let Some(i) = lock_of.iter().position(|l| *l == index) else { continue };
+            let Some(slot) = slots[i] else { continue };
+            keys.push((self.held_key(ops[i].key, slot, guard), held));
+        }
+        wal.append(|buf| {
+            for (key, held) in &keys {
+                encode_key(buf, key, held.state(), held.expires_secs());
+            }
+        })
     }
 
     /// [`MemoryStore::apply_now`] for the common single-limit request: no ordering, and for a token
@@ -559,21 +750,25 @@ impl<C: Clock> MemoryStore<C> {
         create: bool,
         guard: &impl papaya::Guard,
         results: &mut SmallVec<[OpResult; 4]>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
+        // A persisted store logs every change under the key's lock, so it never updates the word
+        // without it.
+        let persisted = self.inner.wal.is_some();
         loop {
             let Some(slot) = self.slot(op.key, op.scope_len, create, guard)? else {
                 let mut fresh = Fresh::default();
                 let decision = with_algorithm!(op.limit, a => decide(a, &mut fresh, now, op.cost));
                 results.push(OpResult { decision, grant: None });
-                return Ok(());
+                return Ok(0);
             };
-            let done = match op.limit {
-                Limit::TokenBucket(a) => slot.apply_in_word(a, BUCKET, mode, now, op.cost, results),
-                Limit::Gcra(a) => slot.apply_in_word(a, GCRA, mode, now, op.cost, results),
-                _ => false,
-            };
+            let done = !persisted
+                && match op.limit {
+                    Limit::TokenBucket(a) => slot.apply_in_word(a, BUCKET, mode, now, op.cost, results),
+                    Limit::Gcra(a) => slot.apply_in_word(a, GCRA, mode, now, op.cost, results),
+                    _ => false,
+                };
             if done {
-                return Ok(());
+                return Ok(0);
             }
             let mut s = slot.lock();
             if s.state().is_gone() {
@@ -582,7 +777,9 @@ impl<C: Clock> MemoryStore<C> {
                 continue;
             }
             // A bucket's state goes into the word, for the next single-limit requests.
-            s.put_in_word();
+            if !persisted {
+                s.put_in_word();
+            }
             results.push(match mode {
                 Mode::Report => {
                     let (decision, grant) = with_algorithm!(op.limit, a => report(a, &mut s, now, op.cost));
@@ -595,11 +792,17 @@ impl<C: Clock> MemoryStore<C> {
                     OpResult { decision, grant }
                 }
             });
-            return Ok(());
+            if let Some(wal) = &self.inner.wal
+                && results.last().is_some_and(|r| r.grant.is_some())
+            {
+                let key = self.held_key(op.key, slot, guard);
+                return Ok(wal.append(|buf| encode_key(buf, &key, s.state(), s.expires_secs())));
+            }
+            return Ok(0);
         }
     }
 
-    fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) {
+    fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) -> u64 {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
         // A key not in the table was granted on its overflow counter, if its rule overflowed.
@@ -612,45 +815,59 @@ impl<C: Clock> MemoryStore<C> {
             let mut s = slot.lock();
             if !s.state().is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
+                if let Some(wal) = &self.inner.wal {
+                    let key = self.held_key(key, slot, &guard);
+                    return wal.append(|buf| encode_key(buf, &key, s.state(), s.expires_secs()));
+                }
             }
         }
+        0
     }
 
-    fn reset_now(&self, key: &[u8]) -> bool {
+    /// Forgets `key`: whether it existed, and the log entry's sequence number (0: none).
+    fn reset_now(&self, key: &[u8]) -> (bool, u64) {
         let inner = &*self.inner;
         let guard = inner.map.guard();
-        let Some(slot) = inner.map.get(&inner.hashing.lookup(key), &guard) else { return false };
+        let Some(slot) = inner.map.get(&inner.hashing.lookup(key), &guard) else { return (false, 0) };
         let mut s = slot.lock();
         if s.state().is_gone() {
-            return false;
+            return (false, 0);
         }
         s.kill();
+        let seq = inner.wal.as_ref().map_or(0, |wal| wal.append(|buf| encode_delete(buf, key)));
         if let Ok(Some(_)) =
             inner.map.remove_if(&inner.hashing.lookup(key), |_, v| std::ptr::eq(v, slot), &guard)
         {
             inner.len.fetch_sub(1, Ordering::Relaxed);
             inner.key_bytes.fetch_sub(spilled(key.len()), Ordering::Relaxed);
         }
-        true
+        (true, seq)
     }
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
     async fn apply(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
-        self.apply_now(ops, mode, out)
+        let seq = self.apply_logged(ops, mode, out)?;
+        self.synced(seq).await
     }
 
+    /// `None` on a store persisted with [`Fsync::Always`]: its answers wait for the disk.
     fn try_apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Option<Result<(), StoreError>> {
+        if self.inner.wal.as_ref().is_some_and(|wal| wal.waits()) {
+            return None;
+        }
         Some(self.apply_now(ops, mode, out))
     }
 
     async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
-        self.refund_now(key, limit, grant);
-        Ok(())
+        let seq = self.refund_now(key, limit, grant);
+        self.synced(seq).await
     }
 
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
-        Ok(self.reset_now(key))
+        let (existed, seq) = self.reset_now(key);
+        self.synced(seq).await?;
+        Ok(existed)
     }
 
     async fn put_record(
@@ -668,7 +885,14 @@ impl<C: Clock> Store for MemoryStore<C> {
             forget_at: now.saturating_add(kept.max(ttl)),
             settled: None,
         };
-        self.inner.records.lock().insert(id.into(), record);
+        let seq = {
+            let mut records = self.inner.records.lock();
+            let seq =
+                self.inner.wal.as_ref().map_or(0, |wal| wal.append(|buf| encode_record(buf, id, &record)));
+            records.insert(id.into(), record);
+            seq
+        };
+        self.synced(seq).await?;
         Ok(expires_at)
     }
 
@@ -685,16 +909,27 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
         let now = self.inner.clock.now();
-        let mut records = self.inner.records.lock();
-        let Some(r) = records.get_mut(id).filter(|r| r.forget_at > now) else { return Ok(Settle::Missing) };
-        Ok(match &r.settled {
-            Some(done) => Settle::Already(done.clone()),
-            None if now >= r.expires_at => Settle::Expired,
-            None => {
-                r.settled = Some(settlement.to_vec());
-                Settle::Settled
+        let (settle, seq) = {
+            let mut records = self.inner.records.lock();
+            let Some(r) = records.get_mut(id).filter(|r| r.forget_at > now) else {
+                return Ok(Settle::Missing);
+            };
+            match &r.settled {
+                // Settled by a call that may still be waiting for its entry to reach the disk.
+                Some(done) => {
+                    (Settle::Already(done.clone()), self.inner.wal.as_ref().map_or(0, Wal::last_seq))
+                }
+                None if now >= r.expires_at => (Settle::Expired, 0),
+                None => {
+                    r.settled = Some(settlement.to_vec());
+                    let seq =
+                        self.inner.wal.as_ref().map_or(0, |wal| wal.append(|buf| encode_record(buf, id, r)));
+                    (Settle::Settled, seq)
+                }
             }
-        })
+        };
+        self.synced(seq).await?;
+        Ok(settle)
     }
 }
 

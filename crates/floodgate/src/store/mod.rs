@@ -19,7 +19,10 @@ use smallvec::SmallVec;
 
 pub use breaker::{Breaker, BreakerConfig, BreakerState, OnChange};
 pub use fallback::{Fallback, FallbackConfig, FallbackStats, OnFallback, Replayed};
-pub use memory::{MemoryConfig, MemoryStats, MemoryStore, OnFull, OverflowStats};
+pub use memory::{
+    Fsync, MemoryConfig, MemoryStats, MemoryStore, OnFull, OverflowStats, PersistConfig, PersistError,
+    Recovered,
+};
 pub use prefetch::{Prefetch, PrefetchBatch, PrefetchError, PrefetchStats, Returned};
 pub use record::{Record, Settle, kept_after_expiry};
 

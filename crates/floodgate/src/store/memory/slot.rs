@@ -87,6 +87,11 @@ impl Slot {
         Slot { word: AtomicU64::new(BEHIND_LOCK), state: Mutex::new(State::Reserved) }
     }
 
+    /// A slot holding `state` (loaded from disk), which expires at `expires_secs`.
+    pub(super) fn restored(state: State, expires_secs: u32) -> Self {
+        Slot { word: AtomicU64::new(BEHIND_LOCK | u64::from(expires_secs)), state: Mutex::new(state) }
+    }
+
     /// Locks the key, taking its state out of the word if it is there.
     #[inline]
     pub(super) fn lock(&self) -> Held<'_> {
