@@ -260,16 +260,14 @@ pub(crate) fn limit_alone(root: Item<'_>, others: &[&str]) -> Result<Limit, Inva
     allowed.extend(algorithm::all_parameters());
     allowed.extend(others);
     let fields = root.fields("an algorithm with its parameters", Some(&allowed))?;
-    let (_, limit, by, calendar) =
-        algorithm_limit(&root, &fields, &Vocabulary::default(), &mut Canonical::default())?;
-    if calendar.is_some()
-        && let Some(item) = ["time_zone", "anchor"].iter().find_map(|f| fields.get(f).filter(Item::is_map))
-    {
+    if let Some(item) = ["time_zone", "anchor"].iter().find_map(|f| fields.get(f).filter(Item::is_map)) {
         return Err(item.error(
             "a time zone or anchor that comes from a descriptor needs descriptors: write one, e.g. time_zone: \
              Europe/Berlin",
         ));
     }
+    let (_, limit, by, _) =
+        algorithm_limit(&root, &fields, &Vocabulary::default(), &mut Canonical::default())?;
     if by.is_some()
         && let Some(item) = fields.get("limit")
     {
