@@ -337,6 +337,14 @@ impl Rule {
         self.calendar.as_ref()
     }
 
+    /// The descriptors the rule's quota calendar is read from (see [`Rule::calendar_by`]): none,
+    /// or its time zone's and its anchor's.
+    pub fn calendar_descriptors(&self) -> impl Iterator<Item = &str> {
+        self.calendar
+            .iter()
+            .flat_map(|c| c.time_zone_source().into_iter().chain(c.anchor_source()).map(|f| f.descriptor()))
+    }
+
     /// The cost dimension the rule counts: `requests` (the default; a call's plain cost) or
     /// another name such as `tokens`, which a call gives in its [`Costs`](crate::Costs). A call
     /// whose costs leave the dimension out (or give it 0) is not subject to the rule. The name
