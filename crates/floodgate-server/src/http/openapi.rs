@@ -422,6 +422,51 @@ impl IntoResponses for KeyProblems {
     }
 }
 
+/// Problems with a `/v1/usage` query.
+pub(super) struct UsageProblems;
+
+impl IntoResponses for UsageProblems {
+    fn responses() -> Responses {
+        BTreeMap::from([
+            (
+                "404".into(),
+                problem_response(
+                    404,
+                    "No rule of that name in the native policy.",
+                    &[(NOT_FOUND_TYPE, "Not Found", "No rule named \"x\".")],
+                ),
+            ),
+            (
+                "422".into(),
+                problem_response(
+                    422,
+                    "No `rule` parameter, a parameter given twice, a descriptor the rule's key needs is missing, \
+                     the rule does not apply to these descriptors (its limit varies by a descriptor whose value \
+                     is not listed), or a descriptor's value is not what the rule needs (a quota's time zone or \
+                     anchor from a descriptor that names none, or is missing with no default).",
+                    &[(
+                        INVALID_TYPE,
+                        "Invalid Request",
+                        "rule \"per-user\" keys by \"user\", which is not given.",
+                    )],
+                ),
+            ),
+            (
+                "503".into(),
+                problem_response(
+                    503,
+                    "The store did not answer.",
+                    &[(
+                        STORE_UNAVAILABLE_TYPE,
+                        "Store Unavailable",
+                        "The usage could not be read: the store timed out.",
+                    )],
+                ),
+            ),
+        ])
+    }
+}
+
 /// The store could not carry out the operation.
 pub(super) struct StoreProblem;
 

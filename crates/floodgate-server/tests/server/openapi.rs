@@ -231,6 +231,46 @@ async fn a_cost_above_the_maximum_is_refused_naming_the_maximum() {
 }
 
 #[tokio::test]
+async fn usage_problems_are_documented_and_answered_as_problem_json() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let responses = &document["paths"]["/v1/usage"]["get"]["responses"];
+    for status in ["404", "422", "503"] {
+        assert!(
+            responses[status]["content"]["application/problem+json"].is_object(),
+            "{status}: {}",
+            responses[status]
+        );
+        assert!(responses[status]["content"]["application/json"].is_null(), "{status}");
+    }
+    let s = server().await;
+    for (query, status) in [("rule=nope", 404), ("rule=per-user", 422)] {
+        let reply = s.get(&format!("/v1/usage?{query}")).await;
+        assert_eq!(reply.status, status, "{query}: {}", reply.body);
+        assert_eq!(reply.content_type(), "application/problem+json", "{query}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn empty_costs_are_refused_by_the_schema_and_by_the_server() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let costs = &document["components"]["schemas"]["CheckRequest"]["properties"]["costs"];
+    assert_eq!(costs["minProperties"], 1, "{costs}");
+    let s = server().await;
+    for costs in ["{}", r#"{"requests": 0}"#] {
+        let reply =
+            s.post("/v1/check", format!(r#"{{"descriptors": {{"user": "u"}}, "costs": {costs}}}"#)).await;
+        assert_eq!(reply.status, 422, "{costs}: {}", reply.body);
+        assert!(
+            reply.json()["detail"].as_str().unwrap().contains("at least one dimension"),
+            "{}",
+            reply.body
+        );
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_null_domain_is_the_native_policy() {
     let s = server().await;
     let reply = s.post("/v1/check", r#"{"descriptors": {"user": "u1"}, "domain": null}"#).await;
