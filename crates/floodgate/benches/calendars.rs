@@ -54,11 +54,16 @@ fn engine(by_descriptor: bool) -> Engine {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it, as a
+    // quick smoke test.
     let measuring = std::env::args().any(|a| a == "--bench");
-    let mut c = Criterion::default()
-        .configure_from_args()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(if measuring { 5 } else { 1 }));
+    let (warm_up, measurement) = if measuring {
+        (Duration::from_secs(1), Duration::from_secs(5))
+    } else {
+        (Duration::from_millis(50), Duration::from_millis(200))
+    };
+    let mut c =
+        Criterion::default().configure_from_args().warm_up_time(warm_up).measurement_time(measurement);
     let tenants = tenants(1000);
     let mut group = c.benchmark_group("quota-check/1000-tenants");
     group.throughput(Throughput::Elements(1));
