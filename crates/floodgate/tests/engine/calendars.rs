@@ -111,6 +111,8 @@ async fn a_value_that_is_no_zone_or_anchor_is_an_error_naming_the_descriptor_and
     let cases = [
         (request(&[("tenant", "a"), ("tz", "Mars/Olympus")]), "\"tz\"", "\"Mars/Olympus\"", "IANA time zone"),
         (request(&[("tenant", "a"), ("tz", "")]), "\"tz\"", "\"\"", "IANA time zone"),
+        (request(&[("tenant", "a"), ("tz", "../../etc/passwd")]), "\"tz\"", "etc/passwd", "IANA time zone"),
+        (request(&[("tenant", "a"), ("tz", "Etc/Unknown")]), "\"tz\"", "\"Etc/Unknown\"", "IANA time zone"),
         (
             request(&[("tenant", "a"), ("week_starts", "someday")]),
             "\"week_starts\"",
