@@ -44,6 +44,56 @@ pub enum Period {
     },
 }
 
+impl Period {
+    /// This kind of period begun on the anchor `text`, written as a quota's `anchor` is: a day of
+    /// the month `1` to `31` for a month, a weekday (`monday`, or its first three letters, in any
+    /// case) for a week. A day has no anchor.
+    ///
+    /// ```
+    /// use floodgate_core::calendar::Period;
+    /// use jiff::civil::Weekday;
+    ///
+    /// let month = Period::Month { anchor_day: 1 };
+    /// assert_eq!(month.anchored("15")?, Period::Month { anchor_day: 15 });
+    /// assert!(month.anchored("32").is_err());
+    /// let week = Period::Week { starts_on: Weekday::Monday };
+    /// assert_eq!(week.anchored("Sun")?, Period::Week { starts_on: Weekday::Sunday });
+    /// # Ok::<(), floodgate_core::calendar::CalendarError>(())
+    /// ```
+    pub fn anchored(self, text: &str) -> Result<Period, CalendarError> {
+        let invalid = |expected| CalendarError::Anchor { anchor: text.to_owned(), expected };
+        match self {
+            Period::Day => Err(invalid("nothing: a day begins at local midnight")),
+            Period::Month { .. } => {
+                let day = (!text.is_empty() && text.len() <= 2 && text.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| text.parse::<u8>().ok())
+                    .flatten()
+                    .filter(|d| (1..=31).contains(d));
+                day.map(|anchor_day| Period::Month { anchor_day })
+                    .ok_or_else(|| invalid("a day of the month, 1 to 31"))
+            }
+            Period::Week { .. } => WEEKDAYS
+                .iter()
+                .find(|(name, _)| {
+                    name.eq_ignore_ascii_case(text)
+                        || (text.len() == 3 && name[..3].eq_ignore_ascii_case(text))
+                })
+                .map(|(_, starts_on)| Period::Week { starts_on: *starts_on })
+                .ok_or_else(|| invalid("a weekday, monday to sunday")),
+        }
+    }
+}
+
+const WEEKDAYS: [(&str, Weekday); 7] = [
+    ("monday", Weekday::Monday),
+    ("tuesday", Weekday::Tuesday),
+    ("wednesday", Weekday::Wednesday),
+    ("thursday", Weekday::Thursday),
+    ("friday", Weekday::Friday),
+    ("saturday", Weekday::Saturday),
+    ("sunday", Weekday::Sunday),
+];
+
 /// A calendar that cannot be built.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CalendarError {
@@ -55,6 +105,14 @@ pub enum CalendarError {
         /// What the time zone database said, when it said anything.
         #[source]
         source: Option<jiff::Error>,
+    },
+    /// An anchor, written as text, that the kind of period does not take.
+    #[error("invalid anchor {anchor:?}: expected {expected}")]
+    Anchor {
+        /// The anchor given.
+        anchor: String,
+        /// What the period takes.
+        expected: &'static str,
     },
     /// A monthly anchor that is not a day of the month.
     #[error("anchor day {anchor_day} is not a day of the month: expected 1..=31")]

@@ -151,6 +151,7 @@ impl PartialSchema for CheckRequest {
                     )))
                     .schema_type(nullable(Type::Object))
                     .additional_properties(Some(integer(0).maximum(Some(MAX_COST))))
+                    .min_properties(Some(1))
                     .max_properties(Some(MAX_COST_DIMENSIONS))
                     .property_names(Some(string().pattern(Some("^[a-z][a-z0-9_]{0,63}$"))))
                     .examples([json!({"requests": 1, "tokens": 1200})]),

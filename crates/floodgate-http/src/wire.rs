@@ -128,8 +128,10 @@ impl<'de> Deserialize<'de> for CostMap {
     }
 }
 
-/// One value of `costs`.
-struct Cost(u64);
+/// One value of `costs` (of a check, or of a reservation's commit): a whole number from 0 to
+/// [`MAX_COST`], however it is written (`2`, `2.0`, `2e0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cost(pub u64);
 
 impl<'de> Deserialize<'de> for Cost {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

@@ -96,13 +96,14 @@ pub struct GatewayPolicies {
 /// The descriptors only a verified identity (or its absence) gives.
 pub const IDENTITY_DESCRIPTORS: [&str; 4] = ["user", "tenant", "plan", "authenticated"];
 
-/// Whether `rule` runs after the JWT is verified: its key, conditions or plan-dependent limit use
-/// an identity descriptor.
+/// Whether `rule` runs after the JWT is verified: its key, conditions, plan-dependent limit or
+/// quota calendar use an identity descriptor.
 pub fn after_verification(rule: &floodgate::Rule) -> bool {
     let identity = |d: &str| IDENTITY_DESCRIPTORS.contains(&d);
     rule.key_descriptors().iter().any(|d| identity(d))
         || rule.conditions().iter().any(|(d, _)| identity(d))
         || rule.varies_by().is_some_and(identity)
+        || rule.calendar_descriptors().any(identity)
 }
 
 impl GatewayPolicies {

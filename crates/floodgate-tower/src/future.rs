@@ -74,6 +74,11 @@ where
                                 EngineError::Descriptor { descriptor, expected, .. } => Problem::invalid(
                                     format!("The request's {descriptor} descriptor is not {expected}."),
                                 ),
+                                EngineError::MissingDescriptor { descriptor, .. } => {
+                                    Problem::invalid(format!(
+                                        "The request has no {descriptor} descriptor, which a limit needs."
+                                    ))
+                                }
                                 EngineError::Cost { .. } => Problem::never_allowed(),
                             };
                             let mut response = problem_response(&problem);

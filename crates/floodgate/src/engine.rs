@@ -1,5 +1,6 @@
 //! The [`Engine`]: descriptors and a cost in, a [`Verdict`] out.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -269,17 +270,30 @@ pub enum EngineError {
         source: CostError,
     },
     /// A descriptor's value is not what the rule needs: an `ip` that is not an IP address, for a
-    /// rule that groups addresses by prefix ([`Rule::ip_prefix`](crate::Rule::ip_prefix)).
+    /// rule that groups addresses by prefix ([`Rule::ip_prefix`](crate::Rule::ip_prefix)), or a
+    /// time zone or anchor that is not one, for a quota whose calendar comes from a descriptor
+    /// ([`Rule::calendar_by`](crate::Rule::calendar_by)).
     #[error("rule {rule:?}: descriptor {descriptor:?} is {value:?}, which is not {expected}")]
     Descriptor {
         /// The rule.
         rule: Arc<str>,
         /// The descriptor's name.
-        descriptor: &'static str,
+        descriptor: Arc<str>,
         /// Its value.
         value: String,
         /// What the rule needs, e.g. "an IP address".
         expected: &'static str,
+    },
+    /// The request lacks a descriptor the rule needs and has no default for: the time zone or
+    /// anchor of a quota whose calendar comes from a descriptor.
+    #[error(
+        "rule {rule:?}: descriptor {descriptor:?} is missing, and the rule's calendar comes from it (no default is set)"
+    )]
+    MissingDescriptor {
+        /// The rule.
+        rule: Arc<str>,
+        /// The descriptor's name.
+        descriptor: Arc<str>,
     },
 }
 
@@ -323,8 +337,9 @@ struct Planned<'p> {
     index: usize,
     /// The hit it applies to.
     hit: usize,
-    /// The rule's limit for this request (see [`crate::Rule::vary_by`]).
-    limit: &'p Limit,
+    /// The rule's limit for this request (see [`crate::Rule::vary_by`]): its own, or in the
+    /// request's calendar ([`crate::Rule::calendar_by`]).
+    limit: Cow<'p, Limit>,
     key: std::ops::Range<usize>,
     /// The rule's action for this request.
     action: Action,
@@ -344,7 +359,7 @@ struct Planned<'p> {
 struct Merged<'p> {
     key: std::ops::Range<usize>,
     scope_len: usize,
-    limit: &'p Limit,
+    limit: Cow<'p, Limit>,
     cost: u64,
     enforce: bool,
     on_error: OnStoreError,
@@ -369,7 +384,7 @@ impl<'p> Request<'p> {
             .map(|m| Op {
                 key: &self.buf[m.key.clone()],
                 scope_len: m.scope_len,
-                limit: m.limit,
+                limit: &m.limit,
                 cost: m.cost,
                 enforce: m.enforce,
                 on_error: m.on_error,
@@ -405,11 +420,11 @@ impl<'p> Request<'p> {
             let next = shards.after(shard);
             let m = &mut self.merged[i];
             self.buf[m.key.end - 2..m.key.end].copy_from_slice(&next.to_be_bytes());
-            m.limit = &shards.limits[usize::from(next)];
+            let limit = &shards.limits[usize::from(next)];
+            m.limit = Cow::Borrowed(limit);
             m.shard = Some((shards, next));
-            let limit = m.limit;
             for p in self.planned.iter_mut().filter(|p| p.op == i) {
-                p.limit = limit;
+                p.limit = Cow::Borrowed(limit);
             }
         }
         true
@@ -670,13 +685,20 @@ impl Policy {
                     }
                 }
                 let key = start..buf.len();
+                let limit = match compiled.in_calendar(limit, hit.descriptors) {
+                    Ok(limit) => limit,
+                    Err(error) => {
+                        buf.truncate(start);
+                        return Err(error);
+                    }
+                };
                 let enforce = action.enforces() && in_rollout(&buf[key.clone()], compiled.rollout_bp);
                 // A sharded rule: the next shard's number ends the key, and its share is the limit.
                 let (limit, key, shard) = match &compiled.shards {
                     Some(shards) => {
                         let i = shards.next();
                         push_shard(buf, i);
-                        (&shards.limits[usize::from(i)], start..buf.len(), Some((shards, i)))
+                        (Cow::Borrowed(&shards.limits[usize::from(i)]), start..buf.len(), Some((shards, i)))
                     }
                     None => (limit, key, None),
                 };
@@ -697,7 +719,7 @@ impl Policy {
                     rule: compiled,
                     index,
                     hit: hit_index,
-                    limit,
+                    limit: limit.clone(),
                     key,
                     action,
                     degrade_to,
@@ -787,19 +809,21 @@ impl Policy {
             }
             let Some(hit) = hits.get(l.hit) else { continue };
             let Some(compiled) = self.rule_of(l) else { continue };
-            let Some((mut limit, _)) = compiled.rule.select(hit.descriptors) else { continue };
+            let Some((limit, _)) = compiled.rule.select(hit.descriptors) else { continue };
             buf.clear();
             if !matches!(build_key(compiled, hit.descriptors, &mut buf), Ok(true)) {
                 continue;
             }
+            // In the calendar it was taken in (the request's descriptors chose it).
+            let Ok(mut limit) = compiled.in_calendar(limit, hit.descriptors) else { continue };
             // A sharded rule's refund goes to the shard the next request takes: the shards' total
             // stays exact.
             if let Some(shards) = &compiled.shards {
                 let i = shards.next();
                 push_shard(&mut buf, i);
-                limit = &shards.limits[usize::from(i)];
+                limit = Cow::Borrowed(&shards.limits[usize::from(i)]);
             }
-            store.refund(&buf, limit, grant).await?;
+            store.refund(&buf, &limit, grant).await?;
         }
         Ok(())
     }
@@ -846,7 +870,7 @@ fn verdict(planned: &[Planned<'_>], applied: &Applied) -> Verdict {
         .iter()
         .map(|p| {
             if p.impossible {
-                return decided(p, never_allowed(p.limit), None, applied.at, false);
+                return decided(p, never_allowed(&p.limit), None, applied.at, false);
             }
             let r = &applied.results[p.op];
             decided(p, r.decision, if p.first_of_op { r.grant } else { None }, applied.at, false)
@@ -882,7 +906,7 @@ fn decided(
         enforced: p.enforce,
         window: p.limit.policy_window(at),
         dimension: p.rule.rule.cost.clone(),
-        quota: matches!(p.limit, Limit::Quota(_)),
+        quota: matches!(*p.limit, Limit::Quota(_)),
         degrade_to: if outcome == Outcome::Tagged { p.degrade_to.cloned() } else { None },
         grant,
         permit: p.limit.holds_permits(),
@@ -907,7 +931,7 @@ pub(crate) fn build_key(
                 let mut group: SmallVec<[u8; 48]> = SmallVec::new();
                 prefix.write_group(value, &mut group).map_err(|NotAnAddress| EngineError::Descriptor {
                     rule: compiled.rule.name.clone(),
-                    descriptor: IP,
+                    descriptor: Arc::from(IP),
                     value: value.to_owned(),
                     expected: "an IP address (the rule groups addresses by prefix)",
                 })?;
@@ -1001,7 +1025,7 @@ fn fallback_verdict(
         .iter()
         .map(|p| {
             if p.impossible {
-                return decided(p, never_allowed(p.limit), None, applied.at, false);
+                return decided(p, never_allowed(&p.limit), None, applied.at, false);
             }
             let local = merged[p.op].on_error == OnStoreError::Local && !p.limit.holds_permits();
             match applied.results.get(p.op) {

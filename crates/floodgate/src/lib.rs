@@ -35,6 +35,7 @@
 //! ```
 
 pub mod breaker;
+mod calendar;
 pub mod cost;
 pub mod delay;
 mod descriptors;
@@ -47,6 +48,7 @@ mod rule;
 pub mod store;
 pub mod usage;
 
+pub use calendar::{CalendarBy, FromDescriptor};
 pub use cost::Costs;
 pub use descriptors::Descriptors;
 pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Verdict};

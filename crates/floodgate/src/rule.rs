@@ -1,9 +1,11 @@
 //! Rules: which requests a limit applies to, how its key is made, and what happens on denial.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use crate::calendar::Calendars;
 use crate::key::push_field;
-use crate::{IpPrefix, Limit};
+use crate::{CalendarBy, Descriptors, EngineError, IpPrefix, Limit};
 
 /// The descriptor [`Rule::ip_prefix`] groups.
 pub(crate) const IP: &str = "ip";
@@ -211,6 +213,14 @@ pub enum RuleError {
         /// The name given.
         dimension: String,
     },
+    /// A rule's calendar from descriptors cannot be built (see [`Rule::calendar_by`]).
+    #[error("rule {rule:?}: {reason}")]
+    Calendar {
+        /// The rule.
+        rule: String,
+        /// Why not.
+        reason: String,
+    },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
     UnknownReplaced {
@@ -259,6 +269,8 @@ pub struct Rule {
     pub(crate) ip_prefix: Option<IpPrefix>,
     /// The cost dimension the rule counts (see [`Rule::cost`]).
     pub(crate) cost: Arc<str>,
+    /// A quota's time zone and anchor from descriptors (see [`Rule::calendar_by`]).
+    pub(crate) calendar: Option<CalendarBy>,
 }
 
 impl Rule {
@@ -279,7 +291,58 @@ impl Rule {
             shards: None,
             ip_prefix: None,
             cost: Arc::from(crate::cost::REQUESTS),
+            calendar: None,
         }
+    }
+
+    /// Reads a quota's time zone, its anchor or both from the request's descriptors, so that one
+    /// rule serves tenants in many zones and billing days: each request's quota counts in the
+    /// periods of its own calendar (the rule's period, in the zone and from the anchor the
+    /// descriptors give). Counters stay per key: a tenant that moves to another zone keeps its key,
+    /// and its count restarts when its period does. Only for quota limits (each of the rule's
+    /// variants); [`Policy::new`] refuses it on others, with a default or mapped setting that is not
+    /// valid, and with [`Rule::shards`]. A request whose setting is not valid, or that lacks the
+    /// descriptor when no default is set, fails with
+    /// [`EngineError::Descriptor`](crate::EngineError::Descriptor) or
+    /// [`EngineError::MissingDescriptor`](crate::EngineError::MissingDescriptor).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use std::num::NonZeroU64;
+    /// use floodgate::{CalendarBy, Descriptors, Engine, FromDescriptor, Policy, Rule};
+    /// use floodgate_core::{Calendar, Quota, calendar::Period};
+    ///
+    /// let monthly = Quota::new(NonZeroU64::new(100).unwrap(), Calendar::utc(Period::Month { anchor_day: 1 }));
+    /// let rule = Rule::new("monthly", monthly).key(["tenant"]).calendar_by(
+    ///     CalendarBy::new()
+    ///         .time_zone(FromDescriptor::new("tz").default("UTC"))
+    ///         .anchor(FromDescriptor::new("billing_day").default("1")),
+    /// );
+    /// let engine = Engine::in_memory(Policy::new([rule])?);
+    /// let tenant = Descriptors::new().with("tenant", "acme").with("tz", "Asia/Tokyo").with("billing_day", "15");
+    /// assert!(engine.check(&tenant, 1).await?.allowed);
+    /// let martian = Descriptors::new().with("tenant", "m").with("tz", "Mars/Olympus");
+    /// assert!(engine.check(&martian, 1).await.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn calendar_by(mut self, calendar: CalendarBy) -> Self {
+        self.calendar = Some(calendar);
+        self
+    }
+
+    /// Where the rule's quota calendar comes from, when from descriptors (see
+    /// [`Rule::calendar_by`]).
+    pub fn calendar_source(&self) -> Option<&CalendarBy> {
+        self.calendar.as_ref()
+    }
+
+    /// The descriptors the rule's quota calendar is read from (see [`Rule::calendar_by`]): none,
+    /// or its time zone's and its anchor's.
+    pub fn calendar_descriptors(&self) -> impl Iterator<Item = &str> {
+        self.calendar
+            .iter()
+            .flat_map(|c| c.time_zone_source().into_iter().chain(c.anchor_source()).map(|f| f.descriptor()))
     }
 
     /// The cost dimension the rule counts: `requests` (the default; a call's plain cost) or
@@ -596,6 +659,25 @@ pub(crate) struct CompiledRule {
     pub(crate) rollout_bp: u16,
     /// Whether the rule counts `requests` (a hit's plain cost).
     pub(crate) counts_requests: bool,
+    /// The calendars of a quota whose calendar comes from descriptors.
+    pub(crate) calendars: Option<Calendars>,
+}
+
+impl CompiledRule {
+    /// `limit` (one the rule selected) as it applies to `descriptors`: in their calendar, for a
+    /// quota whose calendar comes from descriptors.
+    pub(crate) fn in_calendar<'p>(
+        &self,
+        limit: &'p Limit,
+        descriptors: &Descriptors,
+    ) -> Result<Cow<'p, Limit>, EngineError> {
+        match (&self.calendars, limit) {
+            (Some(calendars), Limit::Quota(q)) => {
+                Ok(Cow::Owned(Limit::Quota(calendars.quota(&self.rule.name, q, descriptors)?)))
+            }
+            _ => Ok(Cow::Borrowed(limit)),
+        }
+    }
 }
 
 /// The rules in force, compiled once and shared by every request.
@@ -683,6 +765,21 @@ impl Policy {
                 None => None,
                 Some(n) => Some(compile_shards(&rule, n)?),
             };
+            let calendars = match &rule.calendar {
+                None => None,
+                Some(by) => {
+                    let refuse = |reason: String| RuleError::Calendar { rule: rule.name.to_string(), reason };
+                    if rule.shards.is_some() {
+                        return Err(refuse(
+                            "shards are not available with a calendar from a descriptor".into(),
+                        ));
+                    }
+                    for limit in rule.limits() {
+                        by.check(limit).map_err(refuse)?;
+                    }
+                    Some(Calendars::new(by.clone()))
+                }
+            };
             let counts_requests = &*rule.cost == crate::cost::REQUESTS;
             compiled.push(CompiledRule {
                 rule,
@@ -690,6 +787,7 @@ impl Policy {
                 scope: scope.into_boxed_slice(),
                 rollout_bp,
                 counts_requests,
+                calendars,
             });
         }
         for c in &compiled {

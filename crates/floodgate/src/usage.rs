@@ -81,6 +81,9 @@ impl Policy {
                 missing: missing.unwrap_or_default(),
             });
         }
+        // A quota in the calendar the descriptors choose: the tenant's own period bounds.
+        let limit = compiled.in_calendar(limit, descriptors)?;
+        let limit = &*limit;
         // One op per key (one, or one per shard), each a peek of 1.
         let mut keys: SmallVec<[(std::ops::Range<usize>, &Limit); 4]> = SmallVec::new();
         match &compiled.shards {

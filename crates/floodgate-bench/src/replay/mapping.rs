@@ -112,6 +112,7 @@ impl Mapping {
                 used.extend(rule.key_descriptors().iter().cloned());
                 used.extend(rule.conditions().iter().map(|(d, _)| d.clone()));
                 used.extend(rule.varies_by().map(str::to_owned));
+                used.extend(rule.calendar_descriptors().map(str::to_owned));
             }
         }
         Mapping { client_ip, routes, maps, used, texts: Default::default(), seen: String::new() }

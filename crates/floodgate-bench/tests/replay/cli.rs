@@ -255,3 +255,28 @@ fn the_guides_example_policies_replay() {
         assert_eq!(v["requests"], 6, "{name}");
     }
 }
+
+#[test]
+fn a_quota_in_each_clients_logged_zone_renews_at_its_own_midnight() {
+    let policy = "descriptors: [tz]\nrules:\n  - name: daily\n    key: [ip]\n    algorithm: quota\n    limit: 1\n    period: day\n    time_zone: { by: tz }\n";
+    let mut text = String::new();
+    // T0 is 09:00Z; 16:00Z is the next day in Tokyo (UTC+9), the same day in UTC.
+    for secs in [T0, T0 + 7 * 3600] {
+        text.push_str(&combined("203.0.113.1", "Asia/Tokyo", secs, "GET /", None));
+        text.push_str(&combined("203.0.113.2", "UTC", secs, "GET /", None));
+    }
+    text.push_str(&combined("203.0.113.3", "Mars/Olympus", T0 + 8 * 3600, "GET /", None));
+    let log = write("zones.log", &text);
+    let config = write("zones.yaml", policy);
+    let v = json(&[
+        "--log",
+        log.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--map",
+        "tz=remote_user",
+    ]);
+    assert_eq!((v["requests"].as_u64(), v["denied"].as_u64()), (Some(4), Some(1)), "{v}");
+    assert_eq!(v["rules"][0]["top_keys"], serde_json::json!([{"key": "203.0.113.2", "denied": 1}]), "{v}");
+    assert_eq!(v["errors"].as_u64(), Some(1), "the zone that is none is an error, not a request: {v}");
+}

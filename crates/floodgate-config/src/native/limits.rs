@@ -1,10 +1,11 @@
 //! A rule's limit: its algorithm's parameters (as the [registry](crate::algorithm) lists them)
 //! read into a [`Limit`], or into several when the limit varies by a descriptor.
 
+use std::borrow::Cow;
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use floodgate::{Action, ByDescriptor, Limit, LimitKind};
+use floodgate::{Action, ByDescriptor, CalendarBy, FromDescriptor, Limit, LimitKind};
 use floodgate_core::calendar::Period;
 use floodgate_core::{
     Budget, Calendar, Concurrency, FixedWindow, Gcra, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
@@ -25,7 +26,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub(crate) enum Shape {
     Window(LimitKind, Duration),
     Concurrency(Duration),
-    Quota(Calendar),
+    /// A quota's calendar, and where its time zone or anchor come from when from descriptors.
+    Quota(Calendar, Option<CalendarBy>),
     Budget(Duration),
 }
 
@@ -36,7 +38,7 @@ impl Shape {
             Shape::Window(LimitKind::SlidingLog, w) => SlidingLog::try_new(count, *w).map(Limit::from),
             Shape::Window(_, w) => SlidingWindow::try_new(count, *w).map(Limit::from),
             Shape::Concurrency(lease) => Concurrency::try_new(count, *lease).map(Limit::from),
-            Shape::Quota(calendar) => Ok(Quota::new(count, calendar.clone()).into()),
+            Shape::Quota(calendar, _) => Ok(Quota::new(count, calendar.clone()).into()),
             Shape::Budget(ttl) => Budget::try_new(count, *ttl).map(Limit::from),
         }
         .map_err(|e| at.error(e.to_string()))?;
@@ -194,6 +196,7 @@ fn rate(item: &Item<'_>) -> Result<Rate, Invalid> {
 pub(crate) fn shape(
     fields: &Fields<'_>,
     kind: LimitKind,
+    vocabulary: &Vocabulary,
     canonical: &mut Canonical,
 ) -> Result<Shape, Invalid> {
     match kind {
@@ -216,32 +219,11 @@ pub(crate) fn shape(
             let period_item = fields.require("period", "day, week or month")?;
             let period_name = period_item.str("a period")?;
             let anchor = fields.get("anchor");
-            let period = match period_name {
-                "day" => {
-                    if let Some(a) = &anchor {
-                        return Err(
-                            a.error("anchor does not apply to period day (days begin at local midnight)")
-                        );
-                    }
-                    Period::Day
-                }
-                "week" => Period::Week {
-                    starts_on: match &anchor {
-                        Some(a) => weekday(a)?,
-                        None => Weekday::Monday,
-                    },
-                },
-                "month" => Period::Month {
-                    anchor_day: match &anchor {
-                        Some(a) => {
-                            let day = a.u64_at_least("anchor", 1)?;
-                            u8::try_from(day).ok().filter(|d| *d <= 31).ok_or_else(|| {
-                                a.error(format!("invalid anchor {day}: a day of the month is 1 to 31"))
-                            })?
-                        }
-                        None => 1,
-                    },
-                },
+            // The period with its default anchor; a written anchor replaces it below.
+            let unanchored = match period_name {
+                "day" => Period::Day,
+                "week" => Period::Week { starts_on: Weekday::Monday },
+                "month" => Period::Month { anchor_day: 1 },
                 other => {
                     return Err(period_item.error(format!(
                         "unknown period {other:?}: expected day, week or month{}",
@@ -249,12 +231,46 @@ pub(crate) fn shape(
                     )));
                 }
             };
+            if let (Some(a), Period::Day) = (&anchor, unanchored) {
+                return Err(a.error("anchor does not apply to period day (days begin at local midnight)"));
+            }
+            let mut by = CalendarBy::new();
+            let period = match &anchor {
+                None => unanchored,
+                Some(a) if a.is_map() => {
+                    let (from, default) = from_descriptor(a, "anchor", vocabulary, canonical, |text| {
+                        unanchored.anchored(text).map(|_| ()).map_err(|e| e.to_string())
+                    })?;
+                    by = by.anchor(from);
+                    match default {
+                        Some(text) => unanchored.anchored(&text).map_err(|e| a.error(e.to_string()))?,
+                        None => unanchored,
+                    }
+                }
+                Some(a) => match unanchored {
+                    Period::Week { .. } => Period::Week { starts_on: weekday(a)? },
+                    _ => {
+                        let day = a.u64_at_least("anchor", 1)?;
+                        let anchor_day = u8::try_from(day).ok().filter(|d| *d <= 31).ok_or_else(|| {
+                            a.error(format!("invalid anchor {day}: a day of the month is 1 to 31"))
+                        })?;
+                        Period::Month { anchor_day }
+                    }
+                },
+            };
             let zone_item = fields.get("time_zone");
             let zone = match &zone_item {
-                Some(z) => z.str("an IANA time zone such as Europe/Berlin")?,
-                None => "UTC",
+                Some(z) if z.is_map() => {
+                    let (from, default) = from_descriptor(z, "time_zone", vocabulary, canonical, |text| {
+                        Calendar::try_new(period, text).map(|_| ()).map_err(|e| e.to_string())
+                    })?;
+                    by = by.time_zone(from);
+                    default.map_or(Cow::Borrowed("UTC"), Cow::Owned)
+                }
+                Some(z) => Cow::Borrowed(z.str("an IANA time zone such as Europe/Berlin")?),
+                None => Cow::Borrowed("UTC"),
             };
-            let calendar = Calendar::try_new(period, zone).map_err(|e| {
+            let calendar = Calendar::try_new(period, &zone).map_err(|e| {
                 zone_item.as_ref().or(anchor.as_ref()).unwrap_or(&period_item).error(e.to_string())
             })?;
             let period_text = match period {
@@ -263,7 +279,8 @@ pub(crate) fn shape(
                 Period::Month { anchor_day } => format!("month from {anchor_day}"),
             };
             canonical.field("period", period_text).field("time_zone", calendar.time_zone_name());
-            Ok(Shape::Quota(calendar))
+            let by = (by.time_zone_source().is_some() || by.anchor_source().is_some()).then_some(by);
+            Ok(Shape::Quota(calendar, by))
         }
         _ => {
             let window_item = fields.require("window", "e.g. window: 60s")?;
@@ -272,6 +289,58 @@ pub(crate) fn shape(
             Ok(Shape::Window(kind, window))
         }
     }
+}
+
+/// `{by: tz, values: {eu: Europe/Berlin}, default: UTC}`: a quota's `time_zone` or `anchor`
+/// (`what`) read from a descriptor, each setting written checked by `check`. Returns it with its
+/// default.
+fn from_descriptor(
+    item: &Item<'_>,
+    what: &str,
+    vocabulary: &Vocabulary,
+    canonical: &mut Canonical,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<(FromDescriptor, Option<String>), Invalid> {
+    let fields =
+        item.fields(&format!("a {what} that comes from a descriptor"), Some(&["by", "values", "default"]))?;
+    let by = fields.require("by", &format!("the descriptor whose value is the {what}, e.g. by: tz"))?;
+    let descriptor = by.str("a descriptor name")?;
+    vocabulary.check(descriptor, by)?;
+    let setting = |at: &Item<'_>| -> Result<String, Invalid> {
+        let text = at.text(&format!("a {what}"))?;
+        check(&text).map_err(|e| at.error(e))?;
+        Ok(text.into_owned())
+    };
+    let mut from = FromDescriptor::new(descriptor);
+    let mut written = Vec::new();
+    if let Some(values_item) = fields.get("values") {
+        let values = values_item.fields(&format!("the {what} for each value"), None)?;
+        if values.len() == 0 {
+            return Err(values_item.error(format!(
+                "values is empty: give the {what} for at least one value, or leave values out to read the {what} \
+                 from the value itself"
+            )));
+        }
+        for (value, _, entry) in values.iter() {
+            let text = setting(&entry)?;
+            written.push((value.to_owned(), text.clone()));
+            from = from.value(value, text);
+        }
+    }
+    let default = match fields.get("default") {
+        Some(d) => {
+            let text = setting(&d)?;
+            from = from.default(text.clone());
+            Some(text)
+        }
+        None => None,
+    };
+    written.sort_unstable();
+    canonical
+        .field(&format!("{what}.by"), descriptor)
+        .field(&format!("{what}.values"), &written)
+        .field(&format!("{what}.default"), &default);
+    Ok((from, default))
 }
 
 fn weekday(item: &Item<'_>) -> Result<Weekday, Invalid> {

@@ -3,10 +3,12 @@
 use std::sync::LazyLock;
 
 use floodgate::store::PrefetchBatch;
-use floodgate::{Action, ByDescriptor, Condition, IpPrefix, Limit, LimitKind, OnStoreError, Pattern, Rule};
+use floodgate::{
+    Action, ByDescriptor, CalendarBy, Condition, IpPrefix, Limit, LimitKind, OnStoreError, Pattern, Rule,
+};
 
 use super::descriptors::Vocabulary;
-use super::limits::{bucket, count, counted, shape};
+use super::limits::{Shape, bucket, count, counted, shape};
 use super::store::positive_duration;
 use crate::algorithm::{self, Algorithm};
 use crate::duration;
@@ -55,10 +57,13 @@ pub(crate) fn compile(
     canonical.field("name", &name);
 
     // algorithm and its parameters
-    let (algorithm, limit, by) = algorithm_limit(&item, &fields, vocabulary, &mut canonical)?;
+    let (algorithm, limit, by, calendar) = algorithm_limit(&item, &fields, vocabulary, &mut canonical)?;
     let mut rule = Rule::new(name.as_ref(), limit);
     if let Some(by) = by {
         rule = rule.vary_by(by);
+    }
+    if let Some(calendar) = calendar {
+        rule = rule.calendar_by(calendar);
     }
 
     // match
@@ -206,14 +211,18 @@ pub(crate) fn compile(
     Ok((rule, canonical.hash()))
 }
 
+/// What [`algorithm_limit`] reads.
+type AlgorithmLimit = (&'static Algorithm, Limit, Option<ByDescriptor>, Option<CalendarBy>);
+
 /// A rule's algorithm and its parameters (`algorithm: token_bucket`, `rate: 2/s`, `burst: 8`):
-/// the algorithm, its limit, and the limit's variants when it varies by a descriptor.
+/// the algorithm, its limit, the limit's variants when it varies by a descriptor, and a quota's
+/// calendar when its time zone or anchor comes from a descriptor.
 pub(crate) fn algorithm_limit(
     item: &Item<'_>,
     fields: &Fields<'_>,
     vocabulary: &Vocabulary,
     canonical: &mut Canonical,
-) -> Result<(&'static Algorithm, Limit, Option<ByDescriptor>), Invalid> {
+) -> Result<AlgorithmLimit, Invalid> {
     let names = || algorithm::names().collect::<Vec<_>>().join(", ");
     let algorithm_item = fields.require("algorithm", &format!("expected one of {}", names()))?;
     let algorithm_name = algorithm_item.str("an algorithm")?;
@@ -227,16 +236,20 @@ pub(crate) fn algorithm_limit(
     canonical.field("algorithm", algorithm.name());
     check_parameters(item.clone(), fields, algorithm)?;
 
+    let mut calendar = None;
     let (limit, by) = match algorithm.kind {
         LimitKind::TokenBucket | LimitKind::Gcra => bucket(fields, algorithm.kind, vocabulary, canonical)?,
         _ => {
-            let shape = shape(fields, algorithm.kind, canonical)?;
+            let shape = shape(fields, algorithm.kind, vocabulary, canonical)?;
+            if let Shape::Quota(_, by) = &shape {
+                calendar = by.clone();
+            }
             let limit_item = fields.require("limit", "a limit is required")?;
             let count = count(limit_item.clone(), vocabulary)?;
             counted(fields, &shape, &count, &limit_item, canonical)?
         }
     };
-    Ok((algorithm, limit, by))
+    Ok((algorithm, limit, by, calendar))
 }
 
 /// An algorithm and its parameters alone, as a rule writes them (`{algorithm: token_bucket, rate:
@@ -247,7 +260,14 @@ pub(crate) fn limit_alone(root: Item<'_>, others: &[&str]) -> Result<Limit, Inva
     allowed.extend(algorithm::all_parameters());
     allowed.extend(others);
     let fields = root.fields("an algorithm with its parameters", Some(&allowed))?;
-    let (_, limit, by) = algorithm_limit(&root, &fields, &Vocabulary::default(), &mut Canonical::default())?;
+    if let Some(item) = ["time_zone", "anchor"].iter().find_map(|f| fields.get(f).filter(Item::is_map)) {
+        return Err(item.error(
+            "a time zone or anchor that comes from a descriptor needs descriptors: write one, e.g. time_zone: \
+             Europe/Berlin",
+        ));
+    }
+    let (_, limit, by, _) =
+        algorithm_limit(&root, &fields, &Vocabulary::default(), &mut Canonical::default())?;
     if by.is_some()
         && let Some(item) = fields.get("limit")
     {
@@ -327,6 +347,11 @@ fn shards(item: &Item<'_>, rule: &Rule) -> Result<u16, Invalid> {
     }
     if rule.limits().count() > 1 {
         return Err(item.error("shards is not available with a limit that varies by a descriptor"));
+    }
+    if rule.calendar_source().is_some() {
+        return Err(
+            item.error("shards is not available with a time zone or anchor that comes from a descriptor")
+        );
     }
     if rule.limit().split(n).is_none() {
         return Err(item.error(format!(

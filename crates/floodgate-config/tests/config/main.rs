@@ -2,6 +2,7 @@
 //! bad input with its exact file, line, column and field, and the compiled policies exercised
 //! through a real [`floodgate::Engine`] on a memory store and a manual clock.
 
+mod calendars;
 mod cost;
 mod directory;
 mod envoy;

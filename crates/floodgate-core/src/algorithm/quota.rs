@@ -1,6 +1,7 @@
 //! Quota: a counter per calendar period (day, week, billing month) in a time zone.
 
 use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use super::{Algorithm, Grant, WindowState};
 use crate::{Calendar, Decision, Timestamp};
@@ -33,13 +34,21 @@ use crate::{Calendar, Decision, Timestamp};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quota {
     limit: u64,
-    calendar: Calendar,
+    /// Shared, so that quotas of one calendar (a rule's tenants in one time zone) share its cache
+    /// of the current period, and a clone costs no allocation.
+    calendar: Arc<Calendar>,
 }
 
 impl Quota {
     /// `limit` per period of `calendar`.
     pub fn new(limit: NonZeroU64, calendar: Calendar) -> Quota {
-        Quota { limit: limit.get(), calendar }
+        Quota { limit: limit.get(), calendar: Arc::new(calendar) }
+    }
+
+    /// The same limit per period of another calendar, shared with whoever else holds it: a
+    /// tenant's own time zone or billing day.
+    pub fn in_calendar(&self, calendar: Arc<Calendar>) -> Quota {
+        Quota { limit: self.limit, calendar }
     }
 
     /// The most granted per period.

@@ -5,6 +5,7 @@
 // Recovery tests time real calls against the store's deadline.
 #![allow(clippy::disallowed_methods)]
 
+mod calendars;
 mod cluster;
 mod concurrency;
 mod conformance;

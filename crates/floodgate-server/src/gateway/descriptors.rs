@@ -10,14 +10,14 @@ use floodgate_tower::{ClientIp, route_template};
 use http::HeaderName;
 use http::request::Parts;
 
-/// The `header.<name>` descriptors the rules of `policy` use (in their keys or conditions), with
-/// their headers: only these are read from a request.
+/// The `header.<name>` descriptors the rules of `policy` use (in their keys, conditions, varying
+/// limits or quota calendars), with their headers: only these are read from a request.
 pub(super) fn header_descriptors(policy: &Policy) -> Vec<(HeaderName, String)> {
     let mut found: Vec<(HeaderName, String)> = Vec::new();
     for rule in policy.rules() {
         let keys = rule.key_descriptors().iter().map(String::as_str);
         let conditions = rule.conditions().iter().map(|(d, _)| d.as_str());
-        for name in keys.chain(conditions).chain(rule.varies_by()) {
+        for name in keys.chain(conditions).chain(rule.varies_by()).chain(rule.calendar_descriptors()) {
             let Some(header) = name.strip_prefix("header.") else { continue };
             let Ok(header) = HeaderName::from_bytes(header.as_bytes()) else { continue };
             if !found.iter().any(|(_, d)| d == name) {

@@ -10,7 +10,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use floodgate::delay::{Waiting, next_wait};
-use floodgate::{Descriptors, Hit, Verdict};
+use floodgate::{Descriptors, EngineError, Hit, Verdict};
 use floodgate_config::gateway::Switches;
 use floodgate_core::{Clock, SystemClock};
 use floodgate_http::rate_limit_headers;
@@ -144,10 +144,12 @@ impl Gateway {
     }
 
     /// Decides `descriptors` on `domain`, waiting for capacity when a delay rule denied (up to its
-    /// `max_wait`, among at most `max_waiting` waiting requests). The verdict: allowed, or denied.
-    async fn gate(&self, domain: &Domain, descriptors: &Descriptors) -> Verdict {
+    /// `max_wait`, among at most `max_waiting` waiting requests). The verdict: allowed, or denied;
+    /// or the answer to a request whose descriptors a rule cannot use (a quota's time zone header
+    /// that names no zone).
+    async fn gate(&self, domain: &Domain, descriptors: &Descriptors) -> Result<Verdict, Response> {
         if domain.policy.rules().next().is_none() {
-            return Verdict { allowed: true, ..Verdict::default() };
+            return Ok(Verdict { allowed: true, ..Verdict::default() });
         }
         let mut waited = Duration::ZERO;
         let mut slot = None;
@@ -155,8 +157,21 @@ impl Gateway {
             let verdict =
                 match self.shared.path.decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
                     Ok(verdict) => verdict,
-                    // A cost of 1 is always possible; an `ip` a prefix rule cannot read is the one error.
-                    Err(_) => return Verdict { allowed: true, ..Verdict::default() },
+                    // Never let a value the client sends pass the limits unchecked: refused, naming it.
+                    Err(EngineError::Descriptor { descriptor, value, expected, .. }) => {
+                        return Err(respond::malformed(format!(
+                            "The request's {descriptor} descriptor is {value:?}, which is not {expected}."
+                        )));
+                    }
+                    Err(EngineError::MissingDescriptor { descriptor, .. }) => {
+                        return Err(respond::malformed(format!(
+                            "The request has no {descriptor} descriptor, which a limit needs."
+                        )));
+                    }
+                    // A cost of 1 is always possible.
+                    Err(EngineError::Cost { .. }) => {
+                        return Ok(Verdict { allowed: true, ..Verdict::default() });
+                    }
                 };
             let wait = if verdict.allowed { None } else { next_wait(&domain.policy, &verdict, waited) };
             let Some(wait) = wait else {
@@ -170,12 +185,12 @@ impl Gateway {
                     };
                     counter.increment(1);
                 }
-                return verdict;
+                return Ok(verdict);
             };
             if slot.is_none() {
                 slot = self.waiting.enter();
                 if slot.is_none() {
-                    return verdict;
+                    return Ok(verdict);
                 }
                 self.metrics.waiting.set(self.waiting.waiting() as f64);
             }
@@ -221,7 +236,10 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let (mut parts, body) = request.into_parts();
     let mut descriptors =
         super::descriptors::before_identity(&parts, *peer, &table.client_ip, &table.headers);
-    let before = gateway.gate(&table.policies.before, &descriptors).await;
+    let before = match gateway.gate(&table.policies.before, &descriptors).await {
+        Ok(verdict) => verdict,
+        Err(refused) => return refused,
+    };
     if !before.allowed {
         return respond::limited(&before, style);
     }
@@ -247,7 +265,10 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     );
 
     // 4. Rules of the identity: per user, tenant, plan; the anonymous pool.
-    let after = gateway.gate(&table.policies.after, &descriptors).await;
+    let after = match gateway.gate(&table.policies.after, &descriptors).await {
+        Ok(verdict) => verdict,
+        Err(refused) => return refused,
+    };
     if !after.allowed {
         return respond::limited(&merged(before, after), style);
     }

@@ -216,6 +216,8 @@ pub(super) fn never_allowed(error: &EngineError) -> Response {
             "Request Can Never Be Allowed",
             format!("The request can never be allowed: {error}."),
         ),
-        EngineError::Descriptor { .. } => Problem::invalid(format!("Invalid descriptor: {error}.")),
+        EngineError::Descriptor { .. } | EngineError::MissingDescriptor { .. } => {
+            Problem::invalid(format!("Invalid descriptor: {error}."))
+        }
     })
 }

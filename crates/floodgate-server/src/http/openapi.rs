@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use floodgate_http::openapi::{decision_headers, problem_example, problem_of, reference};
 use floodgate_http::problem::{
-    FORBIDDEN_TYPE, INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE,
-    TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
+    FORBIDDEN_TYPE, INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE,
+    RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
 };
 use floodgate_http::wire::{CheckRequest, VerdictBody};
 use floodgate_http::{PROBLEM_CONTENT_TYPE, Problem};
@@ -415,6 +415,151 @@ impl IntoResponses for KeyProblems {
                         INVALID_TYPE,
                         "Invalid Request",
                         "Missing query parameter `rule`: the rule whose key to address.",
+                    )],
+                ),
+            ),
+        ])
+    }
+}
+
+/// Problems of `/v1/reserve`: as a check's, a bad `ttl`, and a store that could not keep it.
+pub(super) struct ReserveProblems;
+
+impl IntoResponses for ReserveProblems {
+    fn responses() -> Responses {
+        let mut responses = BTreeMap::from([
+            ("400".into(), malformed()),
+            ("413".into(), too_large(MAX_BODY)),
+            (
+                "422".into(),
+                problem_response(
+                    422,
+                    "As `/v1/check`'s 422 (JSON of the wrong shape, a descriptor value a rule cannot use, a cost \
+                     an enforced rule can never grant: `never-allowed`), or a `ttl` that is not a duration above \
+                     0 and at most 24h.",
+                    &[
+                        (INVALID_TYPE, "Invalid Request", "\"ttl\" \"48h\" must be above 0 and at most 24h."),
+                        (
+                            NEVER_ALLOWED_TYPE,
+                            "Request Can Never Be Allowed",
+                            "The request can never be allowed: rule \"per-user\": cost 1000 can never be allowed: the limit grants at most 20 at once.",
+                        ),
+                    ],
+                ),
+            ),
+            (
+                "503".into(),
+                problem_response(
+                    503,
+                    "The store could not keep the reservation; nothing is held.",
+                    &[(
+                        STORE_UNAVAILABLE_TYPE,
+                        "Store Unavailable",
+                        "The reservation could not be kept: the store timed out.",
+                    )],
+                ),
+            ),
+        ]);
+        responses.extend(client_refusals("reserve"));
+        responses
+    }
+}
+
+/// Problems of `/v1/commit` and `/v1/release`.
+pub(super) struct SettleProblems;
+
+impl IntoResponses for SettleProblems {
+    fn responses() -> Responses {
+        let mut responses = BTreeMap::from([
+            ("400".into(), malformed()),
+            ("413".into(), too_large(MAX_BODY)),
+            (
+                "404".into(),
+                problem_response(
+                    404,
+                    "No such reservation: never made, or forgotten (a record is kept as long after its expiry as \
+                     it lasted, at least a minute).",
+                    &[(NOT_FOUND_TYPE, "Not Found", "No such reservation: \"7f3a9c0e\".")],
+                ),
+            ),
+            (
+                "409".into(),
+                problem_response(
+                    409,
+                    "Settled otherwise before (released, or committed with other costs), or expired unsettled \
+                     (it stays charged its estimate).",
+                    &[(
+                        RESERVATION_SETTLED_TYPE,
+                        "Reservation Already Settled",
+                        "Reservation \"7f3a9c0e\": it was released.",
+                    )],
+                ),
+            ),
+            (
+                "422".into(),
+                problem_response(
+                    422,
+                    "JSON of the wrong shape: a missing `reservation`, an unknown field, a cost that is not a \
+                     whole number, a name that is no cost dimension.",
+                    &[(INVALID_TYPE, "Invalid Request", "missing field `reservation` at line 1 column 2.")],
+                ),
+            ),
+            (
+                "503".into(),
+                problem_response(
+                    503,
+                    "The store did not answer.",
+                    &[(
+                        STORE_UNAVAILABLE_TYPE,
+                        "Store Unavailable",
+                        "The reservation could not be kept: the store timed out.",
+                    )],
+                ),
+            ),
+        ]);
+        responses.extend(client_refusals("reserve"));
+        responses
+    }
+}
+
+/// Problems with a `/v1/usage` query.
+pub(super) struct UsageProblems;
+
+impl IntoResponses for UsageProblems {
+    fn responses() -> Responses {
+        BTreeMap::from([
+            (
+                "404".into(),
+                problem_response(
+                    404,
+                    "No rule of that name in the native policy.",
+                    &[(NOT_FOUND_TYPE, "Not Found", "No rule named \"x\".")],
+                ),
+            ),
+            (
+                "422".into(),
+                problem_response(
+                    422,
+                    "No `rule` parameter, a parameter given twice, a descriptor the rule's key needs is missing, \
+                     the rule does not apply to these descriptors (its limit varies by a descriptor whose value \
+                     is not listed), or a descriptor's value is not what the rule needs (a quota's time zone or \
+                     anchor from a descriptor that names none, or is missing with no default).",
+                    &[(
+                        INVALID_TYPE,
+                        "Invalid Request",
+                        "rule \"per-user\" keys by \"user\", which is not given.",
+                    )],
+                ),
+            ),
+            (
+                "503".into(),
+                problem_response(
+                    503,
+                    "The store did not answer.",
+                    &[(
+                        STORE_UNAVAILABLE_TYPE,
+                        "Store Unavailable",
+                        "The usage could not be read: the store timed out.",
                     )],
                 ),
             ),

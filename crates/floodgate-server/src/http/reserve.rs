@@ -6,6 +6,7 @@
 //! retry of the same settlement, 404 for an id the store does not know, 409 for a reservation
 //! already settled otherwise or expired unsettled (it stays charged its estimate).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,15 +17,17 @@ use floodgate::cost::valid_dimension;
 use floodgate::reservation::Kind;
 use floodgate::{Costs, SettleError, Settled, Settlement};
 use floodgate_http::problem::{NOT_FOUND_TYPE, RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE};
-use floodgate_http::wire::{CheckRequest, VerdictBody};
+use floodgate_http::wire::{CheckRequest, Cost, VerdictBody};
 use floodgate_http::{Problem, rate_limit_headers, tag_header};
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use utoipa::ToSchema;
+use serde_json::{Value, json};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::api::{as_domain_sees_them, authorized, never_allowed, pin};
-use super::openapi::TAG_DECISIONS;
+use super::openapi::{ReserveProblems, SettleProblems, TAG_DECISIONS};
 use super::{MAX_BODY, invalid, json, json_bytes, malformed, problem, read_body};
 use crate::metrics::Api;
 use crate::state::Shared;
@@ -35,22 +38,45 @@ pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(300);
 /// The longest ttl a reservation may have.
 pub(super) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// The body of `/v1/reserve`: a check's, plus `ttl`.
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)] // read through `CheckRequest` and `ttl`; this type documents the body
-pub(super) struct ReserveRequest {
-    /// As `/v1/check`'s: descriptor name → string value.
-    descriptors: BTreeMap<String, String>,
-    /// As `/v1/check`'s (requests); not with `costs`.
-    cost: Option<u64>,
-    /// As `/v1/check`'s: the estimate per dimension, e.g. `{"requests": 1, "tokens": 1200}`.
-    costs: Option<BTreeMap<String, u64>>,
-    /// As `/v1/check`'s.
-    domain: Option<String>,
-    /// How long the reservation is held unsettled, a duration such as `30s` or `5m` (default `5m`,
-    /// at most `24h`); past it, it stays charged its estimate.
-    #[schema(example = "5m")]
-    ttl: Option<String>,
+/// The body of `/v1/reserve`: a check's, plus `ttl`; its schema is `CheckRequest`'s with `ttl`.
+#[derive(Debug)]
+pub(super) struct ReserveRequest;
+
+/// What a `ttl` looks like: the duration grammar of the configuration (whole numbers, units from
+/// the largest to the smallest, each at most once).
+const TTL_PATTERN: &str = r"^\s*([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?([0-9]+(us|µs))?\s*$";
+
+impl PartialSchema for ReserveRequest {
+    fn schema() -> RefOr<Schema> {
+        let RefOr::T(Schema::Object(mut body)) = CheckRequest::schema() else {
+            return CheckRequest::schema();
+        };
+        let ttl = ObjectBuilder::new()
+            .schema_type(SchemaType::new(Type::String))
+            .pattern(Some(TTL_PATTERN))
+            .min_length(Some(2))
+            .description(Some(
+                "How long the reservation is held unsettled, a duration such as `30s`, `5m` or `1h30m` \
+                 (default `5m`); above 0 and at most `24h`, else 422. Past it, it stays charged its estimate.",
+            ))
+            .examples([json!("5m")])
+            .build();
+        body.properties.insert("ttl".into(), ttl.into());
+        body.description = Some(
+            "As `/v1/check`'s body (the costs are the estimate), plus `ttl`. Any other field is refused (422)."
+                .into(),
+        );
+        body.examples = vec![
+            json!({"descriptors": {"tenant": "t1"}, "costs": {"requests": 1, "tokens": 1200}, "ttl": "5m"}),
+        ];
+        RefOr::T(Schema::Object(body))
+    }
+}
+
+impl ToSchema for ReserveRequest {
+    fn name() -> Cow<'static, str> {
+        "ReserveRequest".into()
+    }
 }
 
 /// A reservation held: the verdict of the check, and its id and expiry.
@@ -78,8 +104,31 @@ pub(super) struct CommitRequest {
     reservation: String,
     /// What the call really cost, per dimension; a dimension left out stays as reserved.
     #[serde(default)]
-    #[schema(example = json!({"tokens": 812}))]
-    costs: Option<BTreeMap<String, u64>>,
+    #[schema(schema_with = settled_costs)]
+    costs: Option<BTreeMap<String, Cost>>,
+}
+
+/// The schema of a commit's `costs`: cost dimension names (as `/v1/check`'s `costs` has them) to
+/// whole numbers.
+fn settled_costs() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .description(Some(
+            "What the call really cost, per dimension (`requests`, or a name such as `tokens`): a whole \
+             number from 0; a dimension left out stays as reserved. `null` is the same as leaving it out.",
+        ))
+        .additional_properties(Some(
+            ObjectBuilder::new()
+                .schema_type(SchemaType::new(Type::Integer))
+                .minimum(Some(0))
+                .maximum(Some(u64::MAX)),
+        ))
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(SchemaType::new(Type::String))
+                .pattern(Some("^[a-z][a-z0-9_]{0,63}$")),
+        ))
+        .examples([json!({"tokens": 812})])
 }
 
 /// The body of `/v1/release`.
@@ -123,9 +172,7 @@ fn map(costs: &Costs) -> BTreeMap<String, u64> {
     responses(
         (status = 200, description = "Allowed: the estimate is held.", body = ReservedBody),
         (status = 429, description = "Denied, as `/v1/check`: nothing is held.", body = VerdictBody),
-        (status = 400, description = "Not JSON.", body = Problem),
-        (status = 422, description = "JSON of the wrong shape (as `/v1/check`, or a bad `ttl`), or a cost that can never be allowed.", body = Problem),
-        (status = 503, description = "The store could not keep the reservation; nothing is held.", body = Problem),
+        ReserveProblems,
     ),
 )]
 pub(super) async fn reserve(State(shared): State<Arc<Shared>>, request: Request) -> Response {
@@ -224,11 +271,7 @@ fn parse_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), Problem> {
     request_body(content = CommitRequest, description = "The reservation, and what the call cost."),
     responses(
         (status = 200, description = "Committed (or committed before with the same costs: the same answer, charged once).", body = SettledBody),
-        (status = 400, description = "Not JSON.", body = Problem),
-        (status = 404, description = "No such reservation (never made, or forgotten: a record is kept as long after its expiry as it lasted, at least a minute).", body = Problem),
-        (status = 409, description = "Already released, committed with other costs, or expired unsettled (it stays charged its estimate).", body = Problem),
-        (status = 422, description = "JSON of the wrong shape.", body = Problem),
-        (status = 503, description = "The store did not answer.", body = Problem),
+        SettleProblems,
     ),
 )]
 pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) -> Response {
@@ -241,7 +284,7 @@ pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) 
         if !valid_dimension(dimension) {
             return invalid(format!("costs.{dimension:?} is not a cost dimension."));
         }
-        costs.set(dimension.as_str(), *cost);
+        costs.set(dimension.as_str(), cost.0);
     }
     settle(&shared, &request.reservation, Settlement::Commit(&costs)).await
 }
@@ -256,11 +299,7 @@ pub(super) async fn commit(State(shared): State<Arc<Shared>>, request: Request) 
     request_body(content = ReleaseRequest, description = "The reservation."),
     responses(
         (status = 200, description = "Released (or released before: the same answer, given back once).", body = SettledBody),
-        (status = 400, description = "Not JSON.", body = Problem),
-        (status = 404, description = "No such reservation.", body = Problem),
-        (status = 409, description = "Already committed, or expired unsettled (it stays charged its estimate).", body = Problem),
-        (status = 422, description = "JSON of the wrong shape.", body = Problem),
-        (status = 503, description = "The store did not answer.", body = Problem),
+        SettleProblems,
     ),
 )]
 pub(super) async fn release(State(shared): State<Arc<Shared>>, request: Request) -> Response {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::api::{authorized, pin};
-use super::openapi::TAG_DECISIONS;
+use super::openapi::{TAG_DECISIONS, UsageProblems};
 use super::{invalid, json, problem};
 use crate::state::Shared;
 use floodgate_config::auth::Scope;
@@ -27,8 +27,8 @@ use floodgate_config::auth::Scope;
 pub(super) struct UsageQuery {
     /// The rule's name.
     rule: String,
-    /// Every other parameter is a descriptor (`tenant=t1`, `user=u1`): those of the rule's key, and
-    /// the one its limit varies by, if it does.
+    /// Every other parameter is a descriptor (`tenant=t1`, `user=u1`): those of the rule's key, the
+    /// one its limit varies by, and those its quota's time zone or anchor come from, if they do.
     #[param(style = Form, explode, value_type = Object)]
     descriptors: Option<std::collections::BTreeMap<String, String>>,
 }
@@ -65,9 +65,7 @@ pub(super) struct UsageBody {
     params(UsageQuery),
     responses(
         (status = 200, description = "The counter's usage.", body = UsageBody),
-        (status = 404, description = "No rule of that name.", body = Problem),
-        (status = 422, description = "No `rule` parameter, a descriptor the rule's key needs is missing, or the rule does not apply to these descriptors.", body = Problem),
-        (status = 503, description = "The store did not answer.", body = Problem),
+        UsageProblems,
     ),
 )]
 pub(super) async fn usage(

@@ -281,3 +281,45 @@ async fn the_gateway_listener_closes_slowloris_and_extra_connections_under_its_o
     assert_eq!(reply.status, 200);
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn a_quota_in_the_zone_a_header_names_refuses_a_zone_that_is_none() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let config = format!(
+        r#"
+rules:
+  - name: daily-calls
+    key: [header.x-tenant]
+    algorithm: quota
+    period: day
+    limit: 1
+    time_zone: {{ by: header.x-tz }}
+gateway:
+  routes:
+    - name: chat
+      match: {{ path: /chat, methods: [POST] }}
+      upstream: {url}
+"#,
+        url = upstream.url()
+    );
+    let gateway = Gateway::start(&config).await;
+    let tokyo = [("x-tenant", "t1"), ("x-tz", "Asia/Tokyo")];
+    let first = gateway.send(Method::POST, "/chat", &tokyo, "").await;
+    assert_eq!(first.status, 200, "the header is read: {}", first.body);
+    // Tokyo keeps no daylight saving time: every day is 24 hours.
+    assert_eq!(first.header("ratelimit-policy"), Some(r#""daily-calls";q=1;w=86400"#));
+    assert_eq!(gateway.send(Method::POST, "/chat", &tokyo, "").await.status, 429);
+
+    for (headers, says) in [
+        (vec![("x-tenant", "t2"), ("x-tz", "Mars/Olympus")], "header.x-tz descriptor is \"Mars/Olympus\""),
+        (vec![("x-tenant", "t2")], "no header.x-tz descriptor"),
+    ] {
+        let refused = gateway.send(Method::POST, "/chat", &headers, "").await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+        let detail = refused.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.contains(says), "{detail:?} should say {says:?}");
+    }
+    assert_eq!(upstream.count(), 1, "refused requests never reach the upstream");
+    gateway.stop().await;
+}

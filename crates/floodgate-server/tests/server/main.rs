@@ -7,6 +7,7 @@ mod api;
 mod auth;
 mod bad_input;
 mod binary;
+mod calendars;
 mod costs;
 mod dashboard;
 mod durability;

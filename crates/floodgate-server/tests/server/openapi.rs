@@ -231,6 +231,108 @@ async fn a_cost_above_the_maximum_is_refused_naming_the_maximum() {
 }
 
 #[tokio::test]
+async fn usage_problems_are_documented_and_answered_as_problem_json() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let responses = &document["paths"]["/v1/usage"]["get"]["responses"];
+    for status in ["404", "422", "503"] {
+        assert!(
+            responses[status]["content"]["application/problem+json"].is_object(),
+            "{status}: {}",
+            responses[status]
+        );
+        assert!(responses[status]["content"]["application/json"].is_null(), "{status}");
+    }
+    let s = server().await;
+    for (query, status) in [("rule=nope", 404), ("rule=per-user", 422)] {
+        let reply = s.get(&format!("/v1/usage?{query}")).await;
+        assert_eq!(reply.status, status, "{query}: {}", reply.body);
+        assert_eq!(reply.content_type(), "application/problem+json", "{query}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn empty_costs_are_refused_by_the_schema_and_by_the_server() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let costs = &document["components"]["schemas"]["CheckRequest"]["properties"]["costs"];
+    assert_eq!(costs["minProperties"], 1, "{costs}");
+    let s = server().await;
+    for costs in ["{}", r#"{"requests": 0}"#] {
+        let reply =
+            s.post("/v1/check", format!(r#"{{"descriptors": {{"user": "u"}}, "costs": {costs}}}"#)).await;
+        assert_eq!(reply.status, 422, "{costs}: {}", reply.body);
+        assert!(
+            reply.json()["detail"].as_str().unwrap().contains("at least one dimension"),
+            "{}",
+            reply.body
+        );
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_whole_commit_cost_written_with_a_fraction_is_that_cost() {
+    let s = server().await;
+    for (i, cost) in ["1.0", "1e0"].iter().enumerate() {
+        let reserved =
+            s.post("/v1/reserve", format!(r#"{{"descriptors": {{"user": "c{i}"}}, "cost": 2}}"#)).await;
+        assert_eq!(reserved.status, 200, "{}", reserved.body);
+        let id = reserved.json()["reservation"].as_str().unwrap().to_owned();
+        let body = format!(r#"{{"reservation": "{id}", "costs": {{"requests": {cost}}}}}"#);
+        let committed = s.post("/v1/commit", body).await;
+        assert_eq!(committed.status, 200, "{cost}: {}", committed.body);
+        assert_eq!(committed.json()["charged"]["requests"], 1, "{cost}: {}", committed.body);
+    }
+    let half = s.post("/v1/commit", r#"{"reservation": "x", "costs": {"requests": 2.5}}"#).await;
+    assert_eq!(half.status, 422, "{}", half.body);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn reservation_problems_are_documented_and_answered_as_problem_json() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let paths = &document["paths"];
+    for (path, statuses) in [
+        ("/v1/reserve", &["400", "413", "422", "503"][..]),
+        ("/v1/commit", &["400", "404", "409", "413", "422", "503"][..]),
+        ("/v1/release", &["400", "404", "409", "413", "422", "503"][..]),
+    ] {
+        for status in statuses {
+            let response = &paths[path]["post"]["responses"][status];
+            assert!(
+                response["content"]["application/problem+json"].is_object(),
+                "{path} {status}: {response}"
+            );
+        }
+    }
+    let ttl = &document["components"]["schemas"]["ReserveRequest"]["properties"]["ttl"];
+    assert!(ttl["pattern"].is_string(), "{ttl}");
+    let s = server().await;
+    let unknown = s.post("/v1/commit", r#"{"reservation": "nope"}"#).await;
+    assert_eq!(
+        (unknown.status, unknown.content_type()),
+        (404, "application/problem+json"),
+        "{}",
+        unknown.body
+    );
+    let reserved = s.post("/v1/reserve", r#"{"descriptors": {"user": "r"}, "ttl": "1m"}"#).await;
+    let id = reserved.json()["reservation"].as_str().unwrap().to_owned();
+    let release = format!(r#"{{"reservation": "{id}"}}"#);
+    assert_eq!(s.post("/v1/release", release.clone()).await.status, 200);
+    let settled = s.post("/v1/commit", release).await;
+    assert_eq!(
+        (settled.status, settled.content_type()),
+        (409, "application/problem+json"),
+        "{}",
+        settled.body
+    );
+    let long = s.post("/v1/reserve", r#"{"descriptors": {"user": "r"}, "ttl": "48h"}"#).await;
+    assert_eq!(long.status, 422, "{}", long.body);
+    assert!(long.json()["detail"].as_str().unwrap().starts_with("\"ttl\""), "{}", long.body);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_null_domain_is_the_native_policy() {
     let s = server().await;
     let reply = s.post("/v1/check", r#"{"descriptors": {"user": "u1"}, "domain": null}"#).await;

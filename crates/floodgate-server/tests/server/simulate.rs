@@ -219,6 +219,14 @@ async fn bad_simulations_are_400s_naming_the_field() {
             json!({"algorithm": "sliding_window", "limit": {"by": "plan", "values": {"free": 5}}, "window": "5s", "requests": []}),
             "limit: a limit that varies by a descriptor",
         ),
+        (
+            json!({"algorithm": "quota", "limit": 5, "period": "day", "time_zone": {"by": "tz"}, "requests": []}),
+            "time_zone: a time zone or anchor that comes from a descriptor needs descriptors",
+        ),
+        (
+            json!({"algorithm": "quota", "limit": 5, "period": "month", "anchor": {"by": "billing_day"}, "requests": []}),
+            "anchor: a time zone or anchor that comes from a descriptor needs descriptors",
+        ),
         (json!([1, 2]), "must be a JSON object"),
     ];
     for (body, expected) in cases {

@@ -3,6 +3,7 @@
 
 mod actions;
 mod budget;
+mod calendars;
 mod cost;
 mod dimensions;
 mod failure;
