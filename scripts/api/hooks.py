@@ -10,7 +10,9 @@ policy in force rather than on the request's shape:
 - /v1/usage: the same, and descriptors the rule's varying limit or quota calendar cannot use (422
   invalid-request, saying so); an unknown rule is a 404;
 - /admin/config and /admin/config/validate: YAML that is not a valid configuration (422 with the
-  error's file, line, column and field; its shape is checked by response_schema_conformance).
+  error's file, line, column and field; its shape is checked by response_schema_conformance);
+- /v1/simulate: parameters its algorithm does not take or lacks, requests out of time order, a cost
+  the limit never grants, too many samples (400 invalid-request naming the field).
 
 schemathesis.toml lets positive_data_acceptance take those 422s; this check makes sure that a
 422 to schema-valid data is one of them and nothing else.
@@ -28,9 +30,19 @@ class RefusedValidRequest(AssertionError):
 @schemathesis.check
 def valid_requests_are_refused_only_by_the_policy(ctx, response, case):
     meta = case.meta
-    if meta is None or not meta.generation.mode.is_positive or response.status_code != 422:
+    if meta is None or not meta.generation.mode.is_positive:
         return None
     path = case.operation.path
+    # /v1/simulate: the algorithm's parameters are read by the configuration's parser, and the
+    # requests' order, costs and sampling bounds depend on the limit: a 400 invalid-request naming
+    # what is wrong; never a malformed-request (the body is JSON).
+    if path == "/v1/simulate" and response.status_code == 400:
+        body = response.json()
+        if body.get("type") == PROBLEMS + "invalid-request" and body.get("detail"):
+            return None
+        raise RefusedValidRequest(f"schema-valid simulation refused as malformed: {response.text}")
+    if response.status_code != 422:
+        return None
     if path in ("/admin/config", "/admin/config/validate"):
         body = response.json()
         if body.get("error", {}).get("message"):

@@ -33,33 +33,70 @@ pub(super) const MAX_SIMULATE_BODY: usize = 1024 * 1024;
 const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
 
 /// What `/v1/simulate` takes (documentation: the body is read by the configuration's parser and
-/// the fields below).
-#[derive(Debug, ToSchema)]
+/// the fields below). No other field is read: one is refused.
+#[derive(Debug, ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 #[schema(as = Simulate, example = json!({"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": [{"at_ms": 0, "cost": 1}, {"at_ms": 0}, {"at_ms": 250, "cost": 2}]}))]
 #[allow(dead_code)] // read field by field, for errors that name the field
 pub(super) struct SimulateBody {
-    /// The algorithm, as a rule names it: `fixed_window`, `sliding_window`, `sliding_log`,
-    /// `token_bucket`, `gcra`, `concurrency`, `quota`. Its parameters (`limit`, `window`, `rate`,
-    /// `burst`, `lease`, `period`, `time_zone`, `anchor`) are written beside it exactly as in a rule
-    /// of the configuration (docs/configuration.md), with the same defaults and errors.
-    algorithm: String,
+    /// The algorithm, as a rule names it. Its parameters are written beside it exactly as in a
+    /// rule of the configuration (docs/configuration.md), with the same defaults and errors: the
+    /// parameters another algorithm takes, or one missing, is a 400 naming it.
+    algorithm: SimulatedAlgorithm,
+    /// `fixed_window`, `sliding_window`, `sliding_log`, `concurrency`, `quota`, `budget`: the most
+    /// a window, the permits, a period or a budget grants (a whole number ≥ 1).
+    limit: Option<serde_json::Value>,
+    /// `fixed_window`, `sliding_window`, `sliding_log`: the window, a duration such as `60s`.
+    window: Option<serde_json::Value>,
+    /// `token_bucket`, `gcra`: the rate, `N/unit` such as `2/s`.
+    rate: Option<serde_json::Value>,
+    /// `token_bucket`, `gcra`: the burst (a whole number ≥ 1).
+    burst: Option<serde_json::Value>,
+    /// `concurrency`: a permit's lease, a duration (default `30s`).
+    lease: Option<serde_json::Value>,
+    /// `quota`: `day`, `week` or `month`.
+    period: Option<serde_json::Value>,
+    /// `quota`: an IANA zone name (default `UTC`); a zone taken from a descriptor is refused here.
+    time_zone: Option<serde_json::Value>,
+    /// `quota`: the day the period starts (default the 1st, or Monday).
+    anchor: Option<serde_json::Value>,
+    /// `budget`: how long the budget lasts from its first use, a duration.
+    ttl: Option<serde_json::Value>,
     /// The requests, in time order (at most 10 000).
     requests: Vec<SimulatedRequest>,
     /// Sample the level (what a request of 1 would find left) every this many milliseconds, from
     /// 0 to `until_ms`; at most 10 000 samples. Absent: no `levels` in the answer.
+    #[schema(minimum = 1)]
     sample_ms: Option<u64>,
-    /// The last instant sampled (default: the last request's `at_ms`).
+    /// The last instant sampled (default: the last request's `at_ms`); only with `sample_ms`.
     until_ms: Option<u64>,
 }
 
+/// The algorithms the playground runs: every algorithm a rule may name.
+#[derive(Debug, ToSchema, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // documentation of the body
+pub(super) enum SimulatedAlgorithm {
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+    TokenBucket,
+    Gcra,
+    Concurrency,
+    Quota,
+    Budget,
+}
+
 /// One simulated request.
-#[derive(Debug, ToSchema)]
+#[derive(Debug, ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub(super) struct SimulatedRequest {
     /// When it arrives, in milliseconds of simulated time: the Unix epoch plus `at_ms`, so that a
     /// fixed window or a quota period begins at 0. Never earlier than the request before.
     at_ms: u64,
     /// Its cost (default 1; at most what the limit grants at once).
+    #[schema(minimum = 1)]
     cost: Option<u64>,
 }
 
@@ -215,7 +252,7 @@ fn requests(object: &Map<String, Value>) -> Result<Vec<playground::Request>, Str
                 })?,
                 None => return Err(format!("requests[{i}].at_ms: missing: when the request arrives, in ms")),
             };
-            let cost = match fields.get("cost") {
+            let cost = match fields.get("cost").filter(|v| !v.is_null()) {
                 Some(v) => whole(v)
                     .filter(|c| *c >= 1)
                     .ok_or_else(|| format!("requests[{i}].cost: expected a whole number ≥ 1, found {v}"))?,

@@ -159,6 +159,20 @@ async fn simulating_consumes_nothing_and_is_deterministic() {
 }
 
 #[tokio::test]
+async fn a_null_cost_is_the_default_cost_as_the_document_allows() {
+    let server = TestServer::start(config::builtin()).await;
+    let body = |cost: Value| {
+        json!({"algorithm": "fixed_window", "limit": 2, "window": "1s", "requests": [{"at_ms": 0, "cost": cost}, {"at_ms": 1}, {"at_ms": 2}]})
+            .to_string()
+    };
+    let null = server.post("/v1/simulate", body(Value::Null)).await;
+    let one = server.post("/v1/simulate", body(json!(1))).await;
+    assert_eq!(null.status, 200, "{}", null.body);
+    assert_eq!(null.body, one.body);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn bad_simulations_are_400s_naming_the_field() {
     let server = TestServer::start(config::builtin()).await;
     let cases: Vec<(Value, &str)> = vec![
