@@ -248,7 +248,15 @@ pub(crate) fn shape(
                     }
                 }
                 Some(a) => match unanchored {
-                    Period::Week { .. } => Period::Week { starts_on: weekday(a)? },
+                    Period::Week { .. } => {
+                        let text = a.text("a weekday")?;
+                        unanchored.anchored(&text).map_err(|_| {
+                            a.error(format!(
+                                "invalid anchor {}: a week starts on a weekday, monday to sunday",
+                                a.node.describe()
+                            ))
+                        })?
+                    }
                     _ => {
                         let day = a.u64_at_least("anchor", 1)?;
                         let anchor_day = u8::try_from(day).ok().filter(|d| *d <= 31).ok_or_else(|| {
@@ -341,28 +349,6 @@ fn from_descriptor(
         .field(&format!("{what}.values"), &written)
         .field(&format!("{what}.default"), &default);
     Ok((from, default))
-}
-
-fn weekday(item: &Item<'_>) -> Result<Weekday, Invalid> {
-    let text = item.text("a weekday")?.to_ascii_lowercase();
-    let days = [
-        ("monday", Weekday::Monday),
-        ("tuesday", Weekday::Tuesday),
-        ("wednesday", Weekday::Wednesday),
-        ("thursday", Weekday::Thursday),
-        ("friday", Weekday::Friday),
-        ("saturday", Weekday::Saturday),
-        ("sunday", Weekday::Sunday),
-    ];
-    days.iter()
-        .find(|(name, _)| *name == text || (text.len() == 3 && name.starts_with(text.as_str())))
-        .map(|(_, day)| *day)
-        .ok_or_else(|| {
-            item.error(format!(
-                "invalid anchor {}: a week starts on a weekday, monday to sunday",
-                item.node.describe()
-            ))
-        })
 }
 
 /// `limit: 100` or `limit: {by: plan, values: {free: 100, pro: 10000}, default: 10}`.
