@@ -29,6 +29,63 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::state::{Shared, stopped};
 use crate::tls::Tls;
 
+/// A listener's accepted connections, each within the limits in force when it is accepted.
+pub(crate) struct Accepting {
+    listener: TcpListener,
+    /// Connections open now (each holds a [`Slot`]).
+    open: Arc<AtomicUsize>,
+    /// The listener's name in the logs.
+    what: &'static str,
+}
+
+/// An accepted connection, holding one of `max_connections`.
+pub(crate) struct Accepted {
+    pub(crate) tcp: TcpStream,
+    pub(crate) peer: SocketAddr,
+    /// The limits in force when it was accepted.
+    pub(crate) limits: HttpConfig,
+    pub(crate) slot: Slot,
+}
+
+impl Accepting {
+    pub(crate) fn new(listener: TcpListener, what: &'static str) -> Accepting {
+        Accepting { listener, open: Arc::new(AtomicUsize::new(0)), what }
+    }
+
+    /// The next connection that fits `limits()` (read per connection, so that a reload applies
+    /// to the connections accepted after it): one beyond `max_connections` is closed at once.
+    /// `None` once `stop` turns true.
+    pub(crate) async fn next(
+        &self,
+        stop: &mut watch::Receiver<bool>,
+        limits: impl Fn() -> HttpConfig,
+    ) -> Option<Accepted> {
+        let what = self.what;
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    // Out of file descriptors and the like: the listener itself is fine; wait a
+                    // little rather than spin, as a busy server must keep accepting once it can.
+                    Err(e) => {
+                        tracing::warn!(error = %e, listener = what, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = stopped(stop) => return None,
+            };
+            let limits = limits();
+            let Some(slot) = Slot::take(&self.open, limits.max_connections) else {
+                tracing::debug!(%peer, listener = what, max_connections = limits.max_connections, "connection refused: at max_connections");
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            return Some(Accepted { tcp, peer, limits, slot });
+        }
+    }
+}
+
 /// Serves one connection on `io` with `service` until it ends, the server shuts down, or it is idle
 /// for `idle_timeout`. `what` names the listener in the logs.
 pub(crate) async fn serve_connection<I, S, F>(
@@ -365,26 +422,11 @@ pub(crate) fn grpc_incoming(
     mut stop: watch::Receiver<bool>,
 ) -> ReceiverStream<std::io::Result<GrpcConn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let open = Arc::new(AtomicUsize::new(0));
+    let accepting = Accepting::new(listener, "grpc");
     tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "gRPC: accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = stopped(&mut stop) => return,
-            };
-            let limits = shared.control.load().http;
-            let Some(slot) = Slot::take(&open, limits.max_connections) else {
-                tracing::debug!(%peer, max_connections = limits.max_connections, "gRPC: connection refused: at max_connections");
-                continue;
-            };
-            let _ = tcp.set_nodelay(true);
+        while let Some(Accepted { tcp, peer, limits, slot }) =
+            accepting.next(&mut stop, || shared.control.load().http).await
+        {
             match &tls {
                 None => {
                     if tx.send(Ok(GrpcConn::new(GrpcIo::Plain(tcp), slot, &limits))).await.is_err() {

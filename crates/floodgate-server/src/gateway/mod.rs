@@ -42,15 +42,14 @@ mod upstream;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::listener::{Builders, Slot, serve_connection};
-use crate::state::{Shared, stopped};
+use crate::listener::{Accepted, Accepting, Builders, serve_connection};
+use crate::state::Shared;
 
 pub use self::queue::QueueError;
 
@@ -125,31 +124,15 @@ impl Gateway {
         let replayer = tokio::spawn(queue::replay(Arc::clone(&self.inner), stop.clone()));
         let acceptor = Arc::new(acceptor);
         let graceful = GracefulShutdown::new();
-        let open = Arc::new(AtomicUsize::new(0));
+        let accepting = Accepting::new(listener, "gateway");
         let mut builders = Builders::default();
-        loop {
-            let (tcp, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "gateway: accepting a connection failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                () = stopped(&mut stop) => break,
-            };
-            let limits = match &self.inner.shared.control.load().gateway {
-                Some(gateway) => gateway.config.http,
-                None => floodgate_config::http_server::HttpConfig::default(),
-            };
-            let Some(slot) = Slot::take(&open, limits.max_connections) else {
-                tracing::debug!(%peer, max_connections = limits.max_connections, "gateway: connection refused: at max_connections");
-                drop(tcp);
-                continue;
-            };
+        let gateway_limits = || match &self.inner.shared.control.load().gateway {
+            Some(gateway) => gateway.config.http,
+            None => floodgate_config::http_server::HttpConfig::default(),
+        };
+        while let Some(Accepted { tcp, peer, limits, slot }) = accepting.next(&mut stop, gateway_limits).await
+        {
             let builder = builders.get(&limits);
-            let _ = tcp.set_nodelay(true);
             let gateway = Arc::clone(&self.inner);
             let acceptor = Arc::clone(&acceptor);
             let watcher = graceful.watcher();
@@ -169,7 +152,7 @@ impl Gateway {
                 serve_connection(io, builder, service, watcher, limits.idle_timeout, peer, "gateway").await;
             });
         }
-        drop(listener);
+        drop(accepting);
         graceful.shutdown().await;
         let _ = replayer.await;
         Ok(())

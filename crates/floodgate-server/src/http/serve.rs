@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 
 use axum::Router;
 use axum::body::Body;
@@ -18,9 +17,9 @@ use tokio::sync::watch;
 use tower::ServiceExt;
 
 use super::api;
-use crate::listener::{Builders, Slot, serve_connection};
+use crate::listener::{Accepted, Accepting, Builders, serve_connection};
 use crate::metrics::Api;
-use crate::state::{Shared, stopped};
+use crate::state::Shared;
 use crate::tls::Tls;
 
 /// Serves `listener` until `stop` turns true, then stops accepting and waits for the requests in
@@ -39,30 +38,12 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
-    let open = Arc::new(AtomicUsize::new(0));
+    let accepting = Accepting::new(listener, "http");
     let mut builders = Builders::default();
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                // Out of file descriptors and the like: the listener itself is fine; wait a little
-                // rather than spin, as a busy server must keep accepting once it can.
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = stopped(&mut stop) => break,
-        };
-        let limits = shared.control.load().http;
-        let Some(slot) = Slot::take(&open, limits.max_connections) else {
-            tracing::debug!(%peer, max_connections = limits.max_connections, "connection refused: at max_connections");
-            drop(tcp);
-            continue;
-        };
+    while let Some(Accepted { tcp, peer, limits, slot }) =
+        accepting.next(&mut stop, || shared.control.load().http).await
+    {
         let builder = builders.get(&limits);
-        let _ = tcp.set_nodelay(true);
         // One reference per connection: requests clone it (a count only this connection touches)
         // rather than the shared state's, which every core would contend for on every request.
         let connection = Arc::new(Connection { shared: Arc::clone(&shared), router: router.clone(), peer });
@@ -84,7 +65,7 @@ pub(crate) async fn serve(
             }
         });
     }
-    drop(listener);
+    drop(accepting);
     graceful.shutdown().await;
     Ok(())
 }
