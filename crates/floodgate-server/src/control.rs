@@ -791,66 +791,90 @@ fn resume(config: Config, latest: Option<&StoredVersion>) -> (Config, u64, Optio
         );
         return (config, latest.version + 1, None);
     }
-    match latest.source.read() {
-        Ok(kept) if fixed(&kept) == fixed(&config) => (kept, latest.version, Some(latest.version)),
-        Ok(_) => {
+    let resumed = latest.source.read().map_err(|e| e.to_string()).and_then(|kept| {
+        replaceable(Fixed::of(&config), Fixed::of(&kept)).map(|()| kept).map_err(|e| e.to_string())
+    });
+    match resumed {
+        Ok(kept) => (kept, latest.version, Some(latest.version)),
+        Err(error) => {
             tracing::warn!(
                 event = "config_not_resumed",
                 kept = latest.version,
-                "the last kept version changes what is fixed at start (store, listeners, state): starting from the file"
-            );
-            (config, latest.version + 1, None)
-        }
-        Err(e) => {
-            tracing::warn!(
-                event = "config_not_resumed",
-                kept = latest.version,
-                error = %e,
-                "the last kept version cannot be read again: starting from the file"
+                %error,
+                "the last kept version cannot be read again, or changes what is fixed at start: starting from the file"
             );
             (config, latest.version + 1, None)
         }
     }
 }
 
-/// What a configuration fixes at start and a reload cannot change.
-fn fixed(config: &Config) -> impl PartialEq + '_ {
-    (
-        (&config.store, &config.survival, &config.tls, &config.admin),
-        config.gateway.as_ref().map(|g| (g.listen, &g.state_dir, &g.tls)),
-    )
+/// What a configuration fixes at start (the store opened, the listeners bound, the directories
+/// opened), which a reload cannot change.
+#[derive(Clone, Copy)]
+struct Fixed<'a> {
+    store: &'a StoreConfig,
+    survival: &'a Survival,
+    tls: Option<&'a floodgate_config::tls::TlsConfig>,
+    admin: &'a floodgate_config::admin::AdminConfig,
+    gateway: Option<&'a floodgate_config::gateway::GatewayConfig>,
 }
 
-/// Refuses a configuration that changes the store (opened once, at start), or the gateway's
-/// listener and state directory (bound and opened once, at start).
+impl Fixed<'_> {
+    fn of(config: &Config) -> Fixed<'_> {
+        Fixed {
+            store: &config.store,
+            survival: &config.survival,
+            tls: config.tls.as_ref(),
+            admin: &config.admin,
+            gateway: config.gateway.as_ref(),
+        }
+    }
+
+    fn of_running(running: &Running) -> Fixed<'_> {
+        Fixed {
+            store: &running.store,
+            survival: &running.survival,
+            tls: running.tls.as_ref(),
+            admin: &running.admin,
+            gateway: running.gateway.as_deref().map(|g| &*g.config),
+        }
+    }
+}
+
+/// Refuses a configuration that changes what `current` fixed at start.
 fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyError> {
-    if current.store != config.store || current.survival != config.survival {
+    replaceable(Fixed::of_running(current), Fixed::of(config))
+}
+
+/// Refuses `wanted` when it changes what `current` fixed at start: the store (opened once), the
+/// listeners' TLS settings, the admin state directory, or the gateway's listener and state
+/// directory (bound and opened once).
+fn replaceable(current: Fixed<'_>, wanted: Fixed<'_>) -> Result<(), ApplyError> {
+    if current.store != wanted.store || current.survival != wanted.survival {
         return Err(ApplyError::Refused(format!(
             "store: the store settings cannot change while running ({} → {}); restart floodgate to change them",
             current.store.summary(),
-            config.store.summary()
+            wanted.store.summary()
         )));
     }
-    let gateway_tls = |g: Option<&floodgate_config::gateway::GatewayConfig>| g.and_then(|g| g.tls.clone());
-    if current.tls != config.tls
-        || gateway_tls(current.gateway.as_deref().map(|g| &*g.config)) != gateway_tls(config.gateway.as_ref())
-    {
+    let gateway_tls =
+        (current.gateway.and_then(|g| g.tls.as_ref()), wanted.gateway.and_then(|g| g.tls.as_ref()));
+    if current.tls != wanted.tls || gateway_tls.0 != gateway_tls.1 {
         return Err(ApplyError::Refused(
             "tls: the listeners' TLS settings (tls, gateway.tls) cannot change while running; the certificate \
              files themselves are reloaded when they change; restart floodgate to change the settings"
                 .into(),
         ));
     }
-    if current.admin != config.admin {
+    if current.admin != wanted.admin {
         return Err(ApplyError::Refused(
             "admin: the state directory is opened at start and cannot change while running; restart floodgate \
              to change it"
                 .into(),
         ));
     }
-    let running = current.gateway.as_ref().map(|g| (g.config.listen, g.config.state_dir.clone()));
-    let wanted = config.gateway.as_ref().map(|g| (g.listen, g.state_dir.clone()));
-    match (running, wanted) {
+    let listener = |g: &floodgate_config::gateway::GatewayConfig| (g.listen, g.state_dir.clone());
+    match (current.gateway.map(listener), wanted.gateway.map(listener)) {
         (None, None) => Ok(()),
         (Some(_), None) => Err(ApplyError::Refused(
             "gateway: the gateway cannot be removed while running; restart floodgate to remove it".into(),
