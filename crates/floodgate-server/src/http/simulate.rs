@@ -18,6 +18,7 @@ use http::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
+use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 
 use super::api::authorized;
 use super::openapi::{SimulateProblems, TAG_DECISIONS};
@@ -39,10 +40,9 @@ const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
 #[schema(as = Simulate, example = json!({"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": [{"at_ms": 0, "cost": 1}, {"at_ms": 0}, {"at_ms": 250, "cost": 2}]}))]
 #[allow(dead_code)] // read field by field, for errors that name the field
 pub(super) struct SimulateBody {
-    /// The algorithm, as a rule names it. Its parameters are written beside it exactly as in a
-    /// rule of the configuration (docs/configuration.md), with the same defaults and errors: the
-    /// parameters another algorithm takes, or one missing, is a 400 naming it.
-    algorithm: SimulatedAlgorithm,
+    /// The algorithm (see [`algorithm_names`]).
+    #[schema(schema_with = algorithm_names)]
+    algorithm: String,
     /// `fixed_window`, `sliding_window`, `sliding_log`, `concurrency`, `quota`, `budget`: the most
     /// a window, the permits, a period or a budget grants (a whole number ≥ 1).
     limit: Option<serde_json::Value>,
@@ -72,19 +72,16 @@ pub(super) struct SimulateBody {
     until_ms: Option<u64>,
 }
 
-/// The algorithms the playground runs: every algorithm a rule may name.
-#[derive(Debug, ToSchema, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // documentation of the body
-pub(super) enum SimulatedAlgorithm {
-    FixedWindow,
-    SlidingWindow,
-    SlidingLog,
-    TokenBucket,
-    Gcra,
-    Concurrency,
-    Quota,
-    Budget,
+/// The schema of `algorithm`: every algorithm a rule may name, from the configuration's registry.
+fn algorithm_names() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::new(Type::String))
+        .enum_values(Some(floodgate_config::algorithm::names()))
+        .description(Some(
+            "The algorithm, as a rule names it. Its parameters are written beside it exactly as in a rule of \
+             the configuration (docs/configuration.md), with the same defaults and errors: a parameter another \
+             algorithm takes, or one missing, is a 400 naming it.",
+        ))
 }
 
 /// One simulated request.

@@ -384,3 +384,17 @@ async fn status_line(addr: std::net::SocketAddr, path: &str) -> String {
     tokio::io::BufReader::new(stream).read_line(&mut line).await.unwrap();
     line.trim_end().to_owned()
 }
+
+#[test]
+fn the_simulation_body_names_every_algorithm_and_parameter_of_the_registry_and_nothing_else() {
+    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let simulate = &document["components"]["schemas"]["Simulate"];
+    assert_eq!(simulate["additionalProperties"], false);
+    let names: Vec<&str> = floodgate_config::algorithm::names().collect();
+    assert_eq!(simulate["properties"]["algorithm"]["enum"], serde_json::json!(names));
+    let documented: BTreeSet<&str> =
+        simulate["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+    let mut read: BTreeSet<&str> = floodgate_config::algorithm::all_parameters().into_iter().collect();
+    read.extend(["algorithm", "requests", "sample_ms", "until_ms"]);
+    assert_eq!(documented, read, "the body's fields are the algorithms' parameters and the simulation's own");
+}
