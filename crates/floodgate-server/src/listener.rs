@@ -23,7 +23,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
-use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::state::{Shared, stopped};
@@ -257,7 +256,7 @@ const PREFACE_LEN: usize = 24;
 /// (its reads fail with `TimedOut`) when the client has not sent HTTP/2's connection preface within
 /// `header_read_timeout` of the accept, or when no byte moved for `idle_timeout` since.
 pub(crate) struct GrpcConn {
-    io: GrpcIo,
+    io: Box<dyn GrpcIo>,
     _slot: Slot,
     /// Preface bytes still expected.
     preface_left: usize,
@@ -269,13 +268,13 @@ pub(crate) struct GrpcConn {
     timer: Pin<Box<Sleep>>,
 }
 
-enum GrpcIo {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
+/// A connection's stream: TCP, or TLS over it.
+trait GrpcIo: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> GrpcIo for T {}
 
 impl GrpcConn {
-    fn new(io: GrpcIo, slot: Slot, limits: &HttpConfig) -> GrpcConn {
+    fn new(io: Box<dyn GrpcIo>, slot: Slot, limits: &HttpConfig) -> GrpcConn {
         let now = Instant::now();
         GrpcConn {
             io,
@@ -285,6 +284,14 @@ impl GrpcConn {
             idle_timeout: limits.idle_timeout,
             last: now,
             timer: Box::pin(tokio::time::sleep_until(now + limits.header_read_timeout)),
+        }
+    }
+
+    /// Notes a write that moved bytes as activity (once the preface is in: before it, only the
+    /// client's bytes count).
+    fn wrote(&mut self, poll: &Poll<std::io::Result<usize>>) {
+        if matches!(poll, Poll::Ready(Ok(n)) if *n > 0) && self.preface_left == 0 {
+            self.last = Instant::now();
         }
     }
 
@@ -327,10 +334,7 @@ impl AsyncRead for GrpcConn {
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        let poll = match &mut this.io {
-            GrpcIo::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            GrpcIo::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
-        };
+        let poll = Pin::new(&mut this.io).poll_read(cx, buf);
         match poll {
             Poll::Ready(Ok(())) => {
                 let read = buf.filled().len() - before;
@@ -363,13 +367,8 @@ impl AsyncRead for GrpcConn {
 impl AsyncWrite for GrpcConn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
-        let poll = match &mut this.io {
-            GrpcIo::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            GrpcIo::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
-        };
-        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) && this.preface_left == 0 {
-            this.last = Instant::now();
-        }
+        let poll = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(&poll);
         poll
     }
 
@@ -379,35 +378,21 @@ impl AsyncWrite for GrpcConn {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
-        let poll = match &mut this.io {
-            GrpcIo::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
-            GrpcIo::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
-        };
-        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) && this.preface_left == 0 {
-            this.last = Instant::now();
-        }
+        let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(&poll);
         poll
     }
 
     fn is_write_vectored(&self) -> bool {
-        match &self.io {
-            GrpcIo::Plain(tcp) => tcp.is_write_vectored(),
-            GrpcIo::Tls(tls) => tls.is_write_vectored(),
-        }
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
-            GrpcIo::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
-            GrpcIo::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
-        }
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
-            GrpcIo::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            GrpcIo::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
-        }
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
@@ -429,7 +414,7 @@ pub(crate) fn grpc_incoming(
         {
             match &tls {
                 None => {
-                    if tx.send(Ok(GrpcConn::new(GrpcIo::Plain(tcp), slot, &limits))).await.is_err() {
+                    if tx.send(Ok(GrpcConn::new(Box::new(tcp), slot, &limits))).await.is_err() {
                         return;
                     }
                 }
@@ -438,7 +423,7 @@ pub(crate) fn grpc_incoming(
                     tokio::spawn(async move {
                         match tls.accept(tcp).await {
                             Ok(io) => {
-                                let conn = GrpcConn::new(GrpcIo::Tls(Box::new(io)), slot, &limits);
+                                let conn = GrpcConn::new(Box::new(io), slot, &limits);
                                 let _ = tx.send(Ok(conn)).await;
                             }
                             Err(e) => tracing::debug!(error = %e, %peer, "gRPC: TLS handshake failed"),
