@@ -449,14 +449,9 @@ impl IntoResponses for ReserveProblems {
             ),
             (
                 "503".into(),
-                problem_response(
-                    503,
+                store_unavailable(
                     "The store could not keep the reservation; nothing is held.",
-                    &[(
-                        STORE_UNAVAILABLE_TYPE,
-                        "Store Unavailable",
-                        "The reservation could not be kept: the store timed out.",
-                    )],
+                    "The reservation could not be kept: the store timed out.",
                 ),
             ),
         ]);
@@ -506,14 +501,9 @@ impl IntoResponses for SettleProblems {
             ),
             (
                 "503".into(),
-                problem_response(
-                    503,
+                store_unavailable(
                     "The store did not answer.",
-                    &[(
-                        STORE_UNAVAILABLE_TYPE,
-                        "Store Unavailable",
-                        "The reservation could not be kept: the store timed out.",
-                    )],
+                    "The reservation could not be kept: the store timed out.",
                 ),
             ),
         ]);
@@ -553,18 +543,18 @@ impl IntoResponses for UsageProblems {
             ),
             (
                 "503".into(),
-                problem_response(
-                    503,
+                store_unavailable(
                     "The store did not answer.",
-                    &[(
-                        STORE_UNAVAILABLE_TYPE,
-                        "Store Unavailable",
-                        "The usage could not be read: the store timed out.",
-                    )],
+                    "The usage could not be read: the store timed out.",
                 ),
             ),
         ])
     }
+}
+
+/// A 503 `store-unavailable` problem: `description` says when, `example` is a detail.
+fn store_unavailable(description: &str, example: &str) -> RefOr<utoipa::openapi::Response> {
+    problem_response(503, description, &[(STORE_UNAVAILABLE_TYPE, "Store Unavailable", example)])
 }
 
 /// The store could not carry out the operation.
@@ -574,14 +564,9 @@ impl IntoResponses for StoreProblem {
     fn responses() -> Responses {
         BTreeMap::from([(
             "503".into(),
-            problem_response(
-                503,
+            store_unavailable(
                 "The store could not carry out the operation.",
-                &[(
-                    STORE_UNAVAILABLE_TYPE,
-                    "Store Unavailable",
-                    "The key could not be reset: the store timed out.",
-                )],
+                "The key could not be reset: the store timed out.",
             ),
         )])
     }
