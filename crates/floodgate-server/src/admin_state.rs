@@ -270,11 +270,6 @@ impl StateDir {
         Ok((state, Restored { versions, audit, switches }))
     }
 
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Writes `version` (on disk when this returns) and removes the kept versions older than
     /// `oldest_kept`.
     pub fn write_version(&mut self, version: &StoredVersion, oldest_kept: u64) -> Result<(), StateError> {

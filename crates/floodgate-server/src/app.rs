@@ -73,8 +73,7 @@ impl App {
             Some(dir) => Some(StateDir::open(dir, crate::control::KEPT_AUDIT_RECORDS)?),
             None => None,
         };
-        let control =
-            Control::start_with_state(config, store, options.config_path.clone(), metrics.clone(), state)?;
+        let control = Control::start(config, store, options.config_path.clone(), metrics.clone(), state)?;
         Ok(App { shared: Arc::new(Shared::new(control, metrics, options)) })
     }
 

@@ -266,22 +266,12 @@ pub enum StartError {
 }
 
 impl Control {
-    /// Puts `config` in force as version 1 over `store` (opened from `config.store`), keeping the
-    /// admin state in memory only.
-    pub fn start(config: Config, store: AnyStore, path: Option<PathBuf>, metrics: Metrics) -> Control {
-        match Control::start_with_state(config, store, path, metrics, None) {
-            Ok(control) => control,
-            // Only writing to a state directory fails, and there is none.
-            Err(e) => unreachable!("starting without a state directory failed: {e}"),
-        }
-    }
-
     /// Puts a configuration in force over `store` (opened from `config.store`), with the admin
-    /// state read from `state` when there is one: the kept versions become rollback targets, the
+    /// state read from `state` when there is one (`None`: kept in memory only): the kept versions become rollback targets, the
     /// audit log continues, and the latest kept version is put back in force — unless the
     /// configuration file changed since it was applied, in which case `config` (the file as it is
     /// now) wins as a new version. Writes the start to the state directory before returning.
-    pub fn start_with_state(
+    pub fn start(
         config: Config,
         store: AnyStore,
         path: Option<PathBuf>,
@@ -397,11 +387,6 @@ impl Control {
     /// (none without a state directory).
     pub fn restored_switches(&self) -> SwitchChange {
         self.restored_switches
-    }
-
-    /// The state directory, when there is one.
-    pub fn state_dir(&self) -> Option<PathBuf> {
-        self.state.as_ref().map(|s| s.lock().dir().to_path_buf())
     }
 
     /// The configuration in force.
