@@ -285,6 +285,18 @@ impl<C: Clock> Store for AnyStore<C> {
         }
     }
 
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: floodgate::store::Adjustment<'_>,
+        once: floodgate::store::Once<'_>,
+    ) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.adjust_once(ops, adjustment, once).await,
+            AnyStore::Redis(store) => store.adjust_once(ops, adjustment, once).await,
+        }
+    }
+
     async fn settle_record(
         &self,
         id: &[u8],

@@ -33,6 +33,7 @@
 //!         degrade_to: None,
 //!         grant: None,
 //!         permit: false,
+//!         shard: None,
 //!     }]
 //!     .into_iter()
 //!     .collect(),

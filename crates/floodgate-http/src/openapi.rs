@@ -550,6 +550,7 @@ mod tests {
             degrade_to: None,
             grant: None,
             permit: false,
+            shard: None,
         };
         Verdict { allowed: false, limits: [limit].into_iter().collect(), ..Verdict::default() }
     }

@@ -34,6 +34,7 @@ fn limit(rule: &str, outcome: Outcome, limit: u64, remaining: u64, reset_ms: u64
         degrade_to: None,
         grant: None,
         permit: false,
+        shard: None,
     }
 }
 

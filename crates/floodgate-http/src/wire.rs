@@ -609,6 +609,7 @@ mod tests {
                 degrade_to: degrade_to.as_deref().map(std::sync::Arc::from),
                 grant: None,
                 permit: false,
+                shard: None,
             });
             let verdict = Verdict { allowed, limits: limits.collect(), ..Verdict::default() };
             let body = VerdictBody::from(&verdict);

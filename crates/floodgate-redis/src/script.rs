@@ -58,6 +58,17 @@ pub(crate) enum ScriptMode {
     Report,
     /// Give grants back, report the status after.
     Undo,
+    /// [`ScriptMode::Report`] made at most once: the call carries its note ([`Once`]).
+    ReportOnce,
+    /// [`ScriptMode::Undo`] made at most once: the call carries its note ([`Once`]).
+    UndoOnce,
+}
+
+/// The note of a change made at most once: its key (in the ops' slot) and how long it is kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Once<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) keep_ms: u64,
 }
 
 impl ScriptMode {
@@ -68,7 +79,14 @@ impl ScriptMode {
             ScriptMode::PeekDenied => "d",
             ScriptMode::Report => "r",
             ScriptMode::Undo => "u",
+            ScriptMode::ReportOnce => "R",
+            ScriptMode::UndoOnce => "U",
         }
+    }
+
+    /// Whether the ops carry their grants (the undo modes).
+    fn gives_back(self) -> bool {
+        matches!(self, ScriptMode::Undo | ScriptMode::UndoOnce)
     }
 }
 
@@ -113,12 +131,13 @@ fn micros(d: std::time::Duration) -> u64 {
 }
 
 /// Builds the invocation of `ops` in `mode`, read at `timing`; `estimate` is the time quota periods
-/// are computed for.
+/// are computed for. `once` is the note of the modes made at most once (and only of them).
 pub(crate) fn invocation<'a>(
     mode: ScriptMode,
     timing: Timing,
     estimate: Timestamp,
     ops: impl Iterator<Item = ScriptOp<'a>>,
+    once: Option<Once<'_>>,
 ) -> Result<ScriptInvocation<'static>, StoreError> {
     let mut inv = SCRIPT.prepare_invoke();
     inv.arg(mode.arg());
@@ -135,7 +154,7 @@ pub(crate) fn invocation<'a>(
             Some(p3) => inv.arg(p3),
             None => inv.arg(""),
         };
-        if mode == ScriptMode::Undo {
+        if mode.gives_back() {
             let (at, lease) = op.grant.unwrap_or_default();
             let extra = match op.limit {
                 Limit::Quota(q) => q.calendar().bounds(at).0.as_micros(),
@@ -145,8 +164,22 @@ pub(crate) fn invocation<'a>(
         }
     }
     // After the ops, so that a call without it keeps the layout of the contract.
-    if let Some(t) = timing.not_after {
-        inv.arg(t.as_micros());
+    match (mode, once) {
+        (ScriptMode::ReportOnce | ScriptMode::UndoOnce, Some(once)) => {
+            inv.key(once.key).arg(once.keep_ms.saturating_add(timing.slack_ms).max(1));
+        }
+        (ScriptMode::ReportOnce | ScriptMode::UndoOnce, None) | (_, Some(_)) => {
+            return Err(StoreError::Backend {
+                message: format!("script mode {mode:?} called with note {once:?}"),
+                transient: false,
+                source: None,
+            });
+        }
+        (_, None) => {
+            if let Some(t) = timing.not_after {
+                inv.arg(t.as_micros());
+            }
+        }
     }
     Ok(inv)
 }
@@ -161,7 +194,9 @@ pub(crate) fn invocation_one(
 ) -> Option<Result<ScriptInvocation<'static>, StoreError>> {
     let mode = match mode {
         ScriptMode::Check | ScriptMode::Peek | ScriptMode::Report => mode.arg(),
-        ScriptMode::PeekDenied | ScriptMode::Undo => return None,
+        ScriptMode::PeekDenied | ScriptMode::Undo | ScriptMode::ReportOnce | ScriptMode::UndoOnce => {
+            return None;
+        }
     };
     let script: &'static Script = match op.limit {
         Limit::TokenBucket(_) | Limit::Gcra(_) => &ONE_BUCKET,
@@ -243,6 +278,8 @@ pub(crate) enum Reply {
     Retry { now: Timestamp },
     /// Redis's `now` is past the call's `not_after`: its caller has given up; nothing was written.
     Stale { now: Timestamp },
+    /// The change, made at most once, was made before; nothing was written.
+    Made { now: Timestamp },
 }
 
 /// One op's numbers in a reply: allowed, remaining, reset_after µs, retry_after µs, lease id.
@@ -255,10 +292,14 @@ pub(crate) fn parse(reply: Vec<i64>, ops: usize) -> Result<Reply, StoreError> {
         source: None,
     };
     match reply.first() {
-        Some(code @ (-1 | -2)) => {
+        Some(code @ -3..=-1) if reply.len() == 2 => {
             let now = reply.get(1).copied().ok_or_else(bad)?;
             let now = Timestamp::from_micros(u64::try_from(now).map_err(|_| bad())?);
-            Ok(if *code == -1 { Reply::Retry { now } } else { Reply::Stale { now } })
+            Ok(match code {
+                -1 => Reply::Retry { now },
+                -2 => Reply::Stale { now },
+                _ => Reply::Made { now },
+            })
         }
         Some(now) if reply.len() == 1 + 5 * ops => {
             let now = Timestamp::from_micros(u64::try_from(*now).map_err(|_| bad())?);
@@ -331,6 +372,7 @@ mod tests {
         assert!(stale(parse_one(vec![-2, 7])));
         assert!(stale(parse(vec![-2, 7], 3)));
         assert!(matches!(parse(vec![-1, 7], 1), Ok(Reply::Retry { .. })));
+        assert!(matches!(parse(vec![-3, 7], 2), Ok(Reply::Made { now }) if now == Timestamp::from_micros(7)));
         assert!(parse_one(vec![-2, -7]).is_err());
         assert!(parse(vec![-2], 1).is_err());
     }

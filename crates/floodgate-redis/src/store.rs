@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use floodgate::store::{Applied, Mode, Op, OpResult, Record, Settle, Store, StoreError};
+use floodgate::store::{Adjustment, Applied, Mode, Once, Op, OpResult, Record, Settle, Store, StoreError};
 use floodgate::{Limit, OnStoreError};
 use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use futures_util::future::join_all;
@@ -105,7 +105,10 @@ type Group = SmallVec<[usize; 4]>;
 /// The answer of one call for one group.
 struct Answer {
     now: Timestamp,
+    /// Five numbers per op; none when `made_before`.
     rows: Vec<i64>,
+    /// A change made at most once was made before: this call wrote nothing.
+    made_before: bool,
 }
 
 impl Answer {
@@ -372,7 +375,8 @@ impl RedisStore {
     }
 
     /// One script call for the ops `group` of `prepared`, retried when Redis's time falls outside the
-    /// quota periods computed for it; stale (a timeout) when Redis runs it past `not_after`.
+    /// quota periods computed for it; stale (a timeout) when Redis runs it past `not_after`. `once`
+    /// is the note of the modes made at most once.
     async fn call(
         &self,
         prepared: &[Prepared<'_>],
@@ -380,6 +384,7 @@ impl RedisStore {
         mode: ScriptMode,
         grants: Option<&[Option<Grant>]>,
         not_after: Option<Timestamp>,
+        once: Option<script::Once<'_>>,
     ) -> Result<Answer, StoreError> {
         let mut estimate = self.estimate();
         let op = |i: usize| {
@@ -404,7 +409,7 @@ impl RedisStore {
                 }
                 None => {
                     let ops = group.iter().map(|&i| op(i));
-                    let inv = script::invocation(mode, timing, estimate, ops)?;
+                    let inv = script::invocation(mode, timing, estimate, ops, once)?;
                     let reply = self.invoke(&inv).await.map_err(|e| classify(e, self.shared.deadline))?;
                     script::parse(reply, group.len())?
                 }
@@ -412,7 +417,11 @@ impl RedisStore {
             match reply {
                 Reply::Done { now, rows } => {
                     self.observe(now, sent);
-                    return Ok(Answer { now, rows });
+                    return Ok(Answer { now, rows, made_before: false });
+                }
+                Reply::Made { now } => {
+                    self.observe(now, sent);
+                    return Ok(Answer { now, rows: Vec::new(), made_before: true });
                 }
                 Reply::Retry { now } => {
                     self.observe(now, sent);
@@ -474,7 +483,7 @@ impl RedisStore {
             Mode::Report => ScriptMode::Report,
         };
         if let [group] = &groups[..] {
-            let answer = self.call(&prepared, group, script_mode, None, not_after).await?;
+            let answer = self.call(&prepared, group, script_mode, None, not_after, None).await?;
             let admitted = mode != Mode::Peek && answer.admitted(ops, group);
             fill(out, ops, mode, admitted, &[(group, &answer)]);
             return Ok(());
@@ -484,7 +493,8 @@ impl RedisStore {
         // the slots that consumed give it back unless every slot admitted. Never over-admits; see
         // the crate docs for the worst case.
         let results =
-            join_all(groups.iter().map(|g| self.call(&prepared, g, script_mode, None, not_after))).await;
+            join_all(groups.iter().map(|g| self.call(&prepared, g, script_mode, None, not_after, None)))
+                .await;
         if results.iter().any(Result::is_err) {
             if mode == Mode::Check {
                 // Slots that answered that they admitted consumed: give it back in the background,
@@ -522,9 +532,9 @@ impl RedisStore {
                 let r = match mode {
                     Mode::Check => {
                         let grants = grants_of(ops, g, a);
-                        self.call(prepared, &allowed, ScriptMode::Undo, Some(&grants), None).await
+                        self.call(prepared, &allowed, ScriptMode::Undo, Some(&grants), None, None).await
                     }
-                    _ => self.call(prepared, &allowed, ScriptMode::PeekDenied, None, None).await,
+                    _ => self.call(prepared, &allowed, ScriptMode::PeekDenied, None, None, None).await,
                 };
                 (allowed, r)
             });
@@ -564,7 +574,8 @@ impl RedisStore {
                 grant: Some((grant.at, grant.lease)),
             })
         });
-        let Ok(inv) = script::invocation(ScriptMode::Undo, self.timing(None), self.estimate(), items) else {
+        let Ok(inv) = script::invocation(ScriptMode::Undo, self.timing(None), self.estimate(), items, None)
+        else {
             return;
         };
         let store = self.clone();
@@ -589,7 +600,50 @@ impl RedisStore {
         let prepared = self.prepare(&ops);
         // Not guarded: a refund or release gives back what a check really took (the engine only
         // refunds the grants of answered checks), which is right however late it lands.
-        self.call(&prepared, &[0], ScriptMode::Undo, Some(&[Some(grant)]), None).await.map(|_| ())
+        self.call(&prepared, &[0], ScriptMode::Undo, Some(&[Some(grant)]), None, None).await.map(|_| ())
+    }
+
+    /// [`Store::adjust_once`]: one call per slot (one on a single node), each carrying its own
+    /// note in its slot — `<prefix>{<tag>}o<id>`, the tag of the group's first key — written by the
+    /// same script as the change. Slots are called in turn, and the first failure is returned: a
+    /// retry makes what is left, and only that.
+    async fn adjust_once_within(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        let _permit =
+            self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
+        let grants: Option<SmallVec<[Option<Grant>; 4]>> = match adjustment {
+            Adjustment::Report => None,
+            Adjustment::GiveBack(grants) if grants.len() == ops.len() => {
+                Some(grants.iter().copied().map(Some).collect())
+            }
+            Adjustment::GiveBack(grants) => {
+                return Err(config_error(format!(
+                    "{} grants given back on {} keys",
+                    grants.len(),
+                    ops.len()
+                )));
+            }
+        };
+        let mode = match adjustment {
+            Adjustment::Report => ScriptMode::ReportOnce,
+            Adjustment::GiveBack(_) => ScriptMode::UndoOnce,
+        };
+        let keep_ms = u64::try_from(once.keep.as_millis()).unwrap_or(u64::MAX).max(1);
+        let prepared = self.prepare(ops);
+        let mut applied = false;
+        let mut note = Vec::new();
+        for group in self.groups(&prepared) {
+            let (t, _) = tag(prepared[group[0]].op.key, &self.shared.hash_tag);
+            redis_key(&mut note, &self.shared.prefix, &t, b'o', once.id);
+            let note = script::Once { key: &note, keep_ms };
+            let answer = self.call(&prepared, &group, mode, grants.as_deref(), None, Some(note)).await?;
+            applied |= !answer.made_before;
+        }
+        Ok(applied)
     }
 
     /// Not guarded (a plain `DEL`): a reset Redis runs late forgets the key as the caller asked,
@@ -763,6 +817,18 @@ impl Store for RedisStore {
         self.within(self.refund_within(key, limit, grant)).await
     }
 
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        if ops.is_empty() {
+            return Ok(false);
+        }
+        self.within(self.adjust_once_within(ops, adjustment, once)).await
+    }
+
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         self.within(self.reset_within(key)).await
     }
@@ -792,8 +858,16 @@ impl Store for RedisStore {
         let expires_at = int(reply.first()).ok_or_else(|| bad_record_reply(&reply))?;
         let body = bytes(reply.get(1)).ok_or_else(|| bad_record_reply(&reply))?;
         let settled = bytes(reply.get(2)).filter(|s| !s.is_empty());
+        let kept_ms = int(reply.get(3)).ok_or_else(|| bad_record_reply(&reply))?;
         let expires_at = Timestamp::from_micros(micros(expires_at));
-        Ok(Some(Record { body, expires_at, expired: settled.is_none() && now >= expires_at, settled }))
+        Ok(Some(Record {
+            body,
+            expires_at,
+            expired: settled.is_none() && now >= expires_at,
+            settled,
+            // A key without an expiry (-1) is not one this store wrote; kept as long as the longest.
+            kept_for: Duration::from_millis(u64::try_from(kept_ms).unwrap_or(u64::MAX)),
+        }))
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use floodgate::Limit;
-use floodgate::store::{Applied, Mode, Op, Record, Settle, Store, StoreError};
+use floodgate::store::{Adjustment, Applied, Mode, Once, Op, Record, Settle, Store, StoreError};
 use floodgate_core::Grant;
 
 /// Wraps a real store and counts every call made to it, to test how many round trips a front door
@@ -115,6 +115,15 @@ impl<S: Store> Store for CountingStore<S> {
 
     async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
         self.inner.get_record(id).await
+    }
+
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        self.inner.adjust_once(ops, adjustment, once).await
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {

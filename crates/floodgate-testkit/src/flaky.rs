@@ -2,10 +2,10 @@
 //! fallbacks.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use floodgate::Limit;
-use floodgate::store::{Applied, Mode, Op, Record, Settle, Store, StoreError};
+use floodgate::store::{Adjustment, Applied, Mode, Once, Op, Record, Settle, Store, StoreError};
 use floodgate_core::Grant;
 use tokio::sync::Notify;
 
@@ -18,6 +18,15 @@ pub enum Behaviour {
     Failing,
     /// Every call waits until the store is told to behave otherwise (a black-holed host).
     Hanging,
+}
+
+/// Where [`FlakyStore::lose_adjustments`] makes an adjustment fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Before it reaches the store: nothing is made (an instance that crashed before the call).
+    Before,
+    /// After the store made it: the answer is lost (an instance that crashed after the call).
+    After,
 }
 
 /// Wraps a real store; [`FlakyStore::set`] makes it fail or hang. Calls that reach the wrapped
@@ -34,6 +43,9 @@ struct State {
     calls: AtomicUsize,
     attempts: AtomicUsize,
     changed: Notify,
+    /// How many of the next [`Store::adjust_once`] calls fail, and where (0 before, 1 after).
+    lost_adjustments: AtomicUsize,
+    lost_after: AtomicBool,
 }
 
 impl<S> FlakyStore<S> {
@@ -46,6 +58,13 @@ impl<S> FlakyStore<S> {
     pub fn set(&self, behaviour: Behaviour) {
         self.state.behaviour.store(behaviour as u8, Ordering::SeqCst);
         self.state.changed.notify_waiters();
+    }
+
+    /// Makes the next `n` [`Store::adjust_once`] calls fail with a transient error, `at` the point
+    /// given: a settlement cut off between its steps.
+    pub fn lose_adjustments(&self, n: usize, at: Lost) {
+        self.state.lost_after.store(at == Lost::After, Ordering::SeqCst);
+        self.state.lost_adjustments.store(n, Ordering::SeqCst);
     }
 
     /// Calls that reached the wrapped store.
@@ -119,6 +138,29 @@ impl<S: Store> Store for FlakyStore<S> {
     async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
         self.gate().await?;
         self.inner.get_record(id).await
+    }
+
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        self.gate().await?;
+        let lost = self
+            .state
+            .lost_adjustments
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lost.is_err() {
+            return self.inner.adjust_once(ops, adjustment, once).await;
+        }
+        let message = if self.state.lost_after.load(Ordering::SeqCst) {
+            self.inner.adjust_once(ops, adjustment, once).await?;
+            "the adjustment's answer was lost (a flaky test store)"
+        } else {
+            "the adjustment was cut off (a flaky test store)"
+        };
+        Err(StoreError::Backend { message: message.into(), transient: true, source: None })
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {

@@ -47,5 +47,5 @@ mod subject;
 pub mod tls;
 
 pub use counting::{Calls, CountingStore};
-pub use flaky::{Behaviour, FlakyStore};
+pub use flaky::{Behaviour, FlakyStore, Lost};
 pub use subject::{START, StoreUnderTest, TestKey, every_algorithm};

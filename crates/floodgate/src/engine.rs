@@ -106,6 +106,9 @@ pub struct LimitOutcome {
     pub grant: Option<Grant>,
     /// Whether the grant is a concurrency permit that must be released.
     pub permit: bool,
+    /// The shard the grant was taken from, for a sharded rule (see
+    /// [`Rule::shards`](crate::Rule::shards)): what is given back goes to the same shard.
+    pub shard: Option<u16>,
 }
 
 /// The answer for one request: allowed or not, and why, limit by limit.
@@ -374,6 +377,10 @@ struct Request<'p> {
     buf: KeyBuf,
     planned: SmallVec<[Planned<'p>; 4]>,
     merged: SmallVec<[Merged<'p>; 4]>,
+    /// Set for a change made at most once ([`Policy::report_once`]): sharded rules take the shard
+    /// this seed picks ([`Shards::pick`]), not the next one, so that the change made again lands
+    /// where it landed before.
+    shard_seed: Option<u64>,
 }
 
 impl<'p> Request<'p> {
@@ -434,7 +441,7 @@ impl<'p> Request<'p> {
     fn verdict(&self, result: Result<(), StoreError>, applied: &Applied) -> Verdict {
         match result {
             Ok(()) => match &applied.degraded {
-                None => verdict(&self.planned, applied),
+                None => verdict(&self.planned, &self.merged, applied),
                 Some(error) => fallback_verdict(&self.planned, &self.merged, applied, Arc::clone(error)),
             },
             Err(error) => failure_verdict(&self.planned, error),
@@ -599,6 +606,35 @@ impl Policy {
         Ok(request.verdict(result, &applied))
     }
 
+    /// Reports `hit` — consumes its costs from every limit that applies, never denies — at most
+    /// once for `once` ([`Store::adjust_once`]). A sharded rule takes the shard `seed` picks, so
+    /// that the report made again lands on the same shard. Returns whether this call applied it.
+    pub(crate) async fn report_once<S: Store>(
+        &self,
+        store: &S,
+        hit: Hit<'_>,
+        seed: u64,
+        once: crate::store::Once<'_>,
+    ) -> Result<bool, StoreError> {
+        let mut request = Request { shard_seed: Some(seed), ..Request::default() };
+        let planned = self.prepare(Mode::Report, &[hit], Impossible::Error, &mut request);
+        match planned {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(false),
+            // Descriptors and costs a reservation was granted with plan again; a reload in between
+            // may have made them invalid.
+            Err(error) => {
+                return Err(StoreError::Backend {
+                    message: format!("the report cannot be planned: {error}"),
+                    transient: false,
+                    source: None,
+                });
+            }
+        }
+        let ops = request.ops();
+        store.adjust_once(&ops, crate::store::Adjustment::Report, once).await
+    }
+
     /// [`Policy::evaluate`] without waiting, when the store can answer at once
     /// ([`Store::try_apply_now`]: the memory store always can); `None` when it cannot, and the
     /// caller must await [`Policy::evaluate`] instead. For front doors that decide inside a
@@ -636,8 +672,7 @@ impl Policy {
         impossible: Impossible,
         request: &mut Request<'p>,
     ) -> Result<Option<Mode>, EngineError> {
-        let denied =
-            self.plan(mode, hits, impossible, &mut request.buf, &mut request.planned, &mut request.merged)?;
+        let denied = self.plan(mode, hits, impossible, request)?;
         if request.planned.is_empty() {
             return Ok(None);
         }
@@ -646,18 +681,18 @@ impl Policy {
         Ok(Some(if denied && mode == Mode::Check { Mode::Peek } else { mode }))
     }
 
-    /// Finds the rules that apply to each hit, appends their keys to `buf` and plans one store op
-    /// per distinct key. Returns whether an enforced limit can never grant its cost (with
-    /// [`Impossible::Deny`]).
+    /// Finds the rules that apply to each hit, appends their keys to the request's buffer and
+    /// plans one store op per distinct key. Returns whether an enforced limit can never grant its
+    /// cost (with [`Impossible::Deny`]).
     fn plan<'p>(
         &'p self,
         mode: Mode,
         hits: &[Hit<'_>],
         impossible: Impossible,
-        buf: &mut KeyBuf,
-        planned: &mut SmallVec<[Planned<'p>; 4]>,
-        ops: &mut SmallVec<[Merged<'p>; 4]>,
+        request: &mut Request<'p>,
     ) -> Result<bool, EngineError> {
+        let Request { buf, planned, merged: ops, shard_seed } = request;
+        let shard_seed = *shard_seed;
         let mut denied = false;
         let replaced = self.replaced(hits);
         for (hit_index, hit) in hits.iter().enumerate() {
@@ -696,7 +731,10 @@ impl Policy {
                 // A sharded rule: the next shard's number ends the key, and its share is the limit.
                 let (limit, key, shard) = match &compiled.shards {
                     Some(shards) => {
-                        let i = shards.next();
+                        let i = match shard_seed {
+                            Some(seed) => shards.pick(seed.wrapping_add(index as u64)),
+                            None => shards.next(),
+                        };
                         push_shard(buf, i);
                         (Cow::Borrowed(&shards.limits[usize::from(i)]), start..buf.len(), Some((shards, i)))
                     }
@@ -809,23 +847,48 @@ impl Policy {
             }
             let Some(hit) = hits.get(l.hit) else { continue };
             let Some(compiled) = self.rule_of(l) else { continue };
-            let Some((limit, _)) = compiled.rule.select(hit.descriptors) else { continue };
             buf.clear();
-            if !matches!(build_key(compiled, hit.descriptors, &mut buf), Ok(true)) {
+            let Some(limit) = self.give_back_to(compiled, hit.descriptors, l.shard, None, &mut buf) else {
                 continue;
-            }
-            // In the calendar it was taken in (the request's descriptors chose it).
-            let Ok(mut limit) = compiled.in_calendar(limit, hit.descriptors) else { continue };
-            // A sharded rule's refund goes to the shard the next request takes: the shards' total
-            // stays exact.
-            if let Some(shards) = &compiled.shards {
-                let i = shards.next();
-                push_shard(&mut buf, i);
-                limit = Cow::Borrowed(&shards.limits[usize::from(i)]);
-            }
+            };
             store.refund(&buf, &limit, grant).await?;
         }
         Ok(())
+    }
+
+    /// Appends to `buf` the key of `compiled` that a grant taken for `descriptors` is given back
+    /// to, and returns the limit to give it back under; `None` when the rule no longer applies to
+    /// them. A sharded rule's grant goes back to `shard`, the one it was taken from; when that is
+    /// not known (or no longer exists: a reload changed the rule's shards), to the shard `seed`
+    /// picks ([`Shards::pick`]: the same one when a change is made again), else to the shard the
+    /// next request takes.
+    pub(crate) fn give_back_to<'p>(
+        &'p self,
+        compiled: &'p CompiledRule,
+        descriptors: &Descriptors,
+        shard: Option<u16>,
+        seed: Option<u64>,
+        buf: &mut KeyBuf,
+    ) -> Option<Cow<'p, Limit>> {
+        let (limit, _) = compiled.rule.select(descriptors)?;
+        let start = buf.len();
+        if !matches!(build_key(compiled, descriptors, buf), Ok(true)) {
+            buf.truncate(start);
+            return None;
+        }
+        // In the calendar it was taken in (the request's descriptors chose it).
+        let Ok(limit) = compiled.in_calendar(limit, descriptors) else {
+            buf.truncate(start);
+            return None;
+        };
+        let Some(shards) = &compiled.shards else { return Some(limit) };
+        let i = match (shard, seed) {
+            (Some(i), _) if usize::from(i) < shards.limits.len() => i,
+            (_, Some(seed)) => shards.pick(seed),
+            _ => shards.next(),
+        };
+        push_shard(buf, i);
+        Some(Cow::Borrowed(&shards.limits[usize::from(i)]))
     }
 
     /// Forgets the state of `rule` for the key made from `descriptors` on `store`. Returns whether
@@ -865,7 +928,7 @@ impl Policy {
 }
 
 /// The verdict of a request from the store's results.
-fn verdict(planned: &[Planned<'_>], applied: &Applied) -> Verdict {
+fn verdict(planned: &[Planned<'_>], merged: &[Merged<'_>], applied: &Applied) -> Verdict {
     let limits: SmallVec<[LimitOutcome; 4]> = planned
         .iter()
         .map(|p| {
@@ -873,7 +936,10 @@ fn verdict(planned: &[Planned<'_>], applied: &Applied) -> Verdict {
                 return decided(p, never_allowed(&p.limit), None, applied.at, false);
             }
             let r = &applied.results[p.op];
-            decided(p, r.decision, if p.first_of_op { r.grant } else { None }, applied.at, false)
+            let mut outcome =
+                decided(p, r.decision, if p.first_of_op { r.grant } else { None }, applied.at, false);
+            outcome.shard = merged[p.op].shard.map(|(_, i)| i);
+            outcome
         })
         .collect();
     let allowed = !limits.iter().any(|l| l.outcome.denies());
@@ -910,6 +976,7 @@ fn decided(
         degrade_to: if outcome == Outcome::Tagged { p.degrade_to.cloned() } else { None },
         grant,
         permit: p.limit.holds_permits(),
+        shard: None,
     }
 }
 
@@ -1008,6 +1075,7 @@ fn failed(p: &Planned<'_>) -> LimitOutcome {
         degrade_to: None,
         grant: None,
         permit: false,
+        shard: None,
     }
 }
 

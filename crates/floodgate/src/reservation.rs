@@ -21,15 +21,16 @@
 //! ([`SettleError::NotFound`]).
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use floodgate_core::{Grant, Timestamp};
 use smallvec::SmallVec;
 
-use crate::engine::{Hit, Verdict};
-use crate::store::{Mode, Settle, Store, StoreError, kept_after_expiry};
+use std::borrow::Cow;
+
+use crate::engine::{Hit, KeyBuf, Verdict};
+use crate::store::{Adjustment, Mode, Once, Op, Settle, Store, StoreError, kept_after_expiry};
 use crate::{Costs, Descriptors, Policy};
 
 /// A reservation made: its id, and when it expires (on the store's clock).
@@ -139,8 +140,9 @@ impl Policy {
         let wanted = encode_settlement(settlement);
         let record = store.get_record(id.as_bytes()).await?.ok_or(SettleError::NotFound)?;
         let held = decode(&record.body).ok_or(SettleError::NotFound)?;
+        let keep = record.kept_for;
         if let Some(done) = &record.settled {
-            return answer_again(&held, done, &wanted);
+            return self.settle_again(store, id, &held, done, &wanted, keep).await;
         }
         if record.expired {
             return Err(SettleError::Expired);
@@ -150,73 +152,122 @@ impl Policy {
         }
         match store.settle_record(id.as_bytes(), &wanted).await? {
             Settle::Settled => {}
-            Settle::Already(done) => return answer_again(&held, &done, &wanted),
+            Settle::Already(done) => return self.settle_again(store, id, &held, &done, &wanted, keep).await,
             Settle::Expired => return Err(SettleError::Expired),
             Settle::Missing => return Err(SettleError::NotFound),
         }
         let settled = settled(&held, &wanted, false);
-        self.adjust(store, &held, &settled).await?;
+        self.adjust(store, id, &held, &settled, keep).await?;
         Ok(settled)
     }
 
-    /// Charges a settlement this instance won: gives back what was reserved beyond the actual
-    /// cost (and every permit), and reports the excess.
-    async fn adjust<S: Store>(&self, store: &S, held: &Held, settled: &Settled) -> Result<(), StoreError> {
-        let hit = Hit::new(&held.descriptors, 0);
-        let mut back = Verdict::default();
-        for l in &held.limits {
+    /// The answer to a settlement of a reservation already settled with `done`: the same answer
+    /// when it is the same settlement, a conflict otherwise.
+    ///
+    /// The same settlement also finishes what the first one may have left undone — its instance
+    /// crashed, or the store failed, between marking the record and giving back — so that a
+    /// retried settlement always leaves the limits as one settlement does: each step is made at
+    /// most once ([`Store::adjust_once`]), so what the first one made is not made again.
+    async fn settle_again<S: Store>(
+        &self,
+        store: &S,
+        id: &str,
+        held: &Held,
+        done: &[u8],
+        wanted: &[u8],
+        keep: Duration,
+    ) -> Result<Settled, SettleError> {
+        if done != wanted {
+            return Err(SettleError::Conflict { committed: done.first() == Some(&COMMIT) });
+        }
+        let settled = settled(held, done, true);
+        self.adjust(store, id, held, &settled, keep).await?;
+        Ok(settled)
+    }
+
+    /// Charges the settlement of reservation `id`: gives back what was reserved beyond the actual
+    /// cost (and every permit), and reports the excess. Each of the two is one store call made at
+    /// most once ([`Store::adjust_once`], noted for `keep`: as long as the record is kept), so
+    /// that it can be made again by a retry. A sharded rule gets back what it gave on the shard
+    /// it gave it from; its excess goes to the shard the id picks, the same one each time.
+    async fn adjust<S: Store>(
+        &self,
+        store: &S,
+        id: &str,
+        held: &Held,
+        settled: &Settled,
+        keep: Duration,
+    ) -> Result<(), StoreError> {
+        let seed = seed_of(id);
+        let mut buf = KeyBuf::new();
+        let mut targets: SmallVec<[GiveBack<'_>; 4]> = SmallVec::new();
+        for (k, l) in held.limits.iter().enumerate() {
             // A rule gone since (a reload) has nothing to give back to.
-            let Some(index) = self.rules.iter().position(|c| *c.rule.name == *l.rule) else { continue };
-            let refund =
-                if l.permit { l.grant.cost } else { settled.refunded.get(&self.rules[index].rule.cost) };
+            let Some(compiled) = self.rules.iter().find(|c| *c.rule.name == *l.rule) else { continue };
+            let refund = if l.permit { l.grant.cost } else { settled.refunded.get(&compiled.rule.cost) };
             if refund == 0 {
                 continue;
             }
-            back.limits.push(crate::LimitOutcome {
-                rule: Arc::clone(&self.rules[index].rule.name),
-                index,
-                hit: 0,
-                decision: floodgate_core::Decision {
-                    allowed: true,
-                    limit: 0,
-                    remaining: 0,
-                    reset_after: Duration::ZERO,
-                    retry_after: None,
-                },
-                outcome: crate::Outcome::Allowed,
-                enforced: true,
-                window: Duration::ZERO,
-                dimension: Arc::clone(&self.rules[index].rule.cost),
-                quota: false,
-                degrade_to: None,
-                grant: Some(Grant { cost: refund.min(l.grant.cost), ..l.grant }),
-                permit: l.permit,
+            let start = buf.len();
+            let seed = Some(seed.wrapping_add(k as u64));
+            let Some(limit) = self.give_back_to(compiled, &held.descriptors, l.shard, seed, &mut buf) else {
+                continue;
+            };
+            targets.push(GiveBack {
+                key: start..buf.len(),
+                scope_len: compiled.scope.len(),
+                limit,
+                on_error: compiled.rule.on_store_error,
+                grant: Grant { cost: refund.min(l.grant.cost), ..l.grant },
             });
         }
-        self.give_back(store, &[hit], &back, false).await?;
+        if !targets.is_empty() {
+            let ops: SmallVec<[Op<'_>; 4]> = targets
+                .iter()
+                .map(|t| Op {
+                    key: &buf[t.key.clone()],
+                    scope_len: t.scope_len,
+                    limit: &t.limit,
+                    cost: t.grant.cost,
+                    enforce: true,
+                    on_error: t.on_error,
+                    prefetch: None,
+                })
+                .collect();
+            let grants: SmallVec<[Grant; 4]> = targets.iter().map(|t| t.grant).collect();
+            let once = format!("{id}:back");
+            store
+                .adjust_once(&ops, Adjustment::GiveBack(&grants), Once { id: once.as_bytes(), keep })
+                .await?;
+        }
         if !settled.excess.is_zero() {
             let excess = Hit::with_costs(&held.descriptors, &settled.excess);
-            // A report never denies; a failure to charge the excess is the store's error.
-            if let Ok(verdict) = self.evaluate(store, Mode::Report, &[excess], crate::Impossible::Error).await
-                && let Some(error) = verdict.store_error
-            {
-                return Err(StoreError::Backend {
+            let once = format!("{id}:more");
+            self.report_once(store, excess, seed, Once { id: once.as_bytes(), keep }).await.map_err(
+                |error| StoreError::Backend {
                     message: format!("the excess could not be charged: {error}"),
                     transient: error.is_transient(),
                     source: None,
-                });
-            }
+                },
+            )?;
         }
         Ok(())
     }
 }
 
-/// The answer to a settlement of a reservation already settled with `done`.
-fn answer_again(held: &Held, done: &[u8], wanted: &[u8]) -> Result<Settled, SettleError> {
-    if done == wanted {
-        return Ok(settled(held, done, true));
-    }
-    Err(SettleError::Conflict { committed: done.first() == Some(&COMMIT) })
+/// One limit a settlement gives back to: its key (a range of the settlement's key buffer).
+struct GiveBack<'p> {
+    key: std::ops::Range<usize>,
+    scope_len: usize,
+    limit: Cow<'p, crate::Limit>,
+    on_error: crate::OnStoreError,
+    grant: Grant,
+}
+
+/// The number a reservation's id seeds its shard choices with: its first 16 hexadecimal digits,
+/// the same on every instance.
+fn seed_of(id: &str) -> u64 {
+    id.get(..16).and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0)
 }
 
 /// The settlement `encoded` of `held`, as numbers.
@@ -275,7 +326,9 @@ fn new_id() -> String {
 
 // === the record's bytes ===
 
-const VERSION: u8 = 1;
+/// The record format written: version 2 adds each grant's shard. Records of version 1 are still
+/// read (a rolling upgrade, a persisted store): what they hold goes back to a shard their id picks.
+const VERSION: u8 = 2;
 const COMMIT: u8 = 1;
 const RELEASE: u8 = 2;
 
@@ -285,6 +338,8 @@ struct HeldLimit {
     rule: Box<str>,
     grant: Grant,
     permit: bool,
+    /// The shard of a sharded rule the grant was taken from (`None` in records of version 1).
+    shard: Option<u16>,
 }
 
 /// A decoded record.
@@ -341,6 +396,13 @@ fn encode(hit: Hit<'_>, verdict: &Verdict, kind: Kind) -> Vec<u8> {
         put_u64(&mut out, grant.cost);
         put_u64(&mut out, grant.lease);
         out.push(u8::from(l.permit));
+        match l.shard {
+            Some(i) => {
+                out.push(1);
+                out.extend_from_slice(&i.to_be_bytes());
+            }
+            None => out.push(0),
+        }
     }
     out
 }
@@ -403,7 +465,8 @@ fn decode_costs(r: &mut Reader<'_>) -> Option<Costs> {
 /// A record's content; `None` for bytes no engine wrote.
 fn decode(body: &[u8]) -> Option<Held> {
     let mut r = Reader(body);
-    if r.u8()? != VERSION {
+    let version = r.u8()?;
+    if !(1..=VERSION).contains(&version) {
         return None;
     }
     let kind = match r.u8()? {
@@ -425,7 +488,14 @@ fn decode(body: &[u8]) -> Option<Held> {
         let cost = r.u64()?;
         let lease = r.u64()?;
         let permit = r.u8()? == 1;
-        limits.push(HeldLimit { rule, grant: Grant { at, cost, lease }, permit });
+        let shard = match version {
+            1 => None,
+            _ => match r.u8()? {
+                0 => None,
+                _ => Some(u16::from_be_bytes([r.u8()?, r.u8()?])),
+            },
+        };
+        limits.push(HeldLimit { rule, grant: Grant { at, cost, lease }, permit, shard });
     }
     Some(Held { kind, descriptors, estimate, limits })
 }
@@ -468,5 +538,75 @@ impl<S: Store> crate::Engine<S> {
     /// Settles reservation `id` (see the [module docs](self)).
     pub async fn settle(&self, id: &str, settlement: Settlement<'_>) -> Result<Settled, SettleError> {
         self.policy().settle(self.store(), id, settlement).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(rule: &str, shard: Option<u16>, permit: bool) -> crate::LimitOutcome {
+        crate::LimitOutcome {
+            rule: rule.into(),
+            index: 0,
+            hit: 0,
+            decision: floodgate_core::Decision {
+                allowed: true,
+                limit: 10,
+                remaining: 9,
+                reset_after: Duration::ZERO,
+                retry_after: None,
+            },
+            outcome: crate::Outcome::Allowed,
+            enforced: true,
+            window: Duration::from_secs(60),
+            dimension: "tokens".into(),
+            quota: false,
+            degrade_to: None,
+            grant: Some(Grant { at: Timestamp::from_micros(7), cost: 600, lease: 3 }),
+            permit,
+            shard,
+        }
+    }
+
+    #[test]
+    fn a_record_keeps_each_grant_and_its_shard() {
+        let descriptors = Descriptors::new().with("tenant", "t1");
+        let costs = Costs::new().with("tokens", 600);
+        let verdict = Verdict {
+            allowed: true,
+            limits: [outcome("tpm", Some(3), false), outcome("in-flight", None, true)].into_iter().collect(),
+            ..Verdict::default()
+        };
+        let body = encode(Hit::with_costs(&descriptors, &costs), &verdict, Kind::Reserve);
+        let held = decode(&body).expect("decodes");
+        assert_eq!(held.kind, Kind::Reserve);
+        assert_eq!(held.estimate, costs);
+        let got: Vec<_> = held.limits.iter().map(|l| (&*l.rule, l.grant, l.permit, l.shard)).collect();
+        let grant = Grant { at: Timestamp::from_micros(7), cost: 600, lease: 3 };
+        assert_eq!(got, [("tpm", grant, false, Some(3)), ("in-flight", grant, true, None)]);
+        // Cut anywhere, it is no record.
+        for end in 0..body.len() {
+            assert!(decode(&body[..end]).is_none(), "cut at {end}");
+        }
+    }
+
+    #[test]
+    fn a_record_of_version_1_is_read_without_shards() {
+        // Version 1: no shard after each limit's permit flag.
+        let mut body = vec![1, 0];
+        put_u64(&mut body, 0);
+        encode_costs(&mut body, &Costs::new().with("requests", 1));
+        put_u64(&mut body, 1);
+        put_bytes(&mut body, b"rpm");
+        for n in [5, 1, 0] {
+            put_u64(&mut body, n);
+        }
+        body.push(0);
+        let held = decode(&body).expect("decodes");
+        assert_eq!(held.limits.len(), 1);
+        assert_eq!((held.limits[0].grant.cost, held.limits[0].shard), (1, None));
+        body[0] = 3;
+        assert!(decode(&body).is_none(), "a version this build does not know");
     }
 }

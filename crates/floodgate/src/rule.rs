@@ -620,6 +620,12 @@ impl Shards {
         i as u16
     }
 
+    /// The shard a change named by `seed` takes: the same one each time it is made again (a retried
+    /// settlement must find its own earlier change), spread over the shards by the seeds.
+    pub(crate) fn pick(&self, seed: u64) -> u16 {
+        (seed % self.limits.len() as u64) as u16
+    }
+
     /// The shard after `i`.
     pub(crate) fn after(&self, i: u16) -> u16 {
         ((usize::from(i) + 1) % self.limits.len()) as u16

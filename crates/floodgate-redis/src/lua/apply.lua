@@ -7,7 +7,8 @@
 --    as it stays). 'p' peek: nothing is written; when the request would be denied, the ops that
 --    allowed report their status. 'd': a peek denied elsewhere, so the ops that allow report their
 --    status. 'r' report: every op consumes, and reports its status after. 'u' undo: every op gives
---    its grant back, and reports its status after.
+--    its grant back, and reports its status after. 'R' and 'U': the same, once (the note is written
+--    first; the prelude answered already when it existed).
 
 local function algo(letter)
   if letter == 'b' then return bucket end
@@ -52,13 +53,14 @@ if mode == 'c' or mode == 'p' or mode == 'd' then
   return out
 end
 
+if once then call('SET', KEYS[n + 1], '1', 'PX', ARGV[4 + stride * n]) end
 for i = 1, n do
   local base = 3 + stride * (i - 1)
   local f = algo(ARGV[base + 1])
   local cost, p1, p2, p3 = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5]),
     tonumber(ARGV[base + 6])
   local o = 5 * i - 3
-  if mode == 'r' then
+  if mode == 'r' or mode == 'R' then
     out[o + 4] = f('w', i, KEYS[i], cost, p1, p2, p3)
   else
     f('u', i, KEYS[i], cost, p1, p2, p3, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 8]))

@@ -5,11 +5,12 @@
 --
 -- KEYS[i]   the state key of op i (one key per limit; all in one hash slot on a cluster).
 -- ARGV[1]   mode: 'c' check (all-or-nothing), 'p' peek, 'd' peek of a request known to be denied
---           elsewhere (cross-slot), 'r' report (consume, never deny), 'u' undo (give grants back).
+--           elsewhere (cross-slot), 'r' report (consume, never deny), 'u' undo (give grants back);
+--           'R' and 'U': 'r' and 'u' made at most once (see `once` below).
 -- ARGV[2]   now in µs since the Unix epoch, or '' to read Redis's own clock (TIME): the test clock.
 -- ARGV[3]   slack in ms added to every expiry set (0 in production; tests on a manual clock raise it
 --           because Redis expires keys on its own clock).
--- then, per op, `stride` arguments (6, or 8 in mode 'u'):
+-- then, per op, `stride` arguments (6, or 8 in modes 'u' and 'U'):
 --   algo    'b' token bucket / GCRA, 'f' fixed window, 'q' quota, 's' sliding window,
 --           'l' sliding log, 'c' concurrency, 'n' budget
 --   cost    ≥ 1 (already checked against the capacity for 'c', 'p' and 'd')
@@ -18,8 +19,8 @@
 --           b: interval µs, burst        f: limit, window µs       s: limit, window µs
 --           l: limit, window µs          c: limit, lease µs        q: limit, period start, period end
 --           n: limit, ttl µs
---   (mode 'u' only) at, extra: the grant's time; for 'c' the lease id, for 'q' the start of the
---           period the grant was taken in
+--   (modes 'u' and 'U' only) at, extra: the grant's time; for 'c' the lease id, for 'q' the start
+--           of the period the grant was taken in
 -- then, optionally, one last argument (ARGV[4 + stride × #KEYS]):
 --   not_after  µs since the Unix epoch: the latest `now` at which the caller may still be waiting for
 --           the answer (its deadline plus a margin, on its estimate of Redis's clock). Past it, the
@@ -27,12 +28,16 @@
 --           sends it with checks and reports (the calls that consume for a request); peeks write
 --           nothing and undos give back what was really taken, so they go without, and so do calls
 --           on the test clock. Absent: no guard.
+-- once (modes 'R' and 'U'): the last KEY is the change's note (in the ops' slot, not an op), and the
+--           last argument, in place of not_after, how long the note is kept, in ms. When the note
+--           exists the change was made: nothing is written and the answer is {-3, now}. Otherwise
+--           the note is written with the change, in this one atomic call.
 --
 -- Returns {now, then per op: allowed (1/0), remaining, reset_after µs, retry_after µs (0 when
 -- allowed), lease id (0 unless a concurrency permit was granted)} — or {-1, now} when a quota op's
 -- period bounds do not contain now (the caller recomputes them for that now and calls again; nothing
 -- was written) — or {-2, now} when now is past not_after (stale: nothing was written, the caller
--- answers as at its deadline).
+-- answers as at its deadline) — or {-3, now} when a change made at most once was made before.
 --
 -- Numbers are Lua doubles: every time, count and product stays below 2^53 (the store clamps costs and
 -- refuses limits whose arithmetic would not; see the crate docs).
@@ -41,18 +46,26 @@
 local tonumber, call, format, floor = tonumber, redis.call, string.format, math.floor
 
 local mode = ARGV[1]
+local once = mode == 'R' or mode == 'U'
 local n = #KEYS
 local stride = 6
-if mode == 'u' then stride = 8 end
+if mode == 'u' or mode == 'U' then stride = 8 end
+if once then n = n - 1 end
 local now = tonumber(ARGV[2])
 if not now then
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 end
--- A call that runs after its caller gave up (a paused or overloaded Redis runs the backlog late)
--- changes nothing: a denied request must not be charged, nor a passed one late, in another window.
-local not_after = ARGV[4 + stride * n]
-if not_after and now > tonumber(not_after) then return {-2, now} end
+if once then
+  -- Made before: by a call whose answer was lost, or by another instance finishing it.
+  if call('EXISTS', KEYS[n + 1]) == 1 then return {-3, now} end
+else
+  -- A call that runs after its caller gave up (a paused or overloaded Redis runs the backlog late)
+  -- changes nothing: a denied request must not be charged, nor a passed one late, in another
+  -- window. (A change made at most once needs no guard: made late, it is not made again.)
+  local not_after = ARGV[4 + stride * n]
+  if not_after and now > tonumber(not_after) then return {-2, now} end
+end
 local slack = tonumber(ARGV[3])
 local MAX = 9007199254740992
 -- Per-op state between phases: op i owns S[4i-3] .. S[4i].

@@ -7,8 +7,8 @@
 -- put     ARGV[3] the body (the engine's bytes), ARGV[4] the ttl in µs, ARGV[5] how long the key is
 --         kept, in ms (past the expiry, so that retried settlements find their answer). Writes
 --         {b = body, e = expiry µs}. Returns {now, expiry}.
--- get     Returns {now} when there is no record, else {now, expiry, body, settlement}, the settlement
---         '' while pending.
+-- get     Returns {now} when there is no record, else {now, expiry, body, settlement, kept}, the
+--         settlement '' while pending, kept how much longer the record is kept, in ms (its PTTL).
 -- settle  ARGV[3] the settlement (the engine's bytes). Returns {now, 0} when there is no record;
 --         {now, 1} when it was pending and is now settled; {now, 2, settlement} when it was already
 --         settled (nothing written); {now, 3} when it expired unsettled (nothing written).
@@ -30,7 +30,7 @@ if not r[1] then
   return {now, 0}
 end
 local e = tonumber(r[2])
-if op == 'get' then return {now, e, r[1], r[3] or ''} end
+if op == 'get' then return {now, e, r[1], r[3] or '', redis.call('PTTL', KEYS[1])} end
 if r[3] then return {now, 2, r[3]} end
 if now >= e then return {now, 3} end
 redis.call('HSET', KEYS[1], 's', ARGV[3])

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use floodgate::{Costs, Descriptors, Engine, Hit, Limit, Mode, Policy, Rule, SettleError, Settlement};
 use floodgate_core::{Concurrency, FixedWindow, ManualClock};
-use floodgate_testkit::START;
+use floodgate_testkit::{FlakyStore, Lost, START};
+
+use floodgate_redis::RedisStore;
 
 use super::{cluster_store, node_store};
 
@@ -78,6 +80,83 @@ async fn one_instance_commits_what_another_reserved_once() {
         b.settle("00000000000000000000000000000000", Settlement::Release).await,
         Err(SettleError::NotFound)
     ));
+}
+
+/// Instance `a` marks a commit settled and is cut off around giving back (before the store made
+/// it, or after, its answer lost); instance `b` retries, and the limits end as one commit leaves
+/// them: given back once, the excess charged once.
+async fn a_settlement_cut_off_is_finished_once_by_another_instance(a: RedisStore, b: RedisStore, name: &str) {
+    let a = Engine::new(policy(), FlakyStore::new(a));
+    let b = Engine::new(policy(), b);
+    for (n, at) in [Lost::Before, Lost::After].into_iter().enumerate() {
+        let t = tenant(&format!("{name}-{n}"));
+        let estimate = Costs::new().with("requests", 1).with("tokens", 600);
+        let id = a
+            .reserve(Hit::with_costs(&t, &estimate), Duration::from_secs(300))
+            .await
+            .unwrap()
+            .reservation
+            .unwrap()
+            .id;
+        let actual = Costs::new().with("tokens", 250);
+        a.store().lose_adjustments(1, at);
+        assert!(a.settle(&id, Settlement::Commit(&actual)).await.is_err());
+        let expected = match at {
+            Lost::Before => (9, 400, 1),
+            Lost::After => (9, 750, 2),
+        };
+        assert_eq!(left(&b, &t).await, expected, "{at:?}: what the cut-off commit made");
+        for _ in 0..2 {
+            let retried = b.settle(&id, Settlement::Commit(&actual)).await.unwrap();
+            assert!(retried.replayed);
+            assert_eq!(retried.refunded, Costs::new().with("tokens", 350));
+            assert_eq!(left(&b, &t).await, (9, 750, 2), "{at:?}: given back once");
+        }
+        assert!(a.settle(&id, Settlement::Commit(&actual)).await.unwrap().replayed);
+        assert_eq!(left(&b, &t).await, (9, 750, 2));
+
+        // Above the estimate: the permit given back, the answer lost, the excess not yet charged.
+        let estimate = Costs::new().with("requests", 1).with("tokens", 100);
+        let id = a
+            .reserve(Hit::with_costs(&t, &estimate), Duration::from_secs(300))
+            .await
+            .unwrap()
+            .reservation
+            .unwrap()
+            .id;
+        assert_eq!(left(&b, &t).await, (8, 650, 1));
+        a.store().lose_adjustments(1, Lost::After);
+        let actual = Costs::new().with("tokens", 300);
+        assert!(a.settle(&id, Settlement::Commit(&actual)).await.is_err());
+        assert_eq!(left(&b, &t).await, (8, 650, 2));
+        for _ in 0..2 {
+            let retried = b.settle(&id, Settlement::Commit(&actual)).await.unwrap();
+            assert_eq!(retried.excess, Costs::new().with("tokens", 200));
+            assert_eq!(left(&b, &t).await, (8, 450, 2), "the excess charged once");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_cut_off_on_a_node_is_finished_once_by_another_instance() {
+    a_settlement_cut_off_is_finished_once_by_another_instance(
+        node_store().await,
+        node_store().await,
+        "cut-node",
+    )
+    .await;
+}
+
+/// On a cluster the rules' keys are in different slots: the give-back is one script per slot,
+/// each made at most once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_cut_off_on_a_cluster_is_finished_once_by_another_instance() {
+    a_settlement_cut_off_is_finished_once_by_another_instance(
+        cluster_store().await,
+        cluster_store().await,
+        "cut-cluster",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

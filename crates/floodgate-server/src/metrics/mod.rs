@@ -814,6 +814,7 @@ mod tests {
             degrade_to: None,
             grant: None,
             permit: false,
+            shard: None,
         };
         let verdict = Verdict { allowed: true, limits: [limit].into_iter().collect(), ..Verdict::default() };
         for i in 0..DETAILED_VALUES + 5 {

@@ -30,7 +30,7 @@ use floodgate_core::{Clock, Grant, SystemClock};
 use crate::breaker::{Admission, CircuitBreaker};
 pub use crate::breaker::{BreakerConfig, BreakerState, OnChange};
 
-use super::{Applied, Mode, Op, Record, Settle, Store, StoreError};
+use super::{Adjustment, Applied, Mode, Once, Op, Record, Settle, Store, StoreError};
 use crate::Limit;
 
 /// A [`Store`] that stops calling the store it wraps while that store keeps failing. Cloning
@@ -175,6 +175,15 @@ impl<S: Store, C: Clock> Store for Breaker<S, C> {
 
     async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
         self.guarded(self.inner.get_record(id)).await
+    }
+
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        self.guarded(self.inner.adjust_once(ops, adjustment, once)).await
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {

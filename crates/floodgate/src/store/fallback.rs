@@ -35,7 +35,7 @@ use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use super::{Applied, MemoryStore, Mode, Op, OpResult, Record, Settle, Store, StoreError};
+use super::{Adjustment, Applied, MemoryStore, Mode, Once, Op, OpResult, Record, Settle, Store, StoreError};
 use crate::{Limit, OnStoreError};
 
 /// How a [`Fallback`] shares limits out. See the [module docs](self).
@@ -476,6 +476,15 @@ impl<S: Store, C: Clock> Store for Fallback<S, C> {
 
     async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
         self.inner.get_record(id).await
+    }
+
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        self.inner.adjust_once(ops, adjustment, once).await
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {

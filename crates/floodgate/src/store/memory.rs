@@ -8,7 +8,7 @@ use std::time::Duration;
 use floodgate_core::{Clock, Grant, SystemClock, Timestamp};
 use smallvec::SmallVec;
 
-use super::{Applied, Mode, Op, OpResult, Record, Settle, Store, StoreError};
+use super::{Adjustment, Applied, Mode, Once, Op, OpResult, Record, Settle, Store, StoreError};
 use crate::Limit;
 use crate::key::OVERFLOW_MARK;
 use crate::limit::with_algorithm;
@@ -18,7 +18,9 @@ mod persist;
 mod slot;
 
 use key::{KeyHashing, StoredKey, spilled};
-use persist::{CHECKPOINT_BYTES, CHECKPOINT_EVERY_SECS, Wal, encode_delete, encode_key, encode_record};
+use persist::{
+    CHECKPOINT_BYTES, CHECKPOINT_EVERY_SECS, Wal, encode_delete, encode_group, encode_key, encode_record,
+};
 pub use persist::{Fsync, PersistConfig, PersistError, Recovered};
 use slot::{BUCKET, Cell, Fresh, GCRA, Held, Slot, State, consume, decide, refund, report, status};
 
@@ -174,6 +176,21 @@ struct Kept {
     forget_at: Timestamp,
     settled: Option<Vec<u8>>,
 }
+
+/// The slots of a multi-key call, locked ([`MemoryStore::lock_all`]): `slots[i]` is op `i`'s slot,
+/// `locks[lock_of[i]]` its lock (ops sharing a slot share it).
+struct Locked<'g> {
+    slots: SmallVec<[Option<&'g Slot>; 4]>,
+    locks: SmallVec<[Option<Held<'g>>; 4]>,
+    lock_of: SmallVec<[usize; 4]>,
+}
+
+/// A held lock with the key it is logged under ([`MemoryStore::held_keys`]).
+type HeldKey<'a, 'h> = (SmallVec<[u8; 64]>, &'a Held<'h>);
+
+/// What a note of [`Store::adjust_once`] holds in the records' table, where it is kept (and
+/// persisted, and swept) like a reservation record; its body is empty, so it never reads as one.
+const ONCE_NOTE: &[u8] = b"once";
 
 /// Table overhead per entry beyond the key and slot, for the memory estimate: papaya's entry
 /// allocation (allocator header and padding) plus its pointer and metadata in the table.
@@ -627,40 +644,12 @@ impl<C: Clock> MemoryStore<C> {
         if let [op] = ops {
             return self.apply_one(op, mode, now, create, &guard, &mut out.results);
         }
-        'retry: loop {
-            // Resolve every slot first, then lock them in one global order — by address, which
-            // also covers keys that resolve to a shared overflow slot — each slot once.
-            let mut slots: SmallVec<[Option<&Slot>; 4]> = SmallVec::new();
-            for op in ops {
-                slots.push(self.slot(op.key, op.scope_len, create, &guard)?);
-            }
-            let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
-            order.sort_unstable_by_key(|i| slots[*i].map_or(0, |s| s as *const Slot as usize));
-            let mut locks: SmallVec<[Option<Held<'_>>; 4]> = SmallVec::new();
-            let mut lock_of: SmallVec<[usize; 4]> = SmallVec::from_elem(0, ops.len());
-            for (pos, &i) in order.iter().enumerate() {
-                let shared = pos > 0 && {
-                    let prev = order[pos - 1];
-                    matches!((slots[prev], slots[i]), (Some(a), Some(b)) if std::ptr::eq(a, b))
-                };
-                if shared {
-                    lock_of[i] = lock_of[order[pos - 1]];
-                    continue;
-                }
-                lock_of[i] = locks.len();
-                match slots[i] {
-                    Some(slot) => {
-                        let locked = slot.lock();
-                        if locked.state().is_gone() {
-                            drop(locked);
-                            std::thread::yield_now();
-                            continue 'retry;
-                        }
-                        locks.push(Some(locked));
-                    }
-                    None => locks.push(None),
-                }
-            }
+        loop {
+            let Some(Locked { slots, mut locks, lock_of }) =
+                self.lock_all(ops, |op| self.slot(op.key, op.scope_len, create, &guard))?
+            else {
+                continue;
+            };
             let results = &mut out.results;
             if mode == Mode::Report {
                 for (i, op) in ops.iter().enumerate() {
@@ -714,6 +703,119 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
+    /// Resolves the slot of each op (`resolve`; `None`: the op's key has none) and locks them in one
+    /// global order — by address, which also covers keys that resolve to a shared overflow slot —
+    /// each slot once. `None` when a slot was removed meanwhile: the caller resolves again.
+    fn lock_all<'g>(
+        &self,
+        ops: &[Op<'_>],
+        resolve: impl Fn(&Op<'_>) -> Result<Option<&'g Slot>, StoreError>,
+    ) -> Result<Option<Locked<'g>>, StoreError> {
+        let mut slots: SmallVec<[Option<&Slot>; 4]> = SmallVec::new();
+        for op in ops {
+            slots.push(resolve(op)?);
+        }
+        let mut order: SmallVec<[usize; 4]> = (0..ops.len()).collect();
+        order.sort_unstable_by_key(|i| slots[*i].map_or(0, |s| s as *const Slot as usize));
+        let mut locks: SmallVec<[Option<Held<'_>>; 4]> = SmallVec::new();
+        let mut lock_of: SmallVec<[usize; 4]> = SmallVec::from_elem(0, ops.len());
+        for (pos, &i) in order.iter().enumerate() {
+            let shared = pos > 0 && {
+                let prev = order[pos - 1];
+                matches!((slots[prev], slots[i]), (Some(a), Some(b)) if std::ptr::eq(a, b))
+            };
+            if shared {
+                lock_of[i] = lock_of[order[pos - 1]];
+                continue;
+            }
+            lock_of[i] = locks.len();
+            match slots[i] {
+                Some(slot) => {
+                    let locked = slot.lock();
+                    if locked.state().is_gone() {
+                        drop(locked);
+                        std::thread::yield_now();
+                        return Ok(None);
+                    }
+                    locks.push(Some(locked));
+                }
+                None => locks.push(None),
+            }
+        }
+        Ok(Some(Locked { slots, locks, lock_of }))
+    }
+
+    /// [`Store::adjust_once`]: under the records' lock (where the note of each change made is
+    /// kept, beside the reservation records) and the locks of every op's key, so that the change
+    /// and its note are one step — and one entry of the log, on a persisted store. Returns whether
+    /// it applied the change, and the log entry's sequence number (0: none).
+    fn adjust_now(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<(bool, u64), StoreError> {
+        let inner = &*self.inner;
+        if let Adjustment::GiveBack(grants) = adjustment
+            && grants.len() != ops.len()
+        {
+            return Err(StoreError::Backend {
+                message: format!("{} grants given back on {} keys", grants.len(), ops.len()),
+                transient: false,
+                source: None,
+            });
+        }
+        let now = inner.clock.now();
+        let mut records = inner.records.lock();
+        if records.get(once.id).is_some_and(|r| r.forget_at > now) {
+            // Made by a call that may still be waiting for its entry to reach the disk.
+            return Ok((false, inner.wal.as_ref().map_or(0, Wal::last_seq)));
+        }
+        let note = Kept {
+            body: Vec::new(),
+            expires_at: now,
+            forget_at: now.saturating_add(once.keep),
+            settled: Some(ONCE_NOTE.to_vec()),
+        };
+        let guard = inner.map.guard();
+        let seq = loop {
+            // What is given back goes to the key's state, or to the overflow counter that held it;
+            // a key that is gone (expired) has nothing to give back to. A report creates its keys.
+            let resolve = |op: &Op<'_>| match adjustment {
+                Adjustment::Report => self.slot(op.key, op.scope_len, true, &guard),
+                Adjustment::GiveBack(_) => Ok(inner
+                    .map
+                    .get(&inner.hashing.lookup(op.key), &guard)
+                    .or_else(|| self.counter_holding(op.key, &guard))),
+            };
+            let Some(Locked { slots, mut locks, lock_of }) = self.lock_all(ops, resolve)? else { continue };
+            for (i, op) in ops.iter().enumerate() {
+                let Some(s) = &mut locks[lock_of[i]] else { continue };
+                match adjustment {
+                    Adjustment::Report => {
+                        with_algorithm!(op.limit, a => report(a, s, now, op.cost));
+                    }
+                    Adjustment::GiveBack(grants) => {
+                        with_algorithm!(op.limit, a => refund(a, s, now, &grants[i]));
+                    }
+                }
+            }
+            let Some(wal) = &inner.wal else { break 0 };
+            let keys = self.held_keys(ops, &slots, &lock_of, &locks, &guard);
+            // One entry: replay finds the change and its note together, or neither.
+            break wal.append(|buf| {
+                encode_group(buf, |b| {
+                    for (key, held) in &keys {
+                        encode_key(b, key, held.state(), held.expires_secs());
+                    }
+                    encode_record(b, once.id, &note);
+                })
+            });
+        };
+        records.insert(once.id.into(), note);
+        Ok((true, seq))
+    }
+
     /// Logs the state of every key a multi-limit call holds locked (a persisted store), returning
     /// the entry's sequence number; 0 for a store that does not persist.
     fn log_locked(
@@ -725,19 +827,31 @@ impl<C: Clock> MemoryStore<C> {
         guard: &impl papaya::Guard,
     ) -> u64 {
         let Some(wal) = &self.inner.wal else { return 0 };
-        type Logged<'a, 'h> = (SmallVec<[u8; 64]>, &'a Held<'h>);
-        let mut keys: SmallVec<[Logged<'_, '_>; 4]> = SmallVec::new();
+        let keys = self.held_keys(ops, slots, lock_of, locks, guard);
+        wal.append(|buf| {
+            for (key, held) in &keys {
+                encode_key(buf, key, held.state(), held.expires_secs());
+            }
+        })
+    }
+
+    /// The key each held lock is logged under, with the lock (see [`MemoryStore::held_key`]).
+    fn held_keys<'a, 'h>(
+        &self,
+        ops: &[Op<'_>],
+        slots: &[Option<&Slot>],
+        lock_of: &[usize],
+        locks: &'a [Option<Held<'h>>],
+        guard: &impl papaya::Guard,
+    ) -> SmallVec<[HeldKey<'a, 'h>; 4]> {
+        let mut keys = SmallVec::new();
         for (index, held) in locks.iter().enumerate() {
             let Some(held) = held else { continue };
             let Some(i) = lock_of.iter().position(|l| *l == index) else { continue };
             let Some(slot) = slots[i] else { continue };
             keys.push((self.held_key(ops[i].key, slot, guard), held));
         }
-        wal.append(|buf| {
-            for (key, held) in &keys {
-                encode_key(buf, key, held.state(), held.expires_secs());
-            }
-        })
+        keys
     }
 
     /// [`MemoryStore::apply_now`] for the common single-limit request: no ordering, and for a token
@@ -864,6 +978,17 @@ impl<C: Clock> Store for MemoryStore<C> {
         self.synced(seq).await
     }
 
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        let (applied, seq) = self.adjust_now(ops, adjustment, once)?;
+        self.synced(seq).await?;
+        Ok(applied)
+    }
+
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         let (existed, seq) = self.reset_now(key);
         self.synced(seq).await?;
@@ -904,6 +1029,7 @@ impl<C: Clock> Store for MemoryStore<C> {
             expires_at: r.expires_at,
             expired: r.settled.is_none() && now >= r.expires_at,
             settled: r.settled.clone(),
+            kept_for: r.forget_at.saturating_since(now),
         }))
     }
 

@@ -93,6 +93,25 @@ pub struct Applied {
     pub degraded: Option<Arc<StoreError>>,
 }
 
+/// Names a change a store applies at most once ([`Store::adjust_once`]): a second call with the
+/// same id changes nothing, so that a change whose answer was lost can be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Once<'a> {
+    /// The change's name (for a settlement: the reservation's id and the step).
+    pub id: &'a [u8],
+    /// How long the store remembers that the change was made; a call after that applies it again.
+    pub keep: std::time::Duration,
+}
+
+/// What [`Store::adjust_once`] does to its ops.
+#[derive(Debug, Clone, Copy)]
+pub enum Adjustment<'a> {
+    /// Consumes each op's cost and never denies, as [`Mode::Report`].
+    Report,
+    /// Gives back grant `i` on op `i`, as [`Store::refund`] (the ops' costs are not read).
+    GiveBack(&'a [Grant]),
+}
+
 /// A store failed; the request's limits could not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -180,6 +199,24 @@ pub trait Store: Send + Sync + 'static {
         limit: &Limit,
         grant: Grant,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Applies `adjustment` to `ops` **at most once** for `once.id`: the change and the note that it
+    /// was made are one atomic write, so a retried call — after a crash, a lost answer, or by
+    /// another instance — changes nothing more. Returns whether anything was applied by this call
+    /// (`false`: an earlier call with the same id made it).
+    ///
+    /// On a store that splits a call by where its keys live (a Redis Cluster's slots), each part
+    /// is applied at most once on its own: a retry completes the parts a failed call did not make.
+    /// Ops must name distinct keys. The default: a store that cannot note changes fails.
+    fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (ops, adjustment, once);
+        std::future::ready(Err(record::unsupported()))
+    }
 
     /// Forgets `key`'s state, as if it had never been used. Returns whether it existed.
     fn reset(&self, key: &[u8]) -> impl Future<Output = Result<bool, StoreError>> + Send;

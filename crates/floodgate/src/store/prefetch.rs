@@ -49,7 +49,7 @@ use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use super::{Applied, Mode, Op, OpResult, Record, Settle, Store, StoreError};
+use super::{Adjustment, Applied, Mode, Once, Op, OpResult, Record, Settle, Store, StoreError};
 use crate::Limit;
 
 /// A rule's batch leases: take up to `size` units in one store call, spend them locally for at
@@ -715,6 +715,15 @@ impl<S: Store, C: Clock> Store for Prefetch<S, C> {
 
     async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
         self.inner.get_record(id).await
+    }
+
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: Adjustment<'_>,
+        once: Once<'_>,
+    ) -> Result<bool, StoreError> {
+        self.inner.adjust_once(ops, adjustment, once).await
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {

@@ -24,6 +24,9 @@ pub struct Record {
     pub expired: bool,
     /// The settlement, once settled.
     pub settled: Option<Vec<u8>>,
+    /// How much longer the store keeps the record (after that it is forgotten): what a settlement's
+    /// [`Once`](super::Once) notes must outlive.
+    pub kept_for: Duration,
 }
 
 /// What [`Store::settle_record`](super::Store::settle_record) did.

@@ -4,8 +4,11 @@
 
 use std::time::Duration;
 
-use floodgate::{Costs, Hit, Rule, SettleError, Settlement};
-use floodgate_core::Concurrency;
+use floodgate::{
+    Costs, Engine, Hit, MemoryConfig, MemoryStore, Policy, Rule, SettleError, Settlement, Store,
+};
+use floodgate_core::{Concurrency, ManualClock};
+use floodgate_testkit::{FlakyStore, Lost};
 
 use super::{engine, nz, per_minute, request};
 
@@ -24,7 +27,7 @@ fn estimate() -> Costs {
 }
 
 /// What each rule has left, by a peek of one request and one token.
-async fn left(engine: &super::TestEngine) -> (u64, u64, u64) {
+async fn left<S: Store>(engine: &Engine<S>) -> (u64, u64, u64) {
     let t1 = request(&[("tenant", "t1")]);
     let one = Costs::new().with("requests", 1).with("tokens", 1);
     let v = engine.decide(floodgate::Mode::Peek, Hit::with_costs(&t1, &one)).await.unwrap();
@@ -168,4 +171,135 @@ async fn a_denied_reserve_holds_nothing() {
     let denied = engine.reserve(Hit::with_costs(&t1, &big), Duration::from_secs(60)).await.unwrap();
     assert!(!denied.verdict.allowed && denied.reservation.is_none());
     assert_eq!(left(&engine).await, (9, 400, 1), "the denied reserve took nothing");
+}
+
+/// A settlement whose instance crashed between marking the reservation settled and giving back
+/// (here: the store call that gives back failed) is finished by the retry, once, whichever side
+/// of the store the cut fell.
+#[tokio::test]
+async fn a_settlement_cut_off_before_or_after_its_give_back_is_finished_once_by_the_retry() {
+    for at in [Lost::Before, Lost::After] {
+        let clock = ManualClock::new(floodgate_testkit::START);
+        let store = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
+        let engine = Engine::new(Policy::new(rules()).unwrap(), store.clone());
+        let t1 = request(&[("tenant", "t1")]);
+        let est = estimate();
+        let id = engine
+            .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
+            .await
+            .unwrap()
+            .reservation
+            .unwrap()
+            .id;
+        let actual = Costs::new().with("tokens", 412);
+        store.lose_adjustments(1, at);
+        assert!(matches!(engine.settle(&id, Settlement::Commit(&actual)).await, Err(SettleError::Store(_))));
+        let expected = match at {
+            Lost::Before => (9, 400, 1),
+            Lost::After => (9, 588, 2),
+        };
+        assert_eq!(left(&engine).await, expected, "{at:?}: what the cut-off commit made");
+        for _ in 0..2 {
+            let retried = engine.settle(&id, Settlement::Commit(&actual)).await.unwrap();
+            assert!(retried.replayed && retried.committed);
+            assert_eq!(retried.refunded, Costs::new().with("tokens", 188));
+            assert_eq!(left(&engine).await, (9, 588, 2), "{at:?}: given back once, by whichever call");
+        }
+        // A conflicting settlement changes nothing.
+        assert!(matches!(
+            engine.settle(&id, Settlement::Release).await,
+            Err(SettleError::Conflict { committed: true })
+        ));
+        assert_eq!(left(&engine).await, (9, 588, 2));
+    }
+}
+
+/// A commit above its estimate is two steps, the give-back (the permit) and the excess: cut off
+/// between them, the retry charges the excess and does not free the permit again.
+#[tokio::test]
+async fn a_commit_cut_off_between_its_give_back_and_its_excess_is_finished_once_by_the_retry() {
+    let clock = ManualClock::new(floodgate_testkit::START);
+    let store = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
+    let [rpm, tpm, _] = rules();
+    let in_flight = Concurrency::try_new(nz(3), Duration::from_secs(600)).unwrap();
+    let rules = [rpm, tpm, Rule::new("in-flight", in_flight).key(["tenant"])];
+    let engine = Engine::new(Policy::new(rules).unwrap(), store.clone());
+    let t1 = request(&[("tenant", "t1")]);
+    // Another call holds a permit throughout: a permit given back twice would show as 3 free.
+    let one = Costs::new().with("requests", 1);
+    assert!(engine.decide(floodgate::Mode::Check, Hit::with_costs(&t1, &one)).await.unwrap().allowed);
+    let est = Costs::new().with("requests", 1).with("tokens", 100);
+    let id = engine
+        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
+        .await
+        .unwrap()
+        .reservation
+        .unwrap()
+        .id;
+    assert_eq!(left(&engine).await, (8, 900, 1));
+    let actual = Costs::new().with("tokens", 350);
+    // The give-back made, its answer lost; the excess never tried.
+    store.lose_adjustments(1, Lost::After);
+    assert!(engine.settle(&id, Settlement::Commit(&actual)).await.is_err());
+    assert_eq!(left(&engine).await, (8, 900, 2), "the permit is back, the excess not yet charged");
+    for _ in 0..2 {
+        let retried = engine.settle(&id, Settlement::Commit(&actual)).await.unwrap();
+        assert!(retried.replayed);
+        assert_eq!(retried.excess, Costs::new().with("tokens", 250));
+        assert_eq!(left(&engine).await, (8, 650, 2), "the excess charged once, the permit freed once");
+    }
+}
+
+/// A settlement's give-back to a sharded rule lands on the shard the reservation's id picks: a
+/// retry after a give-back whose answer was lost finds it made, on that shard, and makes nothing.
+#[tokio::test]
+async fn a_sharded_give_back_is_made_once_across_retries() {
+    let clock = ManualClock::new(floodgate_testkit::START);
+    let store = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
+    let rules = [Rule::new("tpm", per_minute(1000)).key(["tenant"]).cost("tokens").shards(4)];
+    let engine = Engine::new(Policy::new(rules).unwrap(), store.clone());
+    let t1 = request(&[("tenant", "t1")]);
+    let est = Costs::new().with("tokens", 200);
+    let id = engine
+        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
+        .await
+        .unwrap()
+        .reservation
+        .unwrap()
+        .id;
+    store.lose_adjustments(1, Lost::After);
+    let actual = Costs::new().with("tokens", 50);
+    assert!(engine.settle(&id, Settlement::Commit(&actual)).await.is_err());
+    let used = async || engine.policy().usage(engine.store(), "tpm", &t1).await.unwrap().used;
+    assert_eq!(used().await, 50, "150 given back by the cut-off commit, to the shard it came from");
+    for _ in 0..3 {
+        engine.settle(&id, Settlement::Commit(&actual)).await.unwrap();
+        assert_eq!(used().await, 50, "not given back again");
+    }
+}
+
+/// What a sharded rule's reservation gives back goes to the shard it was taken from, so none of
+/// it is lost to a shard holding less than it: the shards' total is exact.
+#[tokio::test]
+async fn a_sharded_reservation_gives_back_to_its_own_shard() {
+    let rules = [Rule::new("tpm", per_minute(4000)).key(["tenant"]).cost("tokens").shards(4)];
+    let (engine, _clock) = engine(rules);
+    let t1 = request(&[("tenant", "t1")]);
+    // Uneven estimates, so the shards hold different amounts.
+    let mut reserved = Vec::new();
+    for n in 0..8u64 {
+        let est = Costs::new().with("tokens", 100 + 200 * (n % 2));
+        let r = engine.reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300)).await.unwrap();
+        reserved.push((r.reservation.unwrap().id, 100 + 200 * (n % 2)));
+    }
+    let used = async || engine.policy().usage(engine.store(), "tpm", &t1).await.unwrap().used;
+    let mut total = 1600;
+    assert_eq!(used().await, total);
+    // Released in another order: each estimate returns whole.
+    for i in [7, 2, 5, 0, 3, 6, 1, 4] {
+        let (id, est) = &reserved[i];
+        engine.settle(id, Settlement::Release).await.unwrap();
+        total -= est;
+        assert_eq!(used().await, total, "after releasing reservation {i}");
+    }
 }

@@ -136,6 +136,8 @@ const PUT: u8 = 1;
 const DELETE: u8 = 2;
 const RECORD: u8 = 3;
 const END: u8 = 4;
+/// Entries that stand or fall together: replay applies all of them or, when the group is torn, none.
+const GROUP: u8 = 5;
 
 /// A checkpoint is taken once this much log has been written since the last one.
 pub(super) const CHECKPOINT_BYTES: u64 = 64 << 20;
@@ -242,12 +244,30 @@ pub(super) fn encode_record(buf: &mut Vec<u8>, id: &[u8], r: &Kept) {
     });
 }
 
+/// Entries that stand or fall together, as one framed entry: `entries` writes them (framed by the
+/// functions above). Not nested. The group's checksum covers them, so theirs are zeroed: a group
+/// torn off the tail then holds nothing that reads as a valid entry of its own, and is dropped
+/// whole as a torn tail rather than taken for corruption before one.
+pub(super) fn encode_group(buf: &mut Vec<u8>, entries: impl FnOnce(&mut Vec<u8>)) {
+    frame(buf, |b| {
+        b.push(GROUP);
+        let mut pos = b.len();
+        entries(b);
+        while pos + 8 <= b.len() {
+            let len = u32::from_le_bytes([b[pos], b[pos + 1], b[pos + 2], b[pos + 3]]) as usize;
+            b[pos + 4..pos + 8].fill(0);
+            pos += 8 + len;
+        }
+    });
+}
+
 /// One decoded entry.
 enum Entry {
     Put(Box<[u8]>, State, u32),
     Delete(Box<[u8]>),
     Record(Box<[u8]>, Kept),
     End(u64),
+    Group(Vec<Entry>),
 }
 
 struct Reader<'a> {
@@ -336,6 +356,21 @@ fn decode(payload: &[u8]) -> Option<Entry> {
             Entry::Record(id, Kept { body, expires_at, forget_at, settled })
         }
         END => Entry::End(r.u64()?),
+        GROUP => {
+            let bytes = r.bytes;
+            r.bytes = &[];
+            let mut entries = Vec::new();
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let (payload, end) = grouped_at(bytes, pos)?;
+                match decode(payload)? {
+                    Entry::Group(_) | Entry::End(_) => return None,
+                    entry => entries.push(entry),
+                }
+                pos = end;
+            }
+            Entry::Group(entries)
+        }
         _ => return None,
     };
     r.bytes.is_empty().then_some(entry)
@@ -360,6 +395,16 @@ fn entry_at(bytes: &[u8], pos: usize) -> Result<(&[u8], usize), &'static str> {
         return Err("a checksum mismatch");
     }
     Ok((payload, pos + 8 + len))
+}
+
+/// The entry of a group at `pos` (see [`encode_group`]): its payload and end.
+fn grouped_at(bytes: &[u8], pos: usize) -> Option<(&[u8], usize)> {
+    let header = bytes.get(pos..pos + 8)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    if len == 0 || header[4..] != [0; 4] {
+        return None;
+    }
+    Some((bytes.get(pos + 8..pos + 8 + len)?, pos + 8 + len))
 }
 
 /// Whether any valid entry starts after `pos` (then a bad entry at `pos` is not a torn tail).
@@ -445,18 +490,30 @@ fn load(dir: &Path, now: Timestamp) -> Result<(Loaded, u64), PersistError> {
     let mut keys: HashMap<Box<[u8]>, (State, u32)> = HashMap::new();
     let mut records: HashMap<Box<[u8]>, Kept> = HashMap::new();
     let mut recovered = Recovered::default();
-    let mut apply = |entry: Entry| match entry {
-        Entry::Put(key, state, expires) => {
-            keys.insert(key, (state, expires));
+    fn replay(
+        keys: &mut HashMap<Box<[u8]>, (State, u32)>,
+        records: &mut HashMap<Box<[u8]>, Kept>,
+        entry: Entry,
+    ) {
+        match entry {
+            Entry::Put(key, state, expires) => {
+                keys.insert(key, (state, expires));
+            }
+            Entry::Delete(key) => {
+                keys.remove(&key);
+            }
+            Entry::Record(id, kept) => {
+                records.insert(id, kept);
+            }
+            Entry::End(_) => {}
+            Entry::Group(entries) => {
+                for entry in entries {
+                    replay(keys, records, entry);
+                }
+            }
         }
-        Entry::Delete(key) => {
-            keys.remove(&key);
-        }
-        Entry::Record(id, kept) => {
-            records.insert(id, kept);
-        }
-        Entry::End(_) => {}
-    };
+    }
+    let mut apply = |entry: Entry| replay(&mut keys, &mut records, entry);
 
     let tmp = dir.join("snapshot.tmp");
     if tmp.exists() {

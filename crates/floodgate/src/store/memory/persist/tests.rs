@@ -348,3 +348,74 @@ async fn with_an_interval_calls_are_answered_at_once_and_synced_within_it() {
     assert_eq!(d.remaining, 96, "3 used, and 1 more for the peek");
     drop(store);
 }
+
+/// A change made at most once: the keys' new states and its note are one log entry, restored
+/// together from the log and from a checkpoint, so a restarted store still knows it was made.
+#[tokio::test]
+async fn a_change_made_once_is_restored_with_its_note() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(START);
+    let limits = limits();
+    let (fixed, permits) = (&limits[0], &limits[5]);
+    let keep = Duration::from_secs(600);
+    let once = |id: &'static [u8]| Once { id, keep };
+    let before = {
+        let (store, _) = open(&dir, &clock);
+        let taken =
+            apply(&store, &[op(fixed.0, &fixed.1, 4), op(permits.0, &permits.1, 2)], Mode::Check).await;
+        let grants: Vec<Grant> = taken.results.iter().map(|r| r.grant.unwrap()).collect();
+        let ops = [op(fixed.0, &fixed.1, 0), op(permits.0, &permits.1, 0)];
+        assert!(store.adjust_once(&ops, Adjustment::GiveBack(&grants), once(b"r:back")).await.unwrap());
+        assert!(!store.adjust_once(&ops, Adjustment::GiveBack(&grants), once(b"r:back")).await.unwrap());
+        let more = [op(fixed.0, &fixed.1, 3)];
+        assert!(store.adjust_once(&more, Adjustment::Report, once(b"r:more")).await.unwrap());
+        peeks(&store, &limits).await
+    };
+    assert_eq!((before[0].0, before[5].0), (6, 9), "3 left counted on fixed, both permits back");
+    for checkpoint in [false, true] {
+        let (store, _) = open(&dir, &clock);
+        assert_eq!(peeks(&store, &limits).await, before, "checkpoint {checkpoint}");
+        let grant = Grant { at: START, cost: 4, lease: 0 };
+        let ops = [op(fixed.0, &fixed.1, 0)];
+        assert!(!store.adjust_once(&ops, Adjustment::GiveBack(&[grant]), once(b"r:back")).await.unwrap());
+        assert!(!store.adjust_once(&ops, Adjustment::Report, once(b"r:more")).await.unwrap());
+        assert_eq!(peeks(&store, &limits).await, before, "nothing made again");
+        if !checkpoint {
+            store.checkpoint().unwrap();
+        }
+    }
+}
+
+/// A change made once and torn off the log's tail is lost whole: neither its keys' states nor its
+/// note survive, so a retry makes it.
+#[tokio::test]
+async fn a_change_made_once_torn_off_the_tail_is_lost_whole() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(START);
+    let (a, b): (Limit, Limit) = (
+        FixedWindow::try_new(nz(10), Duration::from_secs(60)).unwrap().into(),
+        FixedWindow::try_new(nz(10), Duration::from_secs(60)).unwrap().into(),
+    );
+    let ops = [op(b"a", &a, 2), op(b"b", &b, 3)];
+    let keep = Duration::from_secs(600);
+    let (path, good) = {
+        let (store, _) = open(&dir, &clock);
+        apply(&store, &ops, Mode::Check).await;
+        let path = segment(&dir);
+        let good = std::fs::metadata(&path).unwrap().len();
+        assert!(store.adjust_once(&ops, Adjustment::Report, Once { id: b"x", keep }).await.unwrap());
+        (path, good)
+    };
+    let whole = std::fs::metadata(&path).unwrap().len();
+    // Cut inside the entry: one byte short of its end.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(whole - 1).unwrap();
+    drop(file);
+    let (store, recovered) = open(&dir, &clock);
+    assert_eq!(recovered.truncated, Some((path.clone(), good, whole - 1 - good)));
+    let used = |applied: Applied| applied.results.iter().map(|r| r.decision.remaining).collect::<Vec<_>>();
+    let peek = [op(b"a", &a, 1), op(b"b", &b, 1)];
+    assert_eq!(used(apply(&store, &peek, Mode::Peek).await), [7, 6], "the first check only");
+    assert!(store.adjust_once(&ops, Adjustment::Report, Once { id: b"x", keep }).await.unwrap(), "made anew");
+    assert_eq!(used(apply(&store, &peek, Mode::Peek).await), [5, 3]);
+}
