@@ -97,10 +97,14 @@ pub struct ReserveArgs {
     /// `floodgate serve` processes (default: 1 on memory, 3 on redis; memory takes only 1).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=16))]
     pub instances: Option<usize>,
-    /// Instances killed (`SIGKILL`) at random moments and restarted (redis only; default: 6 on
-    /// redis, 0 on memory).
+    /// Instances killed (`SIGKILL`) at random moments and restarted (default: 6 on redis and on
+    /// memory with `--persist`, else 0; memory needs `--persist`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub kills: Option<u64>,
+    /// `--store memory`: persist the store (`persist: {fsync: always}`, in the run's directory),
+    /// so that its instance can be killed and restarted with its ledger.
+    #[arg(long)]
+    pub persist: bool,
     /// How long a killed instance stays down before it is restarted.
     #[arg(long, value_name = "DURATION", default_value = "300ms", value_parser = parse_duration)]
     pub down: Duration,

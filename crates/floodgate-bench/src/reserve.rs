@@ -2,8 +2,8 @@
 //! callers were charged?
 //!
 //! The run starts `--instances` real `floodgate serve` processes (the binary beside this one, or
-//! `--floodgate`): one on its memory store, or several sharing a `redis-server` the run starts. One
-//! tenant has three rules:
+//! `--floodgate`): one on its memory store (persisted with `--persist`, `fsync: always`), or
+//! several sharing a `redis-server` the run starts. One tenant has three rules:
 //!
 //! - `tokens`: a `budget` of `--limit` tokens (never refilled during the run: the ledger is
 //!   everything charged), `cost: tokens`;
@@ -17,9 +17,11 @@
 //! `--work`, then, on another instance when there are several: releases it (`--cancel` of the
 //! calls), never settles it (`--crash`: it must expire and stay charged E), or commits a random
 //! actual A ≤ E. A settlement whose answer is lost (its instance killed, a 5xx) is retried on the
-//! next instance — settlements are idempotent — until one answers. With `--kills`, a killer
-//! `SIGKILL`s a random instance at random moments (spread over the calls), waits `--down`, and
-//! restarts it on the same port; callers move on to the others.
+//! next instance — settlements are idempotent, and a retry finishes what a killed instance left
+//! undone — until one answers. With `--kills`, a killer `SIGKILL`s a random instance at random
+//! moments (spread over the calls), waits `--down`, and restarts it on the same port (on memory,
+//! from its persisted store); callers move on to the others, or wait for it when it is the only
+//! one.
 //!
 //! **In-doubt calls.** A reserve whose answer was lost (the connection dropped after the request
 //! was sent, a timeout, a 5xx or a verdict made by `on_store_error`) may or may not have been
@@ -295,6 +297,8 @@ struct Shared {
     settle_retries: AtomicU64,
     /// Reserves sent again because their instance refused the connection (never sent).
     refused: AtomicU64,
+    /// How long a call keeps asking while instances are down: a kill's downtime and a restart.
+    patience: Duration,
 }
 
 impl Shared {
@@ -337,9 +341,12 @@ async fn reserve(shared: &Shared, rng: &mut Rng, index: u64, estimate: u64) -> (
     let n = shared.urls.len();
     let first = (rng.next_u64() % n as u64) as usize;
     let sent = Instant::now();
-    // A refused connection was never sent: the next instance is asked (several rounds while
-    // instances restart).
-    for attempt in 0..n * 50 {
+    // A refused connection was never sent: the next instance is asked (round after round while
+    // instances restart, for as long as one may take to).
+    for attempt in 0.. {
+        if sent.elapsed() > shared.patience {
+            break;
+        }
         let url = format!("{}/v1/reserve", shared.urls[(first + attempt) % n]);
         let answer = post(&shared.client, &url, body.clone(), shared.timeout).await;
         let latency = nanos(sent.elapsed());
@@ -372,11 +379,16 @@ async fn reserve(shared: &Shared, rng: &mut Rng, index: u64, estimate: u64) -> (
 }
 
 /// Sends the settlement `body` to `path`, first on instance `first`, then on the next ones until
-/// one answers (at most 10 rounds over the instances, 100 ms apart).
+/// one answers (rounds over the instances 100 ms apart, for as long as an instance may take to
+/// restart).
 async fn settle(shared: &Shared, first: usize, path: &str, body: String) -> Settled {
     let n = shared.urls.len();
-    for attempt in 0..n * 10 {
+    let sent = Instant::now();
+    for attempt in 0.. {
         if attempt > 0 && attempt % n == 0 {
+            if sent.elapsed() > shared.patience {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let url = format!("{}{path}", shared.urls[(first + attempt) % n]);
@@ -535,8 +547,8 @@ struct Details {
     /// Σ of all witnesses (must be the ledger: each call was charged with the tenant's tokens).
     witnesses_sum: u64,
     /// Of the mismatches: commits and releases answered 200 whose witness still holds the whole
-    /// estimate — the settlement marked, its refunds not applied (the instance died between the
-    /// store calls: see docs/api.md) — and the tokens they were over-charged.
+    /// estimate — the settlement marked, its refunds never applied, not even by a retry — and the
+    /// tokens they were over-charged (0 when settlements are exact).
     refunds_lost: u64,
     refunds_lost_tokens: u64,
     /// The first mismatched calls: `fate estimate actual witness`.
@@ -564,14 +576,19 @@ fn validate(args: &ReserveArgs) -> Result<(usize, u64), Usage> {
         ReserveStore::Redis => 3,
     });
     let kills = args.kills.unwrap_or(match args.store {
-        ReserveStore::Memory => 0,
-        ReserveStore::Redis => 6,
+        ReserveStore::Memory if !args.persist => 0,
+        _ => 6,
     });
     if args.store == ReserveStore::Memory && instances != 1 {
         return Err(Usage("--store memory runs one instance (each would have its own ledger)".into()));
     }
-    if args.store == ReserveStore::Memory && kills != 0 {
-        return Err(Usage("--kills needs --store redis (a killed memory store loses its ledger)".into()));
+    if args.store == ReserveStore::Memory && !args.persist && kills != 0 {
+        return Err(Usage(
+            "--kills on --store memory needs --persist (a killed memory store loses its ledger)".into(),
+        ));
+    }
+    if args.store == ReserveStore::Redis && args.persist {
+        return Err(Usage("--persist is for --store memory (Redis keeps the ledger)".into()));
     }
     if args.cancel + args.crash > 1.0 {
         return Err(Usage("--cancel and --crash add up to more than 1".into()));
@@ -584,12 +601,18 @@ fn validate(args: &ReserveArgs) -> Result<(usize, u64), Usage> {
     Ok((instances, kills))
 }
 
-fn config_yaml(args: &ReserveArgs, redis: Option<&str>) -> String {
-    let store = match redis {
+/// The configuration of every instance: on Redis at `redis`, else on the memory store, persisted
+/// in `data` when given.
+fn config_yaml(args: &ReserveArgs, redis: Option<&str>, data: Option<&Path>) -> String {
+    let store = match (redis, data) {
         // A deadline far above the machine's stalls: a store call that misses it is a verdict the
         // store may still have applied, which would only add in-doubt calls.
-        Some(url) => format!("store:\n  kind: redis\n  url: {url:?}\n  deadline: 2s\n"),
-        None => "store:\n  kind: memory\n".to_owned(),
+        (Some(url), _) => format!("store:\n  kind: redis\n  url: {url:?}\n  deadline: 2s\n"),
+        (None, Some(data)) => format!(
+            "store:\n  kind: memory\n  persist:\n    path: {:?}\n    fsync: always\n",
+            data.display().to_string()
+        ),
+        (None, None) => "store:\n  kind: memory\n".to_owned(),
     };
     format!(
         "{store}descriptors: [call]
@@ -648,7 +671,9 @@ pub async fn run(args: &ReserveArgs) -> anyhow::Result<Report> {
     ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let config = dir.join("floodgate.yaml");
-    std::fs::write(&config, config_yaml(args, redis.as_ref().map(RedisNode::url).as_deref()))?;
+    let data = args.persist.then(|| dir.join("data"));
+    let url = redis.as_ref().map(RedisNode::url);
+    std::fs::write(&config, config_yaml(args, url.as_deref(), data.as_deref()))?;
     let result = run_on(args, n, kills, &binary, &config).await;
     let _ = std::fs::remove_dir_all(&dir);
     drop(redis);
@@ -709,6 +734,7 @@ async fn run_on(
         view_over: AtomicU64::new(0),
         settle_retries: AtomicU64::new(0),
         refused: AtomicU64::new(0),
+        patience: args.down + STARTUP,
     });
 
     let stop_sampling = Arc::new(AtomicBool::new(false));
@@ -931,7 +957,10 @@ mod tests {
             assert!(e.contains(says), "{extra:?}: {e}");
         };
         refused(&["--instances", "2"], "one instance");
-        refused(&["--kills", "1"], "--kills needs --store redis");
+        refused(&["--kills", "1"], "--kills on --store memory needs --persist");
+        refused(&["--store", "redis", "--persist"], "--persist is for --store memory");
+        assert_eq!(validate(&args(&["--persist"])).unwrap(), (1, 6));
+        assert_eq!(validate(&args(&["--persist", "--kills", "2"])).unwrap(), (1, 2));
         refused(&["--cancel", "0.6", "--crash", "0.5"], "add up to more than 1");
         refused(&["--ttl", "50ms"], "--ttl must be");
         assert!(Cli::try_parse_from(["floodgate-bench", "reserve", "--cancel", "1.5"]).is_err());
@@ -939,8 +968,13 @@ mod tests {
 
     #[test]
     fn the_configuration_is_one_the_server_loads() {
-        for redis in [None, Some("redis://127.0.0.1:6379")] {
-            let yaml = config_yaml(&args(&["--limit", "1000", "--permits", "7", "--lease", "1500ms"]), redis);
+        let data = std::env::temp_dir().join("floodgate-bench-reserve-config-test");
+        for (redis, data) in
+            [(None, None), (None, Some(data.as_path())), (Some("redis://127.0.0.1:6379"), None)]
+        {
+            let yaml =
+                config_yaml(&args(&["--limit", "1000", "--permits", "7", "--lease", "1500ms"]), redis, data);
+            assert_eq!(yaml.contains("fsync: always"), data.is_some(), "{yaml}");
             let config =
                 floodgate_config::parse("reserve.yaml", &yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
             let names: Vec<&str> = config.fingerprints.keys().map(String::as_str).collect();
