@@ -816,8 +816,10 @@ impl<C: Clock> MemoryStore<C> {
         Ok((true, seq))
     }
 
-    /// Logs the state of every key a multi-limit call holds locked (a persisted store), returning
-    /// the entry's sequence number; 0 for a store that does not persist.
+    /// Logs the state of every key a multi-limit call holds locked (a persisted store), as one
+    /// group entry when there are several — all-or-nothing on disk as in memory: a write torn by a
+    /// crash never restores one limit's change without the others' — returning the entry's
+    /// sequence number; 0 for a store that does not persist.
     fn log_locked(
         &self,
         ops: &[Op<'_>],
@@ -828,11 +830,12 @@ impl<C: Clock> MemoryStore<C> {
     ) -> u64 {
         let Some(wal) = &self.inner.wal else { return 0 };
         let keys = self.held_keys(ops, slots, lock_of, locks, guard);
-        wal.append(|buf| {
+        let each = |buf: &mut Vec<u8>| {
             for (key, held) in &keys {
                 encode_key(buf, key, held.state(), held.expires_secs());
             }
-        })
+        };
+        if keys.len() > 1 { wal.append(|buf| encode_group(buf, each)) } else { wal.append(each) }
     }
 
     /// The key each held lock is logged under, with the lock (see [`MemoryStore::held_key`]).

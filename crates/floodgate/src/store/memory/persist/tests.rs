@@ -419,3 +419,29 @@ async fn a_change_made_once_torn_off_the_tail_is_lost_whole() {
     assert!(store.adjust_once(&ops, Adjustment::Report, Once { id: b"x", keep }).await.unwrap(), "made anew");
     assert_eq!(used(apply(&store, &peek, Mode::Peek).await), [5, 3]);
 }
+
+/// A multi-limit change is one entry too: torn off the tail, no limit keeps its part of it (a
+/// crash mid-write never restores a tenant's tokens without the call's other limits).
+#[tokio::test]
+async fn a_multi_limit_change_torn_off_the_tail_is_lost_whole() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(START);
+    let limit: Limit = FixedWindow::try_new(nz(10), Duration::from_secs(60)).unwrap().into();
+    let ops = [op(b"tenant", &limit, 2), op(b"call", &limit, 3)];
+    let path = {
+        let (store, _) = open(&dir, &clock);
+        apply(&store, &ops, Mode::Check).await;
+        apply(&store, &ops, Mode::Check).await;
+        segment(&dir)
+    };
+    let whole = std::fs::metadata(&path).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(whole - 1).unwrap();
+    drop(file);
+    let (store, recovered) = open(&dir, &clock);
+    assert!(recovered.truncated.is_some(), "{recovered:?}");
+    let peek = [op(b"tenant", &limit, 1), op(b"call", &limit, 1)];
+    let left: Vec<u64> =
+        apply(&store, &peek, Mode::Peek).await.results.iter().map(|r| r.decision.remaining).collect();
+    assert_eq!(left, [7, 6], "the first call on both keys, the torn second on neither");
+}
