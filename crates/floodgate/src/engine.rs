@@ -635,6 +635,47 @@ impl Policy {
         store.adjust_once(&ops, crate::store::Adjustment::Report, once).await
     }
 
+    /// Gives each of `back` — a rule's name, the grant to give back to it, and the shard it was
+    /// taken from — back on the key `descriptors` make, at most once for `once`
+    /// ([`Store::adjust_once`]), in one store call. A rule gone since (a reload) is skipped; a
+    /// sharded rule whose shard is not known takes the shard `seed` picks, the same one each time.
+    /// Returns whether this call gave anything back.
+    pub(crate) async fn give_back_once<S: Store>(
+        &self,
+        store: &S,
+        descriptors: &Descriptors,
+        back: &[(&str, Grant, Option<u16>)],
+        seed: u64,
+        once: crate::store::Once<'_>,
+    ) -> Result<bool, StoreError> {
+        let mut request = Request::default();
+        let mut grants: SmallVec<[Grant; 4]> = SmallVec::new();
+        for (k, &(rule, grant, shard)) in back.iter().enumerate() {
+            let Some(compiled) = self.rules.iter().find(|c| *c.rule.name == *rule) else { continue };
+            let start = request.buf.len();
+            let seed = Some(seed.wrapping_add(k as u64));
+            let Some(limit) = self.give_back_to(compiled, descriptors, shard, seed, &mut request.buf) else {
+                continue;
+            };
+            request.merged.push(Merged {
+                key: start..request.buf.len(),
+                scope_len: compiled.scope.len(),
+                limit,
+                cost: grant.cost,
+                enforce: true,
+                on_error: compiled.rule.on_store_error,
+                prefetch: None,
+                shard: None,
+            });
+            grants.push(grant);
+        }
+        if grants.is_empty() {
+            return Ok(false);
+        }
+        let ops = request.ops();
+        store.adjust_once(&ops, crate::store::Adjustment::GiveBack(&grants), once).await
+    }
+
     /// [`Policy::evaluate`] without waiting, when the store can answer at once
     /// ([`Store::try_apply_now`]: the memory store always can); `None` when it cannot, and the
     /// caller must await [`Policy::evaluate`] instead. For front doors that decide inside a

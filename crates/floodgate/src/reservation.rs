@@ -27,10 +27,8 @@ use std::time::Duration;
 use floodgate_core::{Grant, Timestamp};
 use smallvec::SmallVec;
 
-use std::borrow::Cow;
-
-use crate::engine::{Hit, KeyBuf, Verdict};
-use crate::store::{Adjustment, Mode, Once, Op, Settle, Store, StoreError, kept_after_expiry};
+use crate::engine::{Hit, Verdict};
+use crate::store::{Mode, Once, Settle, Store, StoreError, kept_after_expiry};
 use crate::{Costs, Descriptors, Policy};
 
 /// A reservation made: its id, and when it expires (on the store's clock).
@@ -140,48 +138,31 @@ impl Policy {
         let wanted = encode_settlement(settlement);
         let record = store.get_record(id.as_bytes()).await?.ok_or(SettleError::NotFound)?;
         let held = decode(&record.body).ok_or(SettleError::NotFound)?;
-        let keep = record.kept_for;
-        if let Some(done) = &record.settled {
-            return self.settle_again(store, id, &held, done, &wanted, keep).await;
-        }
-        if record.expired {
-            return Err(SettleError::Expired);
-        }
-        if held.kind == Kind::Permits && matches!(settlement, Settlement::Commit(_)) {
-            return Err(SettleError::PermitsOnly);
-        }
-        match store.settle_record(id.as_bytes(), &wanted).await? {
-            Settle::Settled => {}
-            Settle::Already(done) => return self.settle_again(store, id, &held, &done, &wanted, keep).await,
-            Settle::Expired => return Err(SettleError::Expired),
-            Settle::Missing => return Err(SettleError::NotFound),
-        }
-        let settled = settled(&held, &wanted, false);
-        self.adjust(store, id, &held, &settled, keep).await?;
-        Ok(settled)
-    }
-
-    /// The answer to a settlement of a reservation already settled with `done`: the same answer
-    /// when it is the same settlement, a conflict otherwise.
-    ///
-    /// The same settlement also finishes what the first one may have left undone — its instance
-    /// crashed, or the store failed, between marking the record and giving back — so that a
-    /// retried settlement always leaves the limits as one settlement does: each step is made at
-    /// most once ([`Store::adjust_once`]), so what the first one made is not made again.
-    async fn settle_again<S: Store>(
-        &self,
-        store: &S,
-        id: &str,
-        held: &Held,
-        done: &[u8],
-        wanted: &[u8],
-        keep: Duration,
-    ) -> Result<Settled, SettleError> {
-        if done != wanted {
-            return Err(SettleError::Conflict { committed: done.first() == Some(&COMMIT) });
-        }
-        let settled = settled(held, done, true);
-        self.adjust(store, id, held, &settled, keep).await?;
+        // Already settled: the same settlement gets the same answer, and also finishes what the
+        // first one may have left undone — its instance crashed, or the store failed, between
+        // marking the record and giving back — each step being made at most once
+        // ([`Store::adjust_once`]), so that a retried settlement leaves the limits as one does.
+        let replayed = match &record.settled {
+            Some(done) => {
+                same_settlement(done, &wanted)?;
+                true
+            }
+            None if record.expired => return Err(SettleError::Expired),
+            None if held.kind == Kind::Permits && matches!(settlement, Settlement::Commit(_)) => {
+                return Err(SettleError::PermitsOnly);
+            }
+            None => match store.settle_record(id.as_bytes(), &wanted).await? {
+                Settle::Settled => false,
+                Settle::Already(done) => {
+                    same_settlement(&done, &wanted)?;
+                    true
+                }
+                Settle::Expired => return Err(SettleError::Expired),
+                Settle::Missing => return Err(SettleError::NotFound),
+            },
+        };
+        let settled = settled(&held, &wanted, replayed);
+        self.adjust(store, id, &held, &settled, record.kept_for).await?;
         Ok(settled)
     }
 
@@ -199,46 +180,19 @@ impl Policy {
         keep: Duration,
     ) -> Result<(), StoreError> {
         let seed = seed_of(id);
-        let mut buf = KeyBuf::new();
-        let mut targets: SmallVec<[GiveBack<'_>; 4]> = SmallVec::new();
-        for (k, l) in held.limits.iter().enumerate() {
+        let mut back: SmallVec<[(&str, Grant, Option<u16>); 4]> = SmallVec::new();
+        for l in &held.limits {
             // A rule gone since (a reload) has nothing to give back to.
             let Some(compiled) = self.rules.iter().find(|c| *c.rule.name == *l.rule) else { continue };
             let refund = if l.permit { l.grant.cost } else { settled.refunded.get(&compiled.rule.cost) };
-            if refund == 0 {
-                continue;
+            if refund > 0 {
+                back.push((&l.rule, Grant { cost: refund.min(l.grant.cost), ..l.grant }, l.shard));
             }
-            let start = buf.len();
-            let seed = Some(seed.wrapping_add(k as u64));
-            let Some(limit) = self.give_back_to(compiled, &held.descriptors, l.shard, seed, &mut buf) else {
-                continue;
-            };
-            targets.push(GiveBack {
-                key: start..buf.len(),
-                scope_len: compiled.scope.len(),
-                limit,
-                on_error: compiled.rule.on_store_error,
-                grant: Grant { cost: refund.min(l.grant.cost), ..l.grant },
-            });
         }
-        if !targets.is_empty() {
-            let ops: SmallVec<[Op<'_>; 4]> = targets
-                .iter()
-                .map(|t| Op {
-                    key: &buf[t.key.clone()],
-                    scope_len: t.scope_len,
-                    limit: &t.limit,
-                    cost: t.grant.cost,
-                    enforce: true,
-                    on_error: t.on_error,
-                    prefetch: None,
-                })
-                .collect();
-            let grants: SmallVec<[Grant; 4]> = targets.iter().map(|t| t.grant).collect();
+        if !back.is_empty() {
             let once = format!("{id}:back");
-            store
-                .adjust_once(&ops, Adjustment::GiveBack(&grants), Once { id: once.as_bytes(), keep })
-                .await?;
+            let once = Once { id: once.as_bytes(), keep };
+            self.give_back_once(store, &held.descriptors, &back, seed, once).await?;
         }
         if !settled.excess.is_zero() {
             let excess = Hit::with_costs(&held.descriptors, &settled.excess);
@@ -255,13 +209,14 @@ impl Policy {
     }
 }
 
-/// One limit a settlement gives back to: its key (a range of the settlement's key buffer).
-struct GiveBack<'p> {
-    key: std::ops::Range<usize>,
-    scope_len: usize,
-    limit: Cow<'p, crate::Limit>,
-    on_error: crate::OnStoreError,
-    grant: Grant,
+/// `Ok` when a reservation settled with `done` is settled again with the same settlement
+/// (`wanted`), a conflict otherwise.
+fn same_settlement(done: &[u8], wanted: &[u8]) -> Result<(), SettleError> {
+    if done == wanted {
+        Ok(())
+    } else {
+        Err(SettleError::Conflict { committed: done.first() == Some(&COMMIT) })
+    }
 }
 
 /// The number a reservation's id seeds its shard choices with: its first 16 hexadecimal digits,
