@@ -615,23 +615,9 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         let _permit =
             self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
-        let grants: Option<SmallVec<[Option<Grant>; 4]>> = match adjustment {
-            Adjustment::Report => None,
-            Adjustment::GiveBack(grants) if grants.len() == ops.len() => {
-                Some(grants.iter().copied().map(Some).collect())
-            }
-            Adjustment::GiveBack(grants) => {
-                return Err(config_error(format!(
-                    "{} grants given back on {} keys",
-                    grants.len(),
-                    ops.len()
-                )));
-            }
-        };
-        let mode = match adjustment {
-            Adjustment::Report => ScriptMode::ReportOnce,
-            Adjustment::GiveBack(_) => ScriptMode::UndoOnce,
-        };
+        let grants: Option<SmallVec<[Option<Grant>; 4]>> =
+            adjustment.grants(ops.len())?.map(|grants| grants.iter().copied().map(Some).collect());
+        let mode = if grants.is_some() { ScriptMode::UndoOnce } else { ScriptMode::ReportOnce };
         let keep_ms = u64::try_from(once.keep.as_millis()).unwrap_or(u64::MAX).max(1);
         let prepared = self.prepare(ops);
         let mut applied = false;

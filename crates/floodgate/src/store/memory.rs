@@ -185,7 +185,7 @@ struct Locked<'g> {
     lock_of: SmallVec<[usize; 4]>,
 }
 
-/// A held lock with the key it is logged under ([`MemoryStore::held_keys`]).
+/// A held lock with the key it is logged under ([`MemoryStore::log_locked`]).
 type HeldKey<'a, 'h> = (SmallVec<[u8; 64]>, &'a Held<'h>);
 
 /// What a note of [`Store::adjust_once`] holds in the records' table, where it is kept (and
@@ -610,6 +610,15 @@ impl<C: Clock> MemoryStore<C> {
         self.counter_in_table(scope, key, guard)
     }
 
+    /// The slot holding what was granted on `key`: its own, or — a key not in the table — the
+    /// overflow counter it was granted on, if its rule overflowed. `None`: nothing to give back to.
+    fn slot_holding<'g>(&self, key: &[u8], guard: &'g impl papaya::Guard) -> Option<&'g Slot> {
+        self.inner
+            .map
+            .get(&self.inner.hashing.lookup(key), guard)
+            .or_else(|| self.counter_holding(key, guard))
+    }
+
     /// `key`'s overflow counter among its rule's (`scope`), if the table holds it.
     fn counter_in_table<'g>(
         &self,
@@ -645,11 +654,12 @@ impl<C: Clock> MemoryStore<C> {
             return self.apply_one(op, mode, now, create, &guard, &mut out.results);
         }
         loop {
-            let Some(Locked { slots, mut locks, lock_of }) =
+            let Some(mut locked) =
                 self.lock_all(ops, |op| self.slot(op.key, op.scope_len, create, &guard))?
             else {
                 continue;
             };
+            let Locked { locks, lock_of, .. } = &mut locked;
             let results = &mut out.results;
             if mode == Mode::Report {
                 for (i, op) in ops.iter().enumerate() {
@@ -659,7 +669,7 @@ impl<C: Clock> MemoryStore<C> {
                         results.push(OpResult { decision, grant: Some(grant) });
                     }
                 }
-                return Ok(self.log_locked(ops, &slots, &lock_of, &locks, &guard));
+                return Ok(self.log_locked(ops, &locked, &guard, None));
             }
             let mut fresh: Fresh;
             for (i, op) in ops.iter().enumerate() {
@@ -697,7 +707,7 @@ impl<C: Clock> MemoryStore<C> {
                 }
             }
             if admitted && mode == Mode::Check {
-                return Ok(self.log_locked(ops, &slots, &lock_of, &locks, &guard));
+                return Ok(self.log_locked(ops, &locked, &guard, None));
             }
             return Ok(0);
         }
@@ -756,15 +766,7 @@ impl<C: Clock> MemoryStore<C> {
         once: Once<'_>,
     ) -> Result<(bool, u64), StoreError> {
         let inner = &*self.inner;
-        if let Adjustment::GiveBack(grants) = adjustment
-            && grants.len() != ops.len()
-        {
-            return Err(StoreError::Backend {
-                message: format!("{} grants given back on {} keys", grants.len(), ops.len()),
-                transient: false,
-                source: None,
-            });
-        }
+        let grants = adjustment.grants(ops.len())?;
         let now = inner.clock.now();
         let mut records = inner.records.lock();
         if records.get(once.id).is_some_and(|r| r.forget_at > now) {
@@ -781,80 +783,62 @@ impl<C: Clock> MemoryStore<C> {
         let seq = loop {
             // What is given back goes to the key's state, or to the overflow counter that held it;
             // a key that is gone (expired) has nothing to give back to. A report creates its keys.
-            let resolve = |op: &Op<'_>| match adjustment {
-                Adjustment::Report => self.slot(op.key, op.scope_len, true, &guard),
-                Adjustment::GiveBack(_) => Ok(inner
-                    .map
-                    .get(&inner.hashing.lookup(op.key), &guard)
-                    .or_else(|| self.counter_holding(op.key, &guard))),
+            let resolve = |op: &Op<'_>| match grants {
+                None => self.slot(op.key, op.scope_len, true, &guard),
+                Some(_) => Ok(self.slot_holding(op.key, &guard)),
             };
-            let Some(Locked { slots, mut locks, lock_of }) = self.lock_all(ops, resolve)? else { continue };
+            let Some(mut locked) = self.lock_all(ops, resolve)? else { continue };
+            let Locked { locks, lock_of, .. } = &mut locked;
             for (i, op) in ops.iter().enumerate() {
                 let Some(s) = &mut locks[lock_of[i]] else { continue };
-                match adjustment {
-                    Adjustment::Report => {
+                match grants {
+                    None => {
                         with_algorithm!(op.limit, a => report(a, s, now, op.cost));
                     }
-                    Adjustment::GiveBack(grants) => {
-                        with_algorithm!(op.limit, a => refund(a, s, now, &grants[i]));
-                    }
+                    Some(grants) => with_algorithm!(op.limit, a => refund(a, s, now, &grants[i])),
                 }
             }
-            let Some(wal) = &inner.wal else { break 0 };
-            let keys = self.held_keys(ops, &slots, &lock_of, &locks, &guard);
             // One entry: replay finds the change and its note together, or neither.
-            break wal.append(|buf| {
-                encode_group(buf, |b| {
-                    for (key, held) in &keys {
-                        encode_key(b, key, held.state(), held.expires_secs());
-                    }
-                    encode_record(b, once.id, &note);
-                })
-            });
+            break self.log_locked(ops, &locked, &guard, Some((once.id, &note)));
         };
         records.insert(once.id.into(), note);
         Ok((true, seq))
     }
 
-    /// Logs the state of every key a multi-limit call holds locked (a persisted store), as one
-    /// group entry when there are several — all-or-nothing on disk as in memory: a write torn by a
-    /// crash never restores one limit's change without the others' — returning the entry's
-    /// sequence number; 0 for a store that does not persist.
+    /// Logs the state of every key a multi-key call holds `locked` (a persisted store), with the
+    /// note of a change made once, returning the entry's sequence number; 0 for a store that does
+    /// not persist. Several keys, or a note, are one group entry — all-or-nothing on disk as in
+    /// memory: a write torn by a crash never restores one limit's change without the others', or a
+    /// change without its note.
     fn log_locked(
         &self,
         ops: &[Op<'_>],
-        slots: &[Option<&Slot>],
-        lock_of: &[usize],
-        locks: &[Option<Held<'_>>],
+        locked: &Locked<'_>,
         guard: &impl papaya::Guard,
+        note: Option<(&[u8], &Kept)>,
     ) -> u64 {
         let Some(wal) = &self.inner.wal else { return 0 };
-        let keys = self.held_keys(ops, slots, lock_of, locks, guard);
-        let each = |buf: &mut Vec<u8>| {
-            for (key, held) in &keys {
-                encode_key(buf, key, held.state(), held.expires_secs());
-            }
-        };
-        if keys.len() > 1 { wal.append(|buf| encode_group(buf, each)) } else { wal.append(each) }
-    }
-
-    /// The key each held lock is logged under, with the lock (see [`MemoryStore::held_key`]).
-    fn held_keys<'a, 'h>(
-        &self,
-        ops: &[Op<'_>],
-        slots: &[Option<&Slot>],
-        lock_of: &[usize],
-        locks: &'a [Option<Held<'h>>],
-        guard: &impl papaya::Guard,
-    ) -> SmallVec<[HeldKey<'a, 'h>; 4]> {
-        let mut keys = SmallVec::new();
+        let Locked { slots, locks, lock_of } = locked;
+        let mut keys: SmallVec<[HeldKey<'_, '_>; 4]> = SmallVec::new();
         for (index, held) in locks.iter().enumerate() {
             let Some(held) = held else { continue };
             let Some(i) = lock_of.iter().position(|l| *l == index) else { continue };
             let Some(slot) = slots[i] else { continue };
             keys.push((self.held_key(ops[i].key, slot, guard), held));
         }
-        keys
+        let each = |buf: &mut Vec<u8>| {
+            for (key, held) in &keys {
+                encode_key(buf, key, held.state(), held.expires_secs());
+            }
+            if let Some((id, note)) = note {
+                encode_record(buf, id, note);
+            }
+        };
+        if keys.len() + usize::from(note.is_some()) > 1 {
+            wal.append(|buf| encode_group(buf, each))
+        } else {
+            wal.append(each)
+        }
     }
 
     /// [`MemoryStore::apply_now`] for the common single-limit request: no ordering, and for a token
@@ -922,13 +906,7 @@ impl<C: Clock> MemoryStore<C> {
     fn refund_now(&self, key: &[u8], limit: &Limit, grant: Grant) -> u64 {
         let now = self.inner.clock.now();
         let guard = self.inner.map.guard();
-        // A key not in the table was granted on its overflow counter, if its rule overflowed.
-        let slot = self
-            .inner
-            .map
-            .get(&self.inner.hashing.lookup(key), &guard)
-            .or_else(|| self.counter_holding(key, &guard));
-        if let Some(slot) = slot {
+        if let Some(slot) = self.slot_holding(key, &guard) {
             let mut s = slot.lock();
             if !s.state().is_gone() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));

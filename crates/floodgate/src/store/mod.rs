@@ -112,6 +112,21 @@ pub enum Adjustment<'a> {
     GiveBack(&'a [Grant]),
 }
 
+impl<'a> Adjustment<'a> {
+    /// The grants given back (`None` for a report), checked to be one per op of the `ops` given.
+    pub fn grants(self, ops: usize) -> Result<Option<&'a [Grant]>, StoreError> {
+        match self {
+            Adjustment::Report => Ok(None),
+            Adjustment::GiveBack(grants) if grants.len() == ops => Ok(Some(grants)),
+            Adjustment::GiveBack(grants) => Err(StoreError::Backend {
+                message: format!("{} grants given back on {ops} keys", grants.len()),
+                transient: false,
+                source: None,
+            }),
+        }
+    }
+}
+
 /// A store failed; the request's limits could not be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
