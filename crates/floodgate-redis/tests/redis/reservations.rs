@@ -39,6 +39,12 @@ fn tenant(name: &str) -> Descriptors {
     Descriptors::new().with("tenant", format!("{name}-{}", std::process::id()))
 }
 
+/// Reserves `estimate` for `t` for five minutes (allowed): the reservation's id.
+async fn reserve_id<S: floodgate::Store>(engine: &Engine<S>, t: &Descriptors, estimate: &Costs) -> String {
+    let reserved = engine.reserve(Hit::with_costs(t, estimate), Duration::from_secs(300)).await.unwrap();
+    reserved.reservation.expect("allowed").id
+}
+
 /// (requests, tokens, permits) left, by a peek of one of each.
 async fn left<S: floodgate::Store>(engine: &Engine<S>, t: &Descriptors) -> (u64, u64, u64) {
     let one = Costs::new().with("requests", 1).with("tokens", 1);
@@ -56,8 +62,7 @@ async fn one_instance_commits_what_another_reserved_once() {
     let b = Engine::new(policy(), node_store().await);
     let t = tenant("cross");
     let estimate = Costs::new().with("requests", 1).with("tokens", 600);
-    let reserved = a.reserve(Hit::with_costs(&t, &estimate), Duration::from_secs(300)).await.unwrap();
-    let id = reserved.reservation.expect("allowed").id;
+    let id = reserve_id(&a, &t, &estimate).await;
     assert_eq!(left(&b, &t).await, (9, 400, 1), "b sees what a reserved");
 
     let actual = Costs::new().with("tokens", 250);
@@ -91,13 +96,7 @@ async fn a_settlement_cut_off_is_finished_once_by_another_instance(a: RedisStore
     for (n, at) in [Lost::Before, Lost::After].into_iter().enumerate() {
         let t = tenant(&format!("{name}-{n}"));
         let estimate = Costs::new().with("requests", 1).with("tokens", 600);
-        let id = a
-            .reserve(Hit::with_costs(&t, &estimate), Duration::from_secs(300))
-            .await
-            .unwrap()
-            .reservation
-            .unwrap()
-            .id;
+        let id = reserve_id(&a, &t, &estimate).await;
         let actual = Costs::new().with("tokens", 250);
         a.store().lose_adjustments(1, at);
         assert!(a.settle(&id, Settlement::Commit(&actual)).await.is_err());
@@ -117,13 +116,7 @@ async fn a_settlement_cut_off_is_finished_once_by_another_instance(a: RedisStore
 
         // Above the estimate: the permit given back, the answer lost, the excess not yet charged.
         let estimate = Costs::new().with("requests", 1).with("tokens", 100);
-        let id = a
-            .reserve(Hit::with_costs(&t, &estimate), Duration::from_secs(300))
-            .await
-            .unwrap()
-            .reservation
-            .unwrap()
-            .id;
+        let id = reserve_id(&a, &t, &estimate).await;
         assert_eq!(left(&b, &t).await, (8, 650, 1));
         a.store().lose_adjustments(1, Lost::After);
         let actual = Costs::new().with("tokens", 300);
@@ -166,13 +159,7 @@ async fn racing_settlements_from_two_instances_settle_once() {
     let t = tenant("race");
     let estimate = Costs::new().with("requests", 1).with("tokens", 500);
     for _ in 0..20 {
-        let id = a
-            .reserve(Hit::with_costs(&t, &estimate), Duration::from_secs(300))
-            .await
-            .unwrap()
-            .reservation
-            .unwrap()
-            .id;
+        let id = reserve_id(&a, &t, &estimate).await;
         let (x, y) = tokio::join!(a.settle(&id, Settlement::Release), b.settle(&id, Settlement::Release));
         let (x, y) = (x.unwrap(), y.unwrap());
         assert!(x.replayed != y.replayed, "exactly one of the two gave it back");
@@ -211,13 +198,7 @@ async fn rpm_and_tpm_in_one_call_on_a_cluster_consume_nothing_when_denied_and_re
     assert_eq!((rpm, tpm), (9, 300), "the denial took no request and no token");
 
     let estimate = Costs::new().with("requests", 1).with("tokens", 200);
-    let id = a
-        .reserve(Hit::with_costs(&t, &estimate), Duration::from_secs(300))
-        .await
-        .unwrap()
-        .reservation
-        .unwrap()
-        .id;
+    let id = reserve_id(&a, &t, &estimate).await;
     let actual = Costs::new().with("tokens", 50);
     let settled = b.settle(&id, Settlement::Commit(&actual)).await.unwrap();
     assert_eq!(settled.refunded, Costs::new().with("tokens", 150));

@@ -1,11 +1,11 @@
 //! Reservations on the memory store, on a manual clock: reserve an estimate, commit the actual
 //! (refunding the over-reservation, charging the excess), release, idempotent retries, conflicts,
-//! unknown ids, and expiry charging the estimate.
+//! unknown ids, expiry charging the estimate, and settlements cut off between their steps.
 
 use std::time::Duration;
 
 use floodgate::{
-    Costs, Engine, Hit, MemoryConfig, MemoryStore, Policy, Rule, SettleError, Settlement, Store,
+    Costs, Descriptors, Engine, Hit, MemoryConfig, MemoryStore, Policy, Rule, SettleError, Settlement, Store,
 };
 use floodgate_core::{Concurrency, ManualClock};
 use floodgate_testkit::{FlakyStore, Lost};
@@ -24,6 +24,21 @@ fn rules() -> [Rule; 3] {
 
 fn estimate() -> Costs {
     Costs::new().with("requests", 1).with("tokens", 600)
+}
+
+/// Reserves `costs` for `tenant` for five minutes (allowed): the reservation's id.
+async fn reserve_id<S: Store>(engine: &Engine<S>, tenant: &Descriptors, costs: &Costs) -> String {
+    let reserved = engine.reserve(Hit::with_costs(tenant, costs), Duration::from_secs(300)).await.unwrap();
+    reserved.reservation.expect("allowed").id
+}
+
+type FlakyMemory = FlakyStore<MemoryStore<ManualClock>>;
+
+/// [`super::engine`] over a [`FlakyStore`]: the engine, and the store to make fail.
+fn flaky_engine(rules: impl IntoIterator<Item = Rule>) -> (Engine<FlakyMemory>, FlakyMemory) {
+    let clock = ManualClock::new(floodgate_testkit::START);
+    let store = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock));
+    (Engine::new(Policy::new(rules).unwrap(), store.clone()), store)
 }
 
 /// What each rule has left, by a peek of one request and one token.
@@ -80,13 +95,7 @@ async fn a_commit_above_the_estimate_charges_the_excess_and_never_denies() {
     let (engine, _clock) = engine(rules());
     let t1 = request(&[("tenant", "t1")]);
     let est = estimate();
-    let id = engine
-        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
-        .await
-        .unwrap()
-        .reservation
-        .unwrap()
-        .id;
+    let id = reserve_id(&engine, &t1, &est).await;
     // Another call takes the rest of the tokens meanwhile.
     let rest = Costs::new().with("tokens", 400);
     assert!(engine.decide(floodgate::Mode::Check, Hit::with_costs(&t1, &rest)).await.unwrap().allowed);
@@ -103,13 +112,7 @@ async fn a_release_gives_everything_back_once() {
     let (engine, _clock) = engine(rules());
     let t1 = request(&[("tenant", "t1")]);
     let est = estimate();
-    let id = engine
-        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
-        .await
-        .unwrap()
-        .reservation
-        .unwrap()
-        .id;
+    let id = reserve_id(&engine, &t1, &est).await;
     let released = engine.settle(&id, Settlement::Release).await.unwrap();
     assert!(!released.committed);
     assert_eq!(released.refunded, est);
@@ -179,18 +182,10 @@ async fn a_denied_reserve_holds_nothing() {
 #[tokio::test]
 async fn a_settlement_cut_off_before_or_after_its_give_back_is_finished_once_by_the_retry() {
     for at in [Lost::Before, Lost::After] {
-        let clock = ManualClock::new(floodgate_testkit::START);
-        let store = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
-        let engine = Engine::new(Policy::new(rules()).unwrap(), store.clone());
+        let (engine, store) = flaky_engine(rules());
         let t1 = request(&[("tenant", "t1")]);
         let est = estimate();
-        let id = engine
-            .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
-            .await
-            .unwrap()
-            .reservation
-            .unwrap()
-            .id;
+        let id = reserve_id(&engine, &t1, &est).await;
         let actual = Costs::new().with("tokens", 412);
         store.lose_adjustments(1, at);
         assert!(matches!(engine.settle(&id, Settlement::Commit(&actual)).await, Err(SettleError::Store(_))));
@@ -218,24 +213,15 @@ async fn a_settlement_cut_off_before_or_after_its_give_back_is_finished_once_by_
 /// between them, the retry charges the excess and does not free the permit again.
 #[tokio::test]
 async fn a_commit_cut_off_between_its_give_back_and_its_excess_is_finished_once_by_the_retry() {
-    let clock = ManualClock::new(floodgate_testkit::START);
-    let store = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
     let [rpm, tpm, _] = rules();
     let in_flight = Concurrency::try_new(nz(3), Duration::from_secs(600)).unwrap();
-    let rules = [rpm, tpm, Rule::new("in-flight", in_flight).key(["tenant"])];
-    let engine = Engine::new(Policy::new(rules).unwrap(), store.clone());
+    let (engine, store) = flaky_engine([rpm, tpm, Rule::new("in-flight", in_flight).key(["tenant"])]);
     let t1 = request(&[("tenant", "t1")]);
     // Another call holds a permit throughout: a permit given back twice would show as 3 free.
     let one = Costs::new().with("requests", 1);
     assert!(engine.decide(floodgate::Mode::Check, Hit::with_costs(&t1, &one)).await.unwrap().allowed);
     let est = Costs::new().with("requests", 1).with("tokens", 100);
-    let id = engine
-        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
-        .await
-        .unwrap()
-        .reservation
-        .unwrap()
-        .id;
+    let id = reserve_id(&engine, &t1, &est).await;
     assert_eq!(left(&engine).await, (8, 900, 1));
     let actual = Costs::new().with("tokens", 350);
     // The give-back made, its answer lost; the excess never tried.
@@ -254,19 +240,11 @@ async fn a_commit_cut_off_between_its_give_back_and_its_excess_is_finished_once_
 /// retry after a give-back whose answer was lost finds it made, on that shard, and makes nothing.
 #[tokio::test]
 async fn a_sharded_give_back_is_made_once_across_retries() {
-    let clock = ManualClock::new(floodgate_testkit::START);
-    let store = FlakyStore::new(MemoryStore::with_config(MemoryConfig::default(), clock.clone()));
-    let rules = [Rule::new("tpm", per_minute(1000)).key(["tenant"]).cost("tokens").shards(4)];
-    let engine = Engine::new(Policy::new(rules).unwrap(), store.clone());
+    let (engine, store) =
+        flaky_engine([Rule::new("tpm", per_minute(1000)).key(["tenant"]).cost("tokens").shards(4)]);
     let t1 = request(&[("tenant", "t1")]);
     let est = Costs::new().with("tokens", 200);
-    let id = engine
-        .reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300))
-        .await
-        .unwrap()
-        .reservation
-        .unwrap()
-        .id;
+    let id = reserve_id(&engine, &t1, &est).await;
     store.lose_adjustments(1, Lost::After);
     let actual = Costs::new().with("tokens", 50);
     assert!(engine.settle(&id, Settlement::Commit(&actual)).await.is_err());
@@ -289,8 +267,7 @@ async fn a_sharded_reservation_gives_back_to_its_own_shard() {
     let mut reserved = Vec::new();
     for n in 0..8u64 {
         let est = Costs::new().with("tokens", 100 + 200 * (n % 2));
-        let r = engine.reserve(Hit::with_costs(&t1, &est), Duration::from_secs(300)).await.unwrap();
-        reserved.push((r.reservation.unwrap().id, 100 + 200 * (n % 2)));
+        reserved.push((reserve_id(&engine, &t1, &est).await, 100 + 200 * (n % 2)));
     }
     let used = async || engine.policy().usage(engine.store(), "tpm", &t1).await.unwrap().used;
     let mut total = 1600;
