@@ -10,7 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate_server::{App, ServeOptions, Server};
+use floodgate_app::{App, ServeOptions};
+use floodgate_server::Server;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;

@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use floodgate_app::{App, ServeOptions};
 use floodgate_client::{Client, Request};
-use floodgate_server::{App, ServeOptions, Server};
+use floodgate_server::Server;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;

@@ -14,7 +14,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let yaml = "store: {kind: memory}\nrules: [{name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 60s}]\n";
-//! # let app = floodgate_server::App::new(floodgate_config::parse("doc.yaml", yaml)?, Default::default())?;
+//! # let app = floodgate_app::App::new(floodgate_config::parse("doc.yaml", yaml)?, Default::default())?;
 //! # let server = floodgate_server::Server::new(app, tokio::net::TcpListener::bind("127.0.0.1:0").await?, None)?;
 //! # let url = format!("http://{}", server.http_addr());
 //! # tokio::spawn(server.run(std::future::pending()));

@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use floodgate_config::Config;
 
-use crate::app::check_admin_exposure;
-use crate::{App, ServeOptions, Server};
+use crate::Server;
+use crate::server::check_admin_exposure;
+use floodgate_app::{App, ServeOptions};
 
 /// The exit code for a configuration or usage error (`EX_USAGE`): a bad config file, an admin API
 /// exposed without a token, a store configuration the Redis client refuses.
@@ -41,7 +42,7 @@ pub struct Cli {
 /// The format of log lines (`--log-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `2026-12-02T07:00:00.000000Z  INFO floodgate_server::control: configuration applied version=2 …`
+    /// `2026-12-02T07:00:00.000000Z  INFO floodgate_app::control: configuration applied version=2 …`
     Text,
     /// `{"timestamp":"…","level":"INFO","event":"config_applied","version":2,…,"message":"configuration applied"}`
     Json,
@@ -153,7 +154,7 @@ pub fn check_config(args: &CheckConfigArgs) -> ExitCode {
 
 /// `floodgate openapi`: prints the document `GET /openapi.json` serves.
 pub fn openapi() -> ExitCode {
-    print!("{}", crate::http::openapi::json());
+    print!("{}", floodgate_api::http::openapi::json());
     ExitCode::SUCCESS
 }
 
@@ -217,8 +218,7 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
         if let Err(e) = app.metrics().install_global() {
             tracing::warn!(error = %e, "metrics recorder already installed");
         }
-        let gateway_addr =
-            app.control().current().gateway.as_ref().map(|g| args.gateway.unwrap_or(g.config.listen));
+        let gateway_addr = app.control().current().gateway.as_ref().map(|g| args.gateway.unwrap_or(g.listen));
         if gateway_addr.is_none() && args.gateway.is_some() {
             eprintln!("floodgate: --gateway needs a configuration with a gateway section");
             return exit(EXIT_CONFIG);

@@ -1,5 +1,5 @@
 #![cfg_attr(fuzzing, no_main)]
-//! Fuzz target: the gateway's JWT verification (`floodgate_server::gateway::verify_authorization`),
+//! Fuzz target: the gateway's JWT verification (`floodgate_gateway::verify_authorization`),
 //! HS256 with a secret the input never knows, seeded with well-formed and broken tokens.
 //!
 //! Input: the first byte picks the mode; the rest is either (even) an `Authorization` header value
@@ -14,7 +14,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use floodgate_config::gateway::{Jwt, Secret};
-use floodgate_server::gateway::verify_authorization;
+use floodgate_gateway::verify_authorization;
 use http::{HeaderMap, HeaderValue};
 use jsonwebtoken::{EncodingKey, Header};
 use serde_json::{Map, Value};

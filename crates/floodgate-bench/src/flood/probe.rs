@@ -46,7 +46,7 @@ impl Holder<'_> {
 }
 
 /// The memory store's key count on `/metrics` (a gauge per store).
-const KEYS: &str = floodgate_server::metrics::KEYS;
+const KEYS: &str = floodgate_app::metrics::KEYS;
 
 /// Decisions made on a memory store's overflow counters, on `/metrics` once the server exports
 /// them (a server without the series reports none: an empty map, not an error).

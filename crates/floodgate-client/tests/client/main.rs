@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use floodgate_app::{App, ServeOptions};
 use floodgate_client::{Client, Error, FailMode, FailureReason, Request, RetryPolicy, retry};
-use floodgate_server::{App, ServeOptions, Server};
+use floodgate_server::Server;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -13,7 +13,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use floodgate_server::{App, ServeOptions, Server};
+use floodgate_app::{App, ServeOptions};
+use floodgate_server::Server;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

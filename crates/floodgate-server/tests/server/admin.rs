@@ -1,7 +1,8 @@
 //! The admin API: configuration (get, validate, apply, reload, rollback), audit, keys, access.
 
 use floodgate::Rule;
-use floodgate_server::{App, ServeOptions, Server};
+use floodgate_app::{App, ServeOptions};
+use floodgate_server::Server;
 use http::Method;
 use serde_json::Value;
 
@@ -238,5 +239,5 @@ async fn a_non_loopback_listener_needs_an_admin_token() {
 
     // Without a token, a non-loopback peer is refused (the rule the middleware applies).
     let peer = Some("192.0.2.10:4000".parse().unwrap());
-    assert!(!floodgate_server::http::admitted(None, peer, None));
+    assert!(!floodgate_api::http::admitted(None, peer, None));
 }

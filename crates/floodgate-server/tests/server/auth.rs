@@ -5,7 +5,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use floodgate_server::ServeOptions;
+use floodgate_app::ServeOptions;
 use http::Method;
 
 use crate::support::{Reply, TempDir, TestServer, check_body};

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use floodgate_app::ServeOptions;
 use floodgate_config as config;
-use floodgate_server::ServeOptions;
 use http::Method;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use floodgate::Rule;
-use floodgate_server::{App, ServeOptions};
+use floodgate_app::{App, ServeOptions};
 use http::Method;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -41,7 +41,7 @@ async fn the_served_document_is_the_committed_one() {
          `cargo run -p floodgate-server -- openapi > docs/openapi.json` (or run this test with \
          {WRITE}=1), and commit it"
     );
-    assert_eq!(served.body, floodgate_server::http::openapi::json(), "`floodgate openapi` prints it");
+    assert_eq!(served.body, floodgate_api::http::openapi::json(), "`floodgate openapi` prints it");
     s.stop().await;
 }
 
@@ -51,7 +51,7 @@ async fn the_listener_and_the_router_serve_the_same_document() {
     let served = s.get("/openapi.json").await;
     let app = App::new(from_rules([]), ServeOptions::default()).unwrap();
     let request = http::Request::get("/openapi.json").body(axum::body::Body::empty()).unwrap();
-    let response = app.router().oneshot(request).await.unwrap();
+    let response = floodgate_api::router(&app).oneshot(request).await.unwrap();
     assert_eq!(response.status(), 200);
     let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
     assert_eq!(served.body.as_bytes(), &body[..]);
@@ -87,7 +87,7 @@ async fn the_listener_and_the_router_answer_alike() {
             .uri(path)
             .body(axum::body::Body::from(body))
             .unwrap();
-        let routed = app.router().oneshot(request).await.unwrap();
+        let routed = floodgate_api::router(&app).oneshot(request).await.unwrap();
         let status = routed.status().as_u16();
         let headers = routed.headers().clone();
         let body = http_body_util::BodyExt::collect(routed.into_body()).await.unwrap().to_bytes();
@@ -150,7 +150,7 @@ fn routes() -> BTreeSet<(String, String)> {
 
 #[tokio::test]
 async fn the_document_has_every_route_and_no_other() {
-    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let documented: BTreeSet<(String, String)> = document["paths"]
         .as_object()
         .unwrap()
@@ -178,7 +178,7 @@ async fn the_document_has_every_route_and_no_other() {
 
 #[tokio::test]
 async fn the_document_states_the_bounds_of_a_check() {
-    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let body = &document["components"]["schemas"]["CheckRequest"];
     assert_eq!(body["properties"]["descriptors"]["maxProperties"], floodgate_http::wire::MAX_DESCRIPTORS);
     assert_eq!(body["properties"]["descriptors"]["additionalProperties"]["type"], "string");
@@ -232,7 +232,7 @@ async fn a_cost_above_the_maximum_is_refused_naming_the_maximum() {
 
 #[tokio::test]
 async fn usage_problems_are_documented_and_answered_as_problem_json() {
-    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let responses = &document["paths"]["/v1/usage"]["get"]["responses"];
     for status in ["404", "422", "503"] {
         assert!(
@@ -253,7 +253,7 @@ async fn usage_problems_are_documented_and_answered_as_problem_json() {
 
 #[tokio::test]
 async fn empty_costs_are_refused_by_the_schema_and_by_the_server() {
-    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let costs = &document["components"]["schemas"]["CheckRequest"]["properties"]["costs"];
     assert_eq!(costs["minProperties"], 1, "{costs}");
     let s = server().await;
@@ -290,7 +290,7 @@ async fn a_whole_commit_cost_written_with_a_fraction_is_that_cost() {
 
 #[tokio::test]
 async fn reservation_problems_are_documented_and_answered_as_problem_json() {
-    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let paths = &document["paths"];
     for (path, statuses) in [
         ("/v1/reserve", &["400", "413", "422", "503"][..]),
@@ -387,7 +387,7 @@ async fn status_line(addr: std::net::SocketAddr, path: &str) -> String {
 
 #[test]
 fn the_simulation_body_names_every_algorithm_and_parameter_of_the_registry_and_nothing_else() {
-    let document: Value = serde_json::from_str(&floodgate_server::http::openapi::json()).unwrap();
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let simulate = &document["components"]["schemas"]["Simulate"];
     assert_eq!(simulate["additionalProperties"], false);
     let names: Vec<&str> = floodgate_config::algorithm::names().collect();

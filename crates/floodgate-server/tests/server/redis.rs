@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use floodgate_server::App;
+use floodgate_app::App;
 use floodgate_testkit::redis::{ClientAuth, RedisCluster, RedisServer};
 use floodgate_testkit::tls::TestCerts;
 use serde_json::Value;

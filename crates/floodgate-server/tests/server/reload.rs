@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use floodgate_server::ServeOptions;
+use floodgate_app::ServeOptions;
 use http::Method;
 use serde_json::Value;
 
@@ -176,7 +176,7 @@ async fn a_tower_layer_on_the_servers_engine_follows_reloads_and_rollbacks() {
     use http::{HeaderName, Request, StatusCode};
     use tower::{Layer, ServiceExt};
 
-    let app = floodgate_server::App::new(crate::support::parse(&config(2)), ServeOptions::default()).unwrap();
+    let app = floodgate_app::App::new(crate::support::parse(&config(2)), ServeOptions::default()).unwrap();
     let layer = RateLimitLayer::new(std::sync::Arc::clone(app.control().engine()))
         .header(HeaderName::from_static("x-user-id"), "user");
     let service = layer.layer(tower::service_fn(|_: Request<String>| async {

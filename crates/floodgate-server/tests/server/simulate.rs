@@ -5,11 +5,11 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use floodgate::{Descriptors, Engine, Limit, MemoryConfig, MemoryStore, Policy, Rule};
+use floodgate_api::playground::{self, Request};
 use floodgate_config as config;
 use floodgate_core::{
     Concurrency, FixedWindow, Gcra, ManualClock, Rate, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
 };
-use floodgate_server::playground::{self, Request};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate::{MemoryConfig, Policy, Rule};
+use floodgate_app::{App, ServeOptions};
 use floodgate_config::{self as config, Config, Source, StoreConfig};
 use floodgate_http::HeaderStyle;
-use floodgate_server::{App, ServeOptions, Server};
+use floodgate_server::Server;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -274,7 +274,7 @@ async fn the_gateway_listener_serves_tls() {
         p("server.pem"),
         p("server.key")
     );
-    let app = floodgate_server::App::new(parse(&yaml), floodgate_server::ServeOptions::default()).unwrap();
+    let app = floodgate_app::App::new(parse(&yaml), floodgate_app::ServeOptions::default()).unwrap();
     let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gateway = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = floodgate_server::Server::new(app, http, None).unwrap().gateway(gateway).unwrap();

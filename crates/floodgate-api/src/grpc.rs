@@ -1,0 +1,233 @@
+//! The Envoy RLS v3 front door: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+//!
+//! - `domain` selects the policy: that Envoy domain's (from an envoyproxy/ratelimit file), or the
+//!   native policy when no file defines it (an envoyproxy-only configuration has no native rules:
+//!   such a request is then not limited).
+//! - Each request descriptor (a list of entries) becomes one hit: its [`Descriptors`] (see
+//!   [`descriptors_of`]) and the cost `hits_addend` (0 means 1; a descriptor's own `hits_addend`
+//!   overrides the request's).
+//! - **All-or-nothing across descriptors, in one store call.** Envoy answers `OVER_LIMIT` when any
+//!   descriptor is over its limit. Floodgate decides every descriptor of the request together
+//!   ([`Policy::evaluate`](floodgate::Policy::evaluate)): when one is over, nothing is consumed for
+//!   any of them — no check-then-refund, no transient under-admission, one round trip to the store
+//!   (on a Redis Cluster, descriptors whose keys live in different slots are still one call of the
+//!   store, which applies them slot by slot with consume-then-refund: see `floodgate-redis`).
+//!   Descriptors of one request that make the same key (the same rule and values) are charged
+//!   their summed cost once.
+//! - The response: `overall_code`; one status per descriptor with `code` (`OVER_LIMIT` for a
+//!   descriptor over its own limit), `current_limit` (the most restrictive enforced limit, else a
+//!   shadowed one; set when its window is one of Envoy's units — 1 s, 1 min, 1 h, 1 d, a week of 7 d,
+//!   a month of 30 d, a year of 365 d — left unset otherwise and for `unlimited` entries), `limit_remaining` and `duration_until_reset`; and
+//!   `response_headers_to_add` with the rate-limit headers of the whole request (the header style
+//!   of the configuration, `Retry-After` when over limit).
+//! - A cost that a limit can never grant makes that descriptor, and so the request, `OVER_LIMIT`;
+//!   the other descriptors are then reported as a peek would (nothing is consumed). Descriptors
+//!   with `is_negative_hits` are answered `OK` without consuming; `limit` overrides are ignored.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use floodgate::{Descriptors, Hit, LimitOutcome, Verdict};
+use floodgate_config::auth::Scope;
+use floodgate_http::envoy::envoy_descriptors;
+use floodgate_http::rate_limit_headers;
+use smallvec::SmallVec;
+
+use floodgate_app::auth::Refusal;
+use floodgate_app::listener::grpc_incoming;
+use floodgate_app::metrics::{Api, GrpcCode};
+use floodgate_app::tls::Tls;
+use floodgate_app::{App, stopped};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The tonic service to add to a `tonic::transport::Server`.
+pub type RateLimitServer = RateLimitServiceServer<Rls>;
+
+pub(crate) fn service(app: App) -> RateLimitServer {
+    RateLimitServiceServer::new(Rls { app })
+}
+
+/// Serves the RLS service on `listener` until `stop` turns true, then shuts down gracefully. The
+/// limits of `http:` apply to the gRPC listener's connections too (see
+/// [`floodgate_app::listener`]); the header list's bound is the one in force at start.
+pub async fn serve(
+    app: App,
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let max_header_list = app.control().load().http.max_header_bytes;
+    let builder = tonic::transport::Server::builder()
+        .http2_max_header_list_size(u32::try_from(max_header_list).unwrap_or(u32::MAX))
+        .add_service(service(app.clone()));
+    let incoming = grpc_incoming(listener, app, tls, stop.clone());
+    let mut stop = stop;
+    builder
+        .serve_with_incoming_shutdown(incoming, async move { stopped(&mut stop).await })
+        .await
+        .map_err(std::io::Error::other)
+}
+
+/// The RLS implementation over the app's running configuration.
+#[derive(Debug)]
+pub struct Rls {
+    app: App,
+}
+
+/// The descriptors of one Envoy descriptor ([`envoy_descriptors`]: each entry's key → value,
+/// repeated keys as `key#2`…, and `envoy.keys` holding the ordered keys, so that imported rules
+/// match depth and order as envoyproxy/ratelimit does).
+pub fn descriptors_of(descriptor: &RateLimitDescriptor) -> Descriptors {
+    envoy_descriptors(descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let running = self.app.control().load();
+        let client = match running.auth.as_deref() {
+            None => None,
+            Some(clients) => {
+                let authorization = request.metadata().get("authorization").map(|v| v.as_bytes());
+                match clients.authorize(authorization, Scope::Check) {
+                    Ok(client) => Some(client),
+                    Err(refusal) => return Err(self.refuse(&refusal)),
+                }
+            }
+        };
+        let request = request.into_inner();
+        if let Some(client) = client {
+            // Every descriptor must name the client's pinned descriptors, with their values.
+            for descriptor in &request.descriptors {
+                let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+                if let Err(refusal) = client.check_entries(entries) {
+                    return Err(self.refuse(&refusal));
+                }
+            }
+        }
+        let requests = client.map(|c| &*c.requests);
+        let policy = running.domain(Some(&request.domain));
+        let default_cost = u64::from(request.hits_addend.max(1));
+
+        // One hit per descriptor that counts (`is_negative_hits` ones are answered OK, untouched).
+        let descriptors: SmallVec<[(usize, Descriptors, u64); 4]> = request
+            .descriptors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.is_negative_hits)
+            .map(|(i, d)| {
+                (i, descriptors_of(d), d.hits_addend.as_ref().map_or(default_cost, |h| h.value.max(1)))
+            })
+            .collect();
+        let hits: SmallVec<[Hit<'_>; 4]> =
+            descriptors.iter().map(|(_, d, cost)| Hit::new(d, *cost)).collect();
+        // With Impossible::Deny the engine errs on no cost (`max(1)` rules out a zero one), only on
+        // a descriptor value a rule cannot key by.
+        let verdict = match self.app.decisions().decide(policy, Api::Grpc, &hits).await {
+            Ok(verdict) => verdict,
+            Err(error) => return Err(tonic::Status::invalid_argument(error.to_string())),
+        };
+
+        let mut statuses = vec![
+            DescriptorStatus { code: Code::Ok as i32, ..DescriptorStatus::default() };
+            request.descriptors.len()
+        ];
+        for (hit, (index, _, _)) in descriptors.iter().enumerate() {
+            statuses[*index] = status(&verdict, hit);
+        }
+        let mut headers = http::HeaderMap::new();
+        rate_limit_headers(&verdict, running.headers, &mut headers);
+        let response_headers_to_add = headers
+            .iter()
+            .map(|(name, value)| HeaderValue {
+                key: name.as_str().to_owned(),
+                value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                raw_value: Vec::new(),
+            })
+            .collect();
+
+        let over = !verdict.allowed;
+        self.app.metrics().grpc_request(requests, if over { GrpcCode::OverLimit } else { GrpcCode::Ok });
+        Ok(tonic::Response::new(RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            response_headers_to_add,
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+impl Rls {
+    /// `UNAUTHENTICATED` or `PERMISSION_DENIED`, counted.
+    fn refuse(&self, refusal: &Refusal<'_>) -> tonic::Status {
+        let requests = refusal.client().map(|c| &*c.requests);
+        if refusal.unauthenticated() {
+            self.app.metrics().grpc_request(requests, GrpcCode::Unauthenticated);
+            tonic::Status::unauthenticated(refusal.detail())
+        } else {
+            self.app.metrics().grpc_request(requests, GrpcCode::PermissionDenied);
+            tonic::Status::permission_denied(refusal.detail())
+        }
+    }
+}
+
+/// The status of hit `hit`: over limit when one of its own enforced limits denied, with the
+/// numbers of its most restrictive enforced limit (or a shadowed one when it has none).
+fn status(verdict: &Verdict, hit: usize) -> DescriptorStatus {
+    let code = if verdict.hit_allowed(hit) { Code::Ok } else { Code::OverLimit };
+    let mut status = DescriptorStatus { code: code as i32, ..DescriptorStatus::default() };
+    let shown = verdict
+        .most_restrictive_of_hit(hit)
+        .filter(|l| l.enforced)
+        .or_else(|| verdict.of_hit(hit).find(|l| !l.enforced));
+    if let Some(limit) = shown {
+        status.current_limit = current_limit(limit);
+        status.limit_remaining = u32::try_from(limit.decision.remaining).unwrap_or(u32::MAX);
+        status.duration_until_reset = Some(proto_duration(limit.decision.reset_after));
+    }
+    status
+}
+
+/// The limit as Envoy's `RateLimit`, when its window is one of Envoy's units: a second, minute,
+/// hour, day, week (7 days), month (30 days) or year (365 days), as envoyproxy/ratelimit counts them.
+fn current_limit(limit: &LimitOutcome) -> Option<RateLimit> {
+    const DAY: u64 = 86_400;
+    let unit = match limit.window.as_secs() {
+        _ if limit.window.subsec_nanos() != 0 => return None,
+        1 => Unit::Second,
+        60 => Unit::Minute,
+        3600 => Unit::Hour,
+        DAY => Unit::Day,
+        w if w == 7 * DAY => Unit::Week,
+        w if w == 30 * DAY => Unit::Month,
+        w if w == 365 * DAY => Unit::Year,
+        _ => return None,
+    };
+    Some(RateLimit {
+        name: limit.rule.to_string(),
+        requests_per_unit: u32::try_from(limit.decision.limit).unwrap_or(u32::MAX),
+        unit: unit as i32,
+    })
+}
+
+fn proto_duration(d: Duration) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}

@@ -1,0 +1,288 @@
+//! `POST /v1/simulate`: the playground ([`crate::playground`]) over HTTP.
+//!
+//! Body: an algorithm and its parameters exactly as a rule writes them (read by the
+//! configuration's own parser, so its errors name the line, column and field), the `requests`
+//! (`at_ms`, `cost`), and optionally `sample_ms` / `until_ms` for the level between requests.
+//! Answer: one decision per request. Nothing is stored or counted; every error is a 400 naming the
+//! field.
+
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::response::Response;
+use floodgate_config::auth::Scope;
+use floodgate_http::Problem;
+use floodgate_http::problem::INVALID_TYPE;
+use http::StatusCode;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+
+use super::api::authorized;
+use super::openapi::{SimulateProblems, TAG_DECISIONS};
+use super::{json, malformed, problem, read_body};
+use crate::playground::{self, MAX_REQUESTS, Sampling};
+use floodgate_app::App;
+use floodgate_app::auth::{Access, admin_access};
+
+/// The largest body `/v1/simulate` accepts: 1 MiB (10 000 requests fit).
+pub(super) const MAX_SIMULATE_BODY: usize = 1024 * 1024;
+
+/// The fields of the body besides the algorithm's.
+const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
+
+/// What `/v1/simulate` takes (documentation: the body is read by the configuration's parser and
+/// the fields below). No other field is read: one is refused.
+#[derive(Debug, ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Simulate, example = json!({"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": [{"at_ms": 0, "cost": 1}, {"at_ms": 0}, {"at_ms": 250, "cost": 2}]}))]
+#[allow(dead_code)] // read field by field, for errors that name the field
+pub(super) struct SimulateBody {
+    /// The algorithm (see [`algorithm_names`]).
+    #[schema(schema_with = algorithm_names)]
+    algorithm: String,
+    /// `fixed_window`, `sliding_window`, `sliding_log`, `concurrency`, `quota`, `budget`: the most
+    /// a window, the permits, a period or a budget grants (a whole number ≥ 1).
+    limit: Option<serde_json::Value>,
+    /// `fixed_window`, `sliding_window`, `sliding_log`: the window, a duration such as `60s`.
+    window: Option<serde_json::Value>,
+    /// `token_bucket`, `gcra`: the rate, `N/unit` such as `2/s`.
+    rate: Option<serde_json::Value>,
+    /// `token_bucket`, `gcra`: the burst (a whole number ≥ 1).
+    burst: Option<serde_json::Value>,
+    /// `concurrency`: a permit's lease, a duration (default `30s`).
+    lease: Option<serde_json::Value>,
+    /// `quota`: `day`, `week` or `month`.
+    period: Option<serde_json::Value>,
+    /// `quota`: an IANA zone name (default `UTC`); a zone taken from a descriptor is refused here.
+    time_zone: Option<serde_json::Value>,
+    /// `quota`: the day the period starts (default the 1st, or Monday).
+    anchor: Option<serde_json::Value>,
+    /// `budget`: how long the budget lasts from its first use, a duration.
+    ttl: Option<serde_json::Value>,
+    /// The requests, in time order (at most 10 000).
+    requests: Vec<SimulatedRequest>,
+    /// Sample the level (what a request of 1 would find left) every this many milliseconds, from
+    /// 0 to `until_ms`; at most 10 000 samples. Absent: no `levels` in the answer.
+    #[schema(minimum = 1)]
+    sample_ms: Option<u64>,
+    /// The last instant sampled (default: the last request's `at_ms`); only with `sample_ms`.
+    until_ms: Option<u64>,
+}
+
+/// The schema of `algorithm`: every algorithm a rule may name, from the configuration's registry.
+fn algorithm_names() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::new(Type::String))
+        .enum_values(Some(floodgate_config::algorithm::names()))
+        .description(Some(
+            "The algorithm, as a rule names it. Its parameters are written beside it exactly as in a rule of \
+             the configuration (docs/configuration.md), with the same defaults and errors: a parameter another \
+             algorithm takes, or one missing, is a 400 naming it.",
+        ))
+}
+
+/// One simulated request.
+#[derive(Debug, ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub(super) struct SimulatedRequest {
+    /// When it arrives, in milliseconds of simulated time: the Unix epoch plus `at_ms`, so that a
+    /// fixed window or a quota period begins at 0. Never earlier than the request before.
+    at_ms: u64,
+    /// Its cost (default 1; at most what the limit grants at once).
+    #[schema(minimum = 1)]
+    cost: Option<u64>,
+}
+
+/// The decisions.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Simulation)]
+pub(super) struct SimulationView {
+    /// The algorithm simulated.
+    algorithm: &'static str,
+    /// The limit's capacity: the most one window, bucket or period grants.
+    limit: u64,
+    /// One decision per request, in order.
+    decisions: Vec<SimulatedDecision>,
+    /// The level at each sampled instant (with `sample_ms` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    levels: Option<Vec<SampledLevel>>,
+}
+
+/// One request's decision.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SimulatedDecision {
+    /// The request's time.
+    at_ms: u64,
+    /// Whether it passed (and consumed its cost).
+    allowed: bool,
+    /// Capacity left after it.
+    remaining: u64,
+    /// When refused: milliseconds until the same request would pass, rounded up (the exact
+    /// `Retry-After`, in ms); `null` when allowed.
+    retry_after_ms: Option<u64>,
+    /// Milliseconds until the limit is fully replenished, rounded up.
+    reset_after_ms: u64,
+}
+
+/// The level at one instant.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct SampledLevel {
+    /// The instant.
+    at_ms: u64,
+    /// What a request of 1 would find left: tokens in a bucket, the limit less a window's count.
+    remaining: u64,
+}
+
+/// Runs one limit — an algorithm with its parameters, as a rule writes them — over request times
+/// and costs on a simulated clock: the real algorithms, no store, nothing counted.
+#[utoipa::path(
+    post,
+    path = "/v1/simulate",
+    tag = TAG_DECISIONS,
+    operation_id = "simulate",
+    request_body(content = SimulateBody, description = "The algorithm with its parameters (as in a rule), and the requests. JSON, at most 1 MiB."),
+    responses(
+        (status = 200, description = "One decision per request.", body = SimulationView, example = json!({"algorithm": "token_bucket", "limit": 8, "decisions": [{"at_ms": 0, "allowed": true, "remaining": 7, "retry_after_ms": null, "reset_after_ms": 500}]})),
+        SimulateProblems,
+    ),
+)]
+pub(super) async fn simulate(State(app): State<App>, request: Request) -> Response {
+    let running = app.control().load();
+    if let Err(refusal) = authorized(&running, request.headers(), Scope::Check) {
+        // The dashboard's playground calls it with the admin surface's access.
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+        let loopback = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
+        let authorization = request.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+        let access = admin_access(app.admin_token(), running.auth.as_deref(), loopback, authorization);
+        if access != Access::Admitted {
+            return refusal;
+        }
+    }
+    drop(running);
+    let body = match read_body(request, MAX_SIMULATE_BODY).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(value) => value,
+        Err(e) => return malformed(format!("The body is not valid JSON: {e}.")),
+    };
+    let Some(object) = value.as_object() else {
+        return bad(
+            "The body must be a JSON object: {\"algorithm\": ..., its parameters, \"requests\": [...]}.",
+        );
+    };
+    // The algorithm and its parameters, by the configuration's parser (JSON is YAML).
+    let text = String::from_utf8_lossy(&body);
+    let limit = match floodgate_config::algorithm::parse_limit(&text, &FIELDS) {
+        Ok(limit) => limit,
+        Err(e) => return bad(e.message),
+    };
+    let requests = match requests(object) {
+        Ok(requests) => requests,
+        Err(message) => return bad(message),
+    };
+    let sampling = match sampling(object, &requests) {
+        Ok(sampling) => sampling,
+        Err(message) => return bad(message),
+    };
+    let run = match playground::simulate(&limit, &requests, sampling) {
+        Ok(run) => run,
+        Err(e) => return bad(e.to_string()),
+    };
+    let decisions = requests
+        .iter()
+        .zip(&run.decisions)
+        .map(|(r, d)| SimulatedDecision {
+            at_ms: r.at_ms,
+            allowed: d.allowed,
+            remaining: d.remaining,
+            retry_after_ms: d.retry_after.map(playground::ceil_ms),
+            reset_after_ms: playground::ceil_ms(d.reset_after),
+        })
+        .collect();
+    let levels = sampling.map(|_| {
+        run.levels.iter().map(|l| SampledLevel { at_ms: l.at_ms, remaining: l.remaining }).collect()
+    });
+    json(
+        StatusCode::OK,
+        &SimulationView { algorithm: limit.algorithm_name(), limit: limit.capacity(), decisions, levels },
+    )
+}
+
+/// A 400 naming what is wrong.
+fn bad(detail: impl Into<String>) -> Response {
+    problem(Problem::new(StatusCode::BAD_REQUEST, INVALID_TYPE, "Invalid Simulation", detail))
+}
+
+/// `requests`: a list of `{"at_ms": n, "cost": n}`.
+fn requests(object: &Map<String, Value>) -> Result<Vec<playground::Request>, String> {
+    let Some(list) = object.get("requests") else {
+        return Err("requests: missing: the requests to simulate, e.g. [{\"at_ms\": 0, \"cost\": 1}]".into());
+    };
+    let Some(list) = list.as_array() else {
+        return Err(format!("requests: expected a list of {{\"at_ms\": n, \"cost\": n}}, found {list}"));
+    };
+    if list.len() > MAX_REQUESTS {
+        return Err(format!(
+            "requests: {} requests: at most {MAX_REQUESTS} are simulated at once",
+            list.len()
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let Some(fields) = entry.as_object() else {
+                return Err(format!("requests[{i}]: expected {{\"at_ms\": n, \"cost\": n}}, found {entry}"));
+            };
+            if let Some(unknown) = fields.keys().find(|k| *k != "at_ms" && *k != "cost") {
+                return Err(format!("requests[{i}].{unknown}: unknown field: expected at_ms and cost"));
+            }
+            let at_ms = match fields.get("at_ms") {
+                Some(v) => whole(v).ok_or_else(|| {
+                    format!("requests[{i}].at_ms: expected a whole number of milliseconds, found {v}")
+                })?,
+                None => return Err(format!("requests[{i}].at_ms: missing: when the request arrives, in ms")),
+            };
+            let cost = match fields.get("cost").filter(|v| !v.is_null()) {
+                Some(v) => whole(v)
+                    .filter(|c| *c >= 1)
+                    .ok_or_else(|| format!("requests[{i}].cost: expected a whole number ≥ 1, found {v}"))?,
+                None => 1,
+            };
+            Ok(playground::Request { at_ms, cost })
+        })
+        .collect()
+}
+
+/// `sample_ms` and `until_ms`.
+fn sampling(
+    object: &Map<String, Value>,
+    requests: &[playground::Request],
+) -> Result<Option<Sampling>, String> {
+    let field = |name: &str| -> Result<Option<u64>, String> {
+        match object.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => whole(v)
+                .map(Some)
+                .ok_or_else(|| format!("{name}: expected a whole number of milliseconds, found {v}")),
+        }
+    };
+    let (every, until) = (field("sample_ms")?, field("until_ms")?);
+    match (every, until) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err("until_ms: applies with sample_ms only".into()),
+        (Some(every_ms), until) => {
+            let until_ms = until.unwrap_or_else(|| requests.last().map_or(0, |r| r.at_ms));
+            Ok(Some(Sampling { every_ms, until_ms }))
+        }
+    }
+}
+
+/// A JSON number that is a whole number from 0 to 2^64 - 1.
+fn whole(value: &Value) -> Option<u64> {
+    value.as_u64()
+}

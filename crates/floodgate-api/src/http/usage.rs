@@ -1,0 +1,126 @@
+//! `GET /v1/usage?rule=…&<descriptor>=…`: what one rule's counter holds for a key, from the
+//! store, consuming nothing.
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use floodgate::Descriptors;
+use floodgate::usage::UsageError;
+use floodgate_http::Problem;
+use floodgate_http::ceil_ms;
+use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE};
+use http::StatusCode;
+use serde::Serialize;
+use utoipa::{IntoParams, ToSchema};
+
+use super::api::{authorized, pin};
+use super::openapi::{TAG_DECISIONS, UsageProblems};
+use super::{invalid, json, problem};
+use floodgate_app::App;
+use floodgate_config::auth::Scope;
+
+/// The query: the rule, and the descriptors that make its key.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read as pairs; this type documents the query
+pub(super) struct UsageQuery {
+    /// The rule's name.
+    rule: String,
+    /// Every other parameter is a descriptor (`tenant=t1`, `user=u1`): those of the rule's key, the
+    /// one its limit varies by, and those its quota's time zone or anchor come from, if they do.
+    #[param(style = Form, explode, value_type = Object)]
+    descriptors: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// A counter's usage now.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct UsageBody {
+    /// The rule.
+    rule: String,
+    /// The limit for this key (its plan's, for a limit that varies).
+    limit: u64,
+    /// What counts now: the current window's or period's count, a bucket's deficit, the permits
+    /// held.
+    used: u64,
+    /// What is left.
+    remaining: u64,
+    /// Start of the current window or calendar period, ms since the Unix epoch (the store's
+    /// clock); for a sliding window or log, the trailing window's start. `null` for buckets and
+    /// concurrency.
+    period_start: Option<u64>,
+    /// Its end (exclusive); now for a sliding window or log. `null` for buckets and concurrency.
+    period_end: Option<u64>,
+    /// Until the counter is fully replenished with no further traffic, ms (rounded up).
+    reset_after_ms: u64,
+}
+
+/// What one rule's counter holds for a key: limit, used, remaining and the period, from the store,
+/// consuming nothing.
+#[utoipa::path(
+    get,
+    path = "/v1/usage",
+    tag = TAG_DECISIONS,
+    operation_id = "usage",
+    params(UsageQuery),
+    responses(
+        (status = 200, description = "The counter's usage.", body = UsageBody),
+        UsageProblems,
+    ),
+)]
+pub(super) async fn usage(
+    State(app): State<App>,
+    headers: http::HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Response {
+    let running = app.control().load();
+    let client = match authorized(&running, &headers, Scope::Check) {
+        Ok(client) => client,
+        Err(refusal) => return refusal,
+    };
+    let mut rule = None;
+    let mut descriptors = Descriptors::new();
+    for (name, value) in params {
+        if name == "rule" {
+            if rule.replace(value).is_some() {
+                return invalid("Query parameter \"rule\" is given twice.");
+            }
+        } else if descriptors.get(&name).is_some() {
+            return invalid(format!("Descriptor {name:?} is given twice."));
+        } else {
+            descriptors.insert(name, value);
+        }
+    }
+    let Some(rule) = rule else {
+        return invalid("Missing query parameter \"rule\": the name of the rule whose usage to read.");
+    };
+    if let Err(refusal) = pin(&running, client, None, &mut descriptors) {
+        return refusal;
+    }
+    let policy = &running.domain(None).policy;
+    match policy.usage(app.control().store(), &rule, &descriptors).await {
+        Ok(u) => json(
+            StatusCode::OK,
+            &UsageBody {
+                rule,
+                limit: u.limit,
+                used: u.used,
+                remaining: u.remaining,
+                period_start: u.period.map(|(s, _)| s.as_micros() / 1000),
+                period_end: u.period.map(|(_, e)| e.as_micros() / 1000),
+                reset_after_ms: ceil_ms(u.reset_after),
+            },
+        ),
+        Err(UsageError::UnknownRule(_)) => problem(Problem::new(
+            StatusCode::NOT_FOUND,
+            NOT_FOUND_TYPE,
+            "Not Found",
+            format!("No rule named {rule:?}."),
+        )),
+        Err(UsageError::Store(error)) => problem(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            STORE_UNAVAILABLE_TYPE,
+            "Store Unavailable",
+            format!("The usage could not be read: {error}."),
+        )),
+        Err(error) => invalid(format!("{error}.")),
+    }
+}

@@ -1,0 +1,487 @@
+//! What every listener does with the connections it accepts, against slow and hostile clients
+//! (`http:` and `gateway.http:`, DESIGN.md §12): at most `max_connections` open at once (one more is
+//! closed as soon as it is accepted), HTTP/1 request heads within `header_read_timeout` and
+//! `max_header_bytes`, and a connection without a byte read or written for `idle_timeout` closed.
+//! The HTTP listener and the gateway serve their connections here with hyper ([`serve`]); the gRPC
+//! listener's connections, which tonic serves, are accepted by the same loop ([`Accepting`]) and
+//! wrapped by [`grpc_incoming`], which applies the same limits from below (HTTP/2's connection
+//! preface within `header_read_timeout`). Every listener's TLS is the one acceptor of [`Tls`].
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use floodgate_config::http_server::HttpConfig;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::tls::Tls;
+use crate::{App, stopped};
+
+/// A listener's accepted connections, each within the limits in force when it is accepted.
+struct Accepting {
+    listener: TcpListener,
+    /// Connections open now (each holds a [`Slot`]).
+    open: Arc<AtomicUsize>,
+    /// The listener's name in the logs.
+    what: &'static str,
+}
+
+/// An accepted connection, holding one of `max_connections`.
+struct Accepted {
+    tcp: TcpStream,
+    peer: SocketAddr,
+    /// The limits in force when it was accepted.
+    limits: HttpConfig,
+    slot: Slot,
+}
+
+impl Accepting {
+    fn new(listener: TcpListener, what: &'static str) -> Accepting {
+        Accepting { listener, open: Arc::new(AtomicUsize::new(0)), what }
+    }
+
+    /// The next connection that fits `limits()` (read per connection, so that a reload applies
+    /// to the connections accepted after it): one beyond `max_connections` is closed at once.
+    /// `None` once `stop` turns true.
+    async fn next(
+        &self,
+        stop: &mut watch::Receiver<bool>,
+        limits: impl Fn() -> HttpConfig,
+    ) -> Option<Accepted> {
+        let what = self.what;
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    // Out of file descriptors and the like: the listener itself is fine; wait a
+                    // little rather than spin, as a busy server must keep accepting once it can.
+                    Err(e) => {
+                        tracing::warn!(error = %e, listener = what, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = stopped(stop) => return None,
+            };
+            let limits = limits();
+            let Some(slot) = Slot::take(&self.open, limits.max_connections) else {
+                tracing::debug!(%peer, listener = what, max_connections = limits.max_connections, "connection refused: at max_connections");
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            return Some(Accepted { tcp, peer, limits, slot });
+        }
+    }
+}
+
+/// Serves `listener`'s connections with hyper until `stop` turns true, then stops accepting and
+/// waits for the requests in flight (idle keep-alive connections are closed). Each connection is
+/// accepted under the `limits()` in force then (see [`Accepting::next`]), handshaken with `tls`
+/// when given (on the connection's own task, within `header_read_timeout`), and served by the
+/// service `connection(peer)` makes for it. `what` names the listener in the logs. The HTTP API
+/// and the gateway serve their listeners here.
+pub async fn serve<L, M, S, F>(
+    listener: TcpListener,
+    what: &'static str,
+    limits: L,
+    tls: Option<Arc<Tls>>,
+    connection: M,
+    mut stop: watch::Receiver<bool>,
+) where
+    L: Fn() -> HttpConfig,
+    M: Fn(SocketAddr) -> S,
+    S: Fn(http::Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = http::Response<axum::body::Body>> + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let accepting = Accepting::new(listener, what);
+    let mut builders = Builders::default();
+    while let Some(Accepted { tcp, peer, limits, slot }) = accepting.next(&mut stop, &limits).await {
+        let builder = builders.get(&limits);
+        let service = connection(peer);
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let idle = limits.idle_timeout;
+            match tls {
+                None => serve_connection(tcp, builder, service, watcher, idle, peer, what).await,
+                Some(tls) => match tls.accept(tcp).await {
+                    Ok(io) => serve_connection(io, builder, service, watcher, idle, peer, what).await,
+                    Err(e) => tracing::debug!(error = %e, %peer, listener = what, "TLS handshake failed"),
+                },
+            }
+        });
+    }
+    drop(accepting);
+    graceful.shutdown().await;
+}
+
+/// Serves one connection on `io` with `service` until it ends, the server shuts down, or it is idle
+/// for `idle_timeout`. `what` names the listener in the logs.
+async fn serve_connection<I, S, F>(
+    io: I,
+    builder: auto::Builder<TokioExecutor>,
+    service: S,
+    watcher: Watcher,
+    idle_timeout: Duration,
+    peer: SocketAddr,
+    what: &'static str,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Fn(http::Request<Incoming>) -> F + Send + Sync + 'static,
+    F: Future<Output = http::Response<axum::body::Body>> + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let response = service(request);
+        async move { Ok::<_, std::convert::Infallible>(response.await) }
+    });
+    let (io, activity) = Watched::new(io);
+    let served =
+        watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned());
+    tokio::select! {
+        result = served => if let Err(e) = result {
+            tracing::debug!(error = %e, %peer, listener = what, "connection ended with an error");
+        },
+        () = activity.idle(idle_timeout) => {
+            tracing::debug!(%peer, listener = what, "idle connection closed");
+        }
+    }
+}
+
+/// The connection builder for `limits`, kept while they stay the same (a reload may change them;
+/// connections accepted after it get the new ones).
+#[derive(Default)]
+struct Builders(Option<(HttpConfig, auto::Builder<TokioExecutor>)>);
+
+impl Builders {
+    fn get(&mut self, limits: &HttpConfig) -> auto::Builder<TokioExecutor> {
+        match &self.0 {
+            Some((l, builder)) if l == limits => builder.clone(),
+            _ => self.0.insert((*limits, connection_builder(limits))).1.clone(),
+        }
+    }
+}
+
+/// A connection builder with `limits`: HTTP/1.1 and HTTP/2 (h2c, prior knowledge), upgrades.
+fn connection_builder(limits: &HttpConfig) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// One of `max_connections` open connections; given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        Some(Slot(Arc::clone(open)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection's socket, noting whether bytes moved (a flag, not a clock read per poll).
+struct Watched<I> {
+    tcp: I,
+    moved: Arc<AtomicBool>,
+}
+
+/// Whether a [`Watched`] socket is idle.
+struct Activity(Arc<AtomicBool>);
+
+impl<I> Watched<I> {
+    fn new(tcp: I) -> (Watched<I>, Activity) {
+        let moved = Arc::new(AtomicBool::new(true));
+        (Watched { tcp, moved: Arc::clone(&moved) }, Activity(moved))
+    }
+
+    fn note<T>(&self, poll: &Poll<std::io::Result<T>>) {
+        if matches!(poll, Poll::Ready(Ok(_))) {
+            self.moved.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Activity {
+    /// Completes once no byte has moved for `timeout` (checked every quarter of it: the connection
+    /// is closed between 1 and 1.25 times `timeout` after its last byte).
+    async fn idle(&self, timeout: Duration) {
+        let tick = (timeout / 4).max(Duration::from_millis(10));
+        let mut quiet = Duration::ZERO;
+        loop {
+            tokio::time::sleep(tick).await;
+            if self.0.swap(false, Ordering::Relaxed) {
+                quiet = Duration::ZERO;
+            } else {
+                quiet += tick;
+                if quiet >= timeout {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        this.note(&poll);
+        poll
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        this.note(&poll);
+        poll
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        this.note(&poll);
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+/// The bytes of HTTP/2's client connection preface (RFC 9113 §3.4).
+const PREFACE_LEN: usize = 24;
+
+/// A gRPC connection as tonic serves it: plain or TLS, holding one of `max_connections`, and closed
+/// (its reads fail with `TimedOut`) when the client has not sent HTTP/2's connection preface within
+/// `header_read_timeout` of the accept, or when no byte moved for `idle_timeout` since.
+pub struct GrpcConn {
+    io: Box<dyn GrpcIo>,
+    _slot: Slot,
+    /// Preface bytes still expected.
+    preface_left: usize,
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    /// The last byte read or written.
+    last: Instant,
+    /// Fires at the deadline in force when it was set; moved on, not reset, per byte.
+    timer: Pin<Box<Sleep>>,
+}
+
+impl std::fmt::Debug for GrpcConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcConn").field("preface_left", &self.preface_left).finish_non_exhaustive()
+    }
+}
+
+/// A connection's stream: TCP, or TLS over it.
+trait GrpcIo: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> GrpcIo for T {}
+
+impl GrpcConn {
+    fn new(io: Box<dyn GrpcIo>, slot: Slot, limits: &HttpConfig) -> GrpcConn {
+        let now = Instant::now();
+        GrpcConn {
+            io,
+            _slot: slot,
+            preface_left: PREFACE_LEN,
+            header_read_timeout: limits.header_read_timeout,
+            idle_timeout: limits.idle_timeout,
+            last: now,
+            timer: Box::pin(tokio::time::sleep_until(now + limits.header_read_timeout)),
+        }
+    }
+
+    /// Notes a write that moved bytes as activity (once the preface is in: before it, only the
+    /// client's bytes count).
+    fn wrote(&mut self, poll: &Poll<std::io::Result<usize>>) {
+        if matches!(poll, Poll::Ready(Ok(n)) if *n > 0) && self.preface_left == 0 {
+            self.last = Instant::now();
+        }
+    }
+
+    /// When the connection is closed if nothing more happens.
+    fn deadline(&self) -> Instant {
+        if self.preface_left > 0 {
+            self.last + self.header_read_timeout
+        } else {
+            self.last + self.idle_timeout
+        }
+    }
+
+    /// Whether the deadline has passed (re-arming the timer at the deadline when it has not: the
+    /// timer wakes the connection's task once per deadline, not once per byte).
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            let deadline = self.deadline();
+            if Instant::now() >= deadline {
+                return true;
+            }
+            self.timer.as_mut().reset(deadline);
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for GrpcConn {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for GrpcConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut this.io).poll_read(cx, buf);
+        match poll {
+            Poll::Ready(Ok(())) => {
+                let read = buf.filled().len() - before;
+                if read > 0 {
+                    let waiting = this.preface_left > 0;
+                    this.preface_left = this.preface_left.saturating_sub(read);
+                    this.last = Instant::now();
+                    if waiting && this.preface_left == 0 {
+                        // The deadline moves from the preface's to the idle timeout's, which may
+                        // be sooner than the timer is set for.
+                        let deadline = this.deadline();
+                        this.timer.as_mut().reset(deadline);
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if this.expired(cx) => {
+                let what = if this.preface_left > 0 {
+                    "no HTTP/2 preface within header_read_timeout"
+                } else {
+                    "idle for idle_timeout"
+                };
+                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, what)))
+            }
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for GrpcConn {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(&poll);
+        poll
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(&poll);
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// The gRPC listener's connections for `serve_with_incoming_shutdown`, accepted here under the
+/// limits of the configuration in force (`http:`) and, with `tls`, handshaken (each handshake on a
+/// task of its own, so a slow one holds up no other, and within `header_read_timeout`), until
+/// stopped.
+pub fn grpc_incoming(
+    listener: TcpListener,
+    app: App,
+    tls: Option<Arc<Tls>>,
+    mut stop: watch::Receiver<bool>,
+) -> ReceiverStream<std::io::Result<GrpcConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let accepting = Accepting::new(listener, "grpc");
+    tokio::spawn(async move {
+        while let Some(Accepted { tcp, peer, limits, slot }) =
+            accepting.next(&mut stop, || app.control().load().http).await
+        {
+            match &tls {
+                None => {
+                    if tx.send(Ok(GrpcConn::new(Box::new(tcp), slot, &limits))).await.is_err() {
+                        return;
+                    }
+                }
+                Some(tls) => {
+                    let (tls, tx) = (Arc::clone(tls), tx.clone());
+                    tokio::spawn(async move {
+                        match tls.accept(tcp).await {
+                            Ok(io) => {
+                                let conn = GrpcConn::new(Box::new(io), slot, &limits);
+                                let _ = tx.send(Ok(conn)).await;
+                            }
+                            Err(e) => tracing::debug!(error = %e, %peer, "gRPC: TLS handshake failed"),
+                        }
+                    });
+                }
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}

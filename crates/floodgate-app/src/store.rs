@@ -1,0 +1,3 @@
+//! The configured store, opened: see [`AnyStore`].
+
+pub use floodgate_config::store::*;

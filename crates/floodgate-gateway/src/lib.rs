@@ -1,0 +1,109 @@
+//! The gateway: Floodgate as a reverse proxy in front of an application (DESIGN.md §9), limiting
+//! with the same rules, engine and store as the check API, down the same decision path.
+//!
+//! ```text
+//!  client ─► listener (TCP, or TLS with `gateway.tls`) ─► axum router (route templates)
+//!     ─► shed? ─► rules before verification (ip, global, route, header.*)
+//!     ─► JWT verification (401 when present but invalid) ─► rules after it (user, tenant, plan,
+//!        authenticated) ─► degradation (stale reads, accepted writes) ─► concurrency ─► breaker
+//!     ─► upstream (pooled hyper-util client, HTTP/1.1 or h2c; timeouts, retries within a budget)
+//!     ─► response streamed back (rate-limit headers added, hop-by-hop headers dropped)
+//! ```
+//!
+//! - [`Gateway::serve`] accepts connections with the listener every door uses
+//!   ([`floodgate_app::listener::serve`]): the same connection limits (`gateway.http`) and, with
+//!   `gateway.tls`, the same TLS acceptor as the API's listeners.
+//! - Routes are an axum [`Router`](axum::Router) built from `gateway.routes`; the `route`
+//!   descriptor is what [`floodgate_tower::route_template`] writes (`GET /api/orders/{id}`), never
+//!   the raw path. Each applied configuration rebuilds the table on the first request that sees
+//!   it; a route's breaker, concurrency, retry budget and stale cache survive a reload when its
+//!   settings do (`routes.rs`).
+//! - The client's address is [`floodgate_tower::ClientIp`]'s walk of the forwarding header from
+//!   the right, past `trusted_proxies`.
+//! - Identity (`identity.rs`): a `Bearer` JWT verified with HS256 (the env var's raw bytes) or
+//!   RS256/ES256 (a JWKS file), `iss`/`aud`/`exp`/`nbf` checked, `alg: none` refused; its claims
+//!   give `user`, `tenant`, `plan` and `authenticated: "true"`. Without a token the request is
+//!   anonymous (`authenticated: "false"`), and the configured identity headers (e.g. `x-user-id`)
+//!   give the identity descriptors, unverified; with a verified token they are ignored and replaced
+//!   toward the upstream by the verified values.
+//! - Everything the gateway answers itself is `application/problem+json`; 429s carry
+//!   `Retry-After` and the rate-limit headers, which allowed responses carry too.
+
+mod body;
+mod descriptors;
+mod handler;
+mod identity;
+mod metrics;
+mod policies;
+mod queue;
+mod respond;
+mod routes;
+mod stale;
+mod upstream;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use floodgate_app::App;
+use floodgate_app::listener;
+use floodgate_app::tls::Tls;
+
+pub use self::queue::QueueError;
+
+/// The gateway's verification of a request's credentials (its `Authorization` header) with the
+/// `identity.jwt` settings `jwt`: `Ok(None)` for an anonymous request (no header, or a scheme
+/// other than `Bearer`), `Ok(Some(claims))` for a token that verifies, `Err(why)` for one that does
+/// not (the gateway's 401). What the gateway does per request, without a server around it (the
+/// `jwt` fuzz target drives it).
+pub fn verify_authorization(
+    jwt: &floodgate_config::gateway::Jwt,
+    headers: &http::HeaderMap,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, String> {
+    match identity::Verifier::new(jwt).identify(headers)? {
+        identity::Identity::Anonymous => Ok(None),
+        identity::Identity::Verified(claims) => Ok(Some(claims)),
+    }
+}
+
+/// The gateway: its routes, upstream clients, stale cache and accepted-writes queue, over the
+/// server's app state. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    inner: Arc<handler::Gateway>,
+}
+
+impl Gateway {
+    /// The gateway of `app`'s configuration; opens the accepted-writes queue in `state_dir`
+    /// when a route accepts writes asynchronously. `None` when the configuration has no gateway.
+    pub fn open(app: App) -> Result<Option<Gateway>, QueueError> {
+        Ok(handler::Gateway::open(app)?.map(|inner| Gateway { inner: Arc::new(inner) }))
+    }
+
+    /// Serves `listener` (each connection handshaken with `tls` when given) until `stop` turns
+    /// true, then stops accepting and lets requests in flight finish. Also replays accepted writes
+    /// meanwhile.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        tls: Option<Arc<Tls>>,
+        stop: watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let replayer = tokio::spawn(queue::replay(Arc::clone(&self.inner), stop.clone()));
+        let limits = || match &self.inner.app.control().load().gateway {
+            Some(gateway) => gateway.http,
+            None => floodgate_config::http_server::HttpConfig::default(),
+        };
+        let connection = |peer| {
+            let gateway = Arc::clone(&self.inner);
+            move |request| {
+                let gateway = Arc::clone(&gateway);
+                async move { gateway.dispatch(request, peer).await }
+            }
+        };
+        listener::serve(listener, "gateway", limits, tls, connection, stop).await;
+        let _ = replayer.await;
+        Ok(())
+    }
+}

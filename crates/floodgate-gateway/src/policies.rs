@@ -1,0 +1,48 @@
+//! [`GatewayPolicies`]: the native policy as the gateway applies it, in two phases, derived from
+//! the configuration in force when the route table is built.
+
+use floodgate::Policy;
+use floodgate_app::control::{Domain, Running};
+use floodgate_app::metrics::Metrics;
+
+/// The native policy as the gateway applies it, in two phases (DESIGN.md §9): the rules that need
+/// no verified identity run before the JWT is verified (per `ip`, global, per route: a flood of bad
+/// tokens is stopped there, before any signature is checked), the rules whose key, `match` or
+/// plan-dependent limit uses `user`, `tenant`, `plan` or `authenticated` after it. Each rule is in
+/// exactly one phase, so it counts once per request. Both phases keep the rules' names and keys,
+/// hence the same counters as the check API's native policy.
+#[derive(Debug)]
+pub(crate) struct GatewayPolicies {
+    /// The rules run before verification.
+    pub(crate) before: Domain,
+    /// The rules run after verification.
+    pub(crate) after: Domain,
+}
+
+/// The descriptors only a verified identity (or its absence) gives.
+pub(crate) const IDENTITY_DESCRIPTORS: [&str; 4] = ["user", "tenant", "plan", "authenticated"];
+
+/// Whether `rule` runs after the JWT is verified: its key, conditions, plan-dependent limit or
+/// quota calendar use an identity descriptor.
+pub(crate) fn after_verification(rule: &floodgate::Rule) -> bool {
+    let identity = |d: &str| IDENTITY_DESCRIPTORS.contains(&d);
+    rule.key_descriptors().iter().any(|d| identity(d))
+        || rule.conditions().iter().any(|(d, _)| identity(d))
+        || rule.varies_by().is_some_and(identity)
+        || rule.calendar_descriptors().any(identity)
+}
+
+impl GatewayPolicies {
+    /// The two phases of `running`'s native policy, with their metric handles.
+    pub(crate) fn new(running: &Running, metrics: &Metrics) -> Self {
+        let (after, before): (Vec<_>, Vec<_>) =
+            running.native.policy.rules().cloned().partition(after_verification);
+        // The native policy's rules are valid together, hence in any subset: no rule of a native
+        // file replaces another.
+        let phase = |rules: Vec<floodgate::Rule>| {
+            let policy = Policy::new(rules).unwrap_or_default();
+            Domain::new(None, policy, metrics, &running.detailed)
+        };
+        GatewayPolicies { before: phase(before), after: phase(after) }
+    }
+}

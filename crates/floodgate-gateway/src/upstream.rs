@@ -1,0 +1,369 @@
+//! Calling a route's upstream: pooled hyper-util clients (HTTP/1.1, or HTTP/2 with prior
+//! knowledge), the request as the upstream sees it (hop-by-hop headers dropped, `X-Forwarded-For`,
+//! `X-Forwarded-Proto` and `Forwarded` appended, verified identity headers set), timeouts, the
+//! breaker, and retries within attempts and the route's budget.
+//!
+//! - **Timeouts**: `connect` is the connector's; the response head must arrive within
+//!   `connect + first_byte` of the attempt's start; the request's `total` deadline bounds every
+//!   attempt, the backoffs and (in `body.rs`) the response body.
+//! - **Retries**: only for idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE, TRACE), only on a
+//!   connection that could not be made (the request surely did not run) or a configured status,
+//!   only when the request body was small enough to be kept whole (`retries.max_body`), never for
+//!   a breaker's probe or an upgrade; each retry needs a place in the budget ([`Budget`]) and waits
+//!   a backoff drawn uniformly below `min(max_backoff, backoff × 2^(n-1))` (full jitter).
+//! - **Breaker**: every attempt asks it; a failure is a connection or timeout error or a 5xx.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use floodgate::breaker::{Admission, CircuitBreaker};
+use floodgate_core::SystemClock;
+use http::header::{CONNECTION, HOST, HeaderName, UPGRADE};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::routes::{RetrySlot, RouteState};
+
+/// The client of one kind of upstream connection.
+pub(super) type Client = hyper_util::client::legacy::Client<HttpConnector, Body>;
+
+/// One pooled client per connect timeout and protocol, app by the routes (and kept across
+/// reloads, with their idle connections).
+#[derive(Debug, Default)]
+pub(super) struct Clients {
+    by_kind: Mutex<HashMap<(Duration, bool), Client>>,
+}
+
+impl Clients {
+    pub(super) fn get(&self, connect: Duration, http2: bool) -> Client {
+        self.by_kind
+            .lock()
+            .entry((connect, http2))
+            .or_insert_with(|| {
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(connect));
+                connector.set_nodelay(true);
+                connector.enforce_http(true);
+                let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+                builder.pool_idle_timeout(Duration::from_secs(90)).pool_max_idle_per_host(1024);
+                if http2 {
+                    builder.http2_only(true);
+                }
+                builder.build(connector)
+            })
+            .clone()
+    }
+}
+
+/// Why an upstream call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Failure {
+    /// The breaker is open: no call was made.
+    BreakerOpen,
+    /// The connection could not be made in `connect`.
+    ConnectTimeout,
+    /// The connection was refused or failed.
+    Connect,
+    /// No response head within `connect + first_byte`.
+    FirstByteTimeout,
+    /// The request's `total` deadline passed.
+    TotalTimeout,
+    /// The upstream's answer could not be read.
+    Broken,
+}
+
+/// Headers that concern one connection, never forwarded (RFC 9110 §7.6.1), besides those the
+/// `Connection` header names.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// Removes the hop-by-hop headers, and those `Connection` names; keeps `Upgrade` (and
+/// `Connection: upgrade`) when `upgrade`.
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .filter(|name| !(upgrade && name == UPGRADE))
+        .collect();
+    for name in named {
+        headers.remove(&name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    if upgrade {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(UPGRADE);
+    }
+}
+
+/// Whether a request asks to switch protocols (a WebSocket handshake, say).
+pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(UPGRADE)
+        && headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
+/// The request headers as the upstream sees them.
+pub(super) fn forward_headers(
+    headers: &mut HeaderMap,
+    peer: SocketAddr,
+    upgrade: bool,
+    identity_headers: &[(HeaderName, Option<String>)],
+) {
+    let original_host = headers.remove(HOST);
+    strip_hop_by_hop(headers, upgrade);
+    let ip = peer.ip().to_canonical();
+    let xff = HeaderName::from_static("x-forwarded-for");
+    let appended = match headers.get(&xff).and_then(|v| v.to_str().ok()) {
+        Some(existing) => format!("{existing}, {ip}"),
+        None => ip.to_string(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&appended) {
+        headers.insert(xff, value);
+    }
+    let proto = HeaderName::from_static("x-forwarded-proto");
+    if !headers.contains_key(&proto) {
+        headers.insert(proto, HeaderValue::from_static("http"));
+    }
+    if let Some(host) = original_host {
+        let forwarded_host = HeaderName::from_static("x-forwarded-host");
+        if !headers.contains_key(&forwarded_host) {
+            headers.insert(forwarded_host, host);
+        }
+    }
+    let node = match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    };
+    if let Ok(value) = HeaderValue::from_str(&format!("for={node};proto=http")) {
+        headers.append(http::header::FORWARDED, value);
+    }
+    for (header, value) in identity_headers {
+        headers.remove(header);
+        if let Some(value) = value.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(header.clone(), value);
+        }
+    }
+}
+
+/// The upstream URI of a request for `path_and_query` on a route whose base is `base`.
+pub(super) fn target(base: &Uri, path_and_query: &str) -> Option<Uri> {
+    let prefix = base.path().trim_end_matches('/');
+    let authority = base.authority()?;
+    format!("http://{authority}{prefix}{path_and_query}").parse().ok()
+}
+
+/// A request body: kept whole (replayable), or streamed once.
+pub(super) enum Outgoing {
+    Kept(Bytes),
+    Streamed(Option<Body>),
+}
+
+/// A request ready to go upstream, possibly several times.
+pub(super) struct Prepared {
+    pub(super) method: Method,
+    pub(super) uri: Uri,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Outgoing,
+    /// An upgrade handshake: sent once, never retried.
+    pub(super) upgrade: bool,
+}
+
+impl Prepared {
+    fn build(&mut self) -> Option<Request<Body>> {
+        let body = match &mut self.body {
+            Outgoing::Kept(bytes) => Body::from(bytes.clone()),
+            Outgoing::Streamed(body) => body.take()?,
+        };
+        let mut request = Request::new(body);
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.headers_mut() = self.headers.clone();
+        Some(request)
+    }
+}
+
+/// Whether `method` may be sent twice with the same effect (RFC 9110 §9.2.2).
+pub(super) fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
+}
+
+/// The outcome of a call: the upstream's response (whatever its status), or a failure.
+pub(super) type Outcome = Result<Response<Incoming>, Failure>;
+
+/// Calls `route`'s upstream with `request`, retrying as the route allows, within `deadline`.
+pub(super) async fn call(route: &RouteState, mut request: Prepared, deadline: Option<Instant>) -> Outcome {
+    let retries = route.config.retries.as_ref().filter(|_| {
+        idempotent(&request.method) && !request.upgrade && matches!(request.body, Outgoing::Kept(_))
+    });
+    let mut first = Some(route.budget.first_attempt());
+    // The place this request holds in the retry budget, while it retries.
+    let mut _retrying: Option<RetrySlot> = None;
+    let mut attempt: u32 = 0;
+    loop {
+        let (sent, probe) = match route.breaker.as_deref().map(CircuitBreaker::admit) {
+            Some(Admission::Reject) => return Err(Failure::BreakerOpen),
+            Some(Admission::Probe) => (None, Some(ProbeGuard(route.breaker.as_deref()))),
+            Some(Admission::Call(sent)) => (Some(sent), None),
+            None => (None, None),
+        };
+        let outcome = attempt_once(route, &mut request, deadline).await;
+        let failed = counts_as_failure(&outcome);
+        if let Some(mut probe) = probe {
+            // A probe is one attempt: its outcome decides the breaker.
+            probe.finish(!failed);
+            return outcome;
+        }
+        if let (Some(sent), Some(breaker)) = (sent, route.breaker.as_deref()) {
+            breaker.record(failed, sent);
+        }
+        let Some(settings) = retry_after(retries, &outcome, attempt) else { return outcome };
+        first.take();
+        _retrying = None;
+        match route.budget.try_retry(settings) {
+            Some(slot) => _retrying = Some(slot),
+            None => {
+                route.metrics.retries_refused.increment(1);
+                return outcome;
+            }
+        }
+        attempt += 1;
+        route.metrics.retries_sent.increment(1);
+        if !backoff(settings, attempt, deadline).await {
+            return Err(Failure::TotalTimeout);
+        }
+    }
+}
+
+/// The probe of a half-open breaker; abandoned (half-open freed) if dropped unfinished.
+struct ProbeGuard<'a>(Option<&'a CircuitBreaker<SystemClock>>);
+
+impl ProbeGuard<'_> {
+    fn finish(&mut self, succeeded: bool) {
+        if let Some(b) = self.0.take() {
+            b.finish_probe(succeeded);
+        }
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            b.abandon_probe();
+        }
+    }
+}
+
+/// Whether the breaker counts `outcome` as a failure: no answer, or a 5xx.
+fn counts_as_failure(outcome: &Outcome) -> bool {
+    match outcome {
+        Ok(response) => response.status().is_server_error(),
+        Err(_) => true,
+    }
+}
+
+/// The retry settings when `outcome` is retried (attempts left and a retriable failure).
+fn retry_after<'a>(
+    retries: Option<&'a floodgate_config::gateway::Retries>,
+    outcome: &Outcome,
+    attempt: u32,
+) -> Option<&'a floodgate_config::gateway::Retries> {
+    let settings = retries?;
+    if attempt >= settings.attempts {
+        return None;
+    }
+    let retriable = match outcome {
+        Ok(response) => settings.statuses.contains(&response.status().as_u16()),
+        Err(Failure::Connect | Failure::ConnectTimeout) => settings.on_connect_error,
+        Err(_) => false,
+    };
+    retriable.then_some(settings)
+}
+
+/// Waits the backoff of retry `attempt` (full jitter); false when it would pass the deadline.
+async fn backoff(
+    settings: &floodgate_config::gateway::Retries,
+    attempt: u32,
+    deadline: Option<Instant>,
+) -> bool {
+    let cap = settings
+        .backoff
+        .saturating_mul(1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX))
+        .min(settings.max_backoff);
+    let wait = cap.mul_f64(fastrand::f64());
+    let until = Instant::now() + wait;
+    if deadline.is_some_and(|d| until >= d) {
+        return false;
+    }
+    tokio::time::sleep_until(until).await;
+    true
+}
+
+/// One attempt: connect, send, and wait for the response head, within the route's timeouts and
+/// the request's deadline.
+async fn attempt_once(route: &RouteState, request: &mut Prepared, deadline: Option<Instant>) -> Outcome {
+    let Some(outgoing) = request.build() else { return Err(Failure::Broken) };
+    let timeouts = &route.config.timeouts;
+    let started = Instant::now();
+    let head_by = started + timeouts.connect + timeouts.first_byte;
+    let (limit, on_timeout) = match deadline {
+        Some(d) if d < head_by => (d, Failure::TotalTimeout),
+        _ => (head_by, Failure::FirstByteTimeout),
+    };
+    let result = tokio::time::timeout_at(limit, route.client.request(outgoing)).await;
+    route.metrics.upstream_took(started.elapsed());
+    match result {
+        Err(_) => Err(on_timeout),
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(e)) if e.is_connect() => {
+            Err(if timed_out(&e) { Failure::ConnectTimeout } else { Failure::Connect })
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(route = %route.config.name, error = %e, "gateway: upstream call failed");
+            Err(Failure::Broken)
+        }
+    }
+}
+
+/// Whether a connect error is the connect timeout (hyper-util reports it as an I/O timed-out error).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        if e.to_string().contains("timeout") || e.to_string().contains("timed out") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
