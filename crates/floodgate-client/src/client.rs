@@ -12,9 +12,8 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::decision::{Decision, FailMode, Request, WireProblem, WireVerdict, passed_header};
+use crate::decision::{Decision, FailMode, Request, WireVerdict, failed, passed_header};
 use crate::error::{Error, FailureReason};
-use crate::reservation::{Reservation, Reserved, Settle};
 
 /// Builds a [`Client`]: `Client::builder("http://127.0.0.1:8080").deadline(..).fail_mode(..).build()`.
 #[derive(Debug, Clone)]
@@ -183,7 +182,7 @@ impl Counters {
 }
 
 #[derive(Clone, Copy)]
-enum Call {
+pub(crate) enum Call {
     Check,
     Peek,
     Report,
@@ -234,7 +233,7 @@ impl Client {
         self.inner.stats.snapshot()
     }
 
-    async fn decide(&self, call: Call, request: &Request) -> Result<Decision, Error> {
+    pub(crate) async fn decide(&self, call: Call, request: &Request) -> Result<Decision, Error> {
         match self.call(call, request).await {
             Ok(decision) => Ok(decision),
             Err(Error::Unavailable { reason, .. }) => {
@@ -334,11 +333,14 @@ impl Client {
         }
     }
 
-    pub(crate) fn endpoint(&self, which: Settle) -> &Uri {
-        match which {
-            Settle::Commit => &self.inner.commit,
-            Settle::Release => &self.inner.release,
-        }
+    /// The URL of `POST /v1/commit`.
+    pub(crate) fn commit_uri(&self) -> &Uri {
+        &self.inner.commit
+    }
+
+    /// The URL of `POST /v1/release`.
+    pub(crate) fn release_uri(&self) -> &Uri {
+        &self.inner.release
     }
 
     pub(crate) fn base(&self) -> &str {
@@ -347,18 +349,6 @@ impl Client {
 
     pub(crate) fn count_failure(&self, reason: FailureReason) {
         self.count(reason, None);
-    }
-
-    /// Reserves an estimate (e.g. the prompt's tokens plus `max_tokens`, with
-    /// [`Request::costs`] and [`Request::ttl`]) before a call whose cost is known only at its end.
-    /// Decided as a check (all-or-nothing, the same fail mode). When allowed,
-    /// [`Reserved::reservation`] is a guard to [`commit`](Reservation::commit) the actual cost with;
-    /// dropped unsettled, it releases the reservation. When denied, or when the fail mode decided,
-    /// there is none.
-    pub async fn reserve(&self, request: &Request) -> Result<Reserved, Error> {
-        let decision = self.decide(Call::Reserve, request).await?;
-        let reservation = decision.reservation.clone().map(|id| Reservation::new(self.clone(), id));
-        Ok(Reserved { decision, reservation })
     }
 }
 
@@ -393,32 +383,3 @@ fn render(status: u16, headers: &HeaderMap, body: &[u8]) -> Result<Decision, Err
     }
     Err(failed(status, body))
 }
-
-/// The error of an answer that is no result: a problem (4xx; typed for 404 and 409) or an outage.
-pub(crate) fn failed(status: u16, body: &[u8]) -> Error {
-    if (400..500).contains(&status)
-        && status != 429
-        && let Ok(problem) = serde_json::from_slice::<WireProblem>(body)
-    {
-        return match (status, problem.type_uri.as_str()) {
-            (404, NOT_FOUND_TYPE) => Error::NotFound { detail: problem.detail },
-            (409, SETTLED_TYPE) => Error::ReservationSettled { detail: problem.detail },
-            _ => Error::Problem {
-                status,
-                type_uri: problem.type_uri,
-                title: problem.title,
-                detail: problem.detail,
-            },
-        };
-    }
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-    Error::Unavailable {
-        reason: FailureReason::ServerError,
-        not_sent: false,
-        message: format!("answered {status} without a verdict: {text}"),
-        source: None,
-    }
-}
-
-const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
-const SETTLED_TYPE: &str = "https://floodgate.dev/problems/reservation-settled";

@@ -203,3 +203,32 @@ pub(crate) fn passed_header(name: &str) -> bool {
         || name.starts_with("x-ratelimit-")
         || name.starts_with("floodgate-")
 }
+
+/// The error of an answer that is no result: a problem (4xx; typed for 404 and 409) or an outage.
+pub(crate) fn failed(status: u16, body: &[u8]) -> Error {
+    if (400..500).contains(&status)
+        && status != 429
+        && let Ok(problem) = serde_json::from_slice::<WireProblem>(body)
+    {
+        return match (status, problem.type_uri.as_str()) {
+            (404, NOT_FOUND_TYPE) => Error::NotFound { detail: problem.detail },
+            (409, SETTLED_TYPE) => Error::ReservationSettled { detail: problem.detail },
+            _ => Error::Problem {
+                status,
+                type_uri: problem.type_uri,
+                title: problem.title,
+                detail: problem.detail,
+            },
+        };
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+    Error::Unavailable {
+        reason: FailureReason::ServerError,
+        not_sent: false,
+        message: format!("answered {status} without a verdict: {text}"),
+        source: None,
+    }
+}
+
+const NOT_FOUND_TYPE: &str = "https://floodgate.dev/problems/not-found";
+const SETTLED_TYPE: &str = "https://floodgate.dev/problems/reservation-settled";

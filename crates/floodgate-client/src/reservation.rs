@@ -6,8 +6,8 @@ use std::time::Duration;
 use http::{Method, Uri};
 use serde::Deserialize;
 
-use crate::client::{Client, failed};
-use crate::decision::{Decision, Request};
+use crate::client::{Call, Client};
+use crate::decision::{Decision, Request, failed};
 use crate::error::Error;
 
 /// What a commit or a release did; a retry of it answers the same. Each map is dimension → amount.
@@ -142,6 +142,18 @@ impl Drop for Reservation {
 const SETTLE_RETRIES: u32 = 2;
 
 impl Client {
+    /// Reserves an estimate (e.g. the prompt's tokens plus `max_tokens`, with
+    /// [`Request::costs`] and [`Request::ttl`]) before a call whose cost is known only at its end.
+    /// Decided as a check (all-or-nothing, the same fail mode). When allowed,
+    /// [`Reserved::reservation`] is a guard to [`commit`](Reservation::commit) the actual cost with;
+    /// dropped unsettled, it releases the reservation. When denied, or when the fail mode decided,
+    /// there is none.
+    pub async fn reserve(&self, request: &Request) -> Result<Reserved, Error> {
+        let decision = self.decide(Call::Reserve, request).await?;
+        let reservation = decision.reservation.clone().map(|id| Reservation::new(self.clone(), id));
+        Ok(Reserved { decision, reservation })
+    }
+
     /// Charges a reservation's actual cost per dimension: what was reserved beyond it is given
     /// back, what exceeds it is charged on top (never denied); a dimension left out stays as
     /// reserved (`&[]`: all of it); concurrency permits are freed. Idempotent on the server — the
@@ -205,7 +217,16 @@ impl Client {
         let mut attempt = 0;
         loop {
             let outcome = match self
-                .exchange(Method::POST, self.endpoint(which).clone(), Some(body.clone()), None)
+                .exchange(
+                    Method::POST,
+                    match which {
+                        Settle::Commit => self.commit_uri(),
+                        Settle::Release => self.release_uri(),
+                    }
+                    .clone(),
+                    Some(body.clone()),
+                    None,
+                )
                 .await
             {
                 Ok((parts, bytes)) => match serde_json::from_slice::<Settled>(&bytes) {

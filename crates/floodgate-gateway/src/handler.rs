@@ -1,210 +1,31 @@
 //! One gateway request, gate by gate (see the [module docs](super)).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use floodgate::delay::{Waiting, next_wait};
-use floodgate::{Descriptors, EngineError, Hit, Verdict};
-use floodgate_config::gateway::Switches;
+use floodgate::Verdict;
 use floodgate_core::{Clock, SystemClock};
 use floodgate_http::rate_limit_headers;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body::Body as _;
-use hyper::body::Incoming;
 use tokio::time::Instant;
-use tower::ServiceExt;
 
 use super::body::{GatewayBody, Held, RulePermits, Tee};
+use super::call;
 use super::identity::{Identity, describe_identity};
 use super::metrics::GatewayMetrics;
-use super::queue::{self, Accepted, Queue, QueueError};
+use super::queue::{self, Accepted};
 use super::respond;
 use super::routes::{RouteState, RouteTable};
 use super::stale::{self, STALE_HEADER, StaleCache};
-use super::upstream::{self, Failure, Outgoing, Prepared};
-use floodgate_app::App;
-use floodgate_app::control::Domain;
-use floodgate_app::metrics::Api;
-
-/// The path prefix of the gateway's own endpoints on its listener.
-const OWN_PREFIX: &str = "/_floodgate/accepted/";
-
-/// What a request's handler needs, passed in its extensions.
-#[derive(Clone)]
-pub(super) struct Context {
-    pub(super) gateway: Arc<Gateway>,
-    pub(super) table: Arc<RouteTable>,
-    pub(super) peer: SocketAddr,
-}
-
-/// The gateway's state.
-#[derive(Debug)]
-pub(crate) struct Gateway {
-    pub(super) app: App,
-    table: ArcSwap<RouteTable>,
-    rebuild: parking_lot::Mutex<()>,
-    clients: super::upstream::Clients,
-    pub(super) stale: Arc<StaleCache>,
-    pub(super) queue: Option<Queue>,
-    waiting: Waiting,
-    pub(super) metrics: GatewayMetrics,
-    clock: SystemClock,
-}
-
-impl Gateway {
-    /// The gateway of `app`'s running configuration, if it has one.
-    pub(super) fn open(app: App) -> Result<Option<Gateway>, QueueError> {
-        let running = app.control().current();
-        let Some(config) = running.gateway.clone() else { return Ok(None) };
-        let queue = match &config.state_dir {
-            Some(dir) if config.routes.iter().any(|r| r.degrade.accept_async) => Some(Queue::open(dir)?),
-            _ => None,
-        };
-        let clients = super::upstream::Clients::default();
-        let metrics = GatewayMetrics::new(app.metrics());
-        let clock = SystemClock::new();
-        let Some(table) = RouteTable::build(running, None, &clients, &metrics, app.metrics(), &clock) else {
-            return Ok(None);
-        };
-        if let Some(queue) = &queue {
-            metrics.accepted_pending.set(queue.pending() as f64);
-        }
-        Ok(Some(Gateway {
-            stale: Arc::new(StaleCache::new(config.stale_cache.max_bytes, config.stale_cache.max_entry)),
-            waiting: Waiting::new(config.max_waiting),
-            table: ArcSwap::from_pointee(table),
-            rebuild: parking_lot::Mutex::new(()),
-            app,
-            clients,
-            queue,
-            metrics,
-            clock,
-        }))
-    }
-
-    /// The route table of the configuration in force (rebuilt once after each applied change).
-    pub(super) fn table(&self) -> Arc<RouteTable> {
-        let table = self.table.load_full();
-        let version = self.app.control().load().version;
-        if table.version == version {
-            return table;
-        }
-        let _one_at_a_time = self.rebuild.lock();
-        let table = self.table.load_full();
-        let running = self.app.control().current();
-        if table.version == running.version {
-            return table;
-        }
-        match RouteTable::build(
-            running,
-            Some(&table),
-            &self.clients,
-            &self.metrics,
-            self.app.metrics(),
-            &self.clock,
-        ) {
-            Some(new) => {
-                let new = Arc::new(new);
-                self.table.store(Arc::clone(&new));
-                new
-            }
-            None => table,
-        }
-    }
-
-    /// One request from the listener.
-    pub(super) async fn dispatch(
-        self: Arc<Self>,
-        mut request: http::Request<Incoming>,
-        peer: SocketAddr,
-    ) -> Response {
-        if request.method() == Method::GET
-            && let Some(id) = request.uri().path().strip_prefix(OWN_PREFIX)
-        {
-            return match &self.queue {
-                Some(queue) => queue.status(id),
-                None => respond::no_route(false),
-            };
-        }
-        let table = self.table();
-        request.extensions_mut().insert(ConnectInfo(peer));
-        request.extensions_mut().insert(Context {
-            gateway: Arc::clone(&self),
-            table: Arc::clone(&table),
-            peer,
-        });
-        match table.router.clone().oneshot(request.map(Body::new)).await {
-            Ok(response) => response,
-            Err(infallible) => match infallible {},
-        }
-    }
-
-    fn switches(&self, table: &RouteTable) -> Switches {
-        self.app.switches().effective(table.config.switches)
-    }
-
-    /// Decides `descriptors` on `domain`, waiting for capacity when a delay rule denied (up to its
-    /// `max_wait`, among at most `max_waiting` waiting requests). The verdict: allowed, or denied;
-    /// or the answer to a request whose descriptors a rule cannot use (a quota's time zone header
-    /// that names no zone).
-    async fn gate(&self, domain: &Domain, descriptors: &Descriptors) -> Result<Verdict, Response> {
-        if domain.policy.rules().next().is_none() {
-            return Ok(Verdict { allowed: true, ..Verdict::default() });
-        }
-        let mut waited = Duration::ZERO;
-        let mut slot = None;
-        loop {
-            let verdict =
-                match self.app.decisions().decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
-                    Ok(verdict) => verdict,
-                    // Never let a value the client sends pass the limits unchecked: refused, naming it.
-                    Err(EngineError::Descriptor { descriptor, value, expected, .. }) => {
-                        return Err(respond::malformed(format!(
-                            "The request's {descriptor} descriptor is {value:?}, which is not {expected}."
-                        )));
-                    }
-                    Err(EngineError::MissingDescriptor { descriptor, .. }) => {
-                        return Err(respond::malformed(format!(
-                            "The request has no {descriptor} descriptor, which a limit needs."
-                        )));
-                    }
-                    // A cost of 1 is always possible.
-                    Err(EngineError::Cost { .. }) => {
-                        return Ok(Verdict { allowed: true, ..Verdict::default() });
-                    }
-                };
-            let wait = if verdict.allowed { None } else { next_wait(&domain.policy, &verdict, waited) };
-            let Some(wait) = wait else {
-                if let Some(slot) = slot.take() {
-                    drop(slot);
-                    self.metrics.waiting.set(self.waiting.waiting() as f64);
-                    let counter = if verdict.allowed {
-                        &self.metrics.delayed_passed
-                    } else {
-                        &self.metrics.delayed_denied
-                    };
-                    counter.increment(1);
-                }
-                return Ok(verdict);
-            };
-            if slot.is_none() {
-                slot = self.waiting.enter();
-                if slot.is_none() {
-                    return Ok(verdict);
-                }
-                self.metrics.waiting.set(self.waiting.waiting() as f64);
-            }
-            tokio::time::sleep(wait).await;
-            waited += wait;
-        }
-    }
-}
+use super::state::{Context, Gateway};
+use super::upstream::{self, Clients, Failure, Outgoing, Prepared};
+use floodgate_app::control::Running;
+use floodgate_app::metrics::Metrics;
 
 /// Both phases' verdicts as one, for the rate-limit headers.
 fn merged(before: Verdict, after: Verdict) -> Verdict {
@@ -218,8 +39,24 @@ fn merged(before: Verdict, after: Verdict) -> Verdict {
     }
 }
 
+/// The route table of `running`, its routes' requests to [`route`]: the gateway state's
+/// [`TableBuilder`](super::state::TableBuilder).
+pub(super) fn build_table(
+    running: Arc<Running>,
+    previous: Option<&RouteTable>,
+    clients: &Clients,
+    metrics: &GatewayMetrics,
+    rule_metrics: &Metrics,
+    clock: &SystemClock,
+) -> Option<RouteTable> {
+    RouteTable::build(running, previous, clients, metrics, rule_metrics, clock, route)
+}
+
 /// A request on `route`, through every gate (see the module docs).
-pub(super) async fn route(context: Context, route: Arc<RouteState>, request: Request) -> Response {
+async fn route(route: Arc<RouteState>, request: Request) -> Response {
+    let Some(context) = request.extensions().get::<Context>().cloned() else {
+        return respond::malformed("the request reached a route outside the gateway");
+    };
     let response = gates(&context, &route, request).await;
     route.metrics.answered(response.status());
     response
@@ -336,7 +173,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
         Err(response) => return response,
     };
     let prepared = Prepared { method: parts.method.clone(), uri, headers, body: outgoing, upgrade };
-    let outcome = upstream::call(route, prepared, deadline).await;
+    let outcome = call::call(route, prepared, deadline).await;
     let mut response = match outcome {
         Ok(response) => response,
         Err(Failure::BreakerOpen) => {

@@ -30,15 +30,19 @@
 //!   `Retry-After` and the rate-limit headers, which allowed responses carry too.
 
 mod body;
+mod budget;
+mod call;
 mod descriptors;
 mod handler;
 mod identity;
 mod metrics;
 mod policies;
 mod queue;
+mod replay;
 mod respond;
 mod routes;
 mod stale;
+mod state;
 mod upstream;
 
 use std::sync::Arc;
@@ -71,14 +75,14 @@ pub fn verify_authorization(
 /// server's app state. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    inner: Arc<handler::Gateway>,
+    inner: Arc<state::Gateway>,
 }
 
 impl Gateway {
     /// The gateway of `app`'s configuration; opens the accepted-writes queue in `state_dir`
     /// when a route accepts writes asynchronously. `None` when the configuration has no gateway.
     pub fn open(app: App) -> Result<Option<Gateway>, QueueError> {
-        Ok(handler::Gateway::open(app)?.map(|inner| Gateway { inner: Arc::new(inner) }))
+        Ok(state::Gateway::open(app, handler::build_table)?.map(|inner| Gateway { inner: Arc::new(inner) }))
     }
 
     /// Serves `listener` (each connection handshaken with `tls` when given) until `stop` turns
@@ -90,7 +94,7 @@ impl Gateway {
         tls: Option<Arc<Tls>>,
         stop: watch::Receiver<bool>,
     ) -> std::io::Result<()> {
-        let replayer = tokio::spawn(queue::replay(Arc::clone(&self.inner), stop.clone()));
+        let replayer = tokio::spawn(replay::replay(Arc::clone(&self.inner), stop.clone()));
         let limits = || match &self.inner.app.control().load().gateway {
             Some(gateway) => gateway.http,
             None => floodgate_config::http_server::HttpConfig::default(),

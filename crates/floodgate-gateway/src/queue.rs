@@ -25,20 +25,14 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
-use http_body_util::BodyExt;
+use http::{HeaderValue, StatusCode};
 use parking_lot::Mutex;
 use serde::Serialize;
-use tokio::sync::{Notify, watch};
-
-use super::handler::Gateway;
-use super::upstream::{self, Failure, Outgoing, Prepared};
-use floodgate_app::stopped;
+use tokio::sync::Notify;
 
 /// The file in `state_dir`.
 const FILE: &str = "accepted.log";
@@ -47,9 +41,7 @@ const MAGIC: &[u8] = b"floodgate-accepted 1\n";
 /// Outcomes kept (in memory, and in the log across restarts).
 pub(super) const KEPT_OUTCOMES: usize = 10_000;
 /// The part of an outcome's body kept.
-const KEPT_BODY: usize = 64 << 10;
-/// The wait after a failed replay before trying again.
-const RETRY_PAUSE: Duration = Duration::from_millis(500);
+pub(super) const KEPT_BODY: usize = 64 << 10;
 
 /// The queue cannot be opened or written.
 #[derive(Debug, thiserror::Error)]
@@ -74,9 +66,9 @@ pub(super) struct Accepted {
 /// What the upstream answered to a replayed write.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(super) struct Delivered {
-    status: u16,
-    content_type: Option<String>,
-    body: String,
+    pub(super) status: u16,
+    pub(super) content_type: Option<String>,
+    pub(super) body: String,
 }
 
 #[derive(Debug, Default)]
@@ -178,12 +170,12 @@ impl Queue {
     }
 
     /// The oldest pending write.
-    fn next(&self) -> Option<Accepted> {
+    pub(super) fn next(&self) -> Option<Accepted> {
         self.state.lock().pending.front().cloned()
     }
 
     /// Records the outcome of `id`, durably, and drops it from the pending writes.
-    async fn delivered(&self, id: &str, delivered: Delivered) -> Result<(), QueueError> {
+    pub(super) async fn delivered(&self, id: &str, delivered: Delivered) -> Result<(), QueueError> {
         self.append(&Record::Delivered(id.to_owned(), delivered.clone())).await?;
         let mut state = self.state.lock();
         state.pending.retain(|a| a.id != id);
@@ -260,88 +252,6 @@ pub(super) fn accepted_response(id: &str) -> Response {
         response.headers_mut().insert(http::header::LOCATION, location);
     }
     response
-}
-
-// === replay ===
-
-/// Replays pending writes until `stop` turns true.
-pub(super) async fn replay(gateway: Arc<Gateway>, mut stop: watch::Receiver<bool>) {
-    let Some(queue) = gateway.queue.as_ref() else { return };
-    loop {
-        let Some(accepted) = queue.next() else {
-            tokio::select! {
-                () = queue.arrived.notified() => continue,
-                () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                () = stopped(&mut stop) => return,
-            }
-        };
-        let delivered = tokio::select! {
-            d = deliver(&gateway, &accepted) => d,
-            () = stopped(&mut stop) => return,
-        };
-        match delivered {
-            Some(delivered) => {
-                if let Err(e) = queue.delivered(&accepted.id, delivered).await {
-                    tracing::error!(error = %e, "gateway: cannot record a delivered write");
-                }
-                gateway.metrics.accepted_pending.set(queue.pending() as f64);
-            }
-            None => tokio::select! {
-                () = tokio::time::sleep(RETRY_PAUSE) => {}
-                () = stopped(&mut stop) => return,
-            },
-        }
-    }
-}
-
-/// Sends one accepted write; its outcome when the upstream answered it (below 500), or `None` to
-/// try again later.
-async fn deliver(gateway: &Gateway, accepted: &Accepted) -> Option<Delivered> {
-    let table = gateway.table();
-    let Some(route) = table.route(&accepted.route) else {
-        return Some(Delivered {
-            status: 0,
-            content_type: None,
-            body: format!("the route {:?} no longer exists; the write was not delivered", accepted.route),
-        });
-    };
-    let mut headers = HeaderMap::new();
-    for (name, value) in &accepted.headers {
-        if let (Ok(name), Ok(value)) =
-            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value))
-        {
-            headers.append(name, value);
-        }
-    }
-    let request = Prepared {
-        method: Method::from_bytes(accepted.method.as_bytes()).ok()?,
-        uri: upstream::target(&route.config.upstream.uri, &accepted.path_and_query)?,
-        headers,
-        body: Outgoing::Kept(accepted.body.clone()),
-        upgrade: false,
-    };
-    let deadline = route.config.timeouts.total.map(|t| tokio::time::Instant::now() + t);
-    match upstream::call(route, request, deadline).await {
-        Ok(response) if !response.status().is_server_error() => {
-            let status = response.status().as_u16();
-            let content_type = response
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let body = http_body_util::Limited::new(response.into_body(), KEPT_BODY)
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            Some(Delivered { status, content_type, body: String::from_utf8_lossy(&body).into_owned() })
-        }
-        Ok(_) | Err(Failure::BreakerOpen | Failure::Connect | Failure::ConnectTimeout) => None,
-        Err(failure) => {
-            tracing::debug!(?failure, id = %accepted.id, "gateway: replaying an accepted write failed; will retry");
-            None
-        }
-    }
 }
 
 // === the log's records ===

@@ -6,21 +6,21 @@
 //! requests in flight still count).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::extract::Request;
 use axum::routing::{MethodFilter, MethodRouter, any, on};
 use floodgate::breaker::{BreakerState, CircuitBreaker};
-use floodgate_config::gateway::{ForwardedHeader, Retries, Route};
+use floodgate_config::gateway::{ForwardedHeader, Route};
 use floodgate_core::SystemClock;
 use floodgate_tower::{ClientIp, ProxyHeader};
 use http::HeaderName;
 use tokio::sync::Semaphore;
 
+use super::budget::Budget;
 use super::descriptors::header_descriptors;
-use super::handler::{self, Context};
 use super::identity::Verifier;
 use super::metrics::{GatewayMetrics, RouteMetrics};
 use super::policies::GatewayPolicies;
@@ -70,14 +70,20 @@ impl std::fmt::Debug for RouteState {
 impl RouteTable {
     /// The table of `running` (which has a gateway), reusing what `previous` kept for routes whose
     /// settings are unchanged.
-    pub(super) fn build(
+    /// Every route's requests go to `handle` (with the route's state).
+    pub(super) fn build<H, F>(
         running: Arc<Running>,
         previous: Option<&RouteTable>,
         clients: &Clients,
         metrics: &GatewayMetrics,
         rule_metrics: &Metrics,
         clock: &SystemClock,
-    ) -> Option<RouteTable> {
+        handle: H,
+    ) -> Option<RouteTable>
+    where
+        H: Fn(Arc<RouteState>, Request) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = axum::response::Response> + Send + 'static,
+    {
         let config = Arc::clone(running.gateway.as_ref()?);
         let policies = GatewayPolicies::new(&running, rule_metrics);
         let old: HashMap<&str, &Arc<RouteState>> = previous
@@ -144,7 +150,7 @@ impl RouteTable {
         let headers = header_descriptors(&running.native.policy);
         Some(RouteTable {
             version: running.version,
-            router: router(&routes),
+            router: router(&routes, handle),
             routes,
             client_ip,
             headers,
@@ -161,31 +167,28 @@ impl RouteTable {
     }
 }
 
-/// The axum router of `routes`: one method router per template (the configuration refused
-/// overlapping methods and conflicting templates, so building it cannot panic).
-fn router(routes: &[Arc<RouteState>]) -> Router {
+/// The axum router of `routes`, each route's requests to `handle`: one method router per template
+/// (the configuration refused overlapping methods and conflicting templates, so building it cannot
+/// panic). What no route takes is answered here, marked [`Unrouted`].
+fn router<H, F>(routes: &[Arc<RouteState>], handle: H) -> Router
+where
+    H: Fn(Arc<RouteState>, Request) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = axum::response::Response> + Send + 'static,
+{
     let mut by_path: Vec<(String, MethodRouter)> = Vec::new();
     for route in routes {
         let state = Arc::clone(route);
-        let handle = move |request: Request| {
-            let state = Arc::clone(&state);
-            async move {
-                let context = request.extensions().get::<Context>().cloned();
-                match context {
-                    Some(context) => handler::route(context, state, request).await,
-                    None => respond::malformed("the request reached a route outside the gateway"),
-                }
-            }
-        };
+        let handle = handle.clone();
+        let endpoint = move |request: Request| handle(Arc::clone(&state), request);
         let methods = match &route.config.methods {
-            None => any(handle),
+            None => any(endpoint),
             Some(list) => {
                 let filter = list
                     .iter()
                     .filter_map(|m| MethodFilter::try_from(m.clone()).ok())
                     .reduce(MethodFilter::or)
                     .unwrap_or(MethodFilter::GET);
-                on(filter, handle)
+                on(filter, endpoint)
             }
         };
         match by_path.iter_mut().find(|(p, _)| *p == route.config.path) {
@@ -200,105 +203,15 @@ fn router(routes: &[Arc<RouteState>]) -> Router {
     for (path, methods) in by_path {
         router = router.route(&path, methods);
     }
-    router
-        .fallback(|request: Request| async move { unrouted(&request, false) })
-        .method_not_allowed_fallback(|request: Request| async move { unrouted(&request, true) })
+    router.fallback(|| async { unrouted(false) }).method_not_allowed_fallback(|| async { unrouted(true) })
 }
 
-fn unrouted(request: &Request, method_known: bool) -> axum::response::Response {
-    let response = respond::no_route(method_known);
-    if let Some(context) = request.extensions().get::<Context>() {
-        context.gateway.metrics.unrouted.answered(response.status());
-    }
+/// Marks a response to a request that no route takes (for the `unrouted` metrics).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unrouted;
+
+fn unrouted(method_known: bool) -> axum::response::Response {
+    let mut response = respond::no_route(method_known);
+    response.extensions_mut().insert(Unrouted);
     response
-}
-
-// === impl Budget ===
-
-/// A route's retry budget, Envoy-style: retries in flight may reach `budget` × the route's first
-/// attempts in flight (at least `min_concurrent`), so that retry traffic stays within `budget` of
-/// new traffic however hard the upstream fails.
-#[derive(Debug, Default)]
-pub(super) struct Budget {
-    first: AtomicU64,
-    retries: AtomicU64,
-}
-
-/// A first attempt in flight; counted until dropped.
-#[derive(Debug)]
-pub(super) struct FirstAttempt(Arc<Budget>);
-
-/// A retry in flight (its backoff and its attempt); counted until dropped.
-#[derive(Debug)]
-pub(super) struct RetrySlot(Arc<Budget>);
-
-impl Budget {
-    pub(super) fn first_attempt(self: &Arc<Self>) -> FirstAttempt {
-        self.first.fetch_add(1, Ordering::AcqRel);
-        FirstAttempt(Arc::clone(self))
-    }
-
-    /// A retry, if the budget allows one now.
-    pub(super) fn try_retry(self: &Arc<Self>, settings: &Retries) -> Option<RetrySlot> {
-        let first = self.first.load(Ordering::Acquire) as f64;
-        let allowed = (settings.budget * first).max(f64::from(settings.min_concurrent));
-        let mut current = self.retries.load(Ordering::Acquire);
-        loop {
-            if (current + 1) as f64 > allowed {
-                return None;
-            }
-            match self.retries.compare_exchange_weak(
-                current,
-                current + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(RetrySlot(Arc::clone(self))),
-                Err(seen) => current = seen,
-            }
-        }
-    }
-
-    /// `(first attempts, retries)` in flight.
-    #[cfg(test)]
-    fn in_flight(&self) -> (u64, u64) {
-        (self.first.load(Ordering::Acquire), self.retries.load(Ordering::Acquire))
-    }
-}
-
-impl Drop for FirstAttempt {
-    fn drop(&mut self) {
-        self.0.first.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Drop for RetrySlot {
-    fn drop(&mut self) {
-        self.0.retries.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retries_in_flight_stay_within_the_budget_of_first_attempts() {
-        let budget = Arc::new(Budget::default());
-        let settings = Retries { budget: 0.2, min_concurrent: 0, ..Retries::default() };
-        let firsts: Vec<_> = (0..10).map(|_| budget.first_attempt()).collect();
-        let a = budget.try_retry(&settings).expect("0.2 × 10 = 2 retries");
-        let b = budget.try_retry(&settings).expect("the second");
-        assert!(budget.try_retry(&settings).is_none(), "a third would pass 20 %");
-        drop(a);
-        let c = budget.try_retry(&settings).expect("a place came back");
-        assert_eq!(budget.in_flight(), (10, 2));
-        drop((b, c, firsts));
-        assert_eq!(budget.in_flight(), (0, 0));
-        assert!(budget.try_retry(&settings).is_none(), "no traffic, no minimum: no retry");
-        let floor = Retries { budget: 0.2, min_concurrent: 3, ..Retries::default() };
-        let held: Vec<_> = (0..3).map(|_| budget.try_retry(&floor).expect("within the minimum")).collect();
-        assert!(budget.try_retry(&floor).is_none());
-        drop(held);
-    }
 }

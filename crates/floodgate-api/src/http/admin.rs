@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::api::as_domain_sees_them;
-use super::openapi::{
+use super::responses::{
     AdminAccess, BodyProblems, ConfigDocument, JsonProblems, KeyProblems, StoreProblem, TAG_ADMIN, YAML,
 };
 use super::switches::{clear_switches, get_switches, set_switches};

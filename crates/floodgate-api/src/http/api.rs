@@ -23,7 +23,7 @@ use floodgate_http::{Problem, rate_limit_headers, tag_header};
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use http::{HeaderValue, StatusCode};
 
-use super::openapi::{Decided, Reported, TAG_DECISIONS};
+use super::responses::{Decided, Reported, TAG_DECISIONS};
 use super::{MAX_BODY, json_bytes, problem, read_body};
 use floodgate_app::App;
 use floodgate_app::auth::{Client, Refusal, scope_of};

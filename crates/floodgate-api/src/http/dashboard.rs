@@ -6,7 +6,7 @@ use axum::response::Response;
 use http::HeaderValue;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 
-use super::openapi::{AdminAccess, TAG_ADMIN};
+use super::responses::{AdminAccess, TAG_ADMIN};
 
 const PAGE: &str = include_str!("../../assets/dashboard/index.html");
 const SCRIPT: &str = include_str!("../../assets/dashboard/dashboard.js");

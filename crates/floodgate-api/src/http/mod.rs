@@ -11,6 +11,7 @@ mod api;
 mod dashboard;
 pub mod openapi;
 mod reserve;
+mod responses;
 mod serve;
 mod simulate;
 mod stats;
@@ -41,6 +42,8 @@ use floodgate_app::{App, Ready};
 pub const MAX_BODY: usize = 64 * 1024;
 /// The largest configuration body the admin API accepts: 4 MiB.
 pub const MAX_ADMIN_BODY: usize = 4 * 1024 * 1024;
+/// The largest body `/v1/simulate` accepts: 1 MiB (10 000 requests fit).
+pub const MAX_SIMULATE_BODY: usize = 1024 * 1024;
 
 pub(crate) fn router(app: App) -> Router {
     let api = Router::new()
@@ -97,7 +100,7 @@ async fn v1_auth(
 #[utoipa::path(
     get,
     path = "/healthz",
-    tag = openapi::TAG_OPERATIONS,
+    tag = responses::TAG_OPERATIONS,
     operation_id = "healthz",
     responses((status = 200, description = "The process runs.", body = String, content_type = "text/plain", example = "ok\n")),
 )]
@@ -109,7 +112,7 @@ async fn healthz() -> &'static str {
 #[utoipa::path(
     get,
     path = "/readyz",
-    tag = openapi::TAG_OPERATIONS,
+    tag = responses::TAG_OPERATIONS,
     operation_id = "readyz",
     responses(
         (status = 200, description = "Ready: the store answers (`ready`), or it does not but every rule decides on its local share.", body = String, content_type = "text/plain", example = "ready\n"),
@@ -131,7 +134,7 @@ async fn readyz(State(app): State<App>) -> Response {
 #[utoipa::path(
     get,
     path = "/metrics",
-    tag = openapi::TAG_OPERATIONS,
+    tag = responses::TAG_OPERATIONS,
     operation_id = "metrics",
     responses((status = 200, description = "Prometheus text exposition.", body = String, content_type = "text/plain", example = "floodgate_config_version 1\n")),
 )]

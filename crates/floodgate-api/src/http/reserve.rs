@@ -26,7 +26,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::api::{as_domain_sees_them, authorized, never_allowed, pin};
-use super::openapi::{ReserveProblems, SettleProblems, TAG_DECISIONS};
+use super::responses::{ReserveProblems, SettleProblems, TAG_DECISIONS};
 use super::{MAX_BODY, invalid, json, json_bytes, malformed, problem, read_body};
 use floodgate_app::App;
 use floodgate_app::metrics::Api;

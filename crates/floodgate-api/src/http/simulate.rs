@@ -20,14 +20,11 @@ use utoipa::ToSchema;
 use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 
 use super::api::authorized;
-use super::openapi::{SimulateProblems, TAG_DECISIONS};
+use super::responses::{SimulateProblems, TAG_DECISIONS};
 use super::{json, malformed, problem, read_body};
 use crate::playground::{self, MAX_REQUESTS, Sampling};
 use floodgate_app::App;
 use floodgate_app::auth::{Access, admin_access};
-
-/// The largest body `/v1/simulate` accepts: 1 MiB (10 000 requests fit).
-pub(super) const MAX_SIMULATE_BODY: usize = 1024 * 1024;
 
 /// The fields of the body besides the algorithm's.
 const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
@@ -162,7 +159,7 @@ pub(super) async fn simulate(State(app): State<App>, request: Request) -> Respon
         }
     }
     drop(running);
-    let body = match read_body(request, MAX_SIMULATE_BODY).await {
+    let body = match read_body(request, super::MAX_SIMULATE_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
     };

@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, mpsc};
 use utoipa::ToSchema;
 
 use super::json;
-use super::openapi::{AdminAccess, TAG_ADMIN};
+use super::responses::{AdminAccess, TAG_ADMIN};
 use floodgate_app::App;
 use floodgate_app::live::{self, Second, Snapshot};
 

@@ -12,7 +12,7 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::openapi::{AdminAccess, BodyProblems, TAG_ADMIN};
+use super::responses::{AdminAccess, BodyProblems, TAG_ADMIN};
 use super::{invalid, json, malformed, problem, read_body};
 use floodgate_app::App;
 use floodgate_app::switches::SwitchChange;

@@ -13,7 +13,7 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::api::{authorized, pin};
-use super::openapi::{TAG_DECISIONS, UsageProblems};
+use super::responses::{TAG_DECISIONS, UsageProblems};
 use super::{invalid, json, problem};
 use floodgate_app::App;
 use floodgate_config::auth::Scope;

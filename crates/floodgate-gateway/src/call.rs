@@ -1,0 +1,167 @@
+//! Calling a route's upstream: each attempt within the route's timeouts and the request's
+//! deadline, the breaker asked for every attempt, and retries within attempts and the route's
+//! budget (see [`upstream`](super::upstream) for what is retried and when).
+
+use floodgate::breaker::{Admission, CircuitBreaker};
+use floodgate_core::SystemClock;
+use http::Response;
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::budget::RetrySlot;
+use super::routes::RouteState;
+use super::upstream::{Failure, Outgoing, Prepared, idempotent};
+
+/// The outcome of a call: the upstream's response (whatever its status), or a failure.
+pub(super) type Outcome = Result<Response<Incoming>, Failure>;
+
+/// Calls `route`'s upstream with `request`, retrying as the route allows, within `deadline`.
+pub(super) async fn call(route: &RouteState, mut request: Prepared, deadline: Option<Instant>) -> Outcome {
+    let retries = route.config.retries.as_ref().filter(|_| {
+        idempotent(&request.method) && !request.upgrade && matches!(request.body, Outgoing::Kept(_))
+    });
+    let mut first = Some(route.budget.first_attempt());
+    // The place this request holds in the retry budget, while it retries.
+    let mut _retrying: Option<RetrySlot> = None;
+    let mut attempt: u32 = 0;
+    loop {
+        let (sent, probe) = match route.breaker.as_deref().map(CircuitBreaker::admit) {
+            Some(Admission::Reject) => return Err(Failure::BreakerOpen),
+            Some(Admission::Probe) => (None, Some(ProbeGuard(route.breaker.as_deref()))),
+            Some(Admission::Call(sent)) => (Some(sent), None),
+            None => (None, None),
+        };
+        let outcome = attempt_once(route, &mut request, deadline).await;
+        let failed = counts_as_failure(&outcome);
+        if let Some(mut probe) = probe {
+            // A probe is one attempt: its outcome decides the breaker.
+            probe.finish(!failed);
+            return outcome;
+        }
+        if let (Some(sent), Some(breaker)) = (sent, route.breaker.as_deref()) {
+            breaker.record(failed, sent);
+        }
+        let Some(settings) = retry_after(retries, &outcome, attempt) else { return outcome };
+        first.take();
+        _retrying = None;
+        match route.budget.try_retry(settings) {
+            Some(slot) => _retrying = Some(slot),
+            None => {
+                route.metrics.retries_refused.increment(1);
+                return outcome;
+            }
+        }
+        attempt += 1;
+        route.metrics.retries_sent.increment(1);
+        if !backoff(settings, attempt, deadline).await {
+            return Err(Failure::TotalTimeout);
+        }
+    }
+}
+
+/// The probe of a half-open breaker; abandoned (half-open freed) if dropped unfinished.
+struct ProbeGuard<'a>(Option<&'a CircuitBreaker<SystemClock>>);
+
+impl ProbeGuard<'_> {
+    fn finish(&mut self, succeeded: bool) {
+        if let Some(b) = self.0.take() {
+            b.finish_probe(succeeded);
+        }
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            b.abandon_probe();
+        }
+    }
+}
+
+/// Whether the breaker counts `outcome` as a failure: no answer, or a 5xx.
+fn counts_as_failure(outcome: &Outcome) -> bool {
+    match outcome {
+        Ok(response) => response.status().is_server_error(),
+        Err(_) => true,
+    }
+}
+
+/// The retry settings when `outcome` is retried (attempts left and a retriable failure).
+fn retry_after<'a>(
+    retries: Option<&'a floodgate_config::gateway::Retries>,
+    outcome: &Outcome,
+    attempt: u32,
+) -> Option<&'a floodgate_config::gateway::Retries> {
+    let settings = retries?;
+    if attempt >= settings.attempts {
+        return None;
+    }
+    let retriable = match outcome {
+        Ok(response) => settings.statuses.contains(&response.status().as_u16()),
+        Err(Failure::Connect | Failure::ConnectTimeout) => settings.on_connect_error,
+        Err(_) => false,
+    };
+    retriable.then_some(settings)
+}
+
+/// Waits the backoff of retry `attempt` (full jitter); false when it would pass the deadline.
+async fn backoff(
+    settings: &floodgate_config::gateway::Retries,
+    attempt: u32,
+    deadline: Option<Instant>,
+) -> bool {
+    let cap = settings
+        .backoff
+        .saturating_mul(1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX))
+        .min(settings.max_backoff);
+    let wait = cap.mul_f64(fastrand::f64());
+    let until = Instant::now() + wait;
+    if deadline.is_some_and(|d| until >= d) {
+        return false;
+    }
+    tokio::time::sleep_until(until).await;
+    true
+}
+
+/// One attempt: connect, send, and wait for the response head, within the route's timeouts and
+/// the request's deadline.
+async fn attempt_once(route: &RouteState, request: &mut Prepared, deadline: Option<Instant>) -> Outcome {
+    let Some(outgoing) = request.build() else { return Err(Failure::Broken) };
+    let timeouts = &route.config.timeouts;
+    let started = Instant::now();
+    let head_by = started + timeouts.connect + timeouts.first_byte;
+    let (limit, on_timeout) = match deadline {
+        Some(d) if d < head_by => (d, Failure::TotalTimeout),
+        _ => (head_by, Failure::FirstByteTimeout),
+    };
+    let result = tokio::time::timeout_at(limit, route.client.request(outgoing)).await;
+    route.metrics.upstream_took(started.elapsed());
+    match result {
+        Err(_) => Err(on_timeout),
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(e)) if e.is_connect() => {
+            Err(if timed_out(&e) { Failure::ConnectTimeout } else { Failure::Connect })
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(route = %route.config.name, error = %e, "gateway: upstream call failed");
+            Err(Failure::Broken)
+        }
+    }
+}
+
+/// Whether a connect error is the connect timeout (hyper-util reports it as an I/O timed-out error).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        if e.to_string().contains("timeout") || e.to_string().contains("timed out") {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}

@@ -1,0 +1,230 @@
+//! The gateway's state ([`Gateway`]: its route table, upstream clients, stale cache, accepted
+//! writes, waiting room and metrics, over the app), and what a request's handler is given
+//! ([`Context`]). Below the handlers: nothing here knows them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::response::Response;
+use floodgate::delay::{Waiting, next_wait};
+use floodgate::{Descriptors, EngineError, Hit, Verdict};
+use floodgate_app::App;
+use floodgate_app::control::{Domain, Running};
+use floodgate_app::metrics::{Api, Metrics};
+use floodgate_config::gateway::Switches;
+use floodgate_core::SystemClock;
+use http::Method;
+use hyper::body::Incoming;
+use tower::ServiceExt;
+
+use super::metrics::GatewayMetrics;
+use super::queue::{Queue, QueueError};
+use super::respond;
+use super::routes::{RouteTable, Unrouted};
+use super::stale::StaleCache;
+use super::upstream::Clients;
+
+/// The path prefix of the gateway's own endpoints on its listener.
+const OWN_PREFIX: &str = "/_floodgate/accepted/";
+
+/// What a request's handler needs, passed in its extensions.
+#[derive(Clone)]
+pub(super) struct Context {
+    pub(super) gateway: Arc<Gateway>,
+    pub(super) table: Arc<RouteTable>,
+    pub(super) peer: SocketAddr,
+}
+
+/// Builds the route table of a configuration (see [`RouteTable::build`]), with the handler every
+/// route's requests go to: given by whoever opens the gateway, so that the state needs no handler.
+pub(crate) type TableBuilder = fn(
+    Arc<Running>,
+    Option<&RouteTable>,
+    &Clients,
+    &GatewayMetrics,
+    &Metrics,
+    &SystemClock,
+) -> Option<RouteTable>;
+
+/// The gateway's state.
+pub(crate) struct Gateway {
+    pub(super) app: App,
+    table: ArcSwap<RouteTable>,
+    rebuild: parking_lot::Mutex<()>,
+    build: TableBuilder,
+    clients: Clients,
+    pub(super) stale: Arc<StaleCache>,
+    pub(super) queue: Option<Queue>,
+    waiting: Waiting,
+    pub(super) metrics: GatewayMetrics,
+    pub(super) clock: SystemClock,
+}
+
+impl Gateway {
+    /// The gateway of `app`'s running configuration, if it has one.
+    pub(super) fn open(app: App, build: TableBuilder) -> Result<Option<Gateway>, QueueError> {
+        let running = app.control().current();
+        let Some(config) = running.gateway.clone() else { return Ok(None) };
+        let queue = match &config.state_dir {
+            Some(dir) if config.routes.iter().any(|r| r.degrade.accept_async) => Some(Queue::open(dir)?),
+            _ => None,
+        };
+        let clients = Clients::default();
+        let metrics = GatewayMetrics::new(app.metrics());
+        let clock = SystemClock::new();
+        let Some(table) = build(running, None, &clients, &metrics, app.metrics(), &clock) else {
+            return Ok(None);
+        };
+        if let Some(queue) = &queue {
+            metrics.accepted_pending.set(queue.pending() as f64);
+        }
+        Ok(Some(Gateway {
+            stale: Arc::new(StaleCache::new(config.stale_cache.max_bytes, config.stale_cache.max_entry)),
+            waiting: Waiting::new(config.max_waiting),
+            table: ArcSwap::from_pointee(table),
+            rebuild: parking_lot::Mutex::new(()),
+            build,
+            app,
+            clients,
+            queue,
+            metrics,
+            clock,
+        }))
+    }
+
+    /// The route table of the configuration in force (rebuilt once after each applied change).
+    pub(super) fn table(&self) -> Arc<RouteTable> {
+        let table = self.table.load_full();
+        let version = self.app.control().load().version;
+        if table.version == version {
+            return table;
+        }
+        let _one_at_a_time = self.rebuild.lock();
+        let table = self.table.load_full();
+        let running = self.app.control().current();
+        if table.version == running.version {
+            return table;
+        }
+        match (self.build)(
+            running,
+            Some(&table),
+            &self.clients,
+            &self.metrics,
+            self.app.metrics(),
+            &self.clock,
+        ) {
+            Some(new) => {
+                let new = Arc::new(new);
+                self.table.store(Arc::clone(&new));
+                new
+            }
+            None => table,
+        }
+    }
+
+    /// One request from the listener.
+    pub(super) async fn dispatch(
+        self: Arc<Self>,
+        mut request: http::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response {
+        if request.method() == Method::GET
+            && let Some(id) = request.uri().path().strip_prefix(OWN_PREFIX)
+        {
+            return match &self.queue {
+                Some(queue) => queue.status(id),
+                None => respond::no_route(false),
+            };
+        }
+        let table = self.table();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(Context {
+            gateway: Arc::clone(&self),
+            table: Arc::clone(&table),
+            peer,
+        });
+        let response = match table.router.clone().oneshot(request.map(Body::new)).await {
+            Ok(response) => response,
+            Err(infallible) => match infallible {},
+        };
+        if response.extensions().get::<Unrouted>().is_some() {
+            self.metrics.unrouted.answered(response.status());
+        }
+        response
+    }
+
+    pub(super) fn switches(&self, table: &RouteTable) -> Switches {
+        self.app.switches().effective(table.config.switches)
+    }
+
+    /// Decides `descriptors` on `domain`, waiting for capacity when a delay rule denied (up to its
+    /// `max_wait`, among at most `max_waiting` waiting requests). The verdict: allowed, or denied;
+    /// or the answer to a request whose descriptors a rule cannot use (a quota's time zone header
+    /// that names no zone).
+    pub(super) async fn gate(&self, domain: &Domain, descriptors: &Descriptors) -> Result<Verdict, Response> {
+        if domain.policy.rules().next().is_none() {
+            return Ok(Verdict { allowed: true, ..Verdict::default() });
+        }
+        let mut waited = Duration::ZERO;
+        let mut slot = None;
+        loop {
+            let verdict =
+                match self.app.decisions().decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
+                    Ok(verdict) => verdict,
+                    // Never let a value the client sends pass the limits unchecked: refused, naming it.
+                    Err(EngineError::Descriptor { descriptor, value, expected, .. }) => {
+                        return Err(respond::malformed(format!(
+                            "The request's {descriptor} descriptor is {value:?}, which is not {expected}."
+                        )));
+                    }
+                    Err(EngineError::MissingDescriptor { descriptor, .. }) => {
+                        return Err(respond::malformed(format!(
+                            "The request has no {descriptor} descriptor, which a limit needs."
+                        )));
+                    }
+                    // A cost of 1 is always possible.
+                    Err(EngineError::Cost { .. }) => {
+                        return Ok(Verdict { allowed: true, ..Verdict::default() });
+                    }
+                };
+            let wait = if verdict.allowed { None } else { next_wait(&domain.policy, &verdict, waited) };
+            let Some(wait) = wait else {
+                if let Some(slot) = slot.take() {
+                    drop(slot);
+                    self.metrics.waiting.set(self.waiting.waiting() as f64);
+                    let counter = if verdict.allowed {
+                        &self.metrics.delayed_passed
+                    } else {
+                        &self.metrics.delayed_denied
+                    };
+                    counter.increment(1);
+                }
+                return Ok(verdict);
+            };
+            if slot.is_none() {
+                slot = self.waiting.enter();
+                if slot.is_none() {
+                    return Ok(verdict);
+                }
+                self.metrics.waiting.set(self.waiting.waiting() as f64);
+            }
+            tokio::time::sleep(wait).await;
+            waited += wait;
+        }
+    }
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("table", &self.table)
+            .field("clients", &self.clients)
+            .field("queue", &self.queue)
+            .field("metrics", &self.metrics)
+            .finish_non_exhaustive()
+    }
+}
