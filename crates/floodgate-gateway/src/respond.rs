@@ -9,19 +9,16 @@ use floodgate::Verdict;
 use floodgate_config::gateway::Fallback;
 use floodgate_core::ceil_secs_at_least_one;
 use floodgate_http::problem::{
-    NOT_FOUND_TYPE, OVERLOADED_TYPE, RATE_LIMITED_TYPE, SHED_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
-    UPSTREAM_TIMEOUT_TYPE, UPSTREAM_UNAVAILABLE_TYPE,
+    NOT_FOUND_TYPE, OVERLOADED_TYPE, SHED_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE, UPSTREAM_TIMEOUT_TYPE,
+    UPSTREAM_UNAVAILABLE_TYPE,
 };
-use floodgate_http::{HeaderStyle, PROBLEM_CONTENT_TYPE, Problem, rate_limit_headers};
+use floodgate_http::{HeaderStyle, Problem, limited_response};
 use http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, StatusCode};
 
 /// A problem+json response.
 pub(super) fn problem(problem: &Problem) -> Response {
-    let mut response = Response::new(Body::from(problem.to_json()));
-    *response.status_mut() = problem.status_code();
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
-    response
+    problem.to_response().map(Body::from)
 }
 
 fn with_retry_after(mut response: Response, retry_after: Duration) -> Response {
@@ -32,17 +29,7 @@ fn with_retry_after(mut response: Response, retry_after: Duration) -> Response {
 
 /// 429: `Retry-After`, the rate-limit headers and the problem of the denying limit.
 pub(super) fn limited(verdict: &Verdict, style: HeaderStyle) -> Response {
-    let body = Problem::from_verdict(verdict).unwrap_or_else(|| {
-        Problem::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            RATE_LIMITED_TYPE,
-            "Too Many Requests",
-            "Rate limit exceeded.",
-        )
-    });
-    let mut response = problem(&body);
-    rate_limit_headers(verdict, style, response.headers_mut());
-    response
+    limited_response(verdict, style).map(Body::from)
 }
 
 /// 401 for a token that is present but not valid; says why, and what the gateway expects.

@@ -43,5 +43,5 @@ pub use headers::{
     DEGRADE_HEADER, HeaderStyle, ParseHeaderStyleError, TAG_HEADER, degrade_header, rate_limit_headers,
     tag_header,
 };
-pub use problem::{PROBLEM_CONTENT_TYPE, Problem};
+pub use problem::{PROBLEM_CONTENT_TYPE, Problem, limited_response};
 pub use wire::ceil_ms;

@@ -1,5 +1,6 @@
 //! RFC 9457 problem details (`application/problem+json`): the body of every error a front door
-//! answers, and of a 429 rendered by the tower layer or the gateway.
+//! answers, and of a 429 rendered by the tower layer or the gateway — each rendered as a response
+//! here, once ([`Problem::to_response`], [`limited_response`]).
 //!
 //! Every problem has a stable `type` URI under `https://floodgate.dev/problems/` (the constants
 //! below), so that clients can branch on it; `title` names the kind, `detail` says what happened
@@ -8,12 +9,14 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
 use floodgate::Verdict;
 use floodgate_core::ceil_secs_at_least_one;
-use http::StatusCode;
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, StatusCode};
 use serde::Serialize;
 
-use crate::headers::{is_enforced, reset_unix_secs};
+use crate::headers::{HeaderStyle, is_enforced, rate_limit_headers, reset_unix_secs};
 
 /// The media type of a [`Problem`] body.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
@@ -200,4 +203,29 @@ impl Problem {
             format!(r#"{{"type":"about:blank","title":"Error","status":{}}}"#, self.status)
         })
     }
+
+    /// The problem as a response: its status, `Content-Type: application/problem+json` and its
+    /// JSON body. Map the body into the front door's own type (`.map(Body::from)`).
+    pub fn to_response(&self) -> http::Response<Bytes> {
+        let mut response = http::Response::new(Bytes::from(self.to_json()));
+        *response.status_mut() = self.status_code();
+        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+        response
+    }
+}
+
+/// The 429 of a denied `verdict`, as every front door answers it: the denying limit's problem
+/// ([`Problem::from_verdict`]), `Retry-After` and the rate-limit headers in `style`.
+pub fn limited_response(verdict: &Verdict, style: HeaderStyle) -> http::Response<Bytes> {
+    let problem = Problem::from_verdict(verdict).unwrap_or_else(|| {
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            RATE_LIMITED_TYPE,
+            "Too Many Requests",
+            "Rate limit exceeded.",
+        )
+    });
+    let mut response = problem.to_response();
+    rate_limit_headers(verdict, style, response.headers_mut());
+    response
 }

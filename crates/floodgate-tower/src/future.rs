@@ -5,11 +5,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
 use floodgate::EngineError;
-use floodgate_http::{HeaderStyle, PROBLEM_CONTENT_TYPE, Problem, rate_limit_headers, tag_header};
-use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Request, Response, StatusCode};
+use floodgate_http::{HeaderStyle, Problem, limited_response, rate_limit_headers, tag_header};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -134,23 +132,9 @@ where
 
 /// A 429 with the rate-limit headers, `Retry-After` and the problem body.
 fn denied_response<ResBody>(info: &RateLimitInfo, style: HeaderStyle) -> Response<RateLimitBody<ResBody>> {
-    let verdict = info.verdict();
-    let problem = Problem::from_verdict(verdict).unwrap_or_else(|| {
-        Problem::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            floodgate_http::problem::RATE_LIMITED_TYPE,
-            "Too Many Requests",
-            "Rate limit exceeded.",
-        )
-    });
-    let mut response = problem_response(&problem);
-    rate_limit_headers(verdict, style, response.headers_mut());
-    response
+    limited_response(info.verdict(), style).map(RateLimitBody::full)
 }
 
 fn problem_response<ResBody>(problem: &Problem) -> Response<RateLimitBody<ResBody>> {
-    let mut response = Response::new(RateLimitBody::full(Bytes::from(problem.to_json())));
-    *response.status_mut() = problem.status_code();
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
-    response
+    problem.to_response().map(RateLimitBody::full)
 }

@@ -28,8 +28,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bytes::Bytes;
+use floodgate_http::Problem;
 use floodgate_http::problem::NOT_FOUND_TYPE;
-use floodgate_http::{PROBLEM_CONTENT_TYPE, Problem};
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -167,10 +167,7 @@ async fn method_not_allowed() -> Response {
 
 /// A problem+json response.
 pub(crate) fn problem(problem: Problem) -> Response {
-    let mut response = Response::new(Body::from(problem.to_json()));
-    *response.status_mut() = problem.status_code();
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
-    response
+    problem.to_response().map(Body::from)
 }
 
 /// A 400 for a body that is not what it should be at all.
