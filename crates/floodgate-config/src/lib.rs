@@ -1,5 +1,6 @@
-//! Floodgate's configuration: the native YAML and envoyproxy/ratelimit files, validated on load
-//! with errors that say where and what, and the store they describe, opened.
+//! Floodgate's configuration: the native YAML and envoyproxy/ratelimit files, parsed and
+//! validated on load with errors that say where and what. Nothing here opens a store or a socket:
+//! `floodgate-app` opens the store a [`StoreConfig`] describes.
 //!
 //! - [`load`] reads a file or a directory, [`parse`] a text, [`builtin`] is the example policy
 //!   `floodgate serve` runs without `--config` (`example.yaml` beside this file).
@@ -7,7 +8,6 @@
 //!   and one set of store defaults (the stores' own [`MemoryConfig`](floodgate::MemoryConfig) and
 //!   [`RedisConfig`](floodgate_redis::RedisConfig)): the server, `floodgate-bench` and the docs
 //!   read them from here.
-//! - [`store::AnyStore`] is the store a [`StoreConfig`] describes, opened, with its readiness.
 //! - The native format is DESIGN.md §3; `docs/configuration.md` is the full reference. A file
 //!   whose top level has `domain` is an envoyproxy/ratelimit file (see the `envoy` module docs and
 //!   `docs/configuration.md`, "Envoy configuration files").
@@ -36,7 +36,6 @@ mod envoy;
 mod error;
 mod fingerprint;
 mod native;
-pub mod store;
 mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use floodgate_app::store::{AnyStore, Hooks};
 use floodgate_config::Config;
-use floodgate_config::store::{AnyStore, Hooks};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 

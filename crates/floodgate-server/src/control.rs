@@ -20,7 +20,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use floodgate::core::{Clock, SystemClock};
 use floodgate::{Engine, Policy};
-use floodgate_config::store::{AnyStore, OpenError};
+use floodgate_app::store::{AnyStore, OpenError};
 use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig, Survival};
 use floodgate_http::HeaderStyle;
 

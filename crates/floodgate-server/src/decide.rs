@@ -18,7 +18,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use floodgate::{EngineError, Hit, Impossible, Mode, Verdict};
-use floodgate_config::store::AnyStore;
+use floodgate_app::store::AnyStore;
 
 use crate::control::Domain;
 use crate::metrics::{Api, Metrics};

@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use floodgate::MemoryConfig;
-use floodgate_config::store::{AnyStore, OpenError};
+use floodgate_app::store::{AnyStore, OpenError};
 use floodgate_config::{StoreConfig, Survival};
 use floodgate_redis::{RedisConfig, RedisStore};
 use floodgate_testkit::redis::RedisServer;
 
 mod memory {
-    floodgate_testkit::conformance_tests!(|clock| floodgate_config::store::AnyStore::memory_on(
+    floodgate_testkit::conformance_tests!(|clock| floodgate_app::store::AnyStore::memory_on(
         floodgate::MemoryConfig::default(),
         clock
     ));
@@ -23,8 +23,8 @@ mod redis {
             let local =
                 floodgate::MemoryStore::with_config(floodgate::MemoryConfig::default(), clock.clone());
             let survival = floodgate_config::Survival::default();
-            let hooks = floodgate_config::store::Hooks::default();
-            floodgate_config::store::AnyStore::Redis(floodgate_config::store::guard(
+            let hooks = floodgate_app::store::Hooks::default();
+            floodgate_app::store::AnyStore::Redis(floodgate_app::store::guard(
                 store.with_clock(clock.clone()),
                 &survival,
                 local,
