@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use floodgate::{Descriptors, Engine};
 use floodgate_app::store::AnyStore;
 use floodgate_config::StoreConfig;
-use floodgate_redis::Target as RedisTarget;
+use floodgate_config::redis::RedisTarget;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;

@@ -16,6 +16,7 @@
 //! every request itself: `prefetch` has no effect on it.
 
 mod open;
+mod redis;
 
 use floodgate::core::{Clock, Grant, SystemClock};
 use floodgate::store::{
@@ -25,6 +26,7 @@ use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
 
 pub use self::open::{Hooks, OpenError, guard};
+pub use self::redis::redis_config;
 
 /// A Redis store inside its breaker and the local fallback.
 pub type FallbackStore<C = SystemClock> = Fallback<Breaker<RedisStore, C>, C>;

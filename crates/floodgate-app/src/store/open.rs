@@ -7,6 +7,7 @@ use floodgate::{MemoryConfig, MemoryStore};
 use floodgate_config::{Instances, StoreConfig, Survival};
 use floodgate_redis::RedisStore;
 
+use super::redis::{probed_within_deadline, redis_config};
 use super::{AnyStore, Guarded};
 
 /// Who to tell when a Redis store's breaker or fallback changes state (logs, metrics).
@@ -51,10 +52,11 @@ pub enum OpenError {
 }
 
 impl AnyStore<SystemClock> {
-    /// Opens the store `config` describes, on the process clock, a Redis store inside the breaker
-    /// and fallback `survival` describes; memory stores' sweepers are started. A Redis store is
-    /// not connected yet (see the module docs). Must be called within a Tokio runtime for the Redis
-    /// kinds.
+    /// Opens the store `config` describes, on the process clock, a Redis store (with the settings
+    /// [`redis_config`] gives) inside the breaker and fallback `survival` describes, a breaker's
+    /// probe bounded by the store's deadline; memory stores' sweepers are started. A Redis store
+    /// is not connected yet (see the module docs). Must be called within a Tokio runtime for the
+    /// Redis kinds.
     pub fn open(config: &StoreConfig, survival: &Survival) -> Result<AnyStore, OpenError> {
         AnyStore::open_with(config, survival, Hooks::default())
     }
@@ -73,11 +75,13 @@ impl AnyStore<SystemClock> {
                 if tokio::runtime::Handle::try_current().is_err() {
                     return Err(OpenError::NoRuntime { kind });
                 }
-                let store = RedisStore::connect_lazy(redis.clone())
+                let redis = redis_config(redis);
+                let survival = probed_within_deadline(survival, &redis);
+                let store = RedisStore::connect_lazy(redis)
                     .map_err(|e| OpenError::Invalid { kind, message: e.to_string() })?;
                 let local = MemoryStore::with_config(MemoryConfig::default(), SystemClock::new());
                 local.start_sweeper();
-                Ok(AnyStore::Redis(guard(store, survival, local, SystemClock::new(), hooks)))
+                Ok(AnyStore::Redis(guard(store, &survival, local, SystemClock::new(), hooks)))
             }
         }
     }
