@@ -17,10 +17,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::store::{AnyStore, OpenError};
 use arc_swap::ArcSwap;
 use floodgate::core::{Clock, SystemClock};
 use floodgate::{Engine, Policy};
-use floodgate_config::store::{AnyStore, OpenError};
 use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig, Survival};
 use floodgate_http::HeaderStyle;
 

@@ -17,8 +17,8 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
+use crate::store::AnyStore;
 use floodgate::{EngineError, Hit, Impossible, Mode, Verdict};
-use floodgate_config::store::AnyStore;
 
 use crate::control::Domain;
 use crate::metrics::{Api, Metrics};

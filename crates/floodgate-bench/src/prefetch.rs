@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use floodgate::{Descriptors, Engine};
-use floodgate_config::store::AnyStore;
+use floodgate_app::store::AnyStore;
 use serde::Serialize;
 
 use crate::Usage;

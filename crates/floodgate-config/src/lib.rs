@@ -1,13 +1,14 @@
-//! Floodgate's configuration: the native YAML and envoyproxy/ratelimit files, validated on load
-//! with errors that say where and what, and the store they describe, opened.
+//! Floodgate's configuration: the native YAML and envoyproxy/ratelimit files, parsed and
+//! validated on load with errors that say where and what. Nothing here opens a store or a socket:
+//! `floodgate-app` opens the store a [`StoreConfig`] describes.
 //!
 //! - [`load`] reads a file or a directory, [`parse`] a text, [`builtin`] is the example policy
 //!   `floodgate serve` runs without `--config` (`example.yaml` beside this file).
-//! - One [algorithm registry](algorithm) (names and parameters), one [duration grammar](duration)
-//!   and one set of store defaults (the stores' own [`MemoryConfig`](floodgate::MemoryConfig) and
-//!   [`RedisConfig`](floodgate_redis::RedisConfig)): the server, `floodgate-bench` and the docs
-//!   read them from here.
-//! - [`store::AnyStore`] is the store a [`StoreConfig`] describes, opened, with its readiness.
+//! - One [algorithm registry](algorithm) (names and parameters) and one [duration grammar](duration):
+//!   the server, `floodgate-bench` and the docs read them from here. The store settings are the
+//!   stores' own: the memory store's [`MemoryConfig`], and for Redis
+//!   what the file says ([`redis::RedisStoreConfig`]), each setting left out taking the Redis
+//!   store's own default when `floodgate-app` opens it.
 //! - The native format is DESIGN.md §3; `docs/configuration.md` is the full reference. A file
 //!   whose top level has `domain` is an envoyproxy/ratelimit file (see the `envoy` module docs and
 //!   `docs/configuration.md`, "Envoy configuration files").
@@ -36,7 +37,6 @@ mod envoy;
 mod error;
 mod fingerprint;
 mod native;
-pub mod store;
 mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,23 +45,24 @@ use std::path::{Path, PathBuf};
 use floodgate::store::BreakerConfig;
 use floodgate::{MemoryConfig, Policy};
 use floodgate_http::HeaderStyle;
-use floodgate_redis::{RedisConfig, Target};
 
 use self::error::{Invalid, file_error, name_path};
+use self::redis::RedisTarget;
 use self::yaml::{Item, Value};
 
 pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
-pub use self::native::{admin, auth, gateway, http_server, tls};
+pub use self::native::{admin, auth, gateway, http_server, redis, tls};
 
-/// Which store holds the counters, with the store's own settings type: its defaults are the only
-/// defaults (documented on [`MemoryConfig`] and [`RedisConfig`]).
+/// Which store holds the counters. The memory store's settings are its own type, whose defaults are
+/// the only defaults ([`MemoryConfig`]); a Redis store's are what the file says, the rest left to
+/// the Redis store's own defaults ([`redis::RedisStoreConfig`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreConfig {
     /// The embedded memory store (`kind: memory`, the default).
     Memory(MemoryConfig),
     /// A Redis node (`kind: redis`) or a Redis Cluster (`kind: redis_cluster`), by its
-    /// [`Target`].
-    Redis(RedisConfig),
+    /// [`RedisTarget`].
+    Redis(redis::RedisStoreConfig),
 }
 
 impl Default for StoreConfig {
@@ -76,8 +77,10 @@ impl StoreConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             StoreConfig::Memory(_) => "memory",
-            StoreConfig::Redis(RedisConfig { target: Target::Node(_), .. }) => "redis",
-            StoreConfig::Redis(RedisConfig { target: Target::Cluster(_), .. }) => "redis_cluster",
+            StoreConfig::Redis(redis) => match redis.target {
+                RedisTarget::Node(_) => "redis",
+                RedisTarget::Cluster(_) => "redis_cluster",
+            },
         }
     }
 
@@ -88,10 +91,10 @@ impl StoreConfig {
                 None => format!("memory, max_keys {}", m.max_keys),
                 Some(p) => format!("memory, max_keys {}, persisted in {}", m.max_keys, p.path.display()),
             },
-            StoreConfig::Redis(RedisConfig { target: Target::Node(url), .. }) => format!("redis {url}"),
-            StoreConfig::Redis(RedisConfig { target: Target::Cluster(urls), .. }) => {
-                format!("redis_cluster {}", urls.join(","))
-            }
+            StoreConfig::Redis(redis) => match &redis.target {
+                RedisTarget::Node(url) => format!("redis {url}"),
+                RedisTarget::Cluster(urls) => format!("redis_cluster {}", urls.join(",")),
+            },
         }
     }
 }
@@ -136,7 +139,8 @@ pub struct Config {
 /// store, in-process, needs neither.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Survival {
-    /// The circuit breaker (its `probe_timeout` is the store's deadline).
+    /// The circuit breaker. Its `probe_timeout` is not configured: the store's deadline bounds a
+    /// probe, set when `floodgate-app` opens the store.
     pub breaker: BreakerConfig,
     /// How much more than its even share each instance may admit while the store fails (default 2).
     pub local_factor: f64,

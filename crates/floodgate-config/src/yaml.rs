@@ -422,6 +422,16 @@ pub(crate) fn index_path(parent: &str, index: usize) -> String {
     format!("{parent}[{index}]")
 }
 
+/// `a, b, c or d`: the names a field takes, as an error message lists them.
+pub(crate) fn alternatives<'c>(names: impl IntoIterator<Item = &'c str>) -> String {
+    let names: Vec<&str> = names.into_iter().collect();
+    match names.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// ` (did you mean "x"?)` when one of `candidates` is a likely typo of `given`, else nothing.
 pub(crate) fn did_you_mean<'c>(given: &str, candidates: impl IntoIterator<Item = &'c str>) -> String {
     let given_lower = given.to_ascii_lowercase();
@@ -535,5 +545,11 @@ mod tests {
         assert_eq!(did_you_mean("zzzzzz", ["user", "tenant"]), "");
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("nmae", "name"), 1);
+    }
+
+    #[test]
+    fn alternatives_are_listed_with_a_final_or() {
+        assert_eq!(alternatives(["deny", "shadow", "tag"]), "deny, shadow or tag");
+        assert_eq!((alternatives(["key"]), alternatives([])), ("key".to_owned(), String::new()));
     }
 }

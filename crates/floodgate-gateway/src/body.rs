@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use floodgate::{Descriptors, Engine, Verdict};
-use floodgate_config::store::AnyStore;
+use floodgate_app::store::AnyStore;
 use floodgate_core::{Clock, SystemClock};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};

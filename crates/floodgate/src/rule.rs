@@ -32,9 +32,38 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, in the order the docs list them; `delay` waits for nothing here (`max_wait`
+    /// zero), as [`Action::from_name`] gives it.
+    pub const ALL: [Action; 4] =
+        [Action::Deny, Action::Shadow, Action::Tag, Action::Delay { max_wait: std::time::Duration::ZERO }];
+
     /// Whether the action enforces its limit (deny or delay), as opposed to shadowing or tagging.
     pub fn enforces(self) -> bool {
         matches!(self, Action::Deny | Action::Delay { .. })
+    }
+
+    /// The name as written in configuration and shown in reports: `deny`, `shadow`, `tag` or
+    /// `delay`.
+    ///
+    /// ```
+    /// use floodgate::Action;
+    /// assert_eq!(Action::Shadow.name(), "shadow");
+    /// assert_eq!(Action::from_name("tag"), Some(Action::Tag));
+    /// assert_eq!(Action::from_name("block"), None);
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            Action::Deny => "deny",
+            Action::Shadow => "shadow",
+            Action::Tag => "tag",
+            Action::Delay { .. } => "delay",
+        }
+    }
+
+    /// The action named `name` (exactly as [`Action::name`] writes it). `delay` comes with no wait
+    /// (`max_wait` zero): its caller sets the wait it was given.
+    pub fn from_name(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == name)
     }
 }
 
@@ -54,13 +83,29 @@ pub enum OnStoreError {
 }
 
 impl OnStoreError {
+    /// Every policy, in the order the docs list them.
+    pub const ALL: [OnStoreError; 3] =
+        [OnStoreError::FailOpen, OnStoreError::FailClosed, OnStoreError::Local];
+
     /// As written in configuration: `fail_open`, `fail_closed` or `local`.
-    pub fn as_str(self) -> &'static str {
+    ///
+    /// ```
+    /// use floodgate::OnStoreError;
+    /// assert_eq!(OnStoreError::FailClosed.as_str(), "fail_closed");
+    /// assert_eq!(OnStoreError::from_name("local"), Some(OnStoreError::Local));
+    /// assert_eq!(OnStoreError::from_name("retry"), None);
+    /// ```
+    pub const fn as_str(self) -> &'static str {
         match self {
             OnStoreError::FailOpen => "fail_open",
             OnStoreError::FailClosed => "fail_closed",
             OnStoreError::Local => "local",
         }
+    }
+
+    /// The policy named `name` (exactly as [`OnStoreError::as_str`] writes it).
+    pub fn from_name(name: &str) -> Option<OnStoreError> {
+        OnStoreError::ALL.into_iter().find(|p| p.as_str() == name)
     }
 }
 
@@ -828,6 +873,18 @@ impl Policy {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn every_action_and_store_failure_policy_is_found_by_its_name() {
+        for action in Action::ALL {
+            assert_eq!(Action::from_name(action.name()), Some(action));
+        }
+        assert_eq!(Action::ALL.map(Action::name), ["deny", "shadow", "tag", "delay"]);
+        for policy in OnStoreError::ALL {
+            assert_eq!(OnStoreError::from_name(policy.as_str()), Some(policy));
+        }
+        assert_eq!(OnStoreError::ALL.map(OnStoreError::as_str), ["fail_open", "fail_closed", "local"]);
+    }
 
     /// The reference: `*` tried at every length, by backtracking.
     fn glob(pattern: &[u8], value: &[u8]) -> bool {

@@ -25,7 +25,7 @@ use serde::ser::SerializeMap;
 use tokio::sync::broadcast;
 use utoipa::ToSchema;
 
-use floodgate_config::store::AnyStore;
+use crate::store::AnyStore;
 
 use self::sketch::SpaceSaving;
 use crate::control::Running;

@@ -78,15 +78,9 @@ impl Tally {
     pub fn new(policy: &Policy, collect_times: bool) -> Self {
         let mut tally = Tally::default();
         for rule in policy.rules() {
-            let action = match rule.action_kind() {
-                floodgate::Action::Deny => "deny",
-                floodgate::Action::Shadow => "shadow",
-                floodgate::Action::Tag => "tag",
-                floodgate::Action::Delay { .. } => "delay",
-            };
             tally.rules.push(RuleTally {
                 name: rule.name().to_owned(),
-                action: action.to_owned(),
+                action: rule.action_kind().name().to_owned(),
                 algorithm: rule.limit().algorithm_name(),
                 times: collect_times.then(FastMap::default),
                 ..RuleTally::default()

@@ -13,12 +13,11 @@ use floodgate_core::{
 use jiff::civil::Weekday;
 
 use super::descriptors::Vocabulary;
-use super::rules::action_name;
 use super::store::positive_duration;
 use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
-use crate::yaml::{Fields, Item, did_you_mean};
+use crate::yaml::{Fields, Item, alternatives, did_you_mean};
 
 /// The default concurrency lease.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -169,7 +168,7 @@ fn vary(
         .iter()
         .map(|(v, a)| {
             let action = match a {
-                Overage::Act(action) => action_name(*action).to_owned(),
+                Overage::Act(action) => action.name().to_owned(),
                 Overage::DegradeTo(model) => format!("degrade_to:{model}"),
             };
             (v.as_str(), action)
@@ -429,6 +428,16 @@ pub(crate) enum Overage {
     DegradeTo(String),
 }
 
+/// `degrade`: an overage's word for `tag` (allow, and tag the request).
+const DEGRADE: &str = "degrade";
+
+/// The actions an overage names, by name: every action that answers at once (all but `delay`,
+/// which waits), and [`DEGRADE`] for `tag`.
+fn overage_acts() -> impl Iterator<Item = (&'static str, Action)> + Clone {
+    let immediate = Action::ALL.into_iter().filter(|a| !matches!(a, Action::Delay { .. }));
+    immediate.map(|a| (a.name(), a)).chain([(DEGRADE, Action::Tag)])
+}
+
 /// `overage: {free: {degrade_to: gpt-4o-mini}, pro: degrade, enterprise: deny}`: what happens per
 /// value when the limit is exceeded.
 fn overage_actions(item: &Item<'_>, listed: &[&str]) -> Result<Vec<(String, Overage)>, Invalid> {
@@ -458,17 +467,14 @@ fn overage_actions(item: &Item<'_>, listed: &[&str]) -> Result<Vec<(String, Over
             actions.push((value.to_owned(), Overage::DegradeTo(model.into_owned())));
             continue;
         }
-        let action = match action_item.str("deny, degrade or {degrade_to: <model>}")? {
-            "deny" => Action::Deny,
-            "degrade" | "tag" => Action::Tag,
-            "shadow" => Action::Shadow,
-            other => {
-                return Err(action_item.error(format!(
-                    "unknown overage {other:?}: expected deny, degrade (allow and tag), shadow or \
-                     {{degrade_to: <model>}}{}",
-                    did_you_mean(other, ["deny", "degrade", "shadow", "tag"])
-                )));
-            }
+        let text = action_item.str("deny, degrade or {degrade_to: <model>}")?;
+        let Some((_, action)) = overage_acts().find(|(name, _)| *name == text) else {
+            let names = overage_acts().map(|(name, _)| name);
+            return Err(action_item.error(format!(
+                "unknown overage {text:?}: expected {} ({DEGRADE}: allow and tag){}",
+                alternatives(names.clone().chain(["{degrade_to: <model>}"])),
+                did_you_mean(text, names)
+            )));
         };
         actions.push((value.to_owned(), Overage::Act(action)));
     }

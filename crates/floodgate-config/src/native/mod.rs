@@ -1,5 +1,6 @@
 //! Floodgate's native YAML format (DESIGN.md §3; the reference is `docs/configuration.md`), one
-//! module per section: [`store`](self::store) (`store:`), [`descriptors`] (`descriptors:`, the
+//! module per section: [`store`](self::store) (`store:`, with [`redis`] for a Redis store's
+//! connection), [`descriptors`] (`descriptors:`, the
 //! vocabulary rules may use), [`rules`] (`rules:`) and [`limits`] (a rule's algorithm and its
 //! parameters, read through the [algorithm registry](crate::algorithm)).
 
@@ -9,6 +10,7 @@ mod descriptors;
 pub mod gateway;
 pub mod http_server;
 mod limits;
+pub mod redis;
 mod rules;
 mod store;
 pub mod tls;

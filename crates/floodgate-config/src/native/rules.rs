@@ -14,7 +14,7 @@ use crate::algorithm::{self, Algorithm};
 use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
-use crate::yaml::{Fields, Item, Value, did_you_mean};
+use crate::yaml::{Fields, Item, Value, alternatives, did_you_mean};
 
 /// The fields of a rule: these, and every algorithm's parameters (from the registry).
 static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
@@ -101,21 +101,21 @@ pub(crate) fn compile(
     let action = match fields.get("action") {
         Some(a) => {
             let text = a.str("an action")?;
-            match text {
-                "deny" => Action::Deny,
-                "shadow" => Action::Shadow,
-                "tag" => Action::Tag,
-                "delay" => {
+            match Action::from_name(text) {
+                Some(Action::Delay { .. }) => {
                     let wait = fields.require(
                         "max_wait",
                         "action delay waits for capacity up to max_wait, e.g. max_wait: 2s",
                     )?;
                     Action::Delay { max_wait: positive_duration(wait, "max_wait")? }
                 }
-                other => {
+                Some(action) => action,
+                None => {
+                    let names = Action::ALL.map(Action::name);
                     return Err(a.error(format!(
-                        "unknown action {other:?}: expected deny, shadow, tag or delay{}",
-                        did_you_mean(other, ["deny", "shadow", "tag", "delay"])
+                        "unknown action {text:?}: expected {}{}",
+                        alternatives(names),
+                        did_you_mean(text, names)
                     )));
                 }
             }
@@ -127,7 +127,7 @@ pub(crate) fn compile(
     {
         return Err(wait.error("max_wait applies to action: delay only"));
     }
-    canonical.field("action", action_name(action));
+    canonical.field("action", action.name());
     if let Action::Delay { max_wait } = action {
         canonical.field("max_wait", duration::format(max_wait));
     }
@@ -144,21 +144,20 @@ pub(crate) fn compile(
         Some(o) => {
             let text = o.str("a store failure policy")?;
             canonical.field("on_store_error", text);
-            match text {
-                "fail_open" => OnStoreError::FailOpen,
-                "fail_closed" => OnStoreError::FailClosed,
-                "local" if algorithm.kind == LimitKind::Concurrency => {
+            match OnStoreError::from_name(text) {
+                Some(OnStoreError::Local) if algorithm.kind == LimitKind::Concurrency => {
                     return Err(o.error(
                         "on_store_error local is not available for the concurrency algorithm (a permit \
                          taken locally could not be released on the store): use fail_open or fail_closed",
                     ));
                 }
-                "local" => OnStoreError::Local,
-                other => {
-                    let options = ["fail_open", "fail_closed", "local"];
+                Some(policy) => policy,
+                None => {
+                    let names = OnStoreError::ALL.map(OnStoreError::as_str);
                     return Err(o.error(format!(
-                        "unknown on_store_error {other:?}: expected fail_open, fail_closed or local{}",
-                        did_you_mean(other, options)
+                        "unknown on_store_error {text:?}: expected {}{}",
+                        alternatives(names),
+                        did_you_mean(text, names)
                     )));
                 }
             }
@@ -485,15 +484,5 @@ fn rollout(item: Item<'_>) -> Result<f64, Invalid> {
         _ => Err(item.error(format!(
             "invalid rollout {described}: expected a percentage from 0% to 100%, e.g. rollout: 50%"
         ))),
-    }
-}
-
-/// An action's name in fingerprints.
-pub(crate) fn action_name(action: Action) -> &'static str {
-    match action {
-        Action::Deny => "deny",
-        Action::Shadow => "shadow",
-        Action::Tag => "tag",
-        Action::Delay { .. } => "delay",
     }
 }

@@ -1,13 +1,14 @@
-//! `store:`: which store holds the counters, read into the stores' own settings types
-//! ([`MemoryConfig`], [`RedisConfig`]) so that their defaults are the only defaults.
+//! `store:`: which store holds the counters — the memory store, read into its own settings type
+//! ([`MemoryConfig`]) so that its defaults are the only defaults, or a Redis node or cluster (its
+//! connection settings read by [`redis`](super::redis), its survival here).
 
 use std::time::Duration;
 
 use floodgate::store::{Fsync, PersistConfig};
 use floodgate::{MemoryConfig, OnFull};
-use floodgate_redis::{HashTag, Pem, RedisConfig, Target, TlsConfig, TlsError, TlsFile};
 
 use super::descriptors::Vocabulary;
+use super::redis::{self, RedisTarget};
 use crate::duration;
 use crate::error::Invalid;
 use crate::yaml::{Fields, Item, did_you_mean};
@@ -61,7 +62,6 @@ const CLUSTER_FIELDS: &[&str] = &[
     "local_factor",
 ];
 const BREAKER_FIELDS: &[&str] = &["failure_rate", "min_calls", "consecutive_failures", "window", "open_for"];
-const TLS_FIELDS: &[&str] = &["ca", "cert", "key"];
 
 /// Validates the `store` section.
 pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<(StoreConfig, Survival), Invalid> {
@@ -92,12 +92,11 @@ pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<(StoreC
             )));
         }
     }
-    let mut store = match kind {
+    let target = match kind {
         "memory" => return Ok((StoreConfig::Memory(memory(&fields)?), Survival::default())),
         "redis" => {
             let url = fields.require("url", "a Redis store needs url: redis://host:port")?;
-            let config = RedisConfig::node(redis_url(url)?);
-            redis(&fields, config, vocabulary)?
+            RedisTarget::Node(redis::url(url)?)
         }
         _ => {
             let urls =
@@ -108,73 +107,19 @@ pub(crate) fn compile(item: Item<'_>, vocabulary: &Vocabulary) -> Result<(StoreC
             let urls = urls
                 .elements("a list of Redis URLs")?
                 .into_iter()
-                .map(redis_url)
+                .map(redis::url)
                 .collect::<Result<Vec<_>, _>>()?;
-            redis(&fields, RedisConfig::cluster(urls), vocabulary)?
+            RedisTarget::Cluster(urls)
         }
     };
-    store.tls = tls(&fields, &store.target)?;
-    let survival = survival(&fields, &store)?;
+    let store = redis::compile(&fields, target, vocabulary)?;
+    let survival = survival(&fields)?;
     Ok((StoreConfig::Redis(store), survival))
 }
 
-/// `tls: {ca, cert, key}`: PEM files, each optional, read and checked now so that a bad one is
-/// reported at its line. Paths are relative to the working directory. Only for `rediss://` URLs.
-fn tls(fields: &Fields<'_>, target: &Target) -> Result<Option<TlsConfig>, Invalid> {
-    let Some(item) = fields.get("tls") else { return Ok(None) };
-    let at = fields.key_item("tls").unwrap_or(item.clone());
-    let urls: &[String] = match target {
-        Target::Node(url) => std::slice::from_ref(url),
-        Target::Cluster(seeds) => seeds,
-    };
-    if let Some(url) = urls.iter().find(|u| !u.starts_with("rediss://")) {
-        return Err(at.error(format!(
-            "tls applies only to TLS connections, and {url:?} is not one: use rediss:// URLs, or remove tls"
-        )));
-    }
-    let settings = item.fields("the TLS settings (ca, cert, key: PEM file paths)", Some(TLS_FIELDS))?;
-    let file = |name: &str| -> Result<Option<(Item<'_>, Pem)>, Invalid> {
-        let Some(f) = settings.get(name) else { return Ok(None) };
-        let path = f.str("a PEM file path")?;
-        if path.is_empty() {
-            return Err(f.error(format!("{name} is empty: give the path of a PEM file")));
-        }
-        let pem = Pem::read(path).map_err(|e| f.error(e.to_string()))?;
-        Ok(Some((f, pem)))
-    };
-    let ca = file("ca")?;
-    let cert = file("cert")?;
-    let key = file("key")?;
-    match (&cert, &key) {
-        (Some((c, _)), None) => {
-            return Err(c.error("a client certificate needs its private key: add tls.key"));
-        }
-        (None, Some((k, _))) => {
-            return Err(k.error("a client key needs its certificate: add tls.cert"));
-        }
-        _ => {}
-    }
-    // What each file holds, each error at its own field.
-    if let Some((at, pem)) = &ca {
-        let alone = TlsConfig { ca: Some(pem.clone()), ..TlsConfig::default() };
-        alone.check().map_err(|e| at.error(e.to_string()))?;
-    }
-    if let (Some((cert_at, cert)), Some((key_at, key))) = (&cert, &key) {
-        let pair = TlsConfig { ca: None, cert: Some(cert.clone()), key: Some(key.clone()) };
-        pair.check().map_err(|e| match e {
-            TlsError::Invalid { file: TlsFile::Key, .. } => key_at.error(e.to_string()),
-            _ => cert_at.error(e.to_string()),
-        })?;
-    }
-    let config = TlsConfig { ca: ca.map(|(_, p)| p), cert: cert.map(|(_, p)| p), key: key.map(|(_, p)| p) };
-    Ok(Some(config))
-}
-
 /// The breaker and the local fallback's share of a Redis store.
-fn survival(fields: &Fields<'_>, store: &RedisConfig) -> Result<Survival, Invalid> {
+fn survival(fields: &Fields<'_>) -> Result<Survival, Invalid> {
     let mut survival = Survival::default();
-    // A probe that has not answered within the store's deadline no longer holds half-open.
-    survival.breaker.probe_timeout = store.deadline;
     if let Some(b) = fields.get("breaker") {
         let breaker = b.fields("the breaker settings", Some(BREAKER_FIELDS))?;
         if let Some(rate) = breaker.get("failure_rate") {
@@ -323,58 +268,6 @@ fn persist(item: Item<'_>) -> Result<PersistConfig, Invalid> {
         },
     };
     Ok(PersistConfig { path: dir.into(), fsync })
-}
-
-/// The settings a Redis node and a cluster share, over `config`'s defaults.
-fn redis(
-    fields: &Fields<'_>,
-    mut config: RedisConfig,
-    vocabulary: &Vocabulary,
-) -> Result<RedisConfig, Invalid> {
-    if let Some(p) = fields.get("prefix") {
-        let text = p.str("a key prefix")?;
-        if text.is_empty() {
-            return Err(p.error("prefix is empty: keys need a prefix so they cannot collide with other data"));
-        }
-        text.clone_into(&mut config.prefix);
-    }
-    if let Some(d) = fields.get("deadline") {
-        config.deadline = positive_duration(d, "deadline")?;
-    }
-    if let Some(c) = fields.get("connect_timeout") {
-        config.connect_timeout = positive_duration(c, "connect_timeout")?;
-    }
-    if let Some(m) = fields.get("max_in_flight") {
-        let n = m.u64_at_least("max_in_flight", 1)?;
-        config.max_in_flight = usize::try_from(n)
-            .ok()
-            .filter(|n| *n <= MAX_IN_FLIGHT)
-            .ok_or_else(|| m.error(format!("invalid max_in_flight {n}: at most {MAX_IN_FLIGHT}")))?;
-    }
-    if let Some(h) = fields.get("hash_tag") {
-        config.hash_tag = match h.str("key, or a descriptor name")? {
-            "key" => HashTag::Key,
-            descriptor => {
-                vocabulary.check(descriptor, h.clone())?;
-                HashTag::Descriptor(descriptor.to_owned())
-            }
-        };
-    }
-    Ok(config)
-}
-
-/// The most calls in flight a store may be given (the semaphore's and the pipeline's size).
-const MAX_IN_FLIGHT: usize = 1 << 20;
-
-fn redis_url(item: Item<'_>) -> Result<String, Invalid> {
-    let url = item.str("a Redis URL")?;
-    let schemes = ["redis://", "rediss://", "redis+unix://", "unix://"];
-    if !schemes.iter().any(|s| url.starts_with(s)) || url.len() <= url.find("//").map_or(0, |i| i + 2) {
-        return Err(item.error(format!(
-            "invalid Redis URL {url:?}: expected redis://host:port, rediss://host:port or unix:///path/to/socket"
-        )));
-    }
-    Ok(url.to_owned())
 }
 
 /// A duration such as `60s`, longer than zero.

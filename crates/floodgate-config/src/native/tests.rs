@@ -5,12 +5,12 @@ use std::time::Duration;
 use floodgate::{Action, Limit, MemoryConfig, OnFull};
 use floodgate_core::calendar::Period;
 use floodgate_http::HeaderStyle;
-use floodgate_redis::RedisConfig;
 use jiff::civil::Weekday;
 
 use super::{DEFAULT_LEASE, Native, compile};
 use crate::StoreConfig;
 use crate::error::Invalid;
+use crate::redis::{RedisHashTag, RedisStoreConfig, RedisTls};
 use crate::yaml::{Item, parse_document};
 
 fn compile_text(text: &str) -> Result<Native, Invalid> {
@@ -57,16 +57,15 @@ fn store_kinds() {
     let StoreConfig::Memory(spread) = spread.store else { panic!("a memory store") };
     assert_eq!((spread.on_full, spread.overflow_counters), (OnFull::Aggregate, 4096));
     let redis = compile_text("store: {kind: redis, url: 'redis://127.0.0.1:6379'}\n").unwrap();
-    // The Redis store's own defaults are the configuration's: one prefix, one deadline.
-    assert_eq!(redis.store, StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:6379")));
-    let StoreConfig::Redis(node) = &redis.store else { panic!("a Redis store") };
-    assert_eq!((node.prefix.as_str(), node.deadline), ("floodgate", Duration::from_millis(50)));
+    // What the file leaves out is left to the Redis store's own defaults (floodgate-app's
+    // `redis_config` fills them in, and tests them).
+    assert_eq!(redis.store, StoreConfig::Redis(RedisStoreConfig::node("redis://127.0.0.1:6379")));
     let cluster =
         compile_text("store:\n  kind: redis_cluster\n  urls: ['redis://a:1', 'redis://b:2']\n  prefix: fg\n  deadline: 20ms\n")
             .unwrap();
-    let mut expected = RedisConfig::cluster(["redis://a:1", "redis://b:2"]);
-    expected.prefix = "fg".into();
-    expected.deadline = Duration::from_millis(20);
+    let mut expected = RedisStoreConfig::cluster(["redis://a:1", "redis://b:2"]);
+    expected.prefix = Some("fg".into());
+    expected.deadline = Some(Duration::from_millis(20));
     assert_eq!(cluster.store, StoreConfig::Redis(expected));
 }
 
@@ -77,12 +76,12 @@ fn redis_connection_settings_and_hash_tags_are_settable() {
     )
     .unwrap();
     let StoreConfig::Redis(c) = &cluster.store else { panic!("a Redis store") };
-    assert_eq!(c.connect_timeout, Duration::from_millis(250));
-    assert_eq!(c.max_in_flight, 64);
-    assert_eq!(c.hash_tag, floodgate_redis::HashTag::Descriptor("tenant".into()));
+    assert_eq!(c.connect_timeout, Some(Duration::from_millis(250)));
+    assert_eq!(c.max_in_flight, Some(64));
+    assert_eq!(c.hash_tag, Some(RedisHashTag::Descriptor("tenant".into())));
     let whole = compile_text("store: {kind: redis_cluster, urls: ['redis://a:1'], hash_tag: key}\n").unwrap();
     let StoreConfig::Redis(c) = &whole.store else { panic!("a Redis store") };
-    assert_eq!(c.hash_tag, floodgate_redis::HashTag::Key);
+    assert_eq!(c.hash_tag, Some(RedisHashTag::Key));
 
     let e = error("store: {kind: redis_cluster, urls: ['redis://a:1'], hash_tag: tenat}\n");
     assert_eq!(e.field.as_deref(), Some("store.hash_tag"));
@@ -452,7 +451,7 @@ fn tls_files_are_read_into_the_store_settings() {
         let StoreConfig::Redis(redis) = &native.store else { panic!("a Redis store") };
         let tls = redis.tls.as_ref().expect("TLS settings");
         assert_eq!(tls.ca.as_ref().map(|p| p.bytes().to_vec()), Some(std::fs::read(&ca).unwrap()));
-        assert_eq!(tls.cert.as_ref().map(|p| p.origin().to_owned()), Some(cert.display().to_string()));
+        assert_eq!(tls.cert.as_ref().map(|p| p.path().to_owned()), Some(cert.clone()));
         assert_eq!(tls.key.as_ref().map(|p| p.bytes().to_vec()), Some(std::fs::read(&key).unwrap()));
     }
     // Each optional: a CA alone, or nothing (the platform's roots).
@@ -462,7 +461,7 @@ fn tls_files_are_read_into_the_store_settings() {
     assert!(redis.tls.as_ref().is_some_and(|t| t.ca.is_some() && t.cert.is_none() && t.key.is_none()));
     let empty = compile_text("store: {kind: redis, url: 'rediss://h:1', tls: {}}\n").unwrap();
     let StoreConfig::Redis(redis) = &empty.store else { panic!("a Redis store") };
-    assert_eq!(redis.tls, Some(floodgate_redis::TlsConfig::default()));
+    assert_eq!(redis.tls, Some(RedisTls::default()));
     // rediss:// without tls: the platform's roots, no TLS settings.
     let plain = compile_text("store: {kind: redis, url: 'rediss://h:1'}\n").unwrap();
     let StoreConfig::Redis(redis) = &plain.store else { panic!("a Redis store") };
@@ -517,6 +516,21 @@ fn bad_tls_settings_are_located() {
     let e = error(&tls_store("redis", "rediss://h:1", &swapped));
     assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("store.tls.key")), "{}", e.message);
     assert!(e.message.contains("the client key") && e.message.contains("no private key"), "{}", e.message);
+}
+
+#[test]
+fn a_client_key_of_another_certificate_is_refused_at_its_field() {
+    let certs = floodgate_testkit::tls::TestCerts::generate();
+    let (cert, other_key) = (certs.client_cert(), certs.server_key());
+    let mismatched = format!("    cert: {}\n    key: {}\n", cert.display(), other_key.display());
+    let e = error(&tls_store("redis", "rediss://h:1", &mismatched));
+    assert_eq!((e.line, e.field.as_deref()), (Some(6), Some("store.tls.key")), "{}", e.message);
+    let says = format!(
+        "the client key {}: not the key of the client certificate {}",
+        other_key.display(),
+        cert.display()
+    );
+    assert!(e.message.contains(&says), "{}", e.message);
 }
 
 #[test]

@@ -10,8 +10,13 @@
 //!
 //! The files are read and parsed at load, so that a missing file or one without a certificate or
 //! key is reported at its line; the server reads them again whenever they change.
+//!
+//! [`PemFile`] reads and parses a PEM file, for these sections and for the Redis store's
+//! `store.tls` files alike.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -38,39 +43,75 @@ pub struct TlsFileError(pub String);
 impl TlsConfig {
     /// The certificate chain.
     pub fn certs(&self) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-        certs(&self.cert, "certificate")
+        PemFile::read(&self.cert)?.certs("certificate")
     }
 
     /// The private key.
     pub fn private_key(&self) -> Result<PrivateKeyDer<'static>, TlsFileError> {
-        read(&self.key)?;
-        PrivateKeyDer::from_pem_file(&self.key).map_err(|e| {
-            TlsFileError(format!(
-                "{}: no private key in PEM (PKCS#8, PKCS#1 or SEC1): {e}",
-                self.key.display()
-            ))
-        })
+        PemFile::read(&self.key)?.private_key()
     }
 
     /// The client CAs, when mutual TLS is asked for.
     pub fn client_cas(&self) -> Result<Option<Vec<CertificateDer<'static>>>, TlsFileError> {
-        self.client_ca.as_deref().map(|p| certs(p, "client CA certificate")).transpose()
+        self.client_ca.as_deref().map(|p| PemFile::read(p)?.certs("client CA certificate")).transpose()
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsFileError> {
-    std::fs::read(path).map_err(|e| TlsFileError(format!("cannot read {}: {e}", path.display())))
+/// A PEM file as it was read: its path, for errors, and its text. Cloning shares the text; the
+/// text is never printed (it may hold a private key).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PemFile {
+    path: PathBuf,
+    text: Arc<[u8]>,
 }
 
-fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-    let bytes = read(path)?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsFileError(format!("{}: invalid PEM: {e}", path.display())))?;
-    if certs.is_empty() {
-        return Err(TlsFileError(format!("{}: no {what} (PEM `BEGIN CERTIFICATE`)", path.display())));
+impl fmt::Debug for PemFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PemFile").field("path", &self.path).field("bytes", &self.text.len()).finish()
     }
-    Ok(certs)
+}
+
+impl PemFile {
+    /// Reads the file at `path`.
+    pub fn read(path: impl AsRef<Path>) -> Result<PemFile, TlsFileError> {
+        let path = path.as_ref();
+        let text =
+            std::fs::read(path).map_err(|e| TlsFileError(format!("cannot read {}: {e}", path.display())))?;
+        Ok(PemFile { path: path.to_path_buf(), text: text.into() })
+    }
+
+    /// Where it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its text, as read.
+    pub fn bytes(&self) -> &[u8] {
+        &self.text
+    }
+
+    /// The certificates in it, at least one; `what` names them in the error when there is none
+    /// (`certificate`, `client CA certificate`).
+    pub fn certs(&self, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
+        let certs = CertificateDer::pem_slice_iter(&self.text)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.error(format!("invalid PEM: {e}")))?;
+        if certs.is_empty() {
+            return Err(self.error(format!("no {what} (PEM `BEGIN CERTIFICATE`)")));
+        }
+        Ok(certs)
+    }
+
+    /// The private key in it (PKCS#8, PKCS#1 or SEC1).
+    pub fn private_key(&self) -> Result<PrivateKeyDer<'static>, TlsFileError> {
+        PrivateKeyDer::from_pem_slice(&self.text)
+            .map_err(|e| self.error(format!("no private key in PEM (PKCS#8, PKCS#1 or SEC1): {e}")))
+    }
+
+    /// `why` about this file: `<path>: <why>`.
+    pub(crate) fn error(&self, why: impl fmt::Display) -> TlsFileError {
+        TlsFileError(format!("{}: {why}", self.path.display()))
+    }
 }
 
 const FIELDS: &[&str] = &["cert", "key", "client_ca"];

@@ -201,7 +201,8 @@ rules:
     assert_eq!(breaker.failure_rate, 0.25);
     assert_eq!((breaker.min_calls, breaker.consecutive_failures), (40, 5));
     assert_eq!((breaker.window, breaker.open_for), (Duration::from_secs(5), Duration::from_millis(1500)));
-    assert_eq!(breaker.probe_timeout, Duration::from_millis(30), "a probe gets the store's deadline");
+    // A probe is bounded by the store's deadline: set where the store is opened (floodgate-app,
+    // `probes_are_bounded_by_the_stores_deadline`).
 
     let defaults = config::parse("d.yaml", "store: { kind: redis, url: redis://127.0.0.1:6379 }\n").unwrap();
     assert_eq!(defaults.survival.instances, config::Instances::Discover);

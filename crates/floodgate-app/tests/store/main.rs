@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use floodgate::MemoryConfig;
-use floodgate_config::store::{AnyStore, OpenError};
+use floodgate_app::store::{AnyStore, OpenError};
+use floodgate_config::redis::RedisStoreConfig;
 use floodgate_config::{StoreConfig, Survival};
 use floodgate_redis::{RedisConfig, RedisStore};
 use floodgate_testkit::redis::RedisServer;
 
 mod memory {
-    floodgate_testkit::conformance_tests!(|clock| floodgate_config::store::AnyStore::memory_on(
+    floodgate_testkit::conformance_tests!(|clock| floodgate_app::store::AnyStore::memory_on(
         floodgate::MemoryConfig::default(),
         clock
     ));
@@ -23,8 +24,8 @@ mod redis {
             let local =
                 floodgate::MemoryStore::with_config(floodgate::MemoryConfig::default(), clock.clone());
             let survival = floodgate_config::Survival::default();
-            let hooks = floodgate_config::store::Hooks::default();
-            floodgate_config::store::AnyStore::Redis(floodgate_config::store::guard(
+            let hooks = floodgate_app::store::Hooks::default();
+            floodgate_app::store::AnyStore::Redis(floodgate_app::store::guard(
                 store.with_clock(clock.clone()),
                 &survival,
                 local,
@@ -53,18 +54,21 @@ async fn opened_stores_say_what_they_are_and_whether_they_can_decide() {
 
     let server = RedisServer::shared();
     let redis =
-        AnyStore::open(&StoreConfig::Redis(RedisConfig::node(server.url())), &Survival::default()).unwrap();
+        AnyStore::open(&StoreConfig::Redis(RedisStoreConfig::node(server.url())), &Survival::default())
+            .unwrap();
     assert_eq!((redis.kind(), redis.counts_keys(), redis.keys()), ("redis", false, None));
     assert!(redis.ready().await.is_ready(), "the shared node answers PING");
 
     // Nothing listens on port 1: not ready, and the answer says why.
-    let down =
-        AnyStore::open(&StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:1")), &Survival::default())
-            .unwrap();
+    let down = AnyStore::open(
+        &StoreConfig::Redis(RedisStoreConfig::node("redis://127.0.0.1:1")),
+        &Survival::default(),
+    )
+    .unwrap();
     let readiness = down.ready().await;
     assert!(!readiness.is_ready(), "{readiness:?}");
     let cluster = AnyStore::open(
-        &StoreConfig::Redis(RedisConfig::cluster(["redis://127.0.0.1:1"])),
+        &StoreConfig::Redis(RedisStoreConfig::cluster(["redis://127.0.0.1:1"])),
         &Survival::default(),
     )
     .unwrap();
@@ -73,14 +77,17 @@ async fn opened_stores_say_what_they_are_and_whether_they_can_decide() {
 
 #[test]
 fn a_redis_store_needs_a_runtime_and_a_valid_configuration() {
-    let node = StoreConfig::Redis(RedisConfig::node("redis://127.0.0.1:6379"));
+    let node = StoreConfig::Redis(RedisStoreConfig::node("redis://127.0.0.1:6379"));
     assert_eq!(
         AnyStore::open(&node, &Survival::default()).unwrap_err(),
         OpenError::NoRuntime { kind: "redis" }
     );
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let bad = RedisConfig { prefix: "fg{x}".into(), ..RedisConfig::node("redis://127.0.0.1:6379") };
+        let bad = RedisStoreConfig {
+            prefix: Some("fg{x}".into()),
+            ..RedisStoreConfig::node("redis://127.0.0.1:6379")
+        };
         let error = AnyStore::open(&StoreConfig::Redis(bad), &Survival::default()).unwrap_err();
         assert!(error.to_string().contains("prefix"), "{error}");
     });

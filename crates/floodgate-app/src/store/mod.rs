@@ -1,4 +1,4 @@
-//! [`AnyStore`]: the store a [`StoreConfig`] describes, opened — the memory store, or a Redis node
+//! [`AnyStore`]: the store a [`StoreConfig`](floodgate_config::StoreConfig) describes, opened — the memory store, or a Redis node
 //! or cluster — as one [`Store`], with its readiness and key count. The server and
 //! `floodgate-bench` open their stores here, so both run on the same thing.
 //!
@@ -7,7 +7,7 @@
 //! invalid configuration (a URL the `redis` crate refuses, a prefix with `{` or `}`) fails
 //! [`AnyStore::open`].
 //!
-//! A Redis store is opened as the [`Survival`] settings say: inside a circuit
+//! A Redis store is opened as the [`Survival`](floodgate_config::Survival) settings say: inside a circuit
 //! [`Breaker`], inside a [`Fallback`] that decides the `local` rules on an in-process memory store
 //! while Redis fails, inside a [`Prefetch`] that serves the rules with `prefetch` from batch
 //! leases. [`AnyStore::fallback`] gives the fallback (to set its instances, replay what it
@@ -15,15 +15,18 @@
 //! prefetch wrapper (to return ended leases, flush them on a reload). The memory store decides
 //! every request itself: `prefetch` has no effect on it.
 
+mod open;
+mod redis;
+
 use floodgate::core::{Clock, Grant, SystemClock};
 use floodgate::store::{
-    Applied, Breaker, BreakerState, Fallback, FallbackConfig, MemoryStats, Mode, OnChange, OnFallback, Op,
-    OverflowStats, Prefetch,
+    Applied, Breaker, BreakerState, Fallback, MemoryStats, Mode, Op, OverflowStats, Prefetch,
 };
 use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
 
-use crate::{Instances, StoreConfig, Survival};
+pub use self::open::{Hooks, OpenError, guard};
+pub use self::redis::redis_config;
 
 /// A Redis store inside its breaker and the local fallback.
 pub type FallbackStore<C = SystemClock> = Fallback<Breaker<RedisStore, C>, C>;
@@ -39,105 +42,6 @@ pub enum AnyStore<C: Clock = SystemClock> {
     Memory(MemoryStore<C>),
     /// A Redis node or a Redis Cluster, inside its breaker and fallback.
     Redis(Guarded<C>),
-}
-
-/// Who to tell when a Redis store's breaker or fallback changes state (logs, metrics).
-#[derive(Default, Clone)]
-pub struct Hooks {
-    /// Every change of the breaker's state.
-    pub breaker: Option<OnChange>,
-    /// The store starting (`true`) and stopping (`false`) to fail.
-    pub fallback: Option<OnFallback>,
-}
-
-impl std::fmt::Debug for Hooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooks")
-            .field("breaker", &self.breaker.is_some())
-            .field("fallback", &self.fallback.is_some())
-            .finish()
-    }
-}
-
-/// A store that cannot be opened.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OpenError {
-    /// The store's configuration is refused (a bad URL, a prefix with `{` or `}`).
-    #[error("store: invalid {kind} configuration: {message}")]
-    Invalid {
-        /// `redis` or `redis_cluster`.
-        kind: &'static str,
-        /// What is wrong.
-        message: String,
-    },
-    /// The memory store's persistence directory cannot be used (locked by another process,
-    /// unreadable, or corrupt).
-    #[error("{0}")]
-    Persist(String),
-    /// The Redis store needs a Tokio runtime to be opened in.
-    #[error("store: the {kind} store must be opened within a Tokio runtime")]
-    NoRuntime {
-        /// `redis` or `redis_cluster`.
-        kind: &'static str,
-    },
-}
-
-impl AnyStore<SystemClock> {
-    /// Opens the store `config` describes, on the process clock, a Redis store inside the breaker
-    /// and fallback `survival` describes; memory stores' sweepers are started. A Redis store is
-    /// not connected yet (see the module docs). Must be called within a Tokio runtime for the Redis
-    /// kinds.
-    pub fn open(config: &StoreConfig, survival: &Survival) -> Result<AnyStore, OpenError> {
-        AnyStore::open_with(config, survival, Hooks::default())
-    }
-
-    /// [`AnyStore::open`], telling `hooks` of the breaker's and the fallback's changes.
-    pub fn open_with(config: &StoreConfig, survival: &Survival, hooks: Hooks) -> Result<AnyStore, OpenError> {
-        match config {
-            StoreConfig::Memory(memory) => {
-                let (store, _) = MemoryStore::open(memory.clone(), SystemClock::new())
-                    .map_err(|e| OpenError::Persist(e.to_string()))?;
-                store.start_sweeper();
-                Ok(AnyStore::Memory(store))
-            }
-            StoreConfig::Redis(redis) => {
-                let kind = config.kind();
-                if tokio::runtime::Handle::try_current().is_err() {
-                    return Err(OpenError::NoRuntime { kind });
-                }
-                let store = RedisStore::connect_lazy(redis.clone())
-                    .map_err(|e| OpenError::Invalid { kind, message: e.to_string() })?;
-                let local = MemoryStore::with_config(MemoryConfig::default(), SystemClock::new());
-                local.start_sweeper();
-                Ok(AnyStore::Redis(guard(store, survival, local, SystemClock::new(), hooks)))
-            }
-        }
-    }
-}
-
-/// `store` inside the breaker and the fallback `survival` describes, inside prefetch.
-pub fn guard<C: Clock + Clone>(
-    store: RedisStore,
-    survival: &Survival,
-    local: MemoryStore<C>,
-    clock: C,
-    hooks: Hooks,
-) -> Guarded<C> {
-    let breaker = match hooks.breaker {
-        Some(on_change) => Breaker::on_change(store, survival.breaker.clone(), clock.clone(), on_change),
-        None => Breaker::with_clock(store, survival.breaker.clone(), clock.clone()),
-    };
-    let instances = match survival.instances {
-        Instances::Fixed(n) => n,
-        Instances::Discover => 1,
-    };
-    let config =
-        FallbackConfig { local_factor: survival.local_factor, instances, ..FallbackConfig::default() };
-    let fallback = match hooks.fallback {
-        Some(on_change) => Fallback::on_change(breaker, local, config, on_change),
-        None => Fallback::new(breaker, local, config),
-    };
-    Prefetch::new(fallback, clock)
 }
 
 impl<C: Clock> AnyStore<C> {

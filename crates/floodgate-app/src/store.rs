@@ -1,3 +1,0 @@
-//! The configured store, opened: see [`AnyStore`].
-
-pub use floodgate_config::store::*;
