@@ -27,9 +27,8 @@ use std::time::Duration;
 use floodgate_core::{Grant, Timestamp};
 use smallvec::SmallVec;
 
-use crate::engine::{Hit, Verdict};
 use crate::store::{Mode, Once, Settle, Store, StoreError, kept_after_expiry};
-use crate::{Costs, Descriptors, Policy};
+use crate::{Costs, Descriptors, Hit, Policy, Verdict};
 
 /// A reservation made: its id, and when it expires (on the store's clock).
 #[derive(Debug, Clone, PartialEq, Eq)]
