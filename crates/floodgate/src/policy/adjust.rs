@@ -112,8 +112,8 @@ impl Policy {
     /// to, and returns the limit to give it back under; `None` when the rule no longer applies to
     /// them. A sharded rule's grant goes back to `shard`, the one it was taken from; when that is
     /// not known (or no longer exists: a reload changed the rule's shards), to the shard `seed`
-    /// picks ([`Shards::pick`]: the same one when a change is made again), else to the shard the
-    /// next request takes.
+    /// picks ([`Shards::pick`](super::compiled::Shards::pick): the same one when a change is made
+    /// again), else to the shard the next request takes.
     pub(crate) fn give_back_to<'p>(
         &'p self,
         compiled: &'p CompiledRule,
