@@ -47,8 +47,10 @@
 //!   is and what it costs, what a rule applies, a quota's calendar read from descriptors, client
 //!   addresses grouped by network.
 //! - [`key`]: the collision-free encoding of the keys a store sees.
-//! - [`store`]: the [`Store`] trait, the embedded [`MemoryStore`], and the stores that wrap a store
-//!   ([`Breaker`](store::Breaker), [`Fallback`](store::Fallback), [`Prefetch`](store::Prefetch)).
+//! - [`store`]: the [`Store`] trait and the reservation records every store keeps
+//!   ([`Records`](store::Records)), the embedded [`MemoryStore`], and the stores that wrap a store
+//!   ([`Breaker`](store::Breaker), [`Fallback`](store::Fallback), [`Prefetch`](store::Prefetch)),
+//!   which pass the record calls through ([`Wraps`](store::Wraps)).
 //! - [`reservation`]: reserve an estimate now, settle it later; [`usage`]: what a rule's counter
 //!   holds; [`delay`]: waiting for capacity; [`breaker`]: the circuit breaker's state machine.
 

@@ -13,8 +13,9 @@ use crate::{Descriptors, Hit, Impossible, Limit, LimitOutcome, Policy, Verdict};
 
 impl Policy {
     /// Reports `hit` — consumes its costs from every limit that applies, never denies — at most
-    /// once for `once` ([`Store::adjust_once`]). A sharded rule takes the shard `seed` picks, so
-    /// that the report made again lands on the same shard. Returns whether this call applied it.
+    /// once for `once` ([`Records::adjust_once`](crate::store::Records::adjust_once)). A sharded
+    /// rule takes the shard `seed` picks, so that the report made again lands on the same shard.
+    /// Returns whether this call applied it.
     pub(crate) async fn report_once<S: Store>(
         &self,
         store: &S,
@@ -43,9 +44,9 @@ impl Policy {
 
     /// Gives each of `back` — a rule's name, the grant to give back to it, and the shard it was
     /// taken from — back on the key `descriptors` make, at most once for `once`
-    /// ([`Store::adjust_once`]), in one store call. A rule gone since (a reload) is skipped; a
-    /// sharded rule whose shard is not known takes the shard `seed` picks, the same one each time.
-    /// Returns whether this call gave anything back.
+    /// ([`Records::adjust_once`](crate::store::Records::adjust_once)), in one store call. A rule
+    /// gone since (a reload) is skipped; a sharded rule whose shard is not known takes the shard
+    /// `seed` picks, the same one each time. Returns whether this call gave anything back.
     pub(crate) async fn give_back_once<S: Store>(
         &self,
         store: &S,

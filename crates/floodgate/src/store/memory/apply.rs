@@ -20,7 +20,7 @@ use crate::store::{Adjustment, Applied, Mode, Once, Op, OpResult, StoreError};
 /// A held lock with the key it is logged under ([`MemoryStore::log_locked`]).
 type HeldKey<'a, 'h> = (SmallVec<[u8; 64]>, &'a Held<'h>);
 
-/// What a note of [`Store::adjust_once`](crate::Store::adjust_once) holds in the records' table,
+/// What a note of [`Records::adjust_once`](crate::store::Records::adjust_once) holds in the records' table,
 /// where it is kept (and persisted, and swept) like a reservation record; its body is empty, so it
 /// never reads as one.
 const ONCE_NOTE: &[u8] = b"once";
@@ -115,7 +115,7 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// [`Store::adjust_once`](crate::Store::adjust_once): under the records' lock (where the note
+    /// [`Records::adjust_once`](crate::store::Records::adjust_once): under the records' lock (where the note
     /// of each change made is kept, beside the reservation records) and the locks of every op's
     /// key, so that the change and its note are one step — and one entry of the log, on a persisted
     /// store. Returns whether it applied the change, and the log entry's sequence number (0: none).

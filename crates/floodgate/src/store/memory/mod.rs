@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use floodgate_core::{Clock, Grant, SystemClock, Timestamp};
 
-use super::{Adjustment, Applied, Mode, Once, Op, Record, Settle, Store, StoreError};
+use super::{Adjustment, Applied, Mode, Once, Op, Record, Records, Settle, Store, StoreError};
 use crate::Limit;
 use crate::key::OVERFLOW_MARK;
 
@@ -366,6 +366,14 @@ impl<C: Clock> Store for MemoryStore<C> {
         self.synced(seq).await
     }
 
+    async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
+        let (existed, seq) = self.reset_now(key);
+        self.synced(seq).await?;
+        Ok(existed)
+    }
+}
+
+impl<C: Clock> Records for MemoryStore<C> {
     async fn adjust_once(
         &self,
         ops: &[Op<'_>],
@@ -375,12 +383,6 @@ impl<C: Clock> Store for MemoryStore<C> {
         let (applied, seq) = self.adjust_now(ops, adjustment, once)?;
         self.synced(seq).await?;
         Ok(applied)
-    }
-
-    async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
-        let (existed, seq) = self.reset_now(key);
-        self.synced(seq).await?;
-        Ok(existed)
     }
 
     async fn put_record(
