@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use floodgate::store::{Adjustment, Applied, Mode, Once, Op, OpResult, Record, Settle, Store, StoreError};
+use floodgate::store::{
+    Adjustment, Applied, Mode, Once, Op, OpResult, Record, Records, Settle, Store, StoreError,
+};
 use floodgate::{Limit, OnStoreError};
 use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use futures_util::future::join_all;
@@ -603,7 +605,7 @@ impl RedisStore {
         self.call(&prepared, &[0], ScriptMode::Undo, Some(&[Some(grant)]), None, None).await.map(|_| ())
     }
 
-    /// [`Store::adjust_once`]: one call per slot (one on a single node), each carrying its own
+    /// [`Records::adjust_once`]: one call per slot (one on a single node), each carrying its own
     /// note in its slot — `<prefix>{<tag>}o<id>`, the tag of the group's first key — written by the
     /// same script as the change. Slots are called in turn, and the first failure is returned: a
     /// retry makes what is left, and only that.
@@ -803,6 +805,12 @@ impl Store for RedisStore {
         self.within(self.refund_within(key, limit, grant)).await
     }
 
+    async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
+        self.within(self.reset_within(key)).await
+    }
+}
+
+impl Records for RedisStore {
     async fn adjust_once(
         &self,
         ops: &[Op<'_>],
@@ -813,10 +821,6 @@ impl Store for RedisStore {
             return Ok(false);
         }
         self.within(self.adjust_once_within(ops, adjustment, once)).await
-    }
-
-    async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
-        self.within(self.reset_within(key)).await
     }
 
     async fn put_record(

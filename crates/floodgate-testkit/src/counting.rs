@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use floodgate::Limit;
-use floodgate::store::{Adjustment, Applied, Mode, Once, Op, Record, Settle, Store, StoreError};
+use floodgate::store::{Applied, Mode, Op, Store, StoreError, Wraps};
 use floodgate_core::Grant;
 
 /// Wraps a real store and counts every call made to it, to test how many round trips a front door
@@ -102,31 +102,13 @@ impl<S: Store> Store for CountingStore<S> {
         self.counts.resets.fetch_add(1, Ordering::SeqCst);
         self.inner.reset(key).await
     }
+}
 
-    async fn put_record(
-        &self,
-        id: &[u8],
-        body: &[u8],
-        ttl: std::time::Duration,
-        kept: std::time::Duration,
-    ) -> Result<floodgate_core::Timestamp, StoreError> {
-        self.inner.put_record(id, body, ttl, kept).await
-    }
+/// Record calls are passed through, not counted.
+impl<S: Store> Wraps for CountingStore<S> {
+    type Inner = S;
 
-    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
-        self.inner.get_record(id).await
-    }
-
-    async fn adjust_once(
-        &self,
-        ops: &[Op<'_>],
-        adjustment: Adjustment<'_>,
-        once: Once<'_>,
-    ) -> Result<bool, StoreError> {
-        self.inner.adjust_once(ops, adjustment, once).await
-    }
-
-    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
-        self.inner.settle_record(id, settlement).await
+    fn inner(&self) -> &S {
+        &self.inner
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use floodgate::Limit;
-use floodgate::store::{Adjustment, Applied, Mode, Once, Op, Record, Settle, Store, StoreError};
+use floodgate::store::{Adjustment, Applied, Mode, Once, Op, Record, Records, Settle, Store, StoreError};
 use floodgate_core::Grant;
 use tokio::sync::Notify;
 
@@ -43,7 +43,7 @@ struct State {
     calls: AtomicUsize,
     attempts: AtomicUsize,
     changed: Notify,
-    /// How many of the next [`Store::adjust_once`] calls fail, and where (0 before, 1 after).
+    /// How many of the next [`Records::adjust_once`] calls fail, and where (0 before, 1 after).
     lost_adjustments: AtomicUsize,
     lost_after: AtomicBool,
 }
@@ -60,7 +60,7 @@ impl<S> FlakyStore<S> {
         self.state.changed.notify_waiters();
     }
 
-    /// Makes the next `n` [`Store::adjust_once`] calls fail with a transient error, `at` the point
+    /// Makes the next `n` [`Records::adjust_once`] calls fail with a transient error, `at` the point
     /// given: a settlement cut off between its steps.
     pub fn lose_adjustments(&self, n: usize, at: Lost) {
         self.state.lost_after.store(at == Lost::After, Ordering::SeqCst);
@@ -123,23 +123,11 @@ impl<S: Store> Store for FlakyStore<S> {
         self.gate().await?;
         self.inner.reset(key).await
     }
+}
 
-    async fn put_record(
-        &self,
-        id: &[u8],
-        body: &[u8],
-        ttl: std::time::Duration,
-        kept: std::time::Duration,
-    ) -> Result<floodgate_core::Timestamp, StoreError> {
-        self.gate().await?;
-        self.inner.put_record(id, body, ttl, kept).await
-    }
-
-    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
-        self.gate().await?;
-        self.inner.get_record(id).await
-    }
-
+/// Record calls fail or hang as the others do; [`FlakyStore::lose_adjustments`] cuts off
+/// adjustments besides.
+impl<S: Store> Records for FlakyStore<S> {
     async fn adjust_once(
         &self,
         ops: &[Op<'_>],
@@ -161,6 +149,22 @@ impl<S: Store> Store for FlakyStore<S> {
             "the adjustment was cut off (a flaky test store)"
         };
         Err(StoreError::Backend { message: message.into(), transient: true, source: None })
+    }
+
+    async fn put_record(
+        &self,
+        id: &[u8],
+        body: &[u8],
+        ttl: std::time::Duration,
+        kept: std::time::Duration,
+    ) -> Result<floodgate_core::Timestamp, StoreError> {
+        self.gate().await?;
+        self.inner.put_record(id, body, ttl, kept).await
+    }
+
+    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
+        self.gate().await?;
+        self.inner.get_record(id).await
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {

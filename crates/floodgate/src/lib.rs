@@ -33,6 +33,26 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # What lives where
+//!
+//! - [`Engine`] (`engine`): the façade: the policy in force, replaceable while requests run, over a
+//!   store; [`EngineError`] for a request that can never pass.
+//! - [`Policy`] (`policy`): the rules compiled once, and how a request of one or more [`Hit`]s is
+//!   planned into store ops, decided in one store call, read back into a verdict, and given back.
+//! - [`Rule`] (`rule`): which requests a limit applies to (conditions, patterns, variants by a
+//!   descriptor), which descriptors make its key, and what happens on denial.
+//! - [`Verdict`] (`verdict`): the answer, limit by limit ([`LimitOutcome`], [`Outcome`]).
+//! - [`Descriptors`], [`Costs`] ([`cost`]), [`Limit`], [`CalendarBy`], [`IpPrefix`]: what a request
+//!   is and what it costs, what a rule applies, a quota's calendar read from descriptors, client
+//!   addresses grouped by network.
+//! - [`key`]: the collision-free encoding of the keys a store sees.
+//! - [`store`]: the [`Store`] trait and the reservation records every store keeps
+//!   ([`Records`](store::Records)), the embedded [`MemoryStore`], and the stores that wrap a store
+//!   ([`Breaker`](store::Breaker), [`Fallback`](store::Fallback), [`Prefetch`](store::Prefetch)),
+//!   which pass the record calls through ([`Wraps`](store::Wraps)).
+//! - [`reservation`]: reserve an estimate now, settle it later; [`usage`]: what a rule's counter
+//!   holds; [`delay`]: waiting for capacity; [`breaker`]: the circuit breaker's state machine.
 
 pub mod breaker;
 mod calendar;
@@ -43,19 +63,23 @@ mod engine;
 mod ip;
 pub mod key;
 mod limit;
+mod policy;
 pub mod reservation;
 mod rule;
 pub mod store;
 pub mod usage;
+mod verdict;
 
 pub use calendar::{CalendarBy, FromDescriptor};
 pub use cost::Costs;
 pub use descriptors::Descriptors;
-pub use engine::{Engine, EngineError, Hit, Impossible, LimitOutcome, Outcome, Verdict};
+pub use engine::{Engine, EngineError};
 pub use floodgate_core as core;
 pub use ip::{IpPrefix, NotAnAddress};
 pub use limit::{Limit, LimitKind};
+pub use policy::{Hit, Impossible, Policy};
 pub use reservation::{Reservation, ReserveError, Reserved, SettleError, Settled, Settlement};
-pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Policy, Rule, RuleError};
+pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};
 pub use usage::{Usage, UsageError};
+pub use verdict::{LimitOutcome, Outcome, Verdict};

@@ -16,9 +16,9 @@
 //! within its ttl stays charged its estimate — a crashed caller is never free — and settling it
 //! afterwards is [`SettleError::Expired`].
 //!
-//! The store keeps a record (see [`Store::put_record`]) until as long after its expiry as the
-//! reservation lasted (at least a minute), so that retries find their answer; then it is forgotten
-//! ([`SettleError::NotFound`]).
+//! The store keeps a record (see [`Records::put_record`](crate::store::Records::put_record)) until
+//! as long after its expiry as the reservation lasted (at least a minute), so that retries find
+//! their answer; then it is forgotten ([`SettleError::NotFound`]).
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,9 +27,8 @@ use std::time::Duration;
 use floodgate_core::{Grant, Timestamp};
 use smallvec::SmallVec;
 
-use crate::engine::{Hit, Verdict};
 use crate::store::{Mode, Once, Settle, Store, StoreError, kept_after_expiry};
-use crate::{Costs, Descriptors, Policy};
+use crate::{Costs, Descriptors, Hit, Policy, Verdict};
 
 /// A reservation made: its id, and when it expires (on the store's clock).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,7 +140,7 @@ impl Policy {
         // Already settled: the same settlement gets the same answer, and also finishes what the
         // first one may have left undone — its instance crashed, or the store failed, between
         // marking the record and giving back — each step being made at most once
-        // ([`Store::adjust_once`]), so that a retried settlement leaves the limits as one does.
+        // ([`Records::adjust_once`]), so that a retried settlement leaves the limits as one does.
         let replayed = match &record.settled {
             Some(done) => {
                 same_settlement(done, &wanted)?;
@@ -168,9 +167,10 @@ impl Policy {
 
     /// Charges the settlement of reservation `id`: gives back what was reserved beyond the actual
     /// cost (and every permit), and reports the excess. Each of the two is one store call made at
-    /// most once ([`Store::adjust_once`], noted for `keep`: as long as the record is kept), so
-    /// that it can be made again by a retry. A sharded rule gets back what it gave on the shard
-    /// it gave it from; its excess goes to the shard the id picks, the same one each time.
+    /// most once ([`Records::adjust_once`](crate::store::Records::adjust_once), noted for `keep`:
+    /// as long as the record is kept), so that it can be made again by a retry. A sharded rule gets
+    /// back what it gave on the shard it gave it from; its excess goes to the shard the id picks,
+    /// the same one each time.
     async fn adjust<S: Store>(
         &self,
         store: &S,

@@ -1,15 +1,13 @@
-//! Rules: which requests a limit applies to, how its key is made, and what happens on denial.
+//! Rules: which requests a limit applies to (conditions on descriptors, value patterns), which
+//! descriptors make its key, and what happens on denial. A [`Policy`](crate::Policy) compiles them.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::calendar::Calendars;
-use crate::key::push_field;
-use crate::{CalendarBy, Descriptors, EngineError, IpPrefix, Limit};
+use crate::store::PrefetchBatch;
+use crate::{CalendarBy, IpPrefix, Limit};
 
 /// The descriptor [`Rule::ip_prefix`] groups.
 pub(crate) const IP: &str = "ip";
-use crate::store::PrefetchBatch;
 
 /// What a rule does when its limit would deny.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -345,9 +343,9 @@ impl Rule {
     /// periods of its own calendar (the rule's period, in the zone and from the anchor the
     /// descriptors give). Counters stay per key: a tenant that moves to another zone keeps its key,
     /// and its count restarts when its period does. Only for quota limits (each of the rule's
-    /// variants); [`Policy::new`] refuses it on others, with a default or mapped setting that is not
-    /// valid, and with [`Rule::shards`]. A request whose setting is not valid, or that lacks the
-    /// descriptor when no default is set, fails with
+    /// variants); [`Policy::new`](crate::Policy::new) refuses it on others, with a default or
+    /// mapped setting that is not valid, and with [`Rule::shards`]. A request whose setting is not
+    /// valid, or that lacks the descriptor when no default is set, fails with
     /// [`EngineError::Descriptor`](crate::EngineError::Descriptor) or
     /// [`EngineError::MissingDescriptor`](crate::EngineError::MissingDescriptor).
     ///
@@ -394,7 +392,7 @@ impl Rule {
     /// another name such as `tokens`, which a call gives in its [`Costs`](crate::Costs). A call
     /// whose costs leave the dimension out (or give it 0) is not subject to the rule. The name
     /// must be a valid dimension ([`valid_dimension`](crate::cost::valid_dimension));
-    /// [`Policy::new`] refuses others.
+    /// [`Policy::new`](crate::Policy::new) refuses others.
     pub fn cost(mut self, dimension: impl Into<Arc<str>>) -> Self {
         self.cost = dimension.into();
         self
@@ -493,8 +491,8 @@ impl Rule {
     /// Lets a [`Prefetch`](crate::store::Prefetch) store take up to `batch.size()` units of this
     /// rule's limit in one store call and spend them locally (hot keys). Only for algorithms
     /// where units taken early are worth the same when spent later
-    /// ([`LimitKind::prefetches`](crate::LimitKind::prefetches)); [`Policy::new`] refuses it on
-    /// the others.
+    /// ([`LimitKind::prefetches`](crate::LimitKind::prefetches));
+    /// [`Policy::new`](crate::Policy::new) refuses it on the others.
     pub fn prefetch(mut self, batch: PrefetchBatch) -> Self {
         self.prefetch = Some(batch);
         self
@@ -505,7 +503,7 @@ impl Rule {
     /// limit ([`Limit::split`]: the shares sum to exactly the limit); a request takes the next
     /// shard in turn (round robin, per instance) and, when that shard denies, tries the next one
     /// once. A request's cost must fit one shard. Not for `concurrency`, nor with limits that vary
-    /// by a descriptor; [`Policy::new`] refuses them.
+    /// by a descriptor; [`Policy::new`](crate::Policy::new) refuses them.
     pub fn shards(mut self, n: u16) -> Self {
         self.shards = Some(n);
         self
@@ -516,7 +514,7 @@ impl Rule {
     /// practice for IPv6, where one client holds a whole /64. IPv4 addresses written as IPv6
     /// (`::ffff:a.b.c.d`) count as IPv4. A request whose `ip` is not an address fails with
     /// [`EngineError::Descriptor`](crate::EngineError::Descriptor). The key must name `ip`;
-    /// [`Policy::new`] refuses it otherwise.
+    /// [`Policy::new`](crate::Policy::new) refuses it otherwise.
     pub fn ip_prefix(mut self, prefix: IpPrefix) -> Self {
         self.ip_prefix = Some(prefix);
         self
@@ -651,224 +649,6 @@ impl ByDescriptor {
     }
 }
 
-/// A sharded rule's keys: one limit per shard, and the next shard to take.
-#[derive(Debug)]
-pub(crate) struct Shards {
-    pub(crate) limits: Box<[Limit]>,
-    next: std::sync::atomic::AtomicUsize,
-}
-
-impl Shards {
-    /// The shard the next request takes (round robin).
-    pub(crate) fn next(&self) -> u16 {
-        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.limits.len();
-        i as u16
-    }
-
-    /// The shard a change named by `seed` takes: the same one each time it is made again (a retried
-    /// settlement must find its own earlier change), spread over the shards by the seeds.
-    pub(crate) fn pick(&self, seed: u64) -> u16 {
-        (seed % self.limits.len() as u64) as u16
-    }
-
-    /// The shard after `i`.
-    pub(crate) fn after(&self, i: u16) -> u16 {
-        ((usize::from(i) + 1) % self.limits.len()) as u16
-    }
-}
-
-fn compile_shards(rule: &Rule, n: u16) -> Result<Shards, RuleError> {
-    let refuse = |reason: String| RuleError::Shards { rule: rule.name.to_string(), reason };
-    if n < 2 {
-        return Err(refuse(format!("{n} is not a split: at least 2")));
-    }
-    if rule.by.is_some() {
-        return Err(refuse("not available with a limit that varies by a descriptor".into()));
-    }
-    if rule.limit.holds_permits() {
-        return Err(refuse(
-            "not available for the concurrency algorithm (a permit must be released on the key it was taken on)"
-                .into(),
-        ));
-    }
-    let limits = rule.limit.split(n).ok_or_else(|| {
-        refuse(format!(
-            "{n} shards would leave some with nothing: every count of the limit must be at least {n}"
-        ))
-    })?;
-    Ok(Shards { limits: limits.into_boxed_slice(), next: std::sync::atomic::AtomicUsize::new(0) })
-}
-
-/// A rule ready for matching: its key prefix encoded once.
-#[derive(Debug)]
-pub(crate) struct CompiledRule {
-    pub(crate) rule: Rule,
-    pub(crate) shards: Option<Shards>,
-    /// The encoded rule name and key descriptor names (see the `key` module).
-    pub(crate) scope: Box<[u8]>,
-    /// Enforced share of keys in basis points (10 000 = 100 %).
-    pub(crate) rollout_bp: u16,
-    /// Whether the rule counts `requests` (a hit's plain cost).
-    pub(crate) counts_requests: bool,
-    /// The calendars of a quota whose calendar comes from descriptors.
-    pub(crate) calendars: Option<Calendars>,
-}
-
-impl CompiledRule {
-    /// `limit` (one the rule selected) as it applies to `descriptors`: in their calendar, for a
-    /// quota whose calendar comes from descriptors.
-    pub(crate) fn in_calendar<'p>(
-        &self,
-        limit: &'p Limit,
-        descriptors: &Descriptors,
-    ) -> Result<Cow<'p, Limit>, EngineError> {
-        match (&self.calendars, limit) {
-            (Some(calendars), Limit::Quota(q)) => {
-                Ok(Cow::Owned(Limit::Quota(calendars.quota(&self.rule.name, q, descriptors)?)))
-            }
-            _ => Ok(Cow::Borrowed(limit)),
-        }
-    }
-}
-
-/// The rules in force, compiled once and shared by every request.
-#[derive(Debug, Default)]
-pub struct Policy {
-    pub(crate) rules: Vec<CompiledRule>,
-    namespace: Option<String>,
-    /// Whether any rule replaces another (then planning a request looks at all its hits first).
-    pub(crate) replacing: bool,
-}
-
-impl Policy {
-    /// Validates and compiles `rules`, kept in the given order.
-    pub fn new(rules: impl IntoIterator<Item = Rule>) -> Result<Self, RuleError> {
-        Self::compile(None, rules)
-    }
-
-    /// Like [`Policy::new`], with every key in `namespace` (an Envoy rate-limit *domain*): rules of
-    /// different namespaces never share counters, even with equal names.
-    pub fn in_namespace(
-        namespace: impl Into<String>,
-        rules: impl IntoIterator<Item = Rule>,
-    ) -> Result<Self, RuleError> {
-        Self::compile(Some(namespace.into()), rules)
-    }
-
-    /// The namespace, if any.
-    pub fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-
-    fn compile(namespace: Option<String>, rules: impl IntoIterator<Item = Rule>) -> Result<Self, RuleError> {
-        let mut compiled: Vec<CompiledRule> = Vec::new();
-        for rule in rules {
-            if rule.name.is_empty() {
-                return Err(RuleError::EmptyName);
-            }
-            if compiled.iter().any(|c| c.rule.name == rule.name) {
-                return Err(RuleError::DuplicateName(rule.name.to_string()));
-            }
-            if !(0.0..=100.0).contains(&rule.rollout) {
-                return Err(RuleError::Rollout { rule: rule.name.to_string(), percent: rule.rollout });
-            }
-            if rule.on_store_error == OnStoreError::Local && rule.limits().any(Limit::holds_permits) {
-                return Err(RuleError::LocalConcurrency { rule: rule.name.to_string() });
-            }
-            if rule.prefetch.is_some()
-                && let Some(limit) = rule.limits().find(|l| !l.kind().prefetches())
-            {
-                return Err(RuleError::PrefetchUnsupported {
-                    rule: rule.name.to_string(),
-                    algorithm: limit.kind(),
-                });
-            }
-            if rule.ip_prefix.is_some() && !rule.key.iter().any(|d| d == IP) {
-                return Err(RuleError::IpPrefixWithoutIp { rule: rule.name.to_string() });
-            }
-            if !crate::cost::valid_dimension(&rule.cost) {
-                return Err(RuleError::CostDimension {
-                    rule: rule.name.to_string(),
-                    dimension: rule.cost.to_string(),
-                });
-            }
-            let rollout_bp = (rule.rollout * 100.0).round() as u16;
-            for (i, d) in rule.key.iter().enumerate() {
-                if rule.key[..i].contains(d) {
-                    return Err(RuleError::DuplicateKeyDescriptor {
-                        rule: rule.name.to_string(),
-                        descriptor: d.clone(),
-                    });
-                }
-            }
-            let mut scope = Vec::new();
-            if let Some(ns) = &namespace {
-                // A leading empty field marks a namespaced key: it cannot be confused with a rule name,
-                // which is never empty.
-                push_field(&mut scope, b"");
-                push_field(&mut scope, ns.as_bytes());
-            }
-            push_field(&mut scope, rule.name.as_bytes());
-            for d in &rule.key {
-                push_field(&mut scope, d.as_bytes());
-            }
-            let shards = match rule.shards {
-                None => None,
-                Some(n) => Some(compile_shards(&rule, n)?),
-            };
-            let calendars = match &rule.calendar {
-                None => None,
-                Some(by) => {
-                    let refuse = |reason: String| RuleError::Calendar { rule: rule.name.to_string(), reason };
-                    if rule.shards.is_some() {
-                        return Err(refuse(
-                            "shards are not available with a calendar from a descriptor".into(),
-                        ));
-                    }
-                    for limit in rule.limits() {
-                        by.check(limit).map_err(refuse)?;
-                    }
-                    Some(Calendars::new(by.clone()))
-                }
-            };
-            let counts_requests = &*rule.cost == crate::cost::REQUESTS;
-            compiled.push(CompiledRule {
-                rule,
-                shards,
-                scope: scope.into_boxed_slice(),
-                rollout_bp,
-                counts_requests,
-                calendars,
-            });
-        }
-        for c in &compiled {
-            if let Some(replaced) = c
-                .rule
-                .replaces
-                .iter()
-                .find(|r| **r == c.rule.name || !compiled.iter().any(|o| o.rule.name == **r))
-            {
-                return Err(RuleError::UnknownReplaced {
-                    rule: c.rule.name.to_string(),
-                    replaced: replaced.to_string(),
-                });
-            }
-        }
-        let replacing = compiled.iter().any(|c| !c.rule.replaces.is_empty());
-        Ok(Policy { rules: compiled, namespace, replacing })
-    }
-
-    /// The rules, in order.
-    pub fn rules(&self) -> impl Iterator<Item = &Rule> {
-        self.rules.iter().map(|c| &c.rule)
-    }
-
-    /// The rule at `index` ([`LimitOutcome::index`](crate::LimitOutcome::index)).
-    pub fn rule(&self, index: usize) -> Option<&Rule> {
-        self.rules.get(index).map(|c| &c.rule)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -910,23 +690,5 @@ mod tests {
         fn patterns_match_exactly_what_the_reference_matches(pattern in "[ab*]{0,6}", value in "[ab]{0,8}") {
             prop_assert_eq!(Pattern::new(pattern.clone()).matches(&value), glob(pattern.as_bytes(), value.as_bytes()));
         }
-    }
-
-    #[test]
-    fn a_rule_may_only_replace_another_rule_of_its_policy() {
-        let limit = || {
-            crate::Limit::from(
-                floodgate_core::FixedWindow::try_new(
-                    std::num::NonZeroU64::MIN,
-                    std::time::Duration::from_secs(1),
-                )
-                .unwrap(),
-            )
-        };
-        let ok = Policy::new([Rule::new("a", limit()), Rule::new("b", limit()).replaces(["a"])]);
-        assert!(ok.is_ok_and(|p| p.replacing));
-        let unknown = Policy::new([Rule::new("b", limit()).replaces(["a"])]).unwrap_err();
-        assert_eq!(unknown, RuleError::UnknownReplaced { rule: "b".into(), replaced: "a".into() });
-        assert!(Policy::new([Rule::new("a", limit()).replaces(["a"])]).is_err(), "not itself");
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use floodgate_core::Timestamp;
 use smallvec::SmallVec;
 
-use crate::engine::{KeyBuf, build_key, push_shard};
+use crate::policy::{KeyBuf, build_key, push_shard};
 use crate::store::{Applied, Mode, Op, Store, StoreError};
 use crate::{Descriptors, Limit, Policy};
 

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use floodgate::core::{FixedWindow, Grant};
-use floodgate::store::{Applied, Mode, Op, Store, StoreError};
+use floodgate::store::{Applied, Mode, Op, Records, Store, StoreError};
 use floodgate::{Descriptors, Hit, Impossible, Limit, MemoryStore, Policy, Rule};
 
 const NAMES: [&str; 3] = ["user", "tenant", "route"];
@@ -61,6 +61,9 @@ impl Store for Recording {
         self.inner.reset(key).await
     }
 }
+
+/// Keeps no reservation records.
+impl Records for Recording {}
 
 impl Recording {
     fn record(&self, ops: &[Op<'_>]) {

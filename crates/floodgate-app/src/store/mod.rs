@@ -20,7 +20,7 @@ mod redis;
 
 use floodgate::core::{Clock, Grant, SystemClock};
 use floodgate::store::{
-    Applied, Breaker, BreakerState, Fallback, MemoryStats, Mode, Op, OverflowStats, Prefetch,
+    Applied, Breaker, BreakerState, Fallback, MemoryStats, Mode, Op, OverflowStats, Prefetch, Records,
 };
 use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
@@ -168,6 +168,20 @@ impl<C: Clock> Store for AnyStore<C> {
             AnyStore::Redis(store) => store.reset(key).await,
         }
     }
+}
+
+impl<C: Clock> Records for AnyStore<C> {
+    async fn adjust_once(
+        &self,
+        ops: &[Op<'_>],
+        adjustment: floodgate::store::Adjustment<'_>,
+        once: floodgate::store::Once<'_>,
+    ) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.adjust_once(ops, adjustment, once).await,
+            AnyStore::Redis(store) => store.adjust_once(ops, adjustment, once).await,
+        }
+    }
 
     async fn put_record(
         &self,
@@ -186,18 +200,6 @@ impl<C: Clock> Store for AnyStore<C> {
         match self {
             AnyStore::Memory(store) => store.get_record(id).await,
             AnyStore::Redis(store) => store.get_record(id).await,
-        }
-    }
-
-    async fn adjust_once(
-        &self,
-        ops: &[Op<'_>],
-        adjustment: floodgate::store::Adjustment<'_>,
-        once: floodgate::store::Once<'_>,
-    ) -> Result<bool, StoreError> {
-        match self {
-            AnyStore::Memory(store) => store.adjust_once(ops, adjustment, once).await,
-            AnyStore::Redis(store) => store.adjust_once(ops, adjustment, once).await,
         }
     }
 

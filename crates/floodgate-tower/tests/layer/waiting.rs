@@ -8,7 +8,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use floodgate::core::{Grant, ManualClock};
-use floodgate::store::{Applied, Mode, Op};
+use floodgate::store::{Applied, Mode, Op, Records};
 use floodgate::{Engine, Limit, MemoryConfig, MemoryStore, Policy, Rule, Store, StoreError};
 use floodgate_core::FixedWindow;
 use floodgate_tower::RateLimitLayer;
@@ -33,6 +33,9 @@ impl Store for Awaited {
         self.0.reset(key).await
     }
 }
+
+/// Keeps no reservation records.
+impl Records for Awaited {}
 
 fn app<S: Store>(layer: RateLimitLayer<S>) -> Router {
     Router::new().route("/", get(|| async { "hi" })).layer(layer)

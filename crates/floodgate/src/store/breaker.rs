@@ -30,7 +30,7 @@ use floodgate_core::{Clock, Grant, SystemClock};
 use crate::breaker::{Admission, CircuitBreaker};
 pub use crate::breaker::{BreakerConfig, BreakerState, OnChange};
 
-use super::{Adjustment, Applied, Mode, Once, Op, Record, Settle, Store, StoreError};
+use super::{Applied, Mode, Op, Store, StoreError, Wraps};
 use crate::Limit;
 
 /// A [`Store`] that stops calling the store it wraps while that store keeps failing. Cloning
@@ -162,31 +162,21 @@ impl<S: Store, C: Clock> Store for Breaker<S, C> {
     async fn reset(&self, key: &[u8]) -> Result<bool, StoreError> {
         self.guarded(self.inner.reset(key)).await
     }
+}
 
-    async fn put_record(
+/// The record calls pass the breaker as every call does: refused while it is open, counted while
+/// it is closed, a probe while it is half-open.
+impl<S: Store, C: Clock> Wraps for Breaker<S, C> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn pass_through<T>(
         &self,
-        id: &[u8],
-        body: &[u8],
-        ttl: std::time::Duration,
-        kept: std::time::Duration,
-    ) -> Result<floodgate_core::Timestamp, StoreError> {
-        self.guarded(self.inner.put_record(id, body, ttl, kept)).await
-    }
-
-    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
-        self.guarded(self.inner.get_record(id)).await
-    }
-
-    async fn adjust_once(
-        &self,
-        ops: &[Op<'_>],
-        adjustment: Adjustment<'_>,
-        once: Once<'_>,
-    ) -> Result<bool, StoreError> {
-        self.guarded(self.inner.adjust_once(ops, adjustment, once)).await
-    }
-
-    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
-        self.guarded(self.inner.settle_record(id, settlement)).await
+        call: impl Future<Output = Result<T, StoreError>> + Send,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send {
+        self.guarded(call)
     }
 }

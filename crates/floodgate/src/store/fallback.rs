@@ -35,7 +35,7 @@ use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use super::{Adjustment, Applied, MemoryStore, Mode, Once, Op, OpResult, Record, Settle, Store, StoreError};
+use super::{Applied, MemoryStore, Mode, Op, OpResult, Store, StoreError, Wraps};
 use crate::{Limit, OnStoreError};
 
 /// How a [`Fallback`] shares limits out. See the [module docs](self).
@@ -463,31 +463,12 @@ impl<S: Store, C: Clock> Store for Fallback<S, C> {
         let _ = self.shared.local.reset(key).await;
         self.inner.reset(key).await
     }
+}
 
-    async fn put_record(
-        &self,
-        id: &[u8],
-        body: &[u8],
-        ttl: std::time::Duration,
-        kept: std::time::Duration,
-    ) -> Result<floodgate_core::Timestamp, StoreError> {
-        self.inner.put_record(id, body, ttl, kept).await
-    }
+impl<S: Store, C: Clock> Wraps for Fallback<S, C> {
+    type Inner = S;
 
-    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
-        self.inner.get_record(id).await
-    }
-
-    async fn adjust_once(
-        &self,
-        ops: &[Op<'_>],
-        adjustment: Adjustment<'_>,
-        once: Once<'_>,
-    ) -> Result<bool, StoreError> {
-        self.inner.adjust_once(ops, adjustment, once).await
-    }
-
-    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
-        self.inner.settle_record(id, settlement).await
+    fn inner(&self) -> &S {
+        &self.inner
     }
 }

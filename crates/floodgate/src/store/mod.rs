@@ -3,7 +3,12 @@
 //! A [`Store`] applies all the limits of one request at once, **all-or-nothing**: when any enforced
 //! limit denies, nothing is consumed from any limit. It owns the time (one authority per store:
 //! the process clock for [`MemoryStore`], Redis's own clock for the Redis store) and runs the
-//! algorithms of `floodgate-core` under its own atomic read-modify-write.
+//! algorithms of `floodgate-core` under its own atomic read-modify-write. It also keeps what
+//! reservations need, its [`Records`] (see the `record` module).
+//!
+//! A store may wrap another, as tower middleware wraps a service: [`Breaker`], [`Fallback`] and
+//! [`Prefetch`] implement [`Store`] for what they change, and [`Wraps`] to pass the record calls
+//! through to the store they wrap.
 
 mod breaker;
 mod fallback;
@@ -24,7 +29,7 @@ pub use memory::{
     Recovered,
 };
 pub use prefetch::{Prefetch, PrefetchBatch, PrefetchError, PrefetchStats, Returned};
-pub use record::{Record, Settle, kept_after_expiry};
+pub use record::{Record, Records, Settle, Wraps, kept_after_expiry};
 
 use crate::{Limit, OnStoreError};
 
@@ -93,7 +98,7 @@ pub struct Applied {
     pub degraded: Option<Arc<StoreError>>,
 }
 
-/// Names a change a store applies at most once ([`Store::adjust_once`]): a second call with the
+/// Names a change a store applies at most once ([`Records::adjust_once`]): a second call with the
 /// same id changes nothing, so that a change whose answer was lost can be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Once<'a> {
@@ -103,7 +108,7 @@ pub struct Once<'a> {
     pub keep: std::time::Duration,
 }
 
-/// What [`Store::adjust_once`] does to its ops.
+/// What [`Records::adjust_once`] does to its ops.
 #[derive(Debug, Clone, Copy)]
 pub enum Adjustment<'a> {
     /// Consumes each op's cost and never denies, as [`Mode::Report`].
@@ -186,7 +191,11 @@ impl PartialEq for StoreError {
 }
 
 /// Where limit state lives.
-pub trait Store: Send + Sync + 'static {
+///
+/// Every store also keeps what reservations need, its [`Records`] (the reservation records and
+/// the notes of changes made at most once): a store that keeps none says so with an empty `impl
+/// Records`, and a store that wraps another passes them through to it by implementing [`Wraps`].
+pub trait Store: Records + Send + Sync + 'static {
     /// Applies `ops` atomically, all-or-nothing (see [`Mode`]), writing one result per op, in the
     /// order of `ops`, into `out` (cleared first; passed in so that no decision moves or allocates
     /// a result buffer).
@@ -215,55 +224,6 @@ pub trait Store: Send + Sync + 'static {
         grant: Grant,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Applies `adjustment` to `ops` **at most once** for `once.id`: the change and the note that it
-    /// was made are one atomic write, so a retried call — after a crash, a lost answer, or by
-    /// another instance — changes nothing more. Returns whether anything was applied by this call
-    /// (`false`: an earlier call with the same id made it).
-    ///
-    /// On a store that splits a call by where its keys live (a Redis Cluster's slots), each part
-    /// is applied at most once on its own: a retry completes the parts a failed call did not make.
-    /// Ops must name distinct keys. The default: a store that cannot note changes fails.
-    fn adjust_once(
-        &self,
-        ops: &[Op<'_>],
-        adjustment: Adjustment<'_>,
-        once: Once<'_>,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let _ = (ops, adjustment, once);
-        std::future::ready(Err(record::unsupported()))
-    }
-
     /// Forgets `key`'s state, as if it had never been used. Returns whether it existed.
     fn reset(&self, key: &[u8]) -> impl Future<Output = Result<bool, StoreError>> + Send;
-
-    /// Keeps a reservation record (see the `record` module docs) under `id`: it expires `ttl` from
-    /// now on the store's clock, and is forgotten `kept` from now. Returns its expiry. The default:
-    /// a store that keeps no records fails.
-    fn put_record(
-        &self,
-        id: &[u8],
-        body: &[u8],
-        ttl: std::time::Duration,
-        kept: std::time::Duration,
-    ) -> impl Future<Output = Result<Timestamp, StoreError>> + Send {
-        let _ = (id, body, ttl, kept);
-        std::future::ready(Err(record::unsupported()))
-    }
-
-    /// The record `id`, if the store still keeps it.
-    fn get_record(&self, id: &[u8]) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
-        let _ = id;
-        std::future::ready(Err(record::unsupported()))
-    }
-
-    /// Settles record `id` with `settlement`, atomically: only a pending record not past its expiry
-    /// (on the store's clock) is settled; otherwise nothing changes and the answer says why.
-    fn settle_record(
-        &self,
-        id: &[u8],
-        settlement: &[u8],
-    ) -> impl Future<Output = Result<Settle, StoreError>> + Send {
-        let _ = (id, settlement);
-        std::future::ready(Err(record::unsupported()))
-    }
 }

@@ -49,7 +49,7 @@ use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use super::{Adjustment, Applied, Mode, Once, Op, OpResult, Record, Settle, Store, StoreError};
+use super::{Applied, Mode, Op, OpResult, Store, StoreError, Wraps};
 use crate::Limit;
 
 /// A rule's batch leases: take up to `size` units in one store call, spend them locally for at
@@ -702,31 +702,12 @@ impl<S: Store, C: Clock> Store for Prefetch<S, C> {
         self.shared.keys.pin().remove(key);
         self.inner.reset(key).await
     }
+}
 
-    async fn put_record(
-        &self,
-        id: &[u8],
-        body: &[u8],
-        ttl: std::time::Duration,
-        kept: std::time::Duration,
-    ) -> Result<floodgate_core::Timestamp, StoreError> {
-        self.inner.put_record(id, body, ttl, kept).await
-    }
+impl<S: Store, C: Clock> Wraps for Prefetch<S, C> {
+    type Inner = S;
 
-    async fn get_record(&self, id: &[u8]) -> Result<Option<Record>, StoreError> {
-        self.inner.get_record(id).await
-    }
-
-    async fn adjust_once(
-        &self,
-        ops: &[Op<'_>],
-        adjustment: Adjustment<'_>,
-        once: Once<'_>,
-    ) -> Result<bool, StoreError> {
-        self.inner.adjust_once(ops, adjustment, once).await
-    }
-
-    async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
-        self.inner.settle_record(id, settlement).await
+    fn inner(&self) -> &S {
+        &self.inner
     }
 }

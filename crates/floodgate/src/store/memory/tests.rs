@@ -12,6 +12,7 @@ use proptest::prelude::*;
 use super::slot::State;
 use super::*;
 use crate::OnStoreError;
+use crate::store::OpResult;
 
 const START: Timestamp = Timestamp::from_secs(1_700_000_000);
 
