@@ -2,10 +2,7 @@
 //! that the native configuration, `floodgate-bench` and the docs (`docs/configuration.md`,
 //! checked by a test) all read. The names themselves are [`LimitKind`]'s.
 
-use floodgate::{Limit, LimitKind};
-
-use crate::ConfigError;
-use crate::yaml::{Item, parse_document};
+use floodgate::LimitKind;
 
 /// One parameter of an algorithm, as written in a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,25 +116,6 @@ pub fn algorithm(kind: LimitKind) -> &'static Algorithm {
 /// ```
 pub fn by_name(name: &str) -> Option<&'static Algorithm> {
     ALGORITHMS.iter().find(|a| a.name() == name)
-}
-
-/// An algorithm with its parameters, exactly as a rule writes them, read from a YAML (or JSON)
-/// mapping on its own: `{"algorithm": "token_bucket", "rate": "2/s", "burst": 8}`. The mapping may
-/// also hold the fields named in `others`, which are left to the caller. Errors are located (line,
-/// column, field) like a configuration file's; a limit that varies by a descriptor is refused.
-///
-/// ```
-/// use floodgate_config::algorithm::parse_limit;
-///
-/// let bucket = parse_limit(r#"{"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": []}"#, &["requests"])?;
-/// assert_eq!(bucket.capacity(), 8);
-/// let error = parse_limit("algorithm: sliding_window\nlimit: 5\nwindow: 5 parsecs\n", &[]).unwrap_err();
-/// assert_eq!((error.line, error.field.as_deref()), (Some(3), Some("window")));
-/// # Ok::<(), floodgate_config::ConfigError>(())
-/// ```
-pub fn parse_limit(text: &str, others: &[&str]) -> Result<Limit, ConfigError> {
-    let root = parse_document(text).map_err(|e| e.in_file(None))?;
-    crate::native::limit_alone(Item::root(&root), others).map_err(|e| e.in_file(None))
 }
 
 /// The names of every algorithm, in order.

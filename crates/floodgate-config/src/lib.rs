@@ -43,12 +43,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use floodgate::store::BreakerConfig;
-use floodgate::{MemoryConfig, Policy};
+use floodgate::{Limit, MemoryConfig, Policy};
 use floodgate_http::HeaderStyle;
 
 use self::error::{Invalid, file_error, name_path};
 use self::redis::RedisTarget;
-use self::yaml::{Item, Value};
+use self::yaml::{Item, Value, parse_document};
 
 pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
 pub use self::native::{admin, auth, gateway, http_server, redis, tls};
@@ -439,6 +439,25 @@ fn assemble(
         tls,
         admin,
     })
+}
+
+/// An algorithm with its parameters, exactly as a rule writes them, read from a YAML (or JSON)
+/// mapping on its own: `{"algorithm": "token_bucket", "rate": "2/s", "burst": 8}`. The mapping may
+/// also hold the fields named in `others`, which are left to the caller. Errors are located (line,
+/// column, field) like a configuration file's; a limit that varies by a descriptor is refused.
+///
+/// ```
+/// use floodgate_config::parse_limit;
+///
+/// let bucket = parse_limit(r#"{"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": []}"#, &["requests"])?;
+/// assert_eq!(bucket.capacity(), 8);
+/// let error = parse_limit("algorithm: sliding_window\nlimit: 5\nwindow: 5 parsecs\n", &[]).unwrap_err();
+/// assert_eq!((error.line, error.field.as_deref()), (Some(3), Some("window")));
+/// # Ok::<(), floodgate_config::ConfigError>(())
+/// ```
+pub fn parse_limit(text: &str, others: &[&str]) -> Result<Limit, ConfigError> {
+    let root = parse_document(text).map_err(|e| e.in_file(None))?;
+    crate::native::limit_alone(Item::root(&root), others).map_err(|e| e.in_file(None))
 }
 
 #[cfg(test)]

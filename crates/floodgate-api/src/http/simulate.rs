@@ -174,7 +174,7 @@ pub(super) async fn simulate(State(app): State<App>, request: Request) -> Respon
     };
     // The algorithm and its parameters, by the configuration's parser (JSON is YAML).
     let text = String::from_utf8_lossy(&body);
-    let limit = match floodgate_config::algorithm::parse_limit(&text, &FIELDS) {
+    let limit = match floodgate_config::parse_limit(&text, &FIELDS) {
         Ok(limit) => limit,
         Err(e) => return bad(e.message),
     };

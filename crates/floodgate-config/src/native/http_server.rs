@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::store::positive_duration;
+use super::positive_duration;
 use crate::error::Invalid;
 use crate::yaml::Item;
 

@@ -13,7 +13,7 @@ use floodgate_core::{
 use jiff::civil::Weekday;
 
 use super::descriptors::Vocabulary;
-use super::store::positive_duration;
+use super::positive_duration;
 use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;

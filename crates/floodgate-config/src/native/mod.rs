@@ -19,11 +19,13 @@ pub mod tls;
 mod tests;
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use floodgate::Rule;
 use floodgate_http::HeaderStyle;
 
 use self::descriptors::Vocabulary;
+use crate::duration;
 use crate::error::Invalid;
 use crate::yaml::Item;
 use crate::{StoreConfig, Survival};
@@ -124,4 +126,15 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         None => admin::AdminConfig::default(),
     };
     Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth, http, tls, admin })
+}
+
+/// A duration such as `60s`, longer than zero.
+pub(crate) fn positive_duration(item: Item<'_>, what: &str) -> Result<Duration, Invalid> {
+    let text = item.text(what)?;
+    let d = duration::parse(&text)
+        .map_err(|why| item.error(format!("invalid {what} {}: {why}", item.node.describe())))?;
+    if d.is_zero() {
+        return Err(item.error(format!("invalid {what} {}: must be longer than 0", item.node.describe())));
+    }
+    Ok(d)
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::descriptors::Vocabulary;
-use super::store::positive_duration;
+use super::positive_duration;
 use super::tls::{PemFile, TlsFileError};
 use crate::error::Invalid;
 use crate::yaml::{Fields, Item};

@@ -9,7 +9,7 @@ use floodgate::{
 
 use super::descriptors::Vocabulary;
 use super::limits::{Shape, bucket, count, counted, shape};
-use super::store::positive_duration;
+use super::positive_duration;
 use crate::algorithm::{self, Algorithm};
 use crate::duration;
 use crate::error::Invalid;

@@ -2,12 +2,11 @@
 //! ([`MemoryConfig`]) so that its defaults are the only defaults, or a Redis node or cluster (its
 //! connection settings read by [`redis`](super::redis), its survival here).
 
-use std::time::Duration;
-
 use floodgate::store::{Fsync, PersistConfig};
 use floodgate::{MemoryConfig, OnFull};
 
 use super::descriptors::Vocabulary;
+use super::positive_duration;
 use super::redis::{self, RedisTarget};
 use crate::duration;
 use crate::error::Invalid;
@@ -268,15 +267,4 @@ fn persist(item: Item<'_>) -> Result<PersistConfig, Invalid> {
         },
     };
     Ok(PersistConfig { path: dir.into(), fsync })
-}
-
-/// A duration such as `60s`, longer than zero.
-pub(crate) fn positive_duration(item: Item<'_>, what: &str) -> Result<Duration, Invalid> {
-    let text = item.text(what)?;
-    let d = duration::parse(&text)
-        .map_err(|why| item.error(format!("invalid {what} {}: {why}", item.node.describe())))?;
-    if d.is_zero() {
-        return Err(item.error(format!("invalid {what} {}: must be longer than 0", item.node.describe())));
-    }
-    Ok(d)
 }

@@ -26,11 +26,11 @@ use ipnet::IpNet;
 
 pub use self::identity::{Claims, Identity, IdentityHeaders, Jwt, Secret};
 pub use self::listener::ForwardedHeader;
-pub use self::routes::{Priority, Route};
-pub use self::switches::{Degrade, Shed, StaleCacheConfig, Switches};
+pub use self::routes::Route;
+pub use self::switches::{Degrade, Priority, Shed, StaleCacheConfig, Switches};
 pub use self::upstream::{Fallback, Retries, Timeouts, Upstream};
-use super::store::positive_duration;
 use crate::error::Invalid;
+use crate::native::positive_duration;
 use crate::yaml::Item;
 
 /// The gateway's settings: the `gateway:` section. Its `Default` is no route at all on

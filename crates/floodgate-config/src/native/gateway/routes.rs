@@ -10,7 +10,7 @@ use http::Method;
 use crate::error::Invalid;
 use crate::yaml::{Item, Value, did_you_mean};
 
-use super::switches::{Degrade, degrade};
+use super::switches::{Degrade, Priority, degrade};
 use super::upstream::{
     Fallback, Retries, Timeouts, Upstream, breaker, fallback, retries, timeouts, upstream,
 };
@@ -40,30 +40,6 @@ pub struct Route {
     pub fallback: Option<Fallback>,
     /// Which degradations it offers when the switches turn them on.
     pub degrade: Degrade,
-}
-
-/// Shedding priority: under `shed: low` the low routes are shed, under `shed: normal` the normal
-/// ones too; critical routes are never shed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub enum Priority {
-    /// Shed first.
-    Low,
-    /// Shed second (the default).
-    #[default]
-    Normal,
-    /// Never shed.
-    Critical,
-}
-
-impl Priority {
-    /// `low`, `normal` or `critical`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Low => "low",
-            Priority::Normal => "normal",
-            Priority::Critical => "critical",
-        }
-    }
 }
 
 const ROUTE_FIELDS: &[&str] = &[

@@ -4,8 +4,31 @@
 use crate::error::Invalid;
 use crate::yaml::{Item, did_you_mean};
 
-use super::routes::Priority;
 use super::size;
+
+/// Shedding priority: under `shed: low` the low routes are shed, under `shed: normal` the normal
+/// ones too; critical routes are never shed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Priority {
+    /// Shed first.
+    Low,
+    /// Shed second (the default).
+    #[default]
+    Normal,
+    /// Never shed.
+    Critical,
+}
+
+impl Priority {
+    /// `low`, `normal` or `critical`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Normal => "normal",
+            Priority::Critical => "critical",
+        }
+    }
+}
 
 /// The degradations a route offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

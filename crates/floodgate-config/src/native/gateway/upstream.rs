@@ -7,7 +7,7 @@ use floodgate::breaker::BreakerConfig;
 use http::{StatusCode, Uri};
 
 use crate::error::Invalid;
-use crate::native::store::positive_duration;
+use crate::native::positive_duration;
 use crate::yaml::{Fields, Item, Value};
 
 use super::size;

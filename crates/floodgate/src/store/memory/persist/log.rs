@@ -18,35 +18,13 @@ use parking_lot::{Condvar, Mutex};
 
 use super::codec::{SNAP_MAGIC, WAL_MAGIC, encode_end};
 use super::recovery::{Loaded, load};
-use super::{Fsync, PersistConfig, PersistError, io_at};
+use super::{Fsync, PersistConfig, PersistError, io_at, segment_path, segments};
 use crate::store::StoreError;
 
 /// A checkpoint is taken once this much log has been written since the last one.
 pub(crate) const CHECKPOINT_BYTES: u64 = 64 << 20;
 /// ... or this many seconds after the last one, when anything was logged since.
 pub(crate) const CHECKPOINT_EVERY_SECS: u64 = 300;
-
-/// The path of log segment `n` in `dir`.
-pub(super) fn segment_path(dir: &Path, n: u64) -> PathBuf {
-    dir.join(format!("wal-{n:016}.log"))
-}
-
-/// The segments in `dir`, by number.
-pub(super) fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, PersistError> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io_at(dir))? {
-        let entry = entry.map_err(io_at(dir))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(n) = name.strip_prefix("wal-").and_then(|n| n.strip_suffix(".log"))
-            && let Ok(n) = n.parse::<u64>()
-        {
-            out.push((n, entry.path()));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
 
 fn sync_dir(dir: &Path) -> Result<(), PersistError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io_at(dir))

@@ -42,6 +42,7 @@
 //! - `recovery`: loading the snapshot and replaying the log at start, cutting a torn tail.
 //! - `log`: the write-ahead log: appending, the writer thread and its syncs, segments, checkpoints.
 
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -132,3 +133,25 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> PersistError + '_ {
 
 #[cfg(test)]
 mod tests;
+
+/// The path of log segment `n` in `dir`.
+pub(super) fn segment_path(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("wal-{n:016}.log"))
+}
+
+/// The segments in `dir`, by number.
+pub(super) fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, PersistError> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_at(dir))? {
+        let entry = entry.map_err(io_at(dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(n) = name.strip_prefix("wal-").and_then(|n| n.strip_suffix(".log"))
+            && let Ok(n) = n.parse::<u64>()
+        {
+            out.push((n, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}

@@ -10,7 +10,7 @@ use std::time::Instant;
 use floodgate_core::Timestamp;
 
 use super::codec::{Entry, HEADER, SNAP_MAGIC, WAL_MAGIC, decode, entry_at};
-use super::log::segments;
+use super::segments;
 use super::{PersistError, Recovered, io_at};
 use crate::store::memory::Kept;
 use crate::store::memory::slot::State;

@@ -188,7 +188,7 @@ async fn reservation_records_and_their_settlements_are_restored() {
 }
 
 fn segment(dir: &TempDir) -> PathBuf {
-    let mut segments = super::log::segments(&dir.0).unwrap();
+    let mut segments = super::segments(&dir.0).unwrap();
     segments.pop().expect("a segment").1
 }
 
@@ -287,7 +287,7 @@ async fn expired_keys_are_not_restored_and_checkpoints_drop_them() {
         let (store, recovered) = open(&dir, &clock);
         assert_eq!((recovered.keys, recovered.expired), (1, 1), "{recovered:?}");
         store.checkpoint().unwrap();
-        assert_eq!(super::log::segments(&dir.0).unwrap(), vec![], "the checkpoint covers the log");
+        assert_eq!(super::segments(&dir.0).unwrap(), vec![], "the checkpoint covers the log");
     }
     let snapshot = std::fs::read(dir.0.join("snapshot")).unwrap();
     assert!(!snapshot.windows(5).any(|w| w == b"short"), "the checkpoint holds no expired key");
@@ -314,7 +314,7 @@ async fn a_failed_write_fails_the_call_and_every_later_one() {
     let clock = ManualClock::new(START);
     let (store, _) = open(&dir, &clock);
     // The segment the log writes next cannot be created: a directory holds its name.
-    std::fs::create_dir(super::log::segment_path(&dir.0, 1)).unwrap();
+    std::fs::create_dir(super::segment_path(&dir.0, 1)).unwrap();
     let limit: Limit = FixedWindow::try_new(nz(5), Duration::from_secs(60)).unwrap().into();
     let mut out = Applied::default();
     let error = store.apply(&[op(b"k", &limit, 1)], Mode::Check, &mut out).await.unwrap_err();
