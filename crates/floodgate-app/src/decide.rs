@@ -18,7 +18,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use crate::store::AnyStore;
-use floodgate::{EngineError, Hit, Impossible, Mode, Verdict};
+use floodgate::{Descriptors, EngineError, Hit, Impossible, Mode, Policy, StoreError, Verdict};
 
 use crate::control::Domain;
 use crate::metrics::{Api, Metrics};
@@ -88,18 +88,39 @@ impl DecisionPath {
     pub async fn decide(&self, domain: &Domain, api: Api, hits: &[Hit<'_>]) -> Result<Verdict, EngineError> {
         let (mode, impossible) = mode(api);
         let started = now();
-        let result = match domain.policy.evaluate_now(&self.store, mode, hits, impossible) {
+        // The store's kind is told apart here, once, so that the policy runs on the store itself
+        // (no call comes back up through this crate's `AnyStore`).
+        let result = match &self.store {
             // The memory store decides at once: the decision's working state stays on the stack.
-            Some(result) => result,
+            AnyStore::Memory(memory) => match domain.policy.evaluate_now(memory, mode, hits, impossible) {
+                Some(result) => result,
+                None => Box::pin(domain.policy.evaluate(memory, mode, hits, impossible)).await,
+            },
             // A store that must be awaited (Redis): its future on the heap, so that this one, which
             // every front door holds for each request in flight, stays small.
-            None => Box::pin(domain.policy.evaluate(&self.store, mode, hits, impossible)).await,
+            AnyStore::Redis(redis) => Box::pin(domain.policy.evaluate(redis, mode, hits, impossible)).await,
         };
         let observed = Observed { api, domain, hits, result: &result, took: started.elapsed() };
         for observer in &self.observers {
             observer.observe(&observed);
         }
         result
+    }
+}
+
+impl DecisionPath {
+    /// Frees the concurrency permits `verdict` holds: `policy`'s answer to one request with
+    /// `descriptors` (a permit is otherwise freed when its lease expires).
+    pub async fn release_permits(
+        &self,
+        policy: &Policy,
+        descriptors: &Descriptors,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        match &self.store {
+            AnyStore::Memory(memory) => policy.release_permits(memory, descriptors, verdict).await,
+            AnyStore::Redis(redis) => policy.release_permits(redis, descriptors, verdict).await,
+        }
     }
 }
 

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use floodgate::{Descriptors, Engine, Verdict};
-use floodgate_app::store::AnyStore;
 use floodgate_core::{Clock, SystemClock};
+use floodgate_tower::Permits;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -25,48 +24,12 @@ use super::stale::StaleCache;
 #[error("the route's total timeout passed while the response body was streaming")]
 pub(super) struct TotalTimeout;
 
-/// Concurrency permits of rules (algorithm `concurrency`) a request was admitted with: released on
-/// the store when dropped.
-pub(super) struct RulePermits {
-    engine: Arc<Engine<AnyStore>>,
-    descriptors: Descriptors,
-    verdict: Verdict,
-}
-
-impl RulePermits {
-    /// The permits `verdict` holds, if any.
-    pub(super) fn of(
-        engine: &Arc<Engine<AnyStore>>,
-        descriptors: &Descriptors,
-        verdict: &Verdict,
-    ) -> Option<Self> {
-        verdict.holds_permits().then(|| RulePermits {
-            engine: Arc::clone(engine),
-            descriptors: descriptors.clone(),
-            verdict: verdict.clone(),
-        })
-    }
-}
-
-impl Drop for RulePermits {
-    fn drop(&mut self) {
-        let engine = Arc::clone(&self.engine);
-        let descriptors = std::mem::take(&mut self.descriptors);
-        let verdict = std::mem::take(&mut self.verdict);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                // A failed release is recovered by the permit's lease expiry.
-                let _ = engine.release(&descriptors, &verdict).await;
-            });
-        }
-    }
-}
-
 /// What a request holds until its response ends.
 #[derive(Default)]
 pub(super) struct Held {
     pub(super) in_flight: Option<OwnedSemaphorePermit>,
-    pub(super) permits: Vec<RulePermits>,
+    /// The concurrency permits of `concurrency` rules, each phase's.
+    pub(super) permits: Vec<Permits>,
 }
 
 /// A copy of a good GET's body on its way to the stale cache.

@@ -7,14 +7,14 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use floodgate::Verdict;
+use floodgate::{Descriptors, Verdict};
 use floodgate_core::{Clock, SystemClock};
 use floodgate_http::rate_limit_headers;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body::Body as _;
 use tokio::time::Instant;
 
-use super::body::{GatewayBody, Held, RulePermits, Tee};
+use super::body::{GatewayBody, Held, Tee};
 use super::call;
 use super::identity::{Identity, describe_identity};
 use super::metrics::GatewayMetrics;
@@ -24,8 +24,26 @@ use super::routes::{RouteState, RouteTable};
 use super::stale::{self, STALE_HEADER, StaleCache};
 use super::state::{Context, Gateway};
 use super::upstream::{self, Clients, Failure, Outgoing, Prepared};
-use floodgate_app::control::Running;
+use floodgate_app::control::{Domain, Running};
 use floodgate_app::metrics::Metrics;
+use floodgate_tower::Permits;
+
+/// The concurrency permits `verdict` (`domain`'s answer) holds, if any: freed down the decision
+/// path when the response ends.
+fn permits(
+    gateway: &Arc<Gateway>,
+    domain: &Domain,
+    descriptors: &Descriptors,
+    verdict: &Verdict,
+) -> Option<Permits> {
+    verdict.holds_permits().then(|| {
+        let (app, policy) = (gateway.app.clone(), Arc::clone(&domain.policy));
+        let (descriptors, verdict) = (descriptors.clone(), verdict.clone());
+        Permits::new(async move {
+            let _ = app.decisions().release_permits(&policy, &descriptors, &verdict).await;
+        })
+    })
+}
 
 /// Both phases' verdicts as one, for the rate-limit headers.
 fn merged(before: Verdict, after: Verdict) -> Verdict {
@@ -86,9 +104,8 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     if !before.allowed {
         return respond::limited(&before, style);
     }
-    let engine = gateway.app.control().engine();
     let mut held = Held::default();
-    held.permits.extend(RulePermits::of(engine, &descriptors, &before));
+    held.permits.extend(permits(gateway, &table.policies.before, &descriptors, &before));
 
     // 3. Identity: a token present but invalid is refused here, after the ip pool counted it.
     let identity_config = &table.config.identity;
@@ -115,7 +132,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     if !after.allowed {
         return respond::limited(&merged(before, after), style);
     }
-    held.permits.extend(RulePermits::of(engine, &descriptors, &after));
+    held.permits.extend(permits(gateway, &table.policies.after, &descriptors, &after));
     let verdict = merged(before, after);
 
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();

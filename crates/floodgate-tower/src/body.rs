@@ -1,17 +1,14 @@
 //! [`RateLimitBody`]: the response body, holding the request's concurrency permits until it ends.
 
 use std::fmt;
-use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use floodgate::{Engine, Store};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::RateLimitInfo;
+use crate::permit::Permits;
 
 pin_project! {
     /// The body of a response that passed through [`RateLimit`](crate::RateLimit): the inner
@@ -22,7 +19,7 @@ pin_project! {
     pub struct RateLimitBody<B> {
         #[pin]
         kind: Kind<B>,
-        permit: Option<Permit>,
+        permit: Option<Permits>,
     }
 }
 
@@ -35,7 +32,7 @@ pin_project! {
 }
 
 impl<B> RateLimitBody<B> {
-    pub(crate) fn inner(body: B, permit: Option<Permit>) -> Self {
+    pub(crate) fn inner(body: B, permit: Option<Permits>) -> Self {
         RateLimitBody { kind: Kind::Inner { body }, permit }
     }
 
@@ -102,53 +99,5 @@ impl<B: fmt::Debug> fmt::Debug for RateLimitBody<B> {
             Kind::Full { data } => d.field("full", data),
         };
         d.field("holds_permits", &self.permit.is_some()).finish()
-    }
-}
-
-// === impl Permit ===
-
-type Release = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Concurrency permits held by one admitted request; released when dropped.
-///
-/// The release is an async store call and `Drop` cannot await: it is polled once right away (the
-/// memory store finishes there), and if it is still pending, spawned on the tokio runtime that
-/// admitted the request. Without a runtime, or if the store fails, the permits are freed when their
-/// lease expires.
-pub(crate) struct Permit {
-    // A `Mutex` only to make the body `Sync`; it is never contended (`get_mut` in `drop`).
-    release: Mutex<Option<Release>>,
-    runtime: Option<tokio::runtime::Handle>,
-}
-
-impl Permit {
-    pub(crate) fn new<S: Store>(engine: Arc<Engine<S>>, info: RateLimitInfo) -> Self {
-        let release: Release = Box::pin(async move {
-            // A failed release is recovered by the lease expiry; there is no one left to tell.
-            let _ = engine.release(info.descriptors(), info.verdict()).await;
-        });
-        Permit { release: Mutex::new(Some(release)), runtime: tokio::runtime::Handle::try_current().ok() }
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        let release = match self.release.get_mut() {
-            Ok(release) => release.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        let Some(mut release) = release else { return };
-        if release.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready() {
-            return;
-        }
-        if let Some(runtime) = self.runtime.take().or_else(|| tokio::runtime::Handle::try_current().ok()) {
-            runtime.spawn(release);
-        }
-    }
-}
-
-impl fmt::Debug for Permit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit").finish_non_exhaustive()
     }
 }

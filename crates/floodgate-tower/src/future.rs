@@ -11,7 +11,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::body::Permit;
+use crate::permit::Permits;
 use crate::service::{CheckFuture, Checked};
 use crate::{RateLimitBody, RateLimitInfo};
 
@@ -34,7 +34,7 @@ pin_project! {
     #[project = StateProj]
     enum State<T, B, F> {
         Checking { check: CheckFuture, pending: Option<(T, Request<B>)> },
-        Calling { #[pin] future: F, info: Option<RateLimitInfo>, permit: Option<Permit> },
+        Calling { #[pin] future: F, info: Option<RateLimitInfo>, permit: Option<Permits> },
         Done,
     }
 }

@@ -62,6 +62,7 @@ mod extract;
 mod future;
 mod info;
 mod layer;
+mod permit;
 mod service;
 
 pub use body::RateLimitBody;
@@ -71,4 +72,5 @@ pub use floodgate_http::HeaderStyle;
 pub use future::ResponseFuture;
 pub use info::RateLimitInfo;
 pub use layer::{DEFAULT_MAX_WAITING, RateLimitLayer};
+pub use permit::Permits;
 pub use service::RateLimit;

@@ -13,9 +13,9 @@ use floodgate::{Descriptors, Engine, EngineError, MemoryStore, Store};
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::body::Permit;
 use crate::future::ResponseFuture;
 use crate::layer::Config;
+use crate::permit::Permits;
 use crate::{RateLimitBody, RateLimitInfo};
 
 /// Rate-limits requests to `T` with an [`Engine`] (made by [`RateLimitLayer`](crate::RateLimitLayer)).
@@ -121,7 +121,7 @@ where
 
 /// The engine's answer, with the permits to release if the request was admitted with some.
 pub(crate) enum Checked {
-    Verdict { info: RateLimitInfo, permit: Option<Permit> },
+    Verdict { info: RateLimitInfo, permit: Option<Permits> },
     NeverAllowed(EngineError),
 }
 
@@ -196,7 +196,12 @@ fn checked<S: Store>(
         Ok(verdict) => {
             let holds_permits = verdict.holds_permits();
             let info = RateLimitInfo::new(verdict, descriptors, cost);
-            let permit = holds_permits.then(|| Permit::new(Arc::clone(engine), info.clone()));
+            let permit = holds_permits.then(|| {
+                let (engine, info) = (Arc::clone(engine), info.clone());
+                Permits::new(async move {
+                    let _ = engine.release(info.descriptors(), info.verdict()).await;
+                })
+            });
             Checked::Verdict { info, permit }
         }
         Err(error) => Checked::NeverAllowed(error),

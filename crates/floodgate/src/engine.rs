@@ -165,8 +165,7 @@ impl<S: Store> Engine<S> {
 
     /// Releases the concurrency permits `verdict` holds.
     pub async fn release(&self, descriptors: &Descriptors, verdict: &Verdict) -> Result<(), StoreError> {
-        let policy = self.policy.load();
-        policy.give_back(&self.store, &[Hit::new(descriptors, 0)], verdict, true).await
+        self.policy.load().release_permits(&self.store, descriptors, verdict).await
     }
 
     /// Forgets the state of `rule` for the key made from `descriptors`. Returns whether the rule

@@ -83,6 +83,17 @@ impl Policy {
         store.adjust_once(&ops, crate::store::Adjustment::GiveBack(&grants), once).await
     }
 
+    /// Frees the concurrency permits `verdict` (this policy's answer to one request with
+    /// `descriptors`) holds, under the keys they were taken for.
+    pub async fn release_permits<S: Store>(
+        &self,
+        store: &S,
+        descriptors: &Descriptors,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.give_back(store, &[Hit::new(descriptors, 0)], verdict, true).await
+    }
+
     /// Gives back what `verdict`'s limits consumed (only concurrency permits when `permits_only`),
     /// each under the key of the hit it applied to.
     pub(crate) async fn give_back<S: Store>(
