@@ -54,13 +54,29 @@ pub enum OnStoreError {
 }
 
 impl OnStoreError {
+    /// Every policy, in the order the docs list them.
+    pub const ALL: [OnStoreError; 3] =
+        [OnStoreError::FailOpen, OnStoreError::FailClosed, OnStoreError::Local];
+
     /// As written in configuration: `fail_open`, `fail_closed` or `local`.
+    ///
+    /// ```
+    /// use floodgate::OnStoreError;
+    /// assert_eq!(OnStoreError::FailClosed.as_str(), "fail_closed");
+    /// assert_eq!(OnStoreError::from_name("local"), Some(OnStoreError::Local));
+    /// assert_eq!(OnStoreError::from_name("fail-open"), None);
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             OnStoreError::FailOpen => "fail_open",
             OnStoreError::FailClosed => "fail_closed",
             OnStoreError::Local => "local",
         }
+    }
+
+    /// The policy named `name` (exactly as [`OnStoreError::as_str`] writes it).
+    pub fn from_name(name: &str) -> Option<OnStoreError> {
+        OnStoreError::ALL.into_iter().find(|p| p.as_str() == name)
     }
 }
 

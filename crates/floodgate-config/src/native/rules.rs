@@ -144,21 +144,18 @@ pub(crate) fn compile(
         Some(o) => {
             let text = o.str("a store failure policy")?;
             canonical.field("on_store_error", text);
-            match text {
-                "fail_open" => OnStoreError::FailOpen,
-                "fail_closed" => OnStoreError::FailClosed,
-                "local" if algorithm.kind == LimitKind::Concurrency => {
+            match OnStoreError::from_name(text) {
+                Some(OnStoreError::Local) if algorithm.kind == LimitKind::Concurrency => {
                     return Err(o.error(
                         "on_store_error local is not available for the concurrency algorithm (a permit \
                          taken locally could not be released on the store): use fail_open or fail_closed",
                     ));
                 }
-                "local" => OnStoreError::Local,
-                other => {
-                    let options = ["fail_open", "fail_closed", "local"];
+                Some(policy) => policy,
+                None => {
                     return Err(o.error(format!(
-                        "unknown on_store_error {other:?}: expected fail_open, fail_closed or local{}",
-                        did_you_mean(other, options)
+                        "unknown on_store_error {text:?}: expected fail_open, fail_closed or local{}",
+                        did_you_mean(text, OnStoreError::ALL.map(OnStoreError::as_str))
                     )));
                 }
             }
