@@ -54,7 +54,7 @@ pub enum Scenario {
     /// Access logs (nginx/Apache combined, Envoy, JSON lines; gzip or not) replayed against a
     /// policy by the real engine on a clock the log's timestamps drive: what each rule would have
     /// denied, to whom, and when; `--compare` a second policy; `--suggest` limits from the log.
-    Replay(ReplayArgs),
+    Replay(crate::replay::ReplayArgs),
     /// Slow connections that send a request's headers one line at a time and never finish
     /// (slowloris), beside normal clients: the normal clients' latency without and with them, and
     /// how long the server takes to close each slow connection.
@@ -940,63 +940,6 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 /// `1h30m`, `250us`; whole numbers with a unit): [`floodgate_config::duration`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     floodgate_config::duration::parse(text).map_err(|why| format!("{text:?}: {why}"))
-}
-
-/// `replay` (DESIGN.md §13).
-#[derive(Debug, Clone, Args)]
-pub struct ReplayArgs {
-    /// The access logs, read in order (gzip-compressed ones too: told by their first bytes).
-    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
-    pub log: Vec<PathBuf>,
-    /// The policy (native YAML, as `floodgate serve --config` reads it).
-    #[arg(long, value_name = "POLICY.yaml")]
-    pub config: PathBuf,
-    /// A second policy replayed beside the first: both reports, and the requests one denies and
-    /// the other does not.
-    #[arg(long, value_name = "B.yaml")]
-    pub compare: Option<PathBuf>,
-    /// Suggest, for each rule and algorithm, the smallest limit at which at most
-    /// `--max-refused-keys` of the keys would ever have been refused.
-    #[arg(long)]
-    pub suggest: bool,
-    /// `--suggest`: the share of keys allowed to be refused at least once, in percent.
-    #[arg(long, value_name = "PERCENT", default_value_t = 0.1, value_parser = parse_percent)]
-    pub max_refused_keys: f64,
-    /// `--suggest`: added above the suggested limit, in percent (e.g. 25).
-    #[arg(long, value_name = "PERCENT", default_value_t = 0.0, value_parser = parse_percent)]
-    pub headroom: f64,
-    /// The log format, when it cannot be told from the lines.
-    #[arg(long, value_enum)]
-    pub format: Option<crate::replay::source::FormatName>,
-    /// Route templates (comma-separated, repeatable): `/api/orders/{id}`, `POST /api/orders`,
-    /// `/files/{*rest}`. A path no pattern matches is its own route.
-    #[arg(long, value_name = "PATTERNS")]
-    pub routes: Vec<String>,
-    /// A descriptor from a logged field (repeatable): `user=remote_user`,
-    /// `tenant=header.x-tenant`. Fields: `remote_user`, `header.referer`, `header.user-agent`
-    /// (combined); `header.user-agent`, `header.x-request-id`, `header.host` (envoy); the names
-    /// `--json-field` gives.
-    #[arg(long = "map", value_name = "DESCRIPTOR=FIELD", value_parser = parse_pair)]
-    pub map: Vec<(String, String)>,
-    /// JSON lines: which JSON field holds what (repeatable): `time=ts`, `addr=client`,
-    /// `forwarded_for=xff`, `method=verb`, `path=uri`, `status=code`, `duration=rt`, or any
-    /// descriptor (`user=uid`, `header.x-api-key=key`).
-    #[arg(long = "json-field", value_name = "NAME=FIELD", value_parser = parse_pair)]
-    pub json_field: Vec<(String, String)>,
-    /// Proxies whose logged X-Forwarded-For is believed (CIDR or address, repeatable). Default:
-    /// the policy's `gateway.trusted_proxies`.
-    #[arg(long = "trusted-proxy", value_name = "CIDR")]
-    pub trusted_proxy: Vec<String>,
-    /// How many top denied keys per rule.
-    #[arg(long, default_value_t = 10)]
-    pub top: usize,
-    /// Only read and parse the logs, deciding nothing: the lines, the malformed ones and the
-    /// reading rate (what the replay's own rate is compared with).
-    #[arg(long)]
-    pub parse_only: bool,
-    /// Output.
-    #[command(flatten)]
-    pub output: Output,
 }
 
 /// Parses a percentage between 0 and 100 (a trailing `%` allowed).

@@ -16,7 +16,7 @@
 //!   store calls per decision and the most admitted in any window versus the limit.
 //! - [`replay`]: access logs replayed against a policy (and a second one to compare) by the
 //!   real engine on the log's clock; what each rule would have denied, and limits suggested
-//!   from the keys' peaks.
+//!   from the keys' peaks. The command line of the `floodgate-replay` crate.
 //! - [`flood`]: a flood of distinct keys beside normal users under their limits, on the memory
 //!   store (capped) or a Redis; the normal users' false rejections (known users and newcomers
 //!   apart), their latency, and what the store holds.

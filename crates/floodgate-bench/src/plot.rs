@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
 
+use floodgate_replay::plot::escape;
+
 use crate::math::Timeline;
 
 const WIDTH: f64 = 960.0;
@@ -187,10 +189,6 @@ fn axes(s: &mut String, y0: f64, label: &str) {
         y0 - 4.0,
         escape(label)
     );
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 #[cfg(test)]

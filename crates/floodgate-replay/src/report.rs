@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::source::{Malformed, Reading};
-use super::suggest::Suggestion;
-use super::tally::{RuleTally, Tally};
+use crate::source::{Malformed, Reading};
+use crate::suggest::Suggestion;
+use crate::tally::{RuleTally, Tally};
 
 /// One policy's report.
 #[derive(Debug, Clone, Serialize)]
@@ -309,7 +309,7 @@ impl PolicyReport {
             );
         }
         if let Some(suggest) = &self.suggest {
-            t.push_str(&super::suggest::table(suggest));
+            t.push_str(&crate::suggest::table(suggest));
         }
         t
     }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use floodgate::{Action, Descriptors, Engine, MemoryConfig, MemoryStore, Policy, Verdict};
 use floodgate_core::{ManualClock, Timestamp};
 
-use super::tally::Tally;
+use crate::tally::Tally;
 
 /// A future the memory store answers at once, run to completion without a runtime.
 fn ready<F: Future>(future: F) -> Option<F::Output> {

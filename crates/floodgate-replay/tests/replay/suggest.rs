@@ -3,7 +3,7 @@
 //! once, so every algorithm's peak for the key is its largest burst. The suggestion must be
 //! exactly the known answer.
 
-use floodgate_bench::replay::{self, Options};
+use floodgate_replay::{self as replay, Options};
 
 use super::{T0, combined, temp};
 
@@ -37,7 +37,7 @@ fn nearest_rank(sorted: &[u64], q: f64) -> u64 {
     sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
-fn suggest(keys: u64, share: f64, headroom: f64) -> Vec<floodgate_bench::replay::suggest::Suggestion> {
+fn suggest(keys: u64, share: f64, headroom: f64) -> Vec<floodgate_replay::suggest::Suggestion> {
     let path = log(keys);
     let mut options = Options::new(vec![path.clone()]);
     options.suggest = true;

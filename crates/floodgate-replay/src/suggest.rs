@@ -113,16 +113,12 @@ pub fn families(limit: &Limit) -> Vec<Family> {
         Limit::Quota(q) => return vec![Family::Quota(q.clone())],
         Limit::Concurrency(_) | Limit::Budget(_) => return Vec::new(),
     };
-    [
-        LimitKind::FixedWindow,
-        LimitKind::SlidingWindow,
-        LimitKind::SlidingLog,
-        LimitKind::TokenBucket,
-        LimitKind::Gcra,
-    ]
-    .into_iter()
-    .map(|k| Family::Window(k, window))
-    .collect()
+    // The registry's algorithms with a limit per window, in its order.
+    floodgate_config::algorithm::ALGORITHMS
+        .iter()
+        .filter(|a| a.windowed)
+        .map(|a| Family::Window(a.kind, window))
+        .collect()
 }
 
 fn stamp(at_us: i64) -> Timestamp {

@@ -1,4 +1,6 @@
-//! `replay`: access logs replayed against a policy before it goes live (DESIGN.md §13).
+//! `floodgate-replay`: access logs replayed against a policy before it goes live (DESIGN.md §13),
+//! by the real engine on a clock the log's timestamps drive. `floodgate-bench replay` is its
+//! command line.
 //!
 //! - [`log`] and [`source`]: the lines (combined, Envoy, JSON lines; gzip or not), streamed;
 //!   malformed lines counted with their place.
@@ -10,7 +12,7 @@
 //! - [`suggest`]: limits from the keys' peaks; [`plot`]: the SVG.
 //!
 //! ```
-//! use floodgate_bench::replay::{self, Options};
+//! use floodgate_replay::{self as replay, Options};
 //! # let dir = std::env::temp_dir().join(format!("replay-doc-{}", std::process::id()));
 //! # std::fs::create_dir_all(&dir).unwrap();
 //! let log = dir.join("access.log");
@@ -28,6 +30,8 @@
 //! assert_eq!(r.rules[0].top_keys[0].key, "192.0.2.1");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Features: `clap` derives `clap::ValueEnum` for [`source::FormatName`] (`--format`'s values).
 
 pub mod driver;
 pub mod log;
@@ -40,19 +44,39 @@ pub mod tally;
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use floodgate::{Descriptors, MemoryConfig};
 use floodgate_config::{Config, StoreConfig};
-use floodgate_tower::ClientIp;
+use floodgate_tower::{ClientIp, InvalidProxy};
 
 use self::driver::{Fate, Side};
 use self::log::{Format, JsonFields};
-use self::mapping::{FieldMap, Mapping, Routes};
+use self::mapping::{BadRoute, FieldMap, Mapping, Routes};
 use self::report::Span;
 pub use self::report::{Comparison, PolicyReport, ReplayReport};
+use self::source::SourceError;
 use self::suggest::Peaks;
-use crate::Usage;
-use crate::cli::ReplayArgs;
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A trusted proxy that is not a network or an address.
+    #[error("--trusted-proxy: {0}")]
+    TrustedProxy(#[source] InvalidProxy),
+    /// A route template that does not parse.
+    #[error(transparent)]
+    Route(#[from] BadRoute),
+    /// A log that cannot be read, or whose format cannot be told.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+impl Error {
+    /// Whether the error is in what the caller asked (a proxy, a route, a format to give) rather
+    /// than in reading a file: a command line's usage error.
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, Error::Source(SourceError::Io { .. }))
+    }
+}
 
 /// What to replay and how (the command line, without the policies).
 #[derive(Debug, Clone)]
@@ -101,45 +125,6 @@ impl Options {
             record_decisions: false,
         }
     }
-
-    /// The options of the command line.
-    pub fn from_args(args: &ReplayArgs) -> Result<Self, Usage> {
-        let mut json_fields = JsonFields::default();
-        for (name, field) in &args.json_field {
-            let slot = match name.as_str() {
-                "time" => &mut json_fields.time,
-                "addr" => &mut json_fields.addr,
-                "forwarded_for" => &mut json_fields.forwarded_for,
-                "method" => &mut json_fields.method,
-                "path" => &mut json_fields.path,
-                "status" => &mut json_fields.status,
-                "duration" => &mut json_fields.duration,
-                descriptor => {
-                    json_fields.extra.insert(descriptor.to_owned(), field.clone());
-                    continue;
-                }
-            };
-            *slot = field.clone();
-        }
-        Ok(Options {
-            logs: args.log.clone(),
-            format: args.format.map(|f| f.format(&json_fields)),
-            json_fields,
-            routes: args.routes.clone(),
-            maps: args
-                .map
-                .iter()
-                .map(|(d, f)| FieldMap { descriptor: d.clone(), field: f.clone() })
-                .collect(),
-            trusted_proxies: args.trusted_proxy.clone(),
-            suggest: args.suggest,
-            collect_times: args.suggest || args.output.plot.is_some(),
-            max_refused_keys: args.max_refused_keys / 100.0,
-            headroom: args.headroom / 100.0,
-            top: args.top,
-            record_decisions: false,
-        })
-    }
 }
 
 /// The memory store a policy's replay runs on: its own `store:` section when it is the memory
@@ -163,25 +148,30 @@ pub struct Outcome {
 }
 
 /// Replays the logs of `options` against policy `a` (and `b`).
-pub fn replay(options: &Options, a: Config, b: Option<Config>) -> anyhow::Result<ReplayReport> {
+///
+/// # Errors
+/// A trusted proxy or a route that does not parse, a log that cannot be read or whose format
+/// cannot be told.
+pub fn replay(options: &Options, a: Config, b: Option<Config>) -> Result<ReplayReport, Error> {
     replay_with(options, a, b).map(|(r, _)| r)
 }
 
 /// [`replay`], with the [`Outcome`] beside the report.
+///
+/// # Errors
+/// As [`replay`].
 pub fn replay_with(
     options: &Options,
     a: Config,
     b: Option<Config>,
-) -> anyhow::Result<(ReplayReport, Outcome)> {
+) -> Result<(ReplayReport, Outcome), Error> {
     let trusted: Vec<String> = if options.trusted_proxies.is_empty() {
         a.gateway.iter().flat_map(|g| g.trusted_proxies.iter().map(|n| n.to_string())).collect()
     } else {
         options.trusted_proxies.clone()
     };
-    let client_ip =
-        ClientIp::new().try_trust(&trusted).map_err(|e| Usage(format!("--trusted-proxy: {e}")))?;
-    let routes =
-        Routes::parse(options.routes.iter().map(String::as_str)).map_err(|e| Usage(e.to_string()))?;
+    let client_ip = ClientIp::new().try_trust(&trusted).map_err(Error::TrustedProxy)?;
+    let routes = Routes::parse(options.routes.iter().map(String::as_str))?;
     let collect = options.collect_times || options.suggest;
     let memory = memory_of(&a);
     let mut sides = vec![Side::new(a.policy, memory, collect)];
@@ -250,10 +240,6 @@ pub fn replay_with(
                 }
             }
         }
-    })
-    .map_err(|e| match e {
-        source::SourceError::Format { .. } => anyhow::Error::new(Usage(e.to_string())),
-        e => anyhow::Error::new(e),
     })?;
     for (i, side) in sides.iter_mut().enumerate() {
         side.finish();
@@ -277,8 +263,7 @@ pub fn replay_with(
     }
     let unmapped: Vec<String> = mapping.unmapped(&fields).map(str::to_owned).collect();
     let mut outcome = Outcome::default();
-    let mut reports = Vec::new();
-    for side in &mut sides {
+    let mut report_of = |side: &mut Side| {
         let mut report = PolicyReport::new(&reading, &side.tally, span, options.top);
         report.unmapped_descriptors = unmapped.clone();
         let policy = side.policy();
@@ -300,71 +285,12 @@ pub fn replay_with(
         {
             outcome.decisions = d;
         }
-        reports.push(report);
-    }
-    let report = if reports.len() == 2 {
-        let b = reports.pop().context("two reports")?;
-        let a = reports.pop().context("two reports")?;
-        ReplayReport::Two(Comparison { a, b, only_a_denied: only_a, only_b_denied: only_b })
-    } else {
-        ReplayReport::One(reports.pop().context("one report")?)
+        report
+    };
+    let a = report_of(&mut sides[0]);
+    let report = match sides.get_mut(1).map(&mut report_of) {
+        Some(b) => ReplayReport::Two(Comparison { a, b, only_a_denied: only_a, only_b_denied: only_b }),
+        None => ReplayReport::One(a),
     };
     Ok((report, outcome))
-}
-
-/// Runs `replay` from the command line: reads the policies, replays, writes the table, `--json`
-/// and `--plot`.
-pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
-    let load = |path: &std::path::Path| floodgate_config::load(path).map_err(|e| Usage(e.to_string()));
-    let a = load(&args.config)?;
-    let b = args.compare.as_deref().map(load).transpose()?;
-    let options = Options::from_args(args)?;
-    for log in &options.logs {
-        if !log.is_file() {
-            return Err(Usage(format!("--log {}: no such file", log.display())).into());
-        }
-    }
-    let started = std::time::Instant::now();
-    if args.parse_only {
-        let mut records = 0u64;
-        let reading = source::read_all(&options.logs, options.format.as_ref(), &options.json_fields, |r| {
-            records += 1;
-            std::hint::black_box(r);
-        })
-        .map_err(|e| match e {
-            source::SourceError::Format { .. } => anyhow::Error::new(Usage(e.to_string())),
-            e => anyhow::Error::new(e),
-        })?;
-        let elapsed = started.elapsed().as_secs_f64();
-        println!(
-            "read {} lines ({records} requests, {} malformed) in {elapsed:.2} s ({:.0} lines/s)",
-            reading.lines,
-            reading.malformed,
-            reading.lines as f64 / elapsed.max(1e-9)
-        );
-        return Ok(());
-    }
-    let (report, outcome) = replay_with(&options, a, b)?;
-    let elapsed = started.elapsed();
-    if !args.output.quiet {
-        println!("{}", report.table());
-        let lines = match &report {
-            ReplayReport::One(r) => r.lines,
-            ReplayReport::Two(c) => c.a.lines,
-        };
-        println!(
-            "replayed {lines} lines in {:.2} s ({:.0} lines/s)",
-            elapsed.as_secs_f64(),
-            lines as f64 / elapsed.as_secs_f64().max(1e-9)
-        );
-    }
-    if let Some(path) = &args.output.json {
-        std::fs::write(path, report.to_json() + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if let Some(path) = &args.output.plot {
-        std::fs::write(path, plot::svg(&report, &outcome))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
 }

@@ -4,8 +4,8 @@
 //! from combined lines at whole seconds.
 
 use floodgate::{Descriptors, Engine, MemoryConfig, MemoryStore};
-use floodgate_bench::replay::{self, Options};
 use floodgate_core::{ManualClock, Timestamp};
+use floodgate_replay::{self as replay, Options};
 use proptest::prelude::*;
 
 use super::{T0, combined, temp};
@@ -101,7 +101,7 @@ fn replayed(yaml: &str, requests: &[Request], whole_seconds: bool) -> Vec<bool> 
     options.routes = vec!["/api/orders/{id}".into()];
     options.record_decisions = true;
     if whole_seconds {
-        options.maps = vec![floodgate_bench::replay::mapping::FieldMap {
+        options.maps = vec![floodgate_replay::mapping::FieldMap {
             descriptor: "user".into(),
             field: "remote_user".into(),
         }];

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use floodgate::{Descriptors, Policy};
 use floodgate_tower::ClientIp;
 
-use super::log::Record;
+use crate::log::Record;
 
 /// A `--routes` pattern that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,7 +99,7 @@ pub struct Mapping {
     /// The descriptors the policies use: only these are read from a record's fields.
     used: BTreeSet<String>,
     /// Clients found already, by logged peer and `X-Forwarded-For`.
-    texts: super::tally::FastMap<Box<str>, Option<String>>,
+    texts: crate::tally::FastMap<Box<str>, Option<String>>,
     seen: String,
 }
 
@@ -213,7 +213,7 @@ fn parse_addr(text: &str) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::log::Format;
+    use crate::log::Format;
 
     fn policy(yaml: &str) -> Policy {
         floodgate_config::parse("test", yaml).unwrap().policy

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use flate2::read::MultiGzDecoder;
 use serde::Serialize;
 
-use super::log::{Format, JsonFields, Record};
+use crate::log::{Format, JsonFields, Record};
 
 /// How many malformed lines are kept, with their place and reason, for the report.
 pub const KEPT_MALFORMED: usize = 20;
@@ -22,7 +22,8 @@ const DETECT_LINES: usize = 100;
 const MAX_LINE: usize = 64 << 10;
 
 /// The `--format` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum FormatName {
     /// nginx/Apache `combined`, optionally followed by `"$http_x_forwarded_for"`.
     Combined,

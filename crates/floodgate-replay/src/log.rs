@@ -103,6 +103,27 @@ impl Default for JsonFields {
     }
 }
 
+impl JsonFields {
+    /// Says that the JSON field `field` holds `name`: a part of the record (`time`, `addr`,
+    /// `forwarded_for`, `method`, `path`, `status`, `duration`), or else a descriptor of that name.
+    pub fn set(&mut self, name: &str, field: String) {
+        let slot = match name {
+            "time" => &mut self.time,
+            "addr" => &mut self.addr,
+            "forwarded_for" => &mut self.forwarded_for,
+            "method" => &mut self.method,
+            "path" => &mut self.path,
+            "status" => &mut self.status,
+            "duration" => &mut self.duration,
+            descriptor => {
+                self.extra.insert(descriptor.to_owned(), field);
+                return;
+            }
+        };
+        *slot = field;
+    }
+}
+
 impl Format {
     /// The format of `line`, when only one format reads it.
     pub fn detect(line: &str) -> Option<Format> {

@@ -8,9 +8,9 @@
 
 use std::fmt::Write as _;
 
-use super::Outcome;
-use super::report::{PolicyReport, ReplayReport};
-use super::suggest::Peaks;
+use crate::Outcome;
+use crate::report::{PolicyReport, ReplayReport};
+use crate::suggest::Peaks;
 
 const WIDTH: f64 = 960.0;
 const LEFT: f64 = 70.0;
@@ -25,7 +25,8 @@ const MAX_PANELS: usize = 8;
 const COLORS: [&str; 8] =
     ["#d64541", "#2f6fb5", "#2e9e44", "#f0a030", "#8e44ad", "#16a0a0", "#7f8c8d", "#c0392b"];
 
-fn escape(text: &str) -> String {
+/// `text` made safe inside SVG markup (an element's text or an attribute's value).
+pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
