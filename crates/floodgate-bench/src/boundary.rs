@@ -29,11 +29,11 @@ use crate::Usage;
 use floodgate::LimitKind;
 
 use crate::cli::{BoundaryArgs, MAX_DURATION, Pattern};
-use crate::math::{max_admitted_in_any_window, over_admission_ratio};
-use crate::progress::Progress;
+use crate::report::math::{max_admitted_in_any_window, over_admission_ratio};
+use crate::report::progress::Progress;
+use crate::report::units::{micros, nanos, wall_micros};
 use crate::report::{Outcome, Report, Tally};
 use crate::throughput::{build_target, shape};
-use crate::units::{micros, nanos, wall_micros};
 
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]

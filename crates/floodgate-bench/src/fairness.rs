@@ -20,10 +20,10 @@ use serde::Serialize;
 use crate::Usage;
 use crate::cli::FairnessArgs;
 use crate::keys::Rng;
-use crate::math::rate;
-use crate::progress::Progress;
+use crate::report::math::rate;
+use crate::report::progress::Progress;
+use crate::report::units::micros;
 use crate::report::{Outcome, Report, Tally};
-use crate::units::micros;
 
 /// The built-in policy (`policies/fairness.yaml`).
 pub const DEFAULT_POLICY: &str = include_str!("../policies/fairness.yaml");

@@ -25,7 +25,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use serde::Serialize;
 
 use crate::cli::GatewayArgs;
-use crate::math::Percentiles;
+use crate::report::math::Percentiles;
 use crate::report::{Grid, Outcome, Report, Tally};
 
 /// A process this run started; stopped when dropped. nginx is asked to stop with `SIGTERM` (its
@@ -274,7 +274,7 @@ fn measured(name: &str, tally: &Tally, secs: f64) -> Measured {
         allowed: tally.allowed,
         denied: tally.denied,
         errors: tally.error_count(),
-        latency: crate::math::percentiles(&tally.latency),
+        latency: crate::report::math::percentiles(&tally.latency),
     }
 }
 

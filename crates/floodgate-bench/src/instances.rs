@@ -17,11 +17,11 @@ use tokio::sync::oneshot;
 
 use crate::Usage;
 use crate::cli::{InstancesArgs, MAX_DURATION};
-use crate::math::over_admission_ratio;
-use crate::progress::{Batch, Live, Progress};
+use crate::report::math::over_admission_ratio;
+use crate::report::progress::{Batch, Live, Progress};
+use crate::report::units::{millis, nanos};
 use crate::report::{Outcome, Report, Tally};
 use crate::target::{Shape, Target};
-use crate::units::{millis, nanos};
 
 /// A `floodgate` server running in this process on a loopback port.
 #[derive(Debug)]

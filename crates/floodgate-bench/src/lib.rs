@@ -29,10 +29,10 @@
 //!   processes killed at random; the token ledger against the callers' accounting, exactly.
 //!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
-//! `--plot PATH.svg` on request. The report math lives in [`math`]:
+//! `--plot PATH.svg` on request. The report math lives in [`report::math`]:
 //!
 //! ```
-//! use floodgate_bench::math::{max_admitted_in_any_window, over_admission_ratio};
+//! use floodgate_bench::report::math::{max_admitted_in_any_window, over_admission_ratio};
 //! // 10 admitted 1 ms before a 1 s boundary and 10 just after it: 20 within one window.
 //! let mut admitted = vec![(999_000, 1); 10];
 //! admitted.extend(vec![(1_001_000, 1); 10]);
@@ -48,11 +48,8 @@ pub mod flood;
 pub mod gateway;
 pub mod instances;
 pub mod keys;
-pub mod math;
 pub mod outage;
-pub mod plot;
 pub mod prefetch;
-pub mod progress;
 mod proxy;
 mod redis_node;
 pub mod replay;
@@ -61,7 +58,6 @@ pub mod reserve;
 pub mod slowloris;
 pub mod target;
 pub mod throughput;
-mod units;
 mod watchdog;
 
 use anyhow::Context as _;
@@ -130,8 +126,9 @@ pub fn emit(report: &Report, output: &Output) -> anyhow::Result<()> {
     if let Some(path) = &output.plot {
         let s = &report.summary;
         let title = format!("floodgate-bench {} — {} ({} sent)", s.scenario, s.target, s.sent);
-        let timeline = report.timeline.clone().unwrap_or_else(|| math::Timeline::new(report::BUCKET_MS));
-        let svg = plot::svg(&title, &timeline, report.latency.as_ref(), &report.overlay);
+        let timeline =
+            report.timeline.clone().unwrap_or_else(|| report::math::Timeline::new(report::BUCKET_MS));
+        let svg = report::plot::svg(&title, &timeline, report.latency.as_ref(), &report.overlay);
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -37,14 +37,14 @@ use crate::Usage;
 use crate::cli::{Fault, OnStoreError, OutageArgs};
 use crate::instances::{LocalServer, redis_cluster_store_yaml, redis_store_yaml};
 use crate::keys::{KeyDistribution, Rng};
-use crate::math::{self, Percentiles};
-use crate::plot::{Band, Overlay};
-use crate::progress::{Batch, Live, Progress};
 use crate::proxy::{FaultProxy, Link};
 use crate::redis_node::{RedisNode, STARTUP, answers};
+use crate::report::math::{self, Percentiles};
+use crate::report::plot::{Band, Overlay};
+use crate::report::progress::{Batch, Live, Progress};
+use crate::report::units::{micros, millis, nanos, wall_micros};
 use crate::report::{BUCKET_MS, Grid, Outcome, PhaseCounts, Report, Tally, human_us};
 use crate::target::{Shape, Target};
-use crate::units::{micros, millis, nanos, wall_micros};
 use serde::Serialize;
 
 /// The longest `outage` run: every decision is kept in memory (about 48 bytes each).

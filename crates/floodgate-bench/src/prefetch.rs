@@ -20,8 +20,8 @@ use serde::Serialize;
 
 use crate::Usage;
 use crate::cli::{MAX_DURATION, PrefetchArgs};
+use crate::report::units::{millis, nanos};
 use crate::report::{Outcome, Report, Tally};
-use crate::units::{millis, nanos};
 
 /// One pass: with or without prefetch.
 #[derive(Debug, Serialize)]

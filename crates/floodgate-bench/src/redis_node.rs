@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::Usage;
-use crate::units::wall_micros;
+use crate::report::units::wall_micros;
 use crate::watchdog::{Watched, program_dir};
 
 /// How long a `redis-server` may take to be ready.

@@ -62,10 +62,10 @@ use serde_json::{Value, json};
 use crate::Usage;
 use crate::cli::{ReserveArgs, ReserveStore};
 use crate::keys::Rng;
-use crate::progress::{Batch, Live, Progress};
 use crate::redis_node::RedisNode;
+use crate::report::progress::{Batch, Live, Progress};
+use crate::report::units::{millis, nanos};
 use crate::report::{Outcome, Report, Tally};
-use crate::units::{millis, nanos};
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 

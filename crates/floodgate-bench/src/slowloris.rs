@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use crate::Usage;
 use crate::cli::SlowlorisArgs;
 use crate::instances::LocalServer;
-use crate::math::{self, Percentiles};
+use crate::report::math::{self, Percentiles};
 use crate::report::{Outcome, Report, Tally};
 
 /// One phase's normal traffic.

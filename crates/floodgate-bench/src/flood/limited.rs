@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use super::load::Caller;
 use super::plan::Plan;
+use crate::report::units::{nanos, wall_micros};
 use crate::report::{Outcome, Tally};
 use crate::target::{Shape, Target};
-use crate::units::{nanos, wall_micros};
 
 /// Limited users exhausting their limits at once (each sends one request at a time).
 const EXHAUST_CALLERS: u64 = 64;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::Usage;
 use crate::cli::{Algorithm, FloodArgs, FloodPeer, FloodStore, FloodTransport, MAX_DURATION};
-use crate::units::micros;
+use crate::report::units::micros;
 
 /// Limited users unless `--limited-users` says otherwise (with a rule they can be held to).
 pub const DEFAULT_LIMITED_USERS: u64 = 100;

@@ -9,10 +9,10 @@ use super::load::{PhaseTally, Run, rejected};
 use super::plan::Plan;
 use super::{Setup, store_line};
 use crate::cli::FloodArgs;
-use crate::math::{self, Percentiles};
-use crate::plot::{Band, Overlay};
+use crate::report::math::{self, Percentiles};
+use crate::report::plot::{Band, Overlay};
+use crate::report::units::micros;
 use crate::report::{Errors, Grid, Outcome, PhaseCounts, Report, Tally, human_us};
-use crate::units::micros;
 
 /// The scenario's own JSON fields (docs/bench.md).
 #[derive(Debug, Serialize)]

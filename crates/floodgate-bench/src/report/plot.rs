@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 
 use floodgate_replay::plot::escape;
 
-use crate::math::Timeline;
+use super::math::Timeline;
 
 const WIDTH: f64 = 960.0;
 const PANEL: f64 = 260.0;
@@ -167,7 +167,7 @@ fn latency_panel(s: &mut String, h: &Histogram<u64>, y0: f64) {
     }
     let mut e = lo;
     while e <= hi {
-        let label = crate::report::human_us(10f64.powf(e) / 1000.0);
+        let label = super::human_us(10f64.powf(e) / 1000.0);
         let _ = writeln!(
             s,
             r#"<text x="{:.0}" y="{:.1}" text-anchor="end">{label}</text>"#,
@@ -201,7 +201,7 @@ mod tests {
         t.record(0, true);
         t.record(150, false);
         t.record(150, true);
-        let mut h = crate::math::latency_histogram();
+        let mut h = crate::report::math::latency_histogram();
         for ns in [1_000, 2_000, 50_000] {
             h.record(ns).unwrap();
         }

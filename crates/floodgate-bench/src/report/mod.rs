@@ -1,5 +1,12 @@
 //! The report: what every scenario measures ([`Tally`]), its JSON form ([`Report`], field names
-//! documented in `docs/bench.md` and stable) and the human table.
+//! documented in `docs/bench.md` and stable) and the human table; with what it is made of — the
+//! math of spans, percentiles and timelines ([`math`]), the SVG ([`plot`]), the progress bar
+//! ([`progress`]) and whole units of time ([`units`]).
+
+pub mod math;
+pub mod plot;
+pub mod progress;
+pub(crate) mod units;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,7 +14,7 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::math::{self, Percentiles, Timeline};
+use self::math::{Percentiles, Timeline};
 
 /// What one decision came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,7 +206,7 @@ pub struct Report {
     pub latency: Option<Histogram<u64>>,
     /// What the scenario adds to the plot's timeline (a fault interval, errors per bucket).
     #[serde(skip)]
-    pub overlay: crate::plot::Overlay,
+    pub overlay: plot::Overlay,
     /// Tables printed under the summary (the table leaves out details that are JSON objects).
     #[serde(skip)]
     pub grids: Vec<Grid>,
@@ -217,7 +224,7 @@ impl Report {
             details,
             timeline: None,
             latency: None,
-            overlay: crate::plot::Overlay::default(),
+            overlay: plot::Overlay::default(),
             grids: Vec::new(),
         }
     }
