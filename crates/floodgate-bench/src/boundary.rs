@@ -29,6 +29,7 @@ use crate::Usage;
 use floodgate::LimitKind;
 
 use crate::cli::{BoundaryArgs, MAX_DURATION, Pattern};
+use crate::harness::keys::unique_key;
 use crate::report::math::{max_admitted_in_any_window, over_admission_ratio};
 use crate::report::progress::Progress;
 use crate::report::units::{micros, nanos, wall_micros};
@@ -249,11 +250,6 @@ async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
     admitted.sort_unstable();
     let wall_s = instant0.elapsed().as_secs_f64();
     Ok((tally, admitted, (args.cycles * 2 * window_us) as f64 / 1e6, wall_s, target.describe()))
-}
-
-/// A key no earlier run used: `boundary-<pid>-<µs since the epoch>`.
-pub fn unique_key() -> String {
-    format!("boundary-{}-{}", std::process::id(), wall_micros())
 }
 
 #[cfg(test)]

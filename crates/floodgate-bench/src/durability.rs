@@ -17,8 +17,8 @@
 //!   (spawn to its address logged); and the files' sizes.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,9 +30,11 @@ use serde::Serialize;
 
 use crate::Usage;
 use crate::cli::DurabilityArgs;
-use crate::instances::LocalServer;
+use crate::harness::LocalServer;
+use crate::harness::client;
+use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, serve};
+use crate::harness::target::{Shape, Target};
 use crate::report::{Grid, Outcome, Report, Tally};
-use crate::target::{Shape, Target};
 
 #[derive(Debug, Serialize)]
 struct Throughput {
@@ -79,47 +81,19 @@ struct Details {
     restart: Restart,
 }
 
-/// A fresh directory under the system's temporary one, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> anyhow::Result<Scratch> {
-        let path = std::env::temp_dir().join(format!("floodgate-bench-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path)?;
-        Ok(Scratch(path))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Runs `durability`. The summary is the plain memory store's throughput run; the comparison,
 /// the kill -9 rounds and the restart are in the details (and printed as tables).
 pub async fn run(args: &DurabilityArgs) -> anyhow::Result<Report> {
     if args.duration.is_zero() || args.duration > Duration::from_secs(30) {
         return Err(Usage("--duration must be between 1ms and 30s".into()).into());
     }
-    let binary = match &args.floodgate {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("floodgate"),
-    };
-    if !binary.exists() {
-        return Err(Usage(format!(
-            "{} not found: build it (cargo build --release -p floodgate-server) or pass --floodgate PATH",
-            binary.display()
-        ))
-        .into());
-    }
-    let scratch = Scratch::new("durability")?;
+    let binary = floodgate_binary(args.floodgate.as_deref())?;
+    let scratch = ScratchDir::new("durability")?;
 
-    let (throughput, tally) = throughput(args, &scratch.0).await?;
-    let kill_always = kills(args, &binary, &scratch.0.join("kill-always"), "always").await?;
-    let kill_50ms = kills(args, &binary, &scratch.0.join("kill-50ms"), "50ms").await?;
-    let restart = restart(args, &binary, &scratch.0.join("restart")).await?;
+    let (throughput, tally) = throughput(args, scratch.path()).await?;
+    let kill_always = kills(args, &binary, &scratch.path().join("kill-always"), "always").await?;
+    let kill_50ms = kills(args, &binary, &scratch.path().join("kill-50ms"), "50ms").await?;
+    let restart = restart(args, &binary, &scratch.path().join("restart")).await?;
 
     let mut grid =
         Grid { head: "kill -9".into(), columns: vec!["always".into(), "50ms".into()], rows: vec![] };
@@ -243,36 +217,14 @@ async fn throughput(args: &DurabilityArgs, scratch: &Path) -> anyhow::Result<(Th
     Ok((throughput, first.unwrap_or_default()))
 }
 
-/// A `floodgate` process, killed (SIGKILL) when dropped, so that no error leaves one running.
-struct Killed(Child);
-
-impl Killed {
-    fn kill9(&mut self) -> std::io::Result<()> {
-        self.0.kill()?;
-        self.0.wait().map(drop)
-    }
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The real binary, started on `config`; its HTTP address once logged.
-async fn spawn(binary: &Path, config: &Path) -> anyhow::Result<(Killed, SocketAddr, Duration)> {
+/// The real binary, started on `config` (killed, SIGKILL, when dropped, so that no error leaves
+/// one running); its HTTP address once logged.
+async fn spawn(binary: &Path, config: &Path) -> anyhow::Result<(Process, SocketAddr, Duration)> {
     let started = Instant::now();
-    let mut child = Command::new(binary)
-        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--no-watch", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .env_remove("FLOODGATE_ADMIN_TOKEN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let child = Killed(child);
+    let mut command = serve(binary, config, "127.0.0.1:0");
+    command.env("RUST_LOG", "info").stderr(Stdio::piped());
+    let mut child = Process::spawn(&mut command, Stop::Kill)?;
+    let stderr = child.take_stderr().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
@@ -298,7 +250,7 @@ async fn spawn(binary: &Path, config: &Path) -> anyhow::Result<(Killed, SocketAd
 /// `used` of the kill test's rule for its one key.
 async fn used(addr: SocketAddr) -> anyhow::Result<u64> {
     let url = format!("http://{addr}/v1/usage?rule=units&user=t");
-    let (status, body) = crate::target::http_get(&url, Duration::from_secs(5))
+    let (status, body) = client::get(&url, Duration::from_secs(5))
         .await
         .ok_or_else(|| anyhow::anyhow!("/v1/usage did not answer"))?;
     let body: serde_json::Value = serde_json::from_slice(&body)?;
@@ -348,7 +300,7 @@ async fn kills(args: &DurabilityArgs, binary: &Path, dir: &Path, fsync: &str) ->
         let wait = Duration::from_millis(200 + (seed >> 33) % 600);
         tokio::time::sleep(wait).await;
         loaded += wait;
-        child.kill9()?;
+        child.kill()?;
         dead.store(true, Ordering::Relaxed);
         for task in tasks {
             let _ = task.await;

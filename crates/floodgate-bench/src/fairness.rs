@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::Usage;
 use crate::cli::FairnessArgs;
-use crate::keys::Rng;
+use crate::harness::keys::Rng;
 use crate::report::math::rate;
 use crate::report::progress::Progress;
 use crate::report::units::micros;

@@ -15,37 +15,19 @@
 //! processes this run starts and stops.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use serde::Serialize;
 
 use crate::cli::GatewayArgs;
+use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, free_port, serve, wait_for_port};
 use crate::report::math::Percentiles;
 use crate::report::{Grid, Outcome, Report, Tally};
-
-/// A process this run started; stopped when dropped. nginx is asked to stop with `SIGTERM` (its
-/// master then stops its workers: a `SIGKILL`ed master leaves them running, holding the port and
-/// whatever descriptors they inherited), and killed only if it has not stopped within 5 s.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        for _ in 0..100 {
-            if matches!(self.0.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One measured configuration.
 #[derive(Debug, Clone, Serialize)]
@@ -82,10 +64,6 @@ struct Details {
     at_limit: Vec<AtLimit>,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// Starts the upstream: `200 ok` to everything, HTTP/1.1 keep-alive, on a thread of its own.
 fn upstream() -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -114,15 +92,8 @@ fn upstream() -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-async fn wait_for(addr: SocketAddr) -> anyhow::Result<()> {
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("nothing answers on {addr}")
-}
+/// How long a proxy or the upstream may take to accept connections.
+const STARTUP: Duration = Duration::from_secs(10);
 
 /// `floodgate serve` with a gateway in front of `upstream`, limiting per IP with `rule`.
 async fn floodgate(
@@ -139,20 +110,12 @@ async fn floodgate(
             "rules:\n  - name: per-ip\n    key: [ip]\n{rule}\ngateway:\n  routes:\n    - name: app\n      match: {{ path: \"/{{*rest}}\" }}\n      upstream: http://{upstream}\n"
         ),
     )?;
-    let child = Command::new(binary)
-        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--no-watch", "--gateway"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "error")
-        .env_remove("FLOODGATE_ADMIN_TOKEN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let mut command = serve(binary, &config, "127.0.0.1:0");
+    command.arg("--gateway").arg(format!("127.0.0.1:{port}"));
+    let process = Process::spawn(&mut command, Stop::Terminate)
         .with_context(|| format!("starting {}", binary.display()))?;
-    let process = Process(child);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for(addr).await?;
+    wait_for_port(addr, STARTUP).await?;
     Ok((process, addr))
 }
 
@@ -179,19 +142,13 @@ async fn nginx(
              \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      limit_req zone=ip{burst};\n      proxy_pass http://app;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
         ),
     )?;
-    let child = Command::new(binary)
-        .arg("-p")
-        .arg(&prefix)
-        .arg("-c")
-        .arg(&conf)
-        .args(["-g", "daemon off;"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let mut command = Command::new(binary);
+    command.arg("-p").arg(&prefix).arg("-c").arg(&conf).args(["-g", "daemon off;"]);
+    command.stdout(Stdio::null()).stderr(Stdio::null());
+    let process = Process::spawn(&mut command, Stop::Terminate)
         .with_context(|| format!("starting {} (apt-get install -y nginx)", binary.display()))?;
-    let process = Process(child);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for(addr).await?;
+    wait_for_port(addr, STARTUP).await?;
     Ok((process, addr))
 }
 
@@ -323,22 +280,12 @@ async fn at_limit(peer: &str, addr: SocketAddr, limit: u64, burst: usize) -> any
 
 /// Runs the scenario.
 pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
-    let floodgate_bin = match &args.floodgate {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("floodgate"),
-    };
+    let floodgate_bin = floodgate_binary(args.floodgate.as_deref())?;
     let nginx_bin = args.nginx.clone();
-    if !floodgate_bin.exists() {
-        bail!(
-            "{} not found: build it (cargo build --release -p floodgate-server) or pass --floodgate",
-            floodgate_bin.display()
-        );
-    }
-    let dir = std::env::temp_dir().join(format!("floodgate-bench-gateway-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let _cleanup = Cleanup(dir.clone());
+    let scratch = ScratchDir::new("gateway")?;
+    let dir = scratch.path();
     let up = upstream()?;
-    wait_for(up).await?;
+    wait_for_port(up, STARTUP).await?;
     let duration = args.duration;
     let connections = args.connections;
     let warm = Duration::from_secs(1);
@@ -350,13 +297,13 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
     allowed_path.push(measured("upstream directly", &direct, secs));
     let roomy = "    algorithm: token_bucket\n    rate: 1000000/s\n    burst: 1000000";
     {
-        let (_process, addr) = floodgate(&floodgate_bin, &dir, up, roomy).await?;
+        let (_process, addr) = floodgate(&floodgate_bin, dir, up, roomy).await?;
         closed_loop(addr, connections, warm).await?;
         let (tally, secs) = closed_loop(addr, connections, duration).await?;
         allowed_path.push(measured("floodgate gateway", &tally, secs));
     }
     {
-        let (_process, addr) = nginx(&nginx_bin, &dir, up, 10_000_000, " burst=10000000 nodelay").await?;
+        let (_process, addr) = nginx(&nginx_bin, dir, up, 10_000_000, " burst=10000000 nodelay").await?;
         closed_loop(addr, connections, warm).await?;
         let (tally, secs) = closed_loop(addr, connections, duration).await?;
         allowed_path.push(measured("nginx limit_req", &tally, secs));
@@ -373,15 +320,15 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
     let mut results = Vec::new();
     {
         let rule = format!("    algorithm: sliding_log\n    limit: {limit}\n    window: 1s");
-        let (_process, addr) = floodgate(&floodgate_bin, &dir, up, &rule).await?;
+        let (_process, addr) = floodgate(&floodgate_bin, dir, up, &rule).await?;
         results.push(at_limit("floodgate sliding_log", addr, limit, args.burst).await?);
     }
     {
-        let (_process, addr) = nginx(&nginx_bin, &dir, up, limit, "").await?;
+        let (_process, addr) = nginx(&nginx_bin, dir, up, limit, "").await?;
         results.push(at_limit("nginx burst=0", addr, limit, args.burst).await?);
     }
     {
-        let (_process, addr) = nginx(&nginx_bin, &dir, up, limit, &format!(" burst={limit} nodelay")).await?;
+        let (_process, addr) = nginx(&nginx_bin, dir, up, limit, &format!(" burst={limit} nodelay")).await?;
         results.push(at_limit(&format!("nginx burst={limit} nodelay"), addr, limit, args.burst).await?);
     }
 
@@ -461,13 +408,4 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
     let mut report = Report::new(summary, details);
     report.grids = vec![grid, limits];
     Ok(report)
-}
-
-/// Removes the run's directory when dropped.
-struct Cleanup(PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

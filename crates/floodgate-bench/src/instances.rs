@@ -6,149 +6,21 @@
 //! `--redis URL` the in-process servers share one Redis instead (exact: `over_admission` ≤ 1 for
 //! the atomic algorithms); `--target` points at M running servers of any store.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate_server::{App, ServeOptions, Server};
 use serde::Serialize;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
 use crate::Usage;
 use crate::cli::{InstancesArgs, MAX_DURATION};
+use crate::harness::LocalServer;
+use crate::harness::keys::unique_key;
+use crate::harness::redis::{cluster_store_yaml, store_yaml};
+use crate::harness::target::{Shape, Target, check_redis_loopback};
 use crate::report::math::over_admission_ratio;
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{millis, nanos};
-use crate::report::{Outcome, Report, Tally};
-use crate::target::{Shape, Target};
-
-/// A `floodgate` server running in this process on a loopback port.
-#[derive(Debug)]
-pub struct LocalServer {
-    /// Its HTTP address.
-    pub addr: SocketAddr,
-    /// Its gRPC (Envoy RLS) address.
-    pub grpc_addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    app: App,
-}
-
-impl LocalServer {
-    /// Starts a server with the configuration `yaml` (native format), HTTP and gRPC on
-    /// `127.0.0.1:0`.
-    pub async fn start(yaml: &str) -> anyhow::Result<LocalServer> {
-        let config = floodgate_config::parse("floodgate-bench", yaml).map_err(|e| Usage(e.to_string()))?;
-        LocalServer::start_config(config).await
-    }
-
-    /// Starts a server with a loaded `config`, HTTP and gRPC on `127.0.0.1:0`.
-    pub async fn start_config(config: floodgate_config::Config) -> anyhow::Result<LocalServer> {
-        let app = App::new(config, ServeOptions::default())?;
-        let http = TcpListener::bind("127.0.0.1:0").await?;
-        let grpc = TcpListener::bind("127.0.0.1:0").await?;
-        let grpc_addr = grpc.local_addr()?;
-        let server = Server::new(app.clone(), http, Some(grpc))?;
-        let addr = server.http_addr();
-        let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(server.run(async {
-            let _ = rx.await;
-        }));
-        Ok(LocalServer { addr, grpc_addr, stop: Some(tx), task, app })
-    }
-
-    /// The memory store's keys, overflow counters and memory estimate (`None` on another store),
-    /// read in process: the same numbers `/metrics` gives as `floodgate_keys`, with the store's
-    /// estimate of its bytes.
-    pub fn memory_stats(&self) -> Option<floodgate::store::MemoryStats> {
-        self.app.control().store().memory_stats()
-    }
-
-    /// Waits until `/readyz` answers 200 (a Redis store connects lazily; until it answers,
-    /// decisions follow the rules' `on_store_error`, which would count as admissions), at most
-    /// `limit`. Returns whether it became ready.
-    pub async fn wait_ready(&self, limit: Duration) -> bool {
-        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http::<http_body_util::Empty<bytes::Bytes>>();
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(uri) = format!("{}/readyz", self.url()).parse::<http::Uri>()
-                && let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(1), client.get(uri)).await
-                && r.status() == http::StatusCode::OK
-            {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
-    }
-
-    /// Waits until the server is ready and its store has made a decision (a check of the key
-    /// `warm-up` of the descriptor `user`: a Redis store connects on its first call), at most
-    /// `limit`; so that a measured load starts on a working store.
-    pub async fn wait_deciding(&self, limit: Duration) -> anyhow::Result<()> {
-        let addr = self.addr;
-        if !self.wait_ready(limit).await {
-            anyhow::bail!("the server on {addr} did not become ready (it cannot reach its store)");
-        }
-        let target = Target::http(&self.url(), Duration::from_secs(2), false)?;
-        let shape = Shape::default();
-        let deadline = Instant::now() + limit;
-        loop {
-            if matches!(target.check(&shape, "warm-up", 1).await, Outcome::Allowed | Outcome::Denied) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                anyhow::bail!("the server on {addr} did not get a decision from its store within {limit:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// The server's `/metrics` page (Prometheus text), or `None` if it did not answer 200 within
-    /// 2 s.
-    pub async fn scrape_metrics(&self) -> Option<String> {
-        let url = format!("{}/metrics", self.url());
-        match crate::target::http_get(&url, Duration::from_secs(2)).await? {
-            (http::StatusCode::OK, body) => Some(String::from_utf8_lossy(&body).into_owned()),
-            _ => None,
-        }
-    }
-
-    /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Shuts the server down gracefully.
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let _ = (&mut self.task).await;
-    }
-}
-
-/// The `store` section of a configuration on the Redis node `url`, with a `deadline` when given
-/// (written in whole milliseconds, the configuration's finest unit; at least 1 ms).
-pub fn redis_store_yaml(url: &str, deadline: Option<Duration>) -> String {
-    with_deadline(format!("store:\n  kind: redis\n  url: {url:?}\n"), deadline)
-}
-
-/// The `store` section of a configuration on the Redis Cluster with seed nodes `urls`, with a
-/// `deadline` when given (as [`redis_store_yaml`] writes it).
-pub fn redis_cluster_store_yaml(urls: &[String], deadline: Option<Duration>) -> String {
-    let list: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
-    with_deadline(format!("store:\n  kind: redis_cluster\n  urls: [{}]\n", list.join(", ")), deadline)
-}
-
-fn with_deadline(mut yaml: String, deadline: Option<Duration>) -> String {
-    if let Some(deadline) = deadline {
-        yaml.push_str(&format!("  deadline: {}ms\n", deadline.as_millis().max(1)));
-    }
-    yaml
-}
+use crate::report::{Report, Tally};
 
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
@@ -184,12 +56,12 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
             .rule_yaml("shared", &args.key_descriptor, args.limit, args.window)
             .map_err(Usage)?;
         for url in args.redis.iter().chain(&args.redis_cluster) {
-            crate::target::check_redis_loopback(url, args.allow_remote).map_err(|e| Usage(e.to_string()))?;
+            check_redis_loopback(url, args.allow_remote).map_err(|e| Usage(e.to_string()))?;
         }
         let store = match (&args.redis, args.redis_cluster.as_slice()) {
-            (Some(url), _) => redis_store_yaml(url, args.deadline),
+            (Some(url), _) => store_yaml(url, args.deadline),
             (None, []) => "store:\n  kind: memory\n".to_owned(),
-            (None, urls) => redis_cluster_store_yaml(urls, args.deadline),
+            (None, urls) => cluster_store_yaml(urls, args.deadline),
         };
         let yaml = format!("{store}rules:\n{rule}");
         for _ in 0..args.instances {
@@ -209,7 +81,7 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
     }
     let shape =
         Arc::new(Shape { key_descriptor: args.key_descriptor.clone(), with: Vec::new(), domain: None });
-    let key: Arc<str> = format!("instances-{}-{}", std::process::id(), crate::boundary::unique_key()).into();
+    let key: Arc<str> = format!("instances-{}-{}", std::process::id(), unique_key()).into();
 
     let progress = Progress::new(
         "instances",

@@ -46,19 +46,15 @@ pub mod durability;
 pub mod fairness;
 pub mod flood;
 pub mod gateway;
+pub mod harness;
 pub mod instances;
-pub mod keys;
 pub mod outage;
 pub mod prefetch;
-mod proxy;
-mod redis_node;
 pub mod replay;
 pub mod report;
 pub mod reserve;
 pub mod slowloris;
-pub mod target;
 pub mod throughput;
-mod watchdog;
 
 use anyhow::Context as _;
 

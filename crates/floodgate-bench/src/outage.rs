@@ -35,16 +35,16 @@ use std::time::{Duration, Instant};
 
 use crate::Usage;
 use crate::cli::{Fault, OnStoreError, OutageArgs};
-use crate::instances::{LocalServer, redis_cluster_store_yaml, redis_store_yaml};
-use crate::keys::{KeyDistribution, Rng};
-use crate::proxy::{FaultProxy, Link};
-use crate::redis_node::{RedisNode, STARTUP, answers};
+use crate::harness::keys::{KeyDistribution, Rng};
+use crate::harness::proxy::{FaultProxy, Link};
+use crate::harness::redis::{self, RedisCluster, RedisServer, Signal, cluster_store_yaml, store_yaml};
+use crate::harness::server::{LocalServer, STARTUP};
+use crate::harness::target::{Shape, Target};
 use crate::report::math::{self, Percentiles};
 use crate::report::plot::{Band, Overlay};
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{micros, millis, nanos, wall_micros};
 use crate::report::{BUCKET_MS, Grid, Outcome, PhaseCounts, Report, Tally, human_us};
-use crate::target::{Shape, Target};
 use serde::Serialize;
 
 /// The longest `outage` run: every decision is kept in memory (about 48 bytes each).
@@ -63,25 +63,24 @@ const LOCAL_FACTOR: u64 = 2;
 pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
     validate(args)?;
     let rule = args.algorithm.rule_yaml("outage", "user", args.limit, args.window).map_err(Usage)?;
-    // `master-kill`: a cluster of 3 masters with a replica each; `node` is the master to kill, the
-    // others stay in `cluster` until the run ends.
-    let (mut node, cluster) = match args.fault {
-        Fault::MasterKill => start_cluster(&args.redis_server).await?,
-        _ => (RedisNode::start(&args.redis_server, &[]).await?, Vec::new()),
+    let mut redis = match args.fault {
+        Fault::MasterKill => start_cluster(&args.redis_server)?,
+        _ => Redis::Node(redis::start(&args.redis_server)?),
     };
     let proxy = match args.fault {
         Fault::Slow | Fault::Blackhole => {
-            let upstream = node.addr().parse().map_err(|e| anyhow::anyhow!("redis address: {e}"))?;
+            let upstream =
+                redis::addr(redis.victim()).parse().map_err(|e| anyhow::anyhow!("redis address: {e}"))?;
             Some(FaultProxy::start(upstream).await?)
         }
         Fault::Pause | Fault::Kill | Fault::MasterKill => None,
     };
-    let url = proxy.as_ref().map_or_else(|| node.url(), |p| format!("redis://{}", p.addr()));
-    let store = if cluster.is_empty() {
-        redis_store_yaml(&url, Some(args.deadline))
-    } else {
-        let urls: Vec<String> = std::iter::once(&node).chain(&cluster).map(RedisNode::url).collect();
-        redis_cluster_store_yaml(&urls, Some(args.deadline))
+    let store = match &redis {
+        Redis::Node(node) => {
+            let url = proxy.as_ref().map_or_else(|| node.url(), |p| format!("redis://{}", p.addr()));
+            store_yaml(&url, Some(args.deadline))
+        }
+        Redis::Cluster { cluster, .. } => cluster_store_yaml(&cluster.urls(), Some(args.deadline)),
     };
     let yaml = format!(
         "{}  breaker: {{open_for: {}ms}}\n  instances: {}\nrules:\n{rule}    on_store_error: {}\n",
@@ -102,81 +101,51 @@ pub async fn run(args: &OutageArgs) -> anyhow::Result<Report> {
         }
     }
     let report = match result {
-        Ok(()) => drive(args, &mut node, proxy.as_ref(), &servers).await,
+        Ok(()) => drive(args, redis.victim(), proxy.as_ref(), &servers).await,
         Err(e) => Err(e),
     };
     for server in servers {
         server.stop().await;
     }
     drop(proxy);
-    drop(node);
-    drop(cluster);
+    drop(redis);
     report
+}
+
+/// The Redis a run breaks.
+enum Redis {
+    /// One node (behind the fault proxy for `slow` and `blackhole`).
+    Node(RedisServer),
+    /// `master-kill`: a cluster of 3 masters with a replica each, and which node is the master the
+    /// fault kills; the others stay up until the run ends.
+    Cluster { cluster: RedisCluster, master: usize },
+}
+
+impl Redis {
+    /// The node the fault hits.
+    fn victim(&mut self) -> &mut RedisServer {
+        match self {
+            Redis::Node(node) => node,
+            Redis::Cluster { cluster, master } => &mut cluster.nodes_mut()[*master],
+        }
+    }
 }
 
 /// The cluster node timeout of `master-kill` runs: how long until a master that stopped answering
 /// is failed over to its replica.
-const CLUSTER_NODE_TIMEOUT_MS: u64 = 1000;
+const CLUSTER_NODE_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// Six nodes made into a cluster of 3 masters with one replica each (`redis-cli --cluster create`),
-/// once every node says the cluster is `ok`, every master has its replica and every replica has
-/// finished its first sync: the first master, and the other five.
-async fn start_cluster(program: &Path) -> anyhow::Result<(RedisNode, Vec<RedisNode>)> {
-    let timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
-    let extra = [
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        &timeout,
-    ];
-    let mut nodes = Vec::new();
-    for _ in 0..6 {
-        nodes.push(RedisNode::start(program, &extra).await?);
-    }
-    let created = tokio::process::Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(nodes.iter().map(RedisNode::addr))
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .map_err(|e| anyhow::anyhow!("redis-cli (apt-get install -y redis-tools): {e}"))?;
-    anyhow::ensure!(
-        created.status.success(),
-        "redis-cli --cluster create failed: {}",
-        String::from_utf8_lossy(&created.stdout).lines().last().unwrap_or("")
-    );
-    let deadline = Instant::now() + STARTUP;
-    loop {
-        let mut ready = true;
-        for n in &nodes {
-            ready &= answers(n.port, &["CLUSTER", "INFO"], "cluster_state:ok").await;
-            if answers(n.port, &["ROLE"], "$6\r\nmaster").await {
-                ready &= answers(n.port, &["INFO", "replication"], "connected_slaves:1").await;
-            } else {
-                // A replica counts once its first sync is done: one killed before can never be
-                // failed over to (it holds no data), and the cluster would stay down.
-                ready &= answers(n.port, &["INFO", "replication"], "master_link_status:up").await;
-            }
-        }
-        if ready {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "the cluster did not become ready within {STARTUP:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mut master = None;
-    for (i, n) in nodes.iter().enumerate() {
-        if answers(n.port, &["ROLE"], "$6\r\nmaster").await {
-            master = Some(i);
-            break;
-        }
-    }
-    let master = master.ok_or_else(|| anyhow::anyhow!("the cluster has no master"))?;
-    let node = nodes.remove(master);
-    Ok((node, nodes))
+/// A cluster of 3 masters with one replica each, once every node says the cluster is `ok`, every
+/// master has its replica and every replica has finished its first sync; the first master is the
+/// one the fault kills.
+fn start_cluster(program: &Path) -> anyhow::Result<Redis> {
+    let cluster = redis::start_cluster(program, 1, CLUSTER_NODE_TIMEOUT)?;
+    let master = cluster
+        .nodes()
+        .iter()
+        .position(RedisServer::is_master)
+        .ok_or_else(|| anyhow::anyhow!("the cluster has no master"))?;
+    Ok(Redis::Cluster { cluster, master })
 }
 
 fn validate(args: &OutageArgs) -> Result<(), Usage> {
@@ -221,7 +190,7 @@ async fn start_server(yaml: &str) -> anyhow::Result<LocalServer> {
 /// The load, the fault and the report.
 async fn drive(
     args: &OutageArgs,
-    node: &mut RedisNode,
+    node: &mut RedisServer,
     proxy: Option<&FaultProxy>,
     servers: &[LocalServer],
 ) -> anyhow::Result<Report> {
@@ -342,7 +311,7 @@ async fn drive(
         "{} in-process server{} on redis-server {}",
         servers.len(),
         if servers.len() == 1 { "" } else { "s" },
-        node.addr()
+        redis::addr(node)
     );
     let mut errors_per_bucket = Vec::new();
     for e in events.iter().filter(|e| matches!(e.outcome, Outcome::Error(_))) {
@@ -374,7 +343,7 @@ async fn drive(
 /// resume or restart was.
 async fn inject(
     args: &OutageArgs,
-    node: &mut RedisNode,
+    node: &mut RedisServer,
     proxy: Option<&FaultProxy>,
     started: Instant,
 ) -> anyhow::Result<Span> {
@@ -390,19 +359,19 @@ async fn inject(
     // microseconds) and ends when the resume or restart is.
     let start = Instant::now();
     match args.fault {
-        Fault::Pause => node.signal("STOP").await?,
-        Fault::Kill => node.signal("KILL").await?,
+        Fault::Pause => redis::signal(node, Signal::Stop)?,
+        Fault::Kill => redis::signal(node, Signal::Kill)?,
         Fault::Slow => link(Link::Delay(args.delay))?,
         Fault::Blackhole => link(Link::Hole)?,
-        Fault::MasterKill => node.signal("KILL").await?,
+        Fault::MasterKill => redis::signal(node, Signal::Kill)?,
     }
     // `--for` from the actual start: a late timer delays the fault, it does not shorten it.
     tokio::time::sleep_until((start + args.fault_for).into()).await;
     let start_us = micros(start - started);
     let end_us = micros(started.elapsed());
     match args.fault {
-        Fault::Pause => node.signal("CONT").await?,
-        Fault::Kill => node.restart().await?,
+        Fault::Pause => redis::signal(node, Signal::Cont)?,
+        Fault::Kill => redis::restart(node)?,
         Fault::Slow | Fault::Blackhole => link(Link::Pass)?,
         // Its replica has taken over (or not): the killed master stays down.
         Fault::MasterKill => {}

@@ -69,7 +69,8 @@ pub async fn run(args: &PrefetchArgs) -> anyhow::Result<Report> {
     if args.duration.is_zero() || args.duration > MAX_DURATION {
         return Err(Usage("--duration must be between 1ms and 1h".into()).into());
     }
-    crate::target::check_redis_loopback(&args.redis, args.allow_remote).map_err(|e| Usage(e.to_string()))?;
+    crate::harness::target::check_redis_loopback(&args.redis, args.allow_remote)
+        .map_err(|e| Usage(e.to_string()))?;
     let (without, _) = pass(args, None).await?;
     let (with, tally) = pass(args, Some((args.batch, args.ttl))).await?;
     let details = Details {
@@ -94,14 +95,14 @@ async fn pass(args: &PrefetchArgs, prefetch: Option<(u64, Duration)>) -> anyhow:
         "prefetch-{}-{}-{}",
         if prefetch.is_some() { "on" } else { "off" },
         std::process::id(),
-        crate::boundary::unique_key()
+        crate::harness::keys::unique_key()
     );
     let mut rule = args.algorithm.rule_yaml(&name, "user", args.limit, args.window).map_err(Usage)?;
     if let Some((batch, ttl)) = prefetch {
         rule.push_str(&format!("    prefetch: {{ batch: {batch}, ttl: {}us }}\n", ttl.as_micros().max(1)));
     }
     let yaml =
-        format!("{}rules:\n{rule}", crate::instances::redis_store_yaml(&args.redis, Some(args.deadline)));
+        format!("{}rules:\n{rule}", crate::harness::redis::store_yaml(&args.redis, Some(args.deadline)));
     let mut engines = Vec::new();
     for _ in 0..args.instances {
         let config = floodgate_config::parse("floodgate-bench", &yaml).map_err(|e| Usage(e.to_string()))?;

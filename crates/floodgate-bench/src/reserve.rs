@@ -45,29 +45,25 @@
 //! `--lease`, plus a second), `in-flight` must hold 0 permits.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::Usage;
 use crate::cli::{ReserveArgs, ReserveStore};
-use crate::keys::Rng;
-use crate::redis_node::RedisNode;
+use crate::harness::client::{self, Client, NoAnswer};
+use crate::harness::keys::{Rng, unique_key};
+use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, free_port, serve};
+use crate::harness::redis;
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{millis, nanos};
 use crate::report::{Outcome, Report, Tally};
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// The rules' names.
 const TOKENS: &str = "tokens";
@@ -87,39 +83,21 @@ struct Instance {
     binary: PathBuf,
     config: PathBuf,
     port: u16,
-    child: Option<Child>,
+    process: Option<Process>,
 }
 
 impl Instance {
     fn spawn(&mut self) -> anyhow::Result<()> {
-        let child = Command::new(&self.binary)
-            .args([
-                "serve",
-                "--http",
-                &format!("127.0.0.1:{}", self.port),
-                "--grpc",
-                "127.0.0.1:0",
-                "--no-watch",
-            ])
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "error")
-            .env_remove("FLOODGATE_ADMIN_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+        let mut command = serve(&self.binary, &self.config, &format!("127.0.0.1:{}", self.port));
+        let process = Process::spawn(&mut command, Stop::Kill)
             .with_context(|| format!("starting {}", self.binary.display()))?;
-        self.child = Some(child);
+        self.process = Some(process);
         Ok(())
     }
 
     /// `SIGKILL`, and the process reaped.
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        drop(self.process.take());
     }
 
     fn url(&self) -> String {
@@ -127,14 +105,8 @@ impl Instance {
     }
 }
 
-impl Drop for Instance {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Starts `instance` and waits until it answers `/readyz` with 200.
-async fn start(instance: &mut Instance, client: &HttpClient) -> anyhow::Result<()> {
+async fn start(instance: &mut Instance, client: &Client) -> anyhow::Result<()> {
     instance.spawn()?;
     let deadline = Instant::now() + STARTUP;
     let url = format!("{}/readyz", instance.url());
@@ -142,9 +114,7 @@ async fn start(instance: &mut Instance, client: &HttpClient) -> anyhow::Result<(
         if matches!(get(client, &url, Duration::from_secs(1)).await, Ok((200, _))) {
             return Ok(());
         }
-        if let Some(child) = instance.child.as_mut()
-            && let Ok(Some(status)) = child.try_wait()
-        {
+        if let Some(status) = instance.process.as_mut().and_then(Process::exited) {
             bail!("{} exited ({status}) on port {}", instance.binary.display(), instance.port);
         }
         if Instant::now() > deadline {
@@ -154,59 +124,20 @@ async fn start(instance: &mut Instance, client: &HttpClient) -> anyhow::Result<(
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 // === HTTP ===
 
-fn http_client() -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector)
-}
-
-/// Why an exchange has no answer: the request was never sent (`Refused`), or it may have been
-/// (`Lost`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NoAnswer {
-    Refused,
-    Lost,
-}
-
-async fn exchange(
-    client: &HttpClient,
-    request: http::Request<Full<Bytes>>,
-    timeout: Duration,
-) -> Result<(u16, Bytes), NoAnswer> {
-    let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| if e.is_connect() { NoAnswer::Refused } else { NoAnswer::Lost })?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await.map_err(|_| NoAnswer::Lost)?.to_bytes();
-        Ok((status, body))
-    };
-    tokio::time::timeout(timeout, exchange).await.unwrap_or(Err(NoAnswer::Lost))
-}
-
-async fn post(
-    client: &HttpClient,
-    url: &str,
-    body: String,
-    timeout: Duration,
-) -> Result<(u16, Bytes), NoAnswer> {
+/// `POST url` with the JSON `body`: the status and the whole answer, or why there is none (a
+/// refused connection was never sent; any other failure may have been).
+async fn post(client: &Client, url: &str, body: String, timeout: Duration) -> Result<(u16, Bytes), NoAnswer> {
     let request = http::Request::post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(body)))
-        .map_err(|_| NoAnswer::Refused)?;
-    exchange(client, request, timeout).await
+        .map_err(|_| NoAnswer::Connect)?;
+    client::exchange(client, request, timeout).await.map(|(status, body)| (status.as_u16(), body))
 }
 
-async fn get(client: &HttpClient, url: &str, timeout: Duration) -> Result<(u16, Bytes), NoAnswer> {
-    let request = http::Request::get(url).body(Full::new(Bytes::new())).map_err(|_| NoAnswer::Refused)?;
-    exchange(client, request, timeout).await
+async fn get(client: &Client, url: &str, timeout: Duration) -> Result<(u16, Bytes), NoAnswer> {
+    client::get_on(client, url, timeout).await.map(|(status, body)| (status.as_u16(), body))
 }
 
 fn contains(body: &[u8], needle: &str) -> bool {
@@ -214,7 +145,7 @@ fn contains(body: &[u8], needle: &str) -> bool {
 }
 
 /// `used` of `rule` for the descriptor `name=value`, read from `url` (`None` without a 200).
-async fn usage(client: &HttpClient, url: &str, rule: &str, name: &str, value: &str) -> Option<u64> {
+async fn usage(client: &Client, url: &str, rule: &str, name: &str, value: &str) -> Option<u64> {
     let url = format!("{url}/v1/usage?rule={rule}&{name}={value}");
     match get(client, &url, Duration::from_secs(2)).await {
         Ok((200, body)) => serde_json::from_slice::<Value>(&body).ok()?["used"].as_u64(),
@@ -275,7 +206,7 @@ impl Call {
 
 /// What the callers share.
 struct Shared {
-    client: HttpClient,
+    client: Client,
     urls: Vec<String>,
     tenant: String,
     run: String,
@@ -365,14 +296,14 @@ async fn reserve(shared: &Shared, rng: &mut Rng, index: u64, estimate: u64) -> (
             Ok((429, _)) => (Reserved::InDoubt, Outcome::Error("store_fail_closed"), latency),
             Ok((500..=599, _)) => (Reserved::InDoubt, Outcome::Error("http_5xx"), latency),
             Ok(_) => (Reserved::Unexpected, Outcome::Error("http_other"), latency),
-            Err(NoAnswer::Lost) => (Reserved::InDoubt, Outcome::Error("lost"), latency),
-            Err(NoAnswer::Refused) => {
+            Err(NoAnswer::Connect) => {
                 shared.refused.fetch_add(1, Ordering::Relaxed);
                 if (attempt + 1) % n == 0 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 continue;
             }
+            Err(_) => (Reserved::InDoubt, Outcome::Error("lost"), latency),
         };
     }
     (Reserved::InDoubt, Outcome::Error("connect"), nanos(sent.elapsed()))
@@ -486,7 +417,7 @@ struct Samples {
 
 /// Reads `used` of `rule` for the tenant every 10 ms, round the instances, until `stop`.
 async fn sample(
-    client: HttpClient,
+    client: Client,
     urls: Vec<String>,
     tenant: String,
     rule: &'static str,
@@ -647,35 +578,19 @@ rules:
 /// Runs `reserve`.
 pub async fn run(args: &ReserveArgs) -> anyhow::Result<Report> {
     let (n, kills) = validate(args)?;
-    let binary = match &args.floodgate {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("floodgate"),
-    };
-    if !binary.exists() {
-        return Err(Usage(format!(
-            "{} not found: build it (cargo build --release -p floodgate-server) or pass --floodgate",
-            binary.display()
-        ))
-        .into());
-    }
+    let binary = floodgate_binary(args.floodgate.as_deref())?;
     let redis = match args.store {
-        ReserveStore::Redis => Some(RedisNode::start(&args.redis_server, &[]).await?),
+        ReserveStore::Redis => Some(redis::start(&args.redis_server)?),
         ReserveStore::Memory => None,
     };
     // One directory per run (runs in one process, as tests are, must not share it).
-    static RUNS: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "floodgate-bench-reserve-{}-{}",
-        std::process::id(),
-        RUNS.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let config = dir.join("floodgate.yaml");
-    let data = args.persist.then(|| dir.join("data"));
-    let url = redis.as_ref().map(RedisNode::url);
+    let dir = ScratchDir::new("reserve").context("creating the run's directory")?;
+    let config = dir.path().join("floodgate.yaml");
+    let data = args.persist.then(|| dir.path().join("data"));
+    let url = redis.as_ref().map(|r| r.url());
     std::fs::write(&config, config_yaml(args, url.as_deref(), data.as_deref()))?;
     let result = run_on(args, n, kills, &binary, &config).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     drop(redis);
     result
 }
@@ -687,7 +602,7 @@ async fn run_on(
     binary: &Path,
     config: &Path,
 ) -> anyhow::Result<Report> {
-    let client = http_client();
+    let client = client::pooled();
     let mut instances = Vec::new();
     for _ in 0..n {
         // A port free now may be taken before the server binds it: then another one.
@@ -697,7 +612,7 @@ async fn run_on(
                 binary: binary.to_owned(),
                 config: config.to_owned(),
                 port: free_port()?,
-                child: None,
+                process: None,
             };
             match start(&mut instance, &client).await {
                 Ok(()) => {
@@ -713,7 +628,7 @@ async fn run_on(
         }
     }
     let urls: Vec<String> = instances.iter().map(Instance::url).collect();
-    let run_id = format!("{}-{}", std::process::id(), crate::boundary::unique_key());
+    let run_id = format!("{}-{}", std::process::id(), unique_key());
     let shared = Arc::new(Shared {
         client: client.clone(),
         urls: urls.clone(),

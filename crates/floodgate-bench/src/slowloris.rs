@@ -18,15 +18,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::Usage;
 use crate::cli::SlowlorisArgs;
-use crate::instances::LocalServer;
+use crate::harness::LocalServer;
+use crate::harness::client::{self, Client};
 use crate::report::math::{self, Percentiles};
 use crate::report::{Outcome, Report, Tally};
 
@@ -94,7 +93,7 @@ pub async fn run(args: &SlowlorisArgs) -> anyhow::Result<Report> {
         (None, Some(l)) => l.addr,
         (None, None) => unreachable!("a local server without a target"),
     };
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let client = client::pooled();
 
     let (baseline, _) = normal(&client, addr, args.normal_rate, args.phase).await;
 
@@ -159,12 +158,7 @@ pub async fn run(args: &SlowlorisArgs) -> anyhow::Result<Report> {
 
 /// Normal traffic for `phase`, open loop at `rate` per second: each request's latency counts from
 /// when it was due.
-async fn normal(
-    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
-    addr: SocketAddr,
-    rate: f64,
-    phase: Duration,
-) -> (Phase, Tally) {
+async fn normal(client: &Client, addr: SocketAddr, rate: f64, phase: Duration) -> (Phase, Tally) {
     let interval = Duration::from_secs_f64(1.0 / rate);
     let started = Instant::now();
     let mut tasks = Vec::new();

@@ -16,11 +16,11 @@ use serde::Serialize;
 
 use crate::Usage;
 use crate::cli::{Distribution, MAX_DURATION, TargetArgs, ThroughputArgs};
-use crate::keys::{KeyDistribution, Rng};
+use crate::harness::keys::{KeyDistribution, Rng};
+use crate::harness::target::{Shape, Target};
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{millis, nanos};
 use crate::report::{Outcome, Report, Tally};
-use crate::target::{Shape, Target};
 
 /// The built-in in-process policy (`policies/throughput.yaml`).
 pub const DEFAULT_POLICY: &str = include_str!("../policies/throughput.yaml");

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::probe::vm_rss;
 use crate::Usage;
-use crate::target::http_get;
-use crate::watchdog::{OUTPUT, Watched, program_dir};
+use crate::harness::client;
+use crate::harness::process::{OUTPUT, Watched, free_port, scratch_dir};
 
 /// The namespace of the limit (the Envoy RLS domain of every request).
 pub(crate) const NAMESPACE: &str = "floodgate-bench";
@@ -85,12 +85,9 @@ impl Limitador {
         };
         let mut last = String::new();
         for _ in 0..5 {
-            // Ports free now; another process could take one before the server binds it, which
-            // the launch detects (the server exits).
+            // Two ports free now (never the same); another process could take one before the
+            // server binds it, which the launch detects (the server exits).
             let (rls_port, http_port) = (free_port()?, free_port()?);
-            if rls_port == http_port {
-                continue;
-            }
             match Limitador::launch(program, limits, cache, rls_port, http_port).await {
                 Ok(mut server) => {
                     server.version.clone_from(&version);
@@ -109,7 +106,7 @@ impl Limitador {
         rls_port: u16,
         http_port: u16,
     ) -> Result<Limitador, String> {
-        let dir = program_dir("limitador", rls_port)?;
+        let dir = scratch_dir("limitador", rls_port).map_err(|e| e.to_string())?;
         let file = dir.join("limits.yaml");
         if let Err(e) = std::fs::write(&file, limits) {
             let _ = std::fs::remove_dir_all(&dir);
@@ -122,12 +119,12 @@ impl Limitador {
                 .map(OsStr::new)
                 .to_vec();
         args.extend([file.as_os_str(), OsStr::new("memory"), OsStr::new("--cache"), OsStr::new(&cache_arg)]);
-        let watched = Watched::spawn(&dir, program, args).await?;
+        let watched = Watched::spawn(&dir, program, args).map_err(|e| e.to_string())?;
         // From here on, dropping the server stops it and removes the directory.
         let server = Limitador { watched, rls_port, http_port, version: String::new() };
         let deadline = Instant::now() + STARTUP;
         loop {
-            let status = http_get(&server.url("/status"), Duration::from_millis(500)).await;
+            let status = client::get(&server.url("/status"), Duration::from_millis(500)).await;
             let rls = tokio::net::TcpStream::connect(("127.0.0.1", rls_port)).await.is_ok();
             if matches!(status, Some((http::StatusCode::OK, _))) && rls {
                 // Ours only if it still runs: one that could not bind its ports exits.
@@ -158,7 +155,7 @@ impl Limitador {
     /// The live counters of [`NAMESPACE`] (`GET /counters/{namespace}`: the cache's entries
     /// whose window has not ended), or `None` if unread.
     pub(crate) async fn counters(&self) -> Option<u64> {
-        let (status, body) = http_get(&self.url(&format!("/counters/{NAMESPACE}")), STARTUP).await?;
+        let (status, body) = client::get(&self.url(&format!("/counters/{NAMESPACE}")), STARTUP).await?;
         if status != http::StatusCode::OK {
             return None;
         }
@@ -170,11 +167,6 @@ impl Limitador {
     pub(crate) fn rss_bytes(&self) -> Option<u64> {
         vm_rss(&std::fs::read_to_string(format!("/proc/{}/status", self.watched.pid())).ok()?)
     }
-}
-
-/// A loopback port nobody listens on now.
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use super::load::Caller;
 use super::plan::Plan;
+use crate::harness::target::{Shape, Target};
 use crate::report::units::{nanos, wall_micros};
 use crate::report::{Outcome, Tally};
-use crate::target::{Shape, Target};
 
 /// Limited users exhausting their limits at once (each sends one request at a time).
 const EXHAUST_CALLERS: u64 = 64;
@@ -231,7 +231,7 @@ mod tests {
     async fn the_exhaustion_spends_each_limit_and_checks_the_denial_past_it() {
         let yaml = "store: { kind: memory }\nrules:\n  - name: r\n    key: [user]\n    algorithm: fixed_window\n    \
                     limit: 3\n    window: 1h\n";
-        let server = crate::instances::LocalServer::start(yaml).await.unwrap();
+        let server = crate::harness::LocalServer::start(yaml).await.unwrap();
         let target = Target::http(&server.url(), Duration::from_secs(2), false).unwrap();
         let shape = Arc::new(Shape::default());
         // Another caller spent one of limited-1's requests: its exhaustion is denied early.

@@ -19,10 +19,10 @@ use super::limited::{self, Exhaustion};
 use super::plan::Plan;
 use super::probe::{self, Holder, Snapshot};
 use crate::cli::FloodArgs;
+use crate::harness::target::{Shape, Target};
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{micros, millis, nanos, wall_micros};
 use crate::report::{Outcome, Tally};
-use crate::target::{Shape, Target};
 
 /// Who sent a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,10 +55,10 @@ use self::plan::Plan;
 use self::probe::Holder;
 use crate::Usage;
 use crate::cli::{FloodArgs, FloodPeer, FloodStore, FloodTransport};
-use crate::instances::LocalServer;
-use crate::redis_node::{RedisNode, STARTUP};
+use crate::harness::redis;
+use crate::harness::server::{LocalServer, STARTUP};
+use crate::harness::target::{Shape, Target};
 use crate::report::Report;
-use crate::target::{Shape, Target};
 
 /// The memory store's `max_keys` (and limitador's `--cache`) unless `--max-keys` says otherwise.
 pub const DEFAULT_MAX_KEYS: u64 = 10_000;
@@ -118,9 +118,9 @@ pub async fn run(args: &FloodArgs) -> anyhow::Result<Report> {
 async fn on_floodgate(args: &FloodArgs, plan: &Plan) -> anyhow::Result<Report> {
     let node = match args.store {
         FloodStore::Memory => None,
-        FloodStore::Redis => Some(RedisNode::start(&args.redis_server, &[]).await?),
+        FloodStore::Redis => Some(redis::start(&args.redis_server)?),
     };
-    let section = store_section(args, node.as_ref().map(RedisNode::url).as_deref())?;
+    let section = store_section(args, node.as_ref().map(|n| n.url()).as_deref())?;
     let config = policy(args, &section)?;
     let memory_bound_bytes = memory_bound(&config);
     let server = LocalServer::start_config(config).await?;
@@ -145,7 +145,7 @@ async fn on_floodgate(args: &FloodArgs, plan: &Plan) -> anyhow::Result<Report> {
         let holder = Holder::Floodgate(&server, node.as_ref());
         let run = load::run(args, plan, &target, shape, holder).await;
         let place = match &node {
-            Some(node) => format!("on redis-server {}", node.addr()),
+            Some(node) => format!("on redis-server {}", redis::addr(node)),
             None => "(memory store)".to_owned(),
         };
         let setup = Setup {

@@ -4,14 +4,15 @@
 use std::collections::BTreeMap;
 
 use super::limitador::Limitador;
-use crate::instances::LocalServer;
-use crate::redis_node::{self, RedisNode};
+use crate::harness::LocalServer;
+use crate::harness::redis::{self, RedisServer};
+use crate::harness::server::METRIC_KEYS as KEYS;
 
 /// The limiter a run measures, where its counters are looked at.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Holder<'a> {
     /// The in-process server, on its memory store or on the Redis `node`.
-    Floodgate(&'a LocalServer, Option<&'a RedisNode>),
+    Floodgate(&'a LocalServer, Option<&'a RedisServer>),
     /// A `limitador-server` of this run.
     Limitador(&'a Limitador),
 }
@@ -44,9 +45,6 @@ impl Holder<'_> {
         }
     }
 }
-
-/// The memory store's key count on `/metrics` (a gauge per store).
-const KEYS: &str = floodgate_server::metrics::KEYS;
 
 /// Decisions made on a memory store's overflow counters, on `/metrics` once the server exports
 /// them (a server without the series reports none: an empty map, not an error).
@@ -89,8 +87,8 @@ pub(crate) async fn take(holder: Holder<'_>) -> Snapshot {
             ((!keys.is_empty()).then(|| keys.values().sum::<f64>() as u64), None)
         }
         Some(node) => {
-            let keys = redis_node::query(node.port, &["DBSIZE"]).await.and_then(|n| n.trim().parse().ok());
-            let info = redis_node::query(node.port, &["INFO", "memory"]).await;
+            let keys = redis::query(node, &["DBSIZE"]).and_then(|n| n.trim().parse().ok());
+            let info = redis::query(node, &["INFO", "memory"]);
             (keys, info.as_deref().and_then(|info| info_field(info, "used_memory")))
         }
     };

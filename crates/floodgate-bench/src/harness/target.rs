@@ -14,12 +14,10 @@ use floodgate::{Descriptors, Engine};
 use floodgate_config::StoreConfig;
 use floodgate_config::store::AnyStore;
 use floodgate_redis::Target as RedisTarget;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use tonic::transport::Channel;
 
+use super::client::{self, Client};
 use crate::report::Outcome;
 
 /// How a request is described: the descriptor that carries the key, constant descriptors, and for
@@ -48,7 +46,7 @@ pub enum Target {
         /// `http://127.0.0.1:8080`, without a trailing slash.
         base: String,
         /// The pooled client.
-        client: Box<HttpClient>,
+        client: Box<Client>,
         /// Per-request timeout.
         timeout: Duration,
     },
@@ -62,7 +60,7 @@ pub enum Target {
         /// The header carrying the key.
         key_header: http::HeaderName,
         /// The pooled client.
-        client: Box<HttpClient>,
+        client: Box<Client>,
         /// Per-request timeout.
         timeout: Duration,
     },
@@ -113,7 +111,7 @@ impl Target {
         }
         let host = uri.host().ok_or_else(|| TargetError::BadAddress(base.clone()))?;
         check_loopback(host, &base, allow_remote)?;
-        Ok(Target::Http { base, client: Box::new(http_client()), timeout })
+        Ok(Target::Http { base, client: Box::new(client::pooled()), timeout })
     }
 
     /// A route target at `url` (`http://HOST:PORT/PATH`), the key sent in `key_header`.
@@ -138,7 +136,7 @@ impl Target {
             url: url.to_owned(),
             method,
             key_header,
-            client: Box::new(http_client()),
+            client: Box::new(client::pooled()),
             timeout,
         })
     }
@@ -217,8 +215,8 @@ impl Target {
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(Bytes::from(body)));
                 let Ok(request) = request else { return Outcome::Error("request") };
-                match exchange(client, request, *timeout).await {
-                    Err(kind) => Outcome::Error(kind),
+                match client::exchange(client, request, *timeout).await {
+                    Err(no_answer) => Outcome::Error(no_answer.kind()),
                     Ok((_, body)) if let Some(kind) = store_failure(&body) => Outcome::Error(kind),
                     Ok((status, _)) => match status.as_u16() {
                         200 => Outcome::Allowed,
@@ -241,8 +239,8 @@ impl Target {
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(body));
                 let Ok(request) = request else { return Outcome::Error("request") };
-                match exchange(client, request, *timeout).await {
-                    Err(kind) => Outcome::Error(kind),
+                match client::exchange(client, request, *timeout).await {
+                    Err(no_answer) => Outcome::Error(no_answer.kind()),
                     Ok((status, _)) => route_outcome(status),
                 }
             }
@@ -292,49 +290,6 @@ impl Target {
 
 /// The body of a route target's POST (what a chat endpoint expects).
 const ROUTE_BODY: &[u8] = br#"{"message":"floodgate-bench"}"#;
-
-/// A pooled HTTP/1.1 keep-alive client.
-/// The HTTP/1 client of the HTTP targets.
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// Sends `request` and reads the whole answer (so the connection goes back to the pool) within
-/// `timeout`; the error is the kind of failure, as counted in reports.
-async fn exchange(
-    client: &HttpClient,
-    request: http::Request<Full<Bytes>>,
-    timeout: Duration,
-) -> Result<(http::StatusCode, Bytes), &'static str> {
-    let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| if e.is_connect() { "connect" } else { "http_transport" })?;
-        let status = response.status();
-        let body = response.into_body().collect().await.map_err(|_| "http_body")?.to_bytes();
-        Ok((status, body))
-    };
-    tokio::time::timeout(timeout, exchange).await.unwrap_or(Err("timeout"))
-}
-
-/// `GET url` (loopback HTTP): its status and whole body, or `None` without an answer within
-/// `timeout`. For the pages a run reads beside its load (`/metrics`, a peer's counters).
-pub(crate) async fn http_get(url: &str, timeout: Duration) -> Option<(http::StatusCode, Bytes)> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<http_body_util::Empty<Bytes>>();
-    let uri: http::Uri = url.parse().ok()?;
-    let get = async {
-        let response = client.get(uri).await.ok()?;
-        let status = response.status();
-        let body = response.into_body().collect().await.ok()?.to_bytes();
-        Some((status, body))
-    };
-    tokio::time::timeout(timeout, get).await.ok().flatten()
-}
-
-fn http_client() -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector)
-}
 
 /// How a route target's status counts: any 2xx is the app's answer, so the limiter allowed it;
 /// 429 is the limiter's denial; anything else is an error of the app or the bench's request.

@@ -1,6 +1,13 @@
 //! Which key each request carries: uniform or Zipf over N keys, from a seeded generator (runs
 //! are reproducible with `--seed`).
 
+use crate::report::units::wall_micros;
+
+/// A key no earlier run used: `boundary-<pid>-<µs since the epoch>`.
+pub fn unique_key() -> String {
+    format!("boundary-{}-{}", std::process::id(), wall_micros())
+}
+
 /// A small, fast, seedable generator (SplitMix64); statistical quality is ample for load shapes.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
