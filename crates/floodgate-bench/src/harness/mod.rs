@@ -1,8 +1,8 @@
-//! What the scenarios run on: the processes a run starts and stops ([`process`]: `floodgate
+//! What the scenarios run on: the processes a run starts and stops (`process`: `floodgate
 //! serve`, nginx, peers under a watchdog, free ports), a `floodgate` server in this process
-//! ([`server`], the one file that uses `floodgate-server`), Redis nodes and clusters ([`redis`],
-//! the testkit's launcher), the fault proxy between servers and Redis ([`proxy`]), the HTTP client
-//! ([`client`]), the targets decisions are asked of ([`target`]) and the keys they carry
+//! ([`server`], the one file that uses `floodgate-server`), Redis nodes and clusters (`redis`,
+//! the testkit's launcher), the fault proxy between servers and Redis (`proxy`), the HTTP client
+//! (`client`), the targets decisions are asked of ([`target`]) and the keys they carry
 //! ([`keys`]).
 
 pub(crate) mod client;

@@ -1,7 +1,7 @@
 //! The report: what every scenario measures ([`Tally`]), its JSON form ([`Report`], field names
 //! documented in `docs/bench.md` and stable) and the human table; with what it is made of — the
 //! math of spans, percentiles and timelines ([`math`]), the SVG ([`plot`]), the progress bar
-//! ([`progress`]) and whole units of time ([`units`]).
+//! ([`progress`]) and whole units of time (`units`).
 
 pub mod math;
 pub mod plot;

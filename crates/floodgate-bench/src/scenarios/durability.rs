@@ -17,24 +17,50 @@
 //!   (spawn to its address logged); and the files' sizes.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use floodgate::core::{Rate, SystemClock, TokenBucket};
 use floodgate::store::{Fsync, Op, PersistConfig};
 use floodgate::{Limit, MemoryConfig, MemoryStore, Mode, OnStoreError};
 use serde::Serialize;
 
 use crate::Usage;
-use crate::cli::DurabilityArgs;
+use crate::args::{Output, parse_duration};
 use crate::harness::LocalServer;
 use crate::harness::client;
 use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, serve};
 use crate::harness::target::{Shape, Target};
 use crate::report::{Grid, Outcome, Report, Tally};
+use crate::scenarios::Run;
+
+/// `durability`.
+#[derive(Debug, Clone, Args)]
+pub struct DurabilityArgs {
+    /// The `floodgate` binary for the kill -9 rounds and the restart; default: beside this
+    /// executable.
+    #[arg(long, value_name = "PATH")]
+    pub floodgate: Option<PathBuf>,
+    /// Kill -9 rounds per fsync setting.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// Connections of the throughput comparison.
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub connections: usize,
+    /// The length of each throughput run.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Keys written for the restart measurement.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub keys: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 #[derive(Debug, Serialize)]
 struct Throughput {
@@ -414,4 +440,14 @@ async fn restart(args: &DurabilityArgs, binary: &Path, dir: &Path) -> anyhow::Re
         open_from_snapshot_s,
         binary_start_s: took.as_secs_f64(),
     })
+}
+
+impl Run for DurabilityArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
 }

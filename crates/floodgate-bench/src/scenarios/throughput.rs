@@ -12,18 +12,71 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use crate::Usage;
-use crate::cli::{Distribution, MAX_DURATION, TargetArgs, ThroughputArgs};
+use crate::args::{MAX_DURATION, Output, RequestArgs, TargetArgs, parse_duration};
 use crate::harness::keys::{KeyDistribution, Rng};
 use crate::harness::target::{Shape, Target};
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{millis, nanos};
 use crate::report::{Outcome, Report, Tally};
+use crate::scenarios::Run;
 
-/// The built-in in-process policy (`policies/throughput.yaml`).
-pub const DEFAULT_POLICY: &str = include_str!("../policies/throughput.yaml");
+/// Key distributions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Distribution {
+    /// Every key equally likely.
+    Uniform,
+    /// Zipf: a few hot keys, a long tail (`--zipf-exponent`).
+    Zipf,
+}
+
+/// `throughput`.
+#[derive(Debug, Clone, Args)]
+pub struct ThroughputArgs {
+    /// The target.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The requests.
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// Closed loop: this many callers, each with one request in flight.
+    #[arg(long, short = 'c', default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub concurrency: u64,
+    /// Open loop: this many requests per second in total, sent on schedule whatever the answers
+    /// take; latency counts from the scheduled time (no coordinated omission).
+    #[arg(long, value_name = "PER_SEC", conflicts_with = "concurrency")]
+    pub rate: Option<f64>,
+    /// Open loop: requests in flight beyond this are not sent and count as `dropped` errors.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_in_flight: u64,
+    /// How long to send (at most 1 h).
+    #[arg(long, short, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Warm-up before measuring (sent, not counted).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Stop after this many requests.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub max_requests: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// Key distribution.
+    #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
+    pub distribution: Distribution,
+    /// The Zipf exponent `s` (probability of key k ∝ 1/k^s).
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf_exponent: f64,
+    /// Seed of the key sequence.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
@@ -46,40 +99,6 @@ struct Details {
     warmup_s: f64,
 }
 
-/// How long an in-process run waits for its configuration's store to answer.
-const STORE_READY_WITHIN: Duration = Duration::from_secs(10);
-
-/// Builds the target of a network-or-in-process scenario.
-pub async fn build_target(args: &TargetArgs) -> anyhow::Result<Target> {
-    if let Some(url) = &args.target {
-        return Ok(Target::http(url, args.timeout, args.allow_remote).map_err(|e| Usage(e.to_string()))?);
-    }
-    if let Some(url) = &args.route_target {
-        return Ok(Target::route(url, &args.method, &args.key_header, args.timeout, args.allow_remote)
-            .map_err(|e| Usage(e.to_string()))?);
-    }
-    if let Some(addr) = &args.grpc {
-        return Ok(Target::grpc(addr, args.timeout, args.allow_remote).await?);
-    }
-    let config = match &args.config {
-        Some(path) => floodgate_config::load(path),
-        None => floodgate_config::parse("built-in bench policy", DEFAULT_POLICY),
-    }
-    .map_err(|e| Usage(e.to_string()))?;
-    Ok(Target::in_process(config, args.allow_remote, STORE_READY_WITHIN)
-        .await
-        .map_err(|e| Usage(e.to_string()))?)
-}
-
-/// The request shape of `args`.
-pub fn shape(args: &crate::cli::RequestArgs) -> Shape {
-    Shape {
-        key_descriptor: args.key_descriptor.clone(),
-        with: args.with.clone(),
-        domain: args.domain.clone(),
-    }
-}
-
 /// Runs `throughput`.
 pub async fn run(args: &ThroughputArgs) -> anyhow::Result<Report> {
     if args.duration > MAX_DURATION || args.duration.is_zero() {
@@ -93,8 +112,8 @@ pub async fn run(args: &ThroughputArgs) -> anyhow::Result<Report> {
     if args.target.route_target.is_some() && args.request.cost != 1 {
         return Err(Usage("a --route-target request costs 1 (--cost is not sent)".into()).into());
     }
-    let target = build_target(&args.target).await?;
-    let shape = Arc::new(shape(&args.request));
+    let target = args.target.build().await?;
+    let shape = Arc::new(args.request.shape());
     let keys = match args.distribution {
         Distribution::Uniform => KeyDistribution::uniform(args.keys),
         Distribution::Zipf => KeyDistribution::zipf(args.keys, args.zipf_exponent),
@@ -276,4 +295,33 @@ async fn open_loop(
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.await;
     (tally, wall)
+}
+
+impl Run for ThroughputArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::cli::{Cli, Scenario};
+
+    #[test]
+    fn throughput_takes_either_a_concurrency_or_a_rate() {
+        let cli = Cli::try_parse_from(["floodgate-bench", "throughput", "--rate", "1000"]).unwrap();
+        let Scenario::Throughput(t) = cli.scenario else { panic!() };
+        assert_eq!(t.rate, Some(1000.0));
+        assert!(Cli::try_parse_from(["floodgate-bench", "throughput", "--rate", "1", "-c", "2"]).is_err());
+        assert!(
+            Cli::try_parse_from(["floodgate-bench", "throughput", "--target", "http://x", "--in-process"])
+                .is_err()
+        );
+    }
 }

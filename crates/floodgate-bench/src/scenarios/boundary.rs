@@ -21,20 +21,86 @@
 
 use std::time::{Duration, Instant};
 
-use floodgate::{Descriptors, Engine, MemoryConfig, MemoryStore, Policy, Rule};
+use clap::{Args, ValueEnum};
+use floodgate::{Descriptors, Engine, LimitKind, MemoryConfig, MemoryStore, Policy, Rule};
 use floodgate_core::{ManualClock, Timestamp};
 use serde::Serialize;
 
 use crate::Usage;
-use floodgate::LimitKind;
-
-use crate::cli::{BoundaryArgs, MAX_DURATION, Pattern};
+use crate::args::{Algorithm, MAX_DURATION, Output, RequestArgs, TargetArgs, parse_duration};
 use crate::harness::keys::unique_key;
 use crate::report::math::{max_admitted_in_any_window, over_admission_ratio};
 use crate::report::progress::Progress;
 use crate::report::units::{micros, nanos, wall_micros};
 use crate::report::{Outcome, Report, Tally};
-use crate::throughput::{build_target, shape};
+
+/// The traffic of a `boundary` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    /// A burst just before and a burst just after each boundary.
+    Flood,
+    /// A burst just before a boundary, then one request per `window / limit` for one window.
+    BurstThenSteady,
+}
+
+impl Pattern {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Flood => "flood",
+            Pattern::BurstThenSteady => "burst-then-steady",
+        }
+    }
+}
+
+/// `boundary`.
+#[derive(Debug, Clone, Args)]
+pub struct BoundaryArgs {
+    /// Where: no target flag = the engine on a simulated clock (exact, instant); `--target`,
+    /// `--grpc` or `--route-target` = a running server, in real time (its rule must match
+    /// --algorithm/--limit/--window).
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The requests (the key is unique per run unless --key is given).
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// The algorithm.
+    #[arg(long, value_parser = Algorithm::parse, default_value = "fixed_window")]
+    pub algorithm: Algorithm,
+    /// The limit per window.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub limit: u64,
+    /// The window.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Boundaries to attack (each cycle spans two windows).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub cycles: u64,
+    /// How far before and after each boundary the bursts fire (default: 1 ms simulated, 50 ms
+    /// against a server).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub offset: Option<Duration>,
+    /// Attempts per burst (default: 2 × limit).
+    #[arg(long)]
+    pub burst: Option<u64>,
+    /// The key value (default: unique per run, so a server's earlier state does not interfere).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// The traffic: `flood` (a burst just before and just after each boundary) or
+    /// `burst-then-steady` (simulated only: a full burst just before a boundary, then one request
+    /// per refill interval for a window — the worst case of the buckets and of fixed windows).
+    #[arg(long, value_enum, default_value_t = Pattern::Flood)]
+    pub pattern: Pattern,
+    /// Real time: one request at the start of the window before each boundary, on a key of its
+    /// own per cycle, so that limiters whose window starts at a key's first request (a per-key
+    /// TTL, as `@nestjs/throttler`'s) have a boundary where the wall clock's is. Use with
+    /// `--burst` ≤ limit − 1 to stay under the limit before the boundary (a careful client).
+    #[arg(long)]
+    pub prime: bool,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
@@ -193,8 +259,8 @@ async fn simulated(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
 
 /// A running server, in real time.
 async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
-    let target = build_target(&args.target).await?;
-    let shape = std::sync::Arc::new(shape(&args.request));
+    let target = args.target.build().await?;
+    let shape = std::sync::Arc::new(args.request.shape());
     let key = std::sync::Arc::new(args.key.clone().unwrap_or_else(unique_key));
     let window_us = micros(args.window).max(1);
     let offset_us = micros(plan.offset);
@@ -250,6 +316,16 @@ async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
     admitted.sort_unstable();
     let wall_s = instant0.elapsed().as_secs_f64();
     Ok((tally, admitted, (args.cycles * 2 * window_us) as f64 / 1e6, wall_s, target.describe()))
+}
+
+impl crate::scenarios::Run for BoundaryArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
 }
 
 #[cfg(test)]

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::FloodArgs;
 use super::limited::{self, Exhaustion};
 use super::plan::Plan;
 use super::probe::{self, Holder, Snapshot};
-use crate::cli::FloodArgs;
 use crate::harness::target::{Shape, Target};
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{micros, millis, nanos, wall_micros};

@@ -9,10 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use serde::Serialize;
 
 use crate::Usage;
-use crate::cli::{InstancesArgs, MAX_DURATION};
+use crate::args::{Algorithm, MAX_DURATION, Output, parse_duration};
 use crate::harness::LocalServer;
 use crate::harness::keys::unique_key;
 use crate::harness::redis::{cluster_store_yaml, store_yaml};
@@ -21,6 +22,58 @@ use crate::report::math::over_admission_ratio;
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{millis, nanos};
 use crate::report::{Report, Tally};
+use crate::scenarios::Run;
+
+/// `instances`.
+#[derive(Debug, Clone, Args)]
+pub struct InstancesArgs {
+    /// In-process servers to start (each its own memory store), when no --target is given.
+    #[arg(long, short = 'm', default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub instances: u64,
+    /// Running servers' HTTP APIs instead (repeatable; their rule must match the flags below).
+    #[arg(long = "target", value_name = "URL")]
+    pub targets: Vec<String>,
+    /// The in-process servers share this Redis (`redis://127.0.0.1:6379`) instead of each having
+    /// its own memory store: the exactness test for a fleet.
+    #[arg(long, value_name = "URL", conflicts_with = "targets")]
+    pub redis: Option<String>,
+    /// The in-process servers share this Redis Cluster instead (a seed node's URL, repeatable).
+    #[arg(long = "redis-cluster", value_name = "URL", conflicts_with_all = ["targets", "redis"])]
+    pub redis_cluster: Vec<String>,
+    /// The in-process servers' `store.deadline` on Redis (default: the store's default).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub deadline: Option<Duration>,
+    /// Accept targets that are not on loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// The algorithm.
+    #[arg(long, value_parser = Algorithm::parse, default_value = "sliding_log")]
+    pub algorithm: Algorithm,
+    /// The limit per window.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+    /// The window (long, so nothing refills during the run).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Callers in total, spread over the instances.
+    #[arg(long, short = 'c', default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// How long to send.
+    #[arg(long, short, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Stop after this many requests.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_requests: u64,
+    /// The descriptor whose value is the key.
+    #[arg(long, value_name = "NAME", default_value = "user")]
+    pub key_descriptor: String,
+    /// Per-request timeout.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
@@ -152,4 +205,14 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
     let mut report = Report::new(total.summary("instances", &target, wall, wall), details);
     report.timeline = Some(total.timeline);
     Ok(report)
+}
+
+impl Run for InstancesArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
 }

@@ -15,19 +15,47 @@
 //! processes this run starts and stops.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use bytes::Bytes;
+use clap::Args;
 use http_body_util::{BodyExt, Empty, Full};
 use serde::Serialize;
 
-use crate::cli::GatewayArgs;
+use crate::args::{Output, parse_duration};
 use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, free_port, serve, wait_for_port};
 use crate::report::math::Percentiles;
 use crate::report::{Grid, Outcome, Report, Tally};
+use crate::scenarios::Run;
+
+/// `gateway`.
+#[derive(Debug, Clone, Args)]
+pub struct GatewayArgs {
+    /// The `floodgate` binary (default: beside `floodgate-bench`).
+    #[arg(long, value_name = "PATH")]
+    pub floodgate: Option<PathBuf>,
+    /// The `nginx` binary (Debian: `apt-get install -y nginx`).
+    #[arg(long, value_name = "PATH", default_value = "/usr/sbin/nginx")]
+    pub nginx: PathBuf,
+    /// Keep-alive connections of the allowed-path load.
+    #[arg(long, short = 'c', default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    pub connections: usize,
+    /// How long each allowed-path measurement lasts (after 1 s of warm-up).
+    #[arg(long, short, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: std::time::Duration,
+    /// The per-IP limit of the at-the-limit phase, per second.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    pub limit: u64,
+    /// Requests sent at once by the bursty client (which stays at half the limit on average).
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
+    pub burst: usize,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 /// One measured configuration.
 #[derive(Debug, Clone, Serialize)]
@@ -408,4 +436,14 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
     let mut report = Report::new(summary, details);
     report.grids = vec![grid, limits];
     Ok(report)
+}
+
+impl Run for GatewayArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
 }

@@ -171,7 +171,7 @@ pub(crate) fn probe_schedule(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flood::plan::Reset;
+    use crate::scenarios::flood::plan::Reset;
 
     fn plan(limited: u64, probe_rate: f64) -> Plan {
         Plan {

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use super::{FloodArgs, FloodPeer, FloodStore, FloodTransport};
 use crate::Usage;
-use crate::cli::{Algorithm, FloodArgs, FloodPeer, FloodStore, FloodTransport, MAX_DURATION};
+use crate::args::{Algorithm, MAX_DURATION};
 use crate::report::units::micros;
 
 /// Limited users unless `--limited-users` says otherwise (with a rule they can be held to).

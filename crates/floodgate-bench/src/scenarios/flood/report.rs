@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::FloodArgs;
 use super::limited::Exhausted;
 use super::load::{PhaseTally, Run, rejected};
 use super::plan::Plan;
 use super::{Setup, store_line};
-use crate::cli::FloodArgs;
 use crate::report::math::{self, Percentiles};
 use crate::report::plot::{Band, Overlay};
 use crate::report::units::micros;

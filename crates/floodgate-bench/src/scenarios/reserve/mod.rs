@@ -44,26 +44,121 @@
 //! **Permits.** After every reservation has expired (the run waits the longer of `--ttl` and
 //! `--lease`, plus a second), `in-flight` must hold 0 permits.
 
+mod calls;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use bytes::Bytes;
-use http_body_util::Full;
+use clap::{Args, ValueEnum};
 use serde::Serialize;
-use serde_json::{Value, json};
 
+use self::calls::{Fate, Shared, caller, get, sample, usage};
 use crate::Usage;
-use crate::cli::{ReserveArgs, ReserveStore};
-use crate::harness::client::{self, Client, NoAnswer};
+use crate::args::{Output, parse_duration};
+use crate::harness::client::{self, Client};
 use crate::harness::keys::{Rng, unique_key};
 use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, free_port, serve};
 use crate::harness::redis;
-use crate::report::progress::{Batch, Live, Progress};
-use crate::report::units::{millis, nanos};
-use crate::report::{Outcome, Report, Tally};
+use crate::report::progress::{Live, Progress};
+use crate::report::{Report, Tally};
+use crate::scenarios::Run;
+
+/// The store of a `reserve` run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReserveStore {
+    /// One `floodgate` process with its memory store.
+    Memory,
+    /// `--instances` `floodgate` processes sharing a `redis-server` this run starts.
+    Redis,
+}
+
+impl ReserveStore {
+    /// The store's `kind` in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReserveStore::Memory => "memory",
+            ReserveStore::Redis => "redis",
+        }
+    }
+}
+
+/// `reserve`.
+#[derive(Debug, Clone, Args)]
+pub struct ReserveArgs {
+    /// The store: `memory` (one instance) or `redis` (a `redis-server` this run starts, shared).
+    #[arg(long, value_enum, default_value_t = ReserveStore::Memory)]
+    pub store: ReserveStore,
+    /// `floodgate serve` processes (default: 1 on memory, 3 on redis; memory takes only 1).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=16))]
+    pub instances: Option<usize>,
+    /// Instances killed (`SIGKILL`) at random moments and restarted (default: 6 on redis and on
+    /// memory with `--persist`, else 0; memory needs `--persist`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub kills: Option<u64>,
+    /// `--store memory`: persist the store (`persist: {fsync: always}`, in the run's directory),
+    /// so that its instance can be killed and restarted with its ledger.
+    #[arg(long)]
+    pub persist: bool,
+    /// How long a killed instance stays down before it is restarted.
+    #[arg(long, value_name = "DURATION", default_value = "300ms", value_parser = parse_duration)]
+    pub down: Duration,
+    /// Calls: each one reserve, then a commit, a release or nothing.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub calls: u64,
+    /// Concurrent callers.
+    #[arg(long, short = 'c', default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub concurrency: usize,
+    /// The tenant's token limit (a `budget`: never refilled during the run), so that the last
+    /// calls meet it.
+    #[arg(long, default_value_t = 8_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: u64,
+    /// The tenant's concurrency limit (permits in flight).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub permits: u64,
+    /// The largest estimate, in tokens (each is uniform in 1..=this).
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub max_estimate: u64,
+    /// The share of granted calls released (cancelled).
+    #[arg(long, default_value_t = 0.10, value_parser = parse_share)]
+    pub cancel: f64,
+    /// The share of granted calls that crash (never settle: charged their estimate at expiry).
+    #[arg(long, default_value_t = 0.03, value_parser = parse_share)]
+    pub crash: f64,
+    /// Each reservation's `ttl`.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// The concurrency rule's `lease`.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub lease: Duration,
+    /// The longest simulated call between a reserve and its settlement (uniform from 0).
+    #[arg(long, value_name = "DURATION", default_value = "5ms", value_parser = parse_duration)]
+    pub work: Duration,
+    /// The `floodgate` binary (default: beside `floodgate-bench`).
+    #[arg(long, value_name = "PATH")]
+    pub floodgate: Option<PathBuf>,
+    /// `--store redis`: the `redis-server` to run (default: the one on PATH).
+    #[arg(long, value_name = "PATH", default_value = "redis-server")]
+    pub redis_server: PathBuf,
+    /// Per-request timeout of the bench's HTTP client.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// The seed of the callers' and the killer's choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a share between 0 and 1")),
+    }
+}
 
 /// The rules' names.
 const TOKENS: &str = "tokens";
@@ -122,322 +217,6 @@ async fn start(instance: &mut Instance, client: &Client) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-// === HTTP ===
-
-/// `POST url` with the JSON `body`: the status and the whole answer, or why there is none (a
-/// refused connection was never sent; any other failure may have been).
-async fn post(client: &Client, url: &str, body: String, timeout: Duration) -> Result<(u16, Bytes), NoAnswer> {
-    let request = http::Request::post(url)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|_| NoAnswer::Connect)?;
-    client::exchange(client, request, timeout).await.map(|(status, body)| (status.as_u16(), body))
-}
-
-async fn get(client: &Client, url: &str, timeout: Duration) -> Result<(u16, Bytes), NoAnswer> {
-    client::get_on(client, url, timeout).await.map(|(status, body)| (status.as_u16(), body))
-}
-
-fn contains(body: &[u8], needle: &str) -> bool {
-    body.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
-
-/// `used` of `rule` for the descriptor `name=value`, read from `url` (`None` without a 200).
-async fn usage(client: &Client, url: &str, rule: &str, name: &str, value: &str) -> Option<u64> {
-    let url = format!("{url}/v1/usage?rule={rule}&{name}={value}");
-    match get(client, &url, Duration::from_secs(2)).await {
-        Ok((200, body)) => serde_json::from_slice::<Value>(&body).ok()?["used"].as_u64(),
-        _ => None,
-    }
-}
-
-// === the calls ===
-
-/// How a call ended, as its caller knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
-    /// The reserve was denied (429 by the store's verdict): nothing charged.
-    Denied,
-    /// Committed: A charged.
-    Committed,
-    /// Released: nothing charged.
-    Released,
-    /// Never settled: E charged at expiry.
-    Crashed,
-    /// Settled after its expiry (409): E charged.
-    Expired,
-    /// The reserve's answer was lost: 0 or E.
-    ReserveInDoubt,
-    /// Every attempt of the commit failed: A or E.
-    CommitInDoubt,
-    /// Every attempt of the release failed: 0 or E.
-    ReleaseInDoubt,
-    /// An answer the contract does not allow here (a 404, a 409 that is not an expiry, a 200
-    /// without an id): counted, and the check fails.
-    Unexpected,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Call {
-    index: u64,
-    estimate: u64,
-    actual: u64,
-    fate: Fate,
-}
-
-impl Call {
-    /// What the store must have charged this call: one value, or one of two for an in-doubt call.
-    fn charges(&self) -> (u64, Option<u64>) {
-        match self.fate {
-            Fate::Denied | Fate::Released | Fate::Unexpected => (0, None),
-            Fate::Committed => (self.actual, None),
-            Fate::Crashed | Fate::Expired => (self.estimate, None),
-            Fate::ReserveInDoubt | Fate::ReleaseInDoubt => (0, Some(self.estimate)),
-            Fate::CommitInDoubt => (self.actual, Some(self.estimate)),
-        }
-    }
-
-    fn in_doubt(&self) -> bool {
-        self.charges().1.is_some()
-    }
-}
-
-/// What the callers share.
-struct Shared {
-    client: Client,
-    urls: Vec<String>,
-    tenant: String,
-    run: String,
-    calls: u64,
-    max_estimate: u64,
-    cancel: f64,
-    crash: f64,
-    ttl_ms: u64,
-    work: Duration,
-    timeout: Duration,
-    limit: i64,
-    next: AtomicU64,
-    done: AtomicU64,
-    /// The callers' accounting: granted estimates, less what settlements sent give back.
-    view: AtomicI64,
-    view_max: AtomicI64,
-    view_over: AtomicU64,
-    /// Settlement attempts that got no answer (or a 5xx) and were sent again.
-    settle_retries: AtomicU64,
-    /// Reserves sent again because their instance refused the connection (never sent).
-    refused: AtomicU64,
-    /// How long a call keeps asking while instances are down: a kill's downtime and a restart.
-    patience: Duration,
-}
-
-impl Shared {
-    fn add(&self, tokens: u64) {
-        let now = self.view.fetch_add(tokens as i64, Ordering::SeqCst) + tokens as i64;
-        self.view_max.fetch_max(now, Ordering::SeqCst);
-        if now > self.limit {
-            self.view_over.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn take(&self, tokens: u64) {
-        self.view.fetch_sub(tokens as i64, Ordering::SeqCst);
-    }
-}
-
-/// A reserve's answer.
-enum Reserved {
-    Granted(String),
-    Denied,
-    InDoubt,
-    Unexpected,
-}
-
-/// A settlement's answer.
-enum Settled {
-    Done,
-    Expired,
-    InDoubt,
-    Unexpected,
-}
-
-async fn reserve(shared: &Shared, rng: &mut Rng, index: u64, estimate: u64) -> (Reserved, Outcome, u64) {
-    let body = json!({
-        "descriptors": {"tenant": shared.tenant, "call": format!("{}-{index}", shared.run)},
-        "costs": {"requests": 1, "tokens": estimate},
-        "ttl": format!("{}ms", shared.ttl_ms),
-    })
-    .to_string();
-    let n = shared.urls.len();
-    let first = (rng.next_u64() % n as u64) as usize;
-    let sent = Instant::now();
-    // A refused connection was never sent: the next instance is asked (round after round while
-    // instances restart, for as long as one may take to).
-    for attempt in 0.. {
-        if sent.elapsed() > shared.patience {
-            break;
-        }
-        let url = format!("{}/v1/reserve", shared.urls[(first + attempt) % n]);
-        let answer = post(&shared.client, &url, body.clone(), shared.timeout).await;
-        let latency = nanos(sent.elapsed());
-        return match answer {
-            Ok((200, reply)) => match serde_json::from_slice::<Value>(&reply) {
-                Ok(v) if v["reservation"].is_string() => (
-                    Reserved::Granted(v["reservation"].as_str().unwrap_or_default().to_owned()),
-                    Outcome::Allowed,
-                    latency,
-                ),
-                _ => (Reserved::Unexpected, Outcome::Error("unexpected_200"), latency),
-            },
-            Ok((429, reply)) if !contains(&reply, "\"error_denied\"") => {
-                (Reserved::Denied, Outcome::Denied, latency)
-            }
-            Ok((429, _)) => (Reserved::InDoubt, Outcome::Error("store_fail_closed"), latency),
-            Ok((500..=599, _)) => (Reserved::InDoubt, Outcome::Error("http_5xx"), latency),
-            Ok(_) => (Reserved::Unexpected, Outcome::Error("http_other"), latency),
-            Err(NoAnswer::Connect) => {
-                shared.refused.fetch_add(1, Ordering::Relaxed);
-                if (attempt + 1) % n == 0 {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                continue;
-            }
-            Err(_) => (Reserved::InDoubt, Outcome::Error("lost"), latency),
-        };
-    }
-    (Reserved::InDoubt, Outcome::Error("connect"), nanos(sent.elapsed()))
-}
-
-/// Sends the settlement `body` to `path`, first on instance `first`, then on the next ones until
-/// one answers (rounds over the instances 100 ms apart, for as long as an instance may take to
-/// restart).
-async fn settle(shared: &Shared, first: usize, path: &str, body: String) -> Settled {
-    let n = shared.urls.len();
-    let sent = Instant::now();
-    for attempt in 0.. {
-        if attempt > 0 && attempt % n == 0 {
-            if sent.elapsed() > shared.patience {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let url = format!("{}{path}", shared.urls[(first + attempt) % n]);
-        match post(&shared.client, &url, body.clone(), shared.timeout).await {
-            Ok((200, _)) => return Settled::Done,
-            Ok((409, reply)) if contains(&reply, "expired") => return Settled::Expired,
-            Ok((500..=599, _)) | Err(_) => {
-                shared.settle_retries.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(_) => return Settled::Unexpected,
-        }
-    }
-    Settled::InDoubt
-}
-
-/// One caller: calls until `shared.calls` have been made.
-async fn caller(
-    shared: Arc<Shared>,
-    seed: u64,
-    worker: u64,
-    live: Arc<Live>,
-    started: Instant,
-) -> (Vec<Call>, Tally) {
-    let mut rng = Rng::stream(seed, worker);
-    let (mut calls, mut tally, mut batch) = (Vec::new(), Tally::default(), Batch::default());
-    let n = shared.urls.len();
-    loop {
-        let index = shared.next.fetch_add(1, Ordering::Relaxed);
-        if index >= shared.calls {
-            break;
-        }
-        let estimate = 1 + rng.next_u64() % shared.max_estimate;
-        let actual = rng.next_u64() % (estimate + 1);
-        let roll = rng.unit();
-        let at_ms = millis(started.elapsed());
-        let (reserved, outcome, latency) = reserve(&shared, &mut rng, index, estimate).await;
-        tally.record(outcome, latency, at_ms);
-        batch.count(outcome, &live);
-        let fate = match reserved {
-            Reserved::Denied => Fate::Denied,
-            Reserved::InDoubt => Fate::ReserveInDoubt,
-            Reserved::Unexpected => Fate::Unexpected,
-            Reserved::Granted(id) => {
-                shared.add(estimate);
-                let work = shared.work.as_micros() as u64;
-                if work > 0 {
-                    tokio::time::sleep(Duration::from_micros(rng.next_u64() % (work + 1))).await;
-                }
-                // Settled on another instance than the one that reserved, when there is one.
-                let other = if n > 1 { (rng.next_u64() % n as u64) as usize } else { 0 };
-                if roll < shared.crash {
-                    Fate::Crashed
-                } else if roll < shared.crash + shared.cancel {
-                    shared.take(estimate);
-                    match settle(&shared, other, "/v1/release", json!({"reservation": id}).to_string()).await
-                    {
-                        Settled::Done => Fate::Released,
-                        Settled::Expired => {
-                            shared.add(estimate);
-                            Fate::Expired
-                        }
-                        Settled::InDoubt => Fate::ReleaseInDoubt,
-                        Settled::Unexpected => Fate::Unexpected,
-                    }
-                } else {
-                    shared.take(estimate - actual);
-                    let body = json!({"reservation": id, "costs": {"tokens": actual}}).to_string();
-                    match settle(&shared, other, "/v1/commit", body).await {
-                        Settled::Done => Fate::Committed,
-                        Settled::Expired => {
-                            shared.add(estimate - actual);
-                            Fate::Expired
-                        }
-                        Settled::InDoubt => Fate::CommitInDoubt,
-                        Settled::Unexpected => Fate::Unexpected,
-                    }
-                }
-            }
-        };
-        calls.push(Call { index, estimate, actual, fate });
-        shared.done.fetch_add(1, Ordering::Relaxed);
-    }
-    batch.flush(&live);
-    (calls, tally)
-}
-
-// === the samplers ===
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Samples {
-    count: u64,
-    max_used: u64,
-    over: u64,
-}
-
-/// Reads `used` of `rule` for the tenant every 10 ms, round the instances, until `stop`.
-async fn sample(
-    client: Client,
-    urls: Vec<String>,
-    tenant: String,
-    rule: &'static str,
-    limit: u64,
-    stop: Arc<AtomicBool>,
-) -> Samples {
-    let mut samples = Samples::default();
-    let mut i = 0usize;
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(used) = usage(&client, &urls[i % urls.len()], rule, "tenant", &tenant).await {
-            samples.count += 1;
-            samples.max_used = samples.max_used.max(used);
-            if used > limit {
-                samples.over += 1;
-            }
-        }
-        i += 1;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    samples
 }
 
 // === the report ===
@@ -844,6 +623,16 @@ async fn run_on(
     Ok(report)
 }
 
+impl Run for ReserveArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -900,19 +689,5 @@ mod tests {
                     && yaml.contains("lease: 1500ms")
             );
         }
-    }
-
-    #[test]
-    fn each_fate_charges_what_the_contract_says() {
-        let call = |fate| Call { index: 0, estimate: 100, actual: 30, fate };
-        assert_eq!(call(Fate::Committed).charges(), (30, None));
-        assert_eq!(call(Fate::Released).charges(), (0, None));
-        assert_eq!(call(Fate::Crashed).charges(), (100, None));
-        assert_eq!(call(Fate::Expired).charges(), (100, None));
-        assert_eq!(call(Fate::Denied).charges(), (0, None));
-        assert_eq!(call(Fate::ReserveInDoubt).charges(), (0, Some(100)));
-        assert_eq!(call(Fate::CommitInDoubt).charges(), (30, Some(100)));
-        assert_eq!(call(Fate::ReleaseInDoubt).charges(), (0, Some(100)));
-        assert!(call(Fate::ReserveInDoubt).in_doubt() && !call(Fate::Crashed).in_doubt());
     }
 }

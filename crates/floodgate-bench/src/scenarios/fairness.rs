@@ -11,22 +11,64 @@
 //! included, and separately), the share of users who saw a rejection at all, and the rejection
 //! rate of bots. A policy that rejects more than 1 % of normal requests is mis-set.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use floodgate::{Descriptors, Engine, MemoryConfig, MemoryStore};
 use floodgate_core::{ManualClock, Timestamp};
 use serde::Serialize;
 
 use crate::Usage;
-use crate::cli::FairnessArgs;
+use crate::args::{Output, parse_duration};
 use crate::harness::keys::Rng;
 use crate::report::math::rate;
 use crate::report::progress::Progress;
 use crate::report::units::micros;
 use crate::report::{Outcome, Report, Tally};
+use crate::scenarios::Run;
+
+/// `fairness`.
+#[derive(Debug, Clone, Args)]
+pub struct FairnessArgs {
+    /// The policy to judge (native YAML; requests carry `user`, `ip` and `route` = "GET /api").
+    /// Default: 30 per minute per user and 120 per minute per IP (sliding windows).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Normal users with their own address.
+    #[arg(long, default_value_t = 200)]
+    pub normal_users: u64,
+    /// Further normal users who all share one address (a NAT, an office, a mobile carrier).
+    #[arg(long, default_value_t = 10)]
+    pub nat_users: u64,
+    /// Scripted bots, each with its own user and address.
+    #[arg(long, default_value_t = 3)]
+    pub bots: u64,
+    /// A bot's request interval.
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    pub bot_interval: Duration,
+    /// A human's mean think time between actions.
+    #[arg(long, value_name = "DURATION", default_value = "6s", value_parser = parse_duration)]
+    pub think: Duration,
+    /// Chance that an action is a double-click (a second request 80–250 ms later).
+    #[arg(long, default_value_t = 0.05)]
+    pub double_click: f64,
+    /// Chance that an action is a burst (a page load: 3–8 requests within ~1 s).
+    #[arg(long, default_value_t = 0.03)]
+    pub burst: f64,
+    /// Simulated time.
+    #[arg(long, short, value_name = "DURATION", default_value = "600s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Seed of the traffic model.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 /// The built-in policy (`policies/fairness.yaml`).
-pub const DEFAULT_POLICY: &str = include_str!("../policies/fairness.yaml");
+pub const DEFAULT_POLICY: &str = include_str!("../../policies/fairness.yaml");
 
 /// Above this false-rejection rate a policy is mis-set.
 pub const ACCEPTABLE_FALSE_REJECTIONS: f64 = 0.01;
@@ -206,4 +248,14 @@ fn traffic(args: &FairnessArgs) -> (Vec<Actor>, Vec<(u64, usize)>) {
     events.retain(|&(t, _)| t < end);
     events.sort_unstable();
     (actors, events)
+}
+
+impl Run for FairnessArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
 }

@@ -41,6 +41,7 @@
 //! it), Redis's `used_memory` and the memory per key, and any `floodgate_overflow_decisions_total`
 //! series the server exports; on limitador, its live counters and its own resident memory.
 
+mod args;
 mod limitador;
 mod limited;
 mod load;
@@ -48,17 +49,18 @@ mod plan;
 mod probe;
 mod report;
 
-pub use plan::DEFAULT_LIMITED_USERS;
-
+pub use self::args::{FloodArgs, FloodPeer, FloodStore, FloodTransport};
 use self::limitador::Limitador;
+pub use self::plan::DEFAULT_LIMITED_USERS;
 use self::plan::Plan;
 use self::probe::Holder;
 use crate::Usage;
-use crate::cli::{FloodArgs, FloodPeer, FloodStore, FloodTransport};
+use crate::args::Output;
 use crate::harness::redis;
 use crate::harness::server::{LocalServer, STARTUP};
 use crate::harness::target::{Shape, Target};
 use crate::report::Report;
+use crate::scenarios::Run;
 
 /// The memory store's `max_keys` (and limitador's `--cache`) unless `--max-keys` says otherwise.
 pub const DEFAULT_MAX_KEYS: u64 = 10_000;
@@ -258,6 +260,16 @@ fn test_args(extra: &[&str]) -> FloodArgs {
     let cli = crate::cli::Cli::try_parse_from([&["floodgate-bench", "flood"], extra].concat()).unwrap();
     let crate::cli::Scenario::Flood(args) = cli.scenario else { panic!("not flood") };
     args
+}
+
+impl Run for FloodArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
 }
 
 #[cfg(test)]

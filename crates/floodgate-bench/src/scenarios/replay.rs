@@ -12,7 +12,9 @@ use floodgate_replay::source::{self, FormatName};
 use floodgate_replay::{Options, ReplayReport};
 
 use crate::Usage;
-use crate::cli::{Output, parse_pair, parse_percent};
+use crate::args::{Output, parse_pair, parse_percent};
+use crate::report::Report;
+use crate::scenarios::Run;
 
 /// `replay` (DESIGN.md §13).
 #[derive(Debug, Clone, Args)]
@@ -96,6 +98,20 @@ impl ReplayArgs {
             top: self.top,
             record_decisions: false,
         }
+    }
+}
+
+impl Run for ReplayArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        Err(Usage("replay writes its own report: see replay::run".into()).into())
+    }
+
+    async fn execute(&self) -> anyhow::Result<()> {
+        run(self)
     }
 }
 

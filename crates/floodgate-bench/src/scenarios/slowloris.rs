@@ -17,17 +17,46 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use clap::Args;
 use http_body_util::{BodyExt, Full};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::Usage;
-use crate::cli::SlowlorisArgs;
+use crate::args::{Output, parse_duration};
 use crate::harness::LocalServer;
 use crate::harness::client::{self, Client};
 use crate::report::math::{self, Percentiles};
 use crate::report::{Outcome, Report, Tally};
+use crate::scenarios::Run;
+
+/// `slowloris`.
+#[derive(Debug, Clone, Args)]
+pub struct SlowlorisArgs {
+    /// A running server's HTTP API (`http://IP:PORT`); default: one in this process with
+    /// `http.header_read_timeout` set to --header-timeout.
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
+    /// Slow connections held open during the attack (each reconnects once closed).
+    #[arg(long, default_value_t = 500, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    pub slow: usize,
+    /// How often each slow connection sends one more header line.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub drip: Duration,
+    /// The in-process server's `http.header_read_timeout`.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration, conflicts_with = "target")]
+    pub header_timeout: Duration,
+    /// Normal requests per second (`POST /v1/check`), open loop, in each phase.
+    #[arg(long, value_name = "PER_SEC", default_value_t = 500.0)]
+    pub normal_rate: f64,
+    /// The length of each phase (baseline, then under attack).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub phase: Duration,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 /// One phase's normal traffic.
 #[derive(Debug, Serialize)]
@@ -278,5 +307,15 @@ impl Closes {
 
     fn take(&self) -> Vec<f64> {
         self.0.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+    }
+}
+
+impl Run for SlowlorisArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
     }
 }

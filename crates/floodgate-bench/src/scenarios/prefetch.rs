@@ -14,14 +14,57 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use floodgate::{Descriptors, Engine};
 use floodgate_config::store::AnyStore;
 use serde::Serialize;
 
 use crate::Usage;
-use crate::cli::{MAX_DURATION, PrefetchArgs};
+use crate::args::{Algorithm, MAX_DURATION, Output, parse_duration};
 use crate::report::units::{millis, nanos};
 use crate::report::{Outcome, Report, Tally};
+use crate::scenarios::Run;
+
+/// `prefetch`.
+#[derive(Debug, Clone, Args)]
+pub struct PrefetchArgs {
+    /// The Redis the engines share (`redis://127.0.0.1:6379`).
+    #[arg(long, value_name = "URL")]
+    pub redis: String,
+    /// Accept a Redis that is not on loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// In-process engines, each with its own connection and leases.
+    #[arg(long, short = 'm', default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub instances: u64,
+    /// The algorithm.
+    #[arg(long, value_parser = Algorithm::parse, default_value = "fixed_window")]
+    pub algorithm: Algorithm,
+    /// The limit per window.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub limit: u64,
+    /// The window.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// The rule's `prefetch.batch` in the pass with prefetch.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(2..=1_000_000))]
+    pub batch: u64,
+    /// The rule's `prefetch.ttl` in the pass with prefetch.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    /// Callers in total, spread over the instances.
+    #[arg(long, short = 'c', default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// How long each pass sends.
+    #[arg(long, short, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// The store deadline (`store.deadline`; whole milliseconds).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub deadline: Duration,
+    /// Output.
+    #[command(flatten)]
+    pub output: Output,
+}
 
 /// One pass: with or without prefetch.
 #[derive(Debug, Serialize)]
@@ -202,4 +245,14 @@ async fn pass(args: &PrefetchArgs, prefetch: Option<(u64, Duration)>) -> anyhow:
         returned_units,
     };
     Ok((pass, total))
+}
+
+impl Run for PrefetchArgs {
+    fn output(&self) -> &Output {
+        &self.output
+    }
+
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
 }
