@@ -43,14 +43,14 @@ macro_rules! scenarios {
             /// Runs the scenario and writes its report where its output flags ask.
             pub async fn execute(&self) -> anyhow::Result<()> {
                 match self {
-                    $(Scenario::$name(args) => args.execute().await,)*
+                    $(Scenario::$name(args) => args.execute(&args.output).await,)*
                 }
             }
 
             /// The scenario's output flags.
             pub fn output(&self) -> &Output {
                 match self {
-                    $(Scenario::$name(args) => args.output(),)*
+                    $(Scenario::$name(args) => &args.output,)*
                 }
             }
         }

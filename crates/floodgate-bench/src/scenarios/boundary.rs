@@ -319,10 +319,6 @@ async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
 }
 
 impl crate::scenarios::Run for BoundaryArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

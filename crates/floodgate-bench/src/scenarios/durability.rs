@@ -443,10 +443,6 @@ async fn restart(args: &DurabilityArgs, binary: &Path, dir: &Path) -> anyhow::Re
 }
 
 impl Run for DurabilityArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

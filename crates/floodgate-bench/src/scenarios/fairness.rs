@@ -251,10 +251,6 @@ fn traffic(args: &FairnessArgs) -> (Vec<Actor>, Vec<(u64, usize)>) {
 }
 
 impl Run for FairnessArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

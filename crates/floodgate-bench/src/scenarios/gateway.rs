@@ -439,10 +439,6 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
 }
 
 impl Run for GatewayArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

@@ -208,10 +208,6 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
 }
 
 impl Run for InstancesArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

@@ -17,17 +17,15 @@ pub mod throughput;
 use crate::args::Output;
 use crate::report::Report;
 
-/// What a scenario's arguments do: run it.
+/// What a scenario's arguments do: run it. (Every scenario's arguments also hold its output
+/// flags, `output`.)
 pub(crate) trait Run {
-    /// The output flags.
-    fn output(&self) -> &Output;
-
     /// Runs the scenario and returns its report (nothing written yet).
     async fn run(&self) -> anyhow::Result<Report>;
 
-    /// Runs the scenario and writes its report where the output flags ask: the table on stdout,
-    /// `--json`, `--plot`.
-    async fn execute(&self) -> anyhow::Result<()> {
-        crate::emit(&self.run().await?, self.output())
+    /// Runs the scenario and writes its report where `output` (its output flags) asks: the table
+    /// on stdout, `--json`, `--plot`.
+    async fn execute(&self, output: &Output) -> anyhow::Result<()> {
+        crate::emit(&self.run().await?, output)
     }
 }

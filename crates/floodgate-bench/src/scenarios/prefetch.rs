@@ -248,10 +248,6 @@ async fn pass(args: &PrefetchArgs, prefetch: Option<(u64, Duration)>) -> anyhow:
 }
 
 impl Run for PrefetchArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

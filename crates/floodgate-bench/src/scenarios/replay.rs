@@ -102,15 +102,11 @@ impl ReplayArgs {
 }
 
 impl Run for ReplayArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         Err(Usage("replay writes its own report: see replay::run".into()).into())
     }
 
-    async fn execute(&self) -> anyhow::Result<()> {
+    async fn execute(&self, _output: &Output) -> anyhow::Result<()> {
         run(self)
     }
 }

@@ -311,10 +311,6 @@ impl Closes {
 }
 
 impl Run for SlowlorisArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

@@ -298,10 +298,6 @@ async fn open_loop(
 }
 
 impl Run for ThroughputArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

@@ -55,7 +55,6 @@ pub use self::plan::DEFAULT_LIMITED_USERS;
 use self::plan::Plan;
 use self::probe::Holder;
 use crate::Usage;
-use crate::args::Output;
 use crate::harness::redis;
 use crate::harness::server::{LocalServer, STARTUP};
 use crate::harness::target::{Shape, Target};
@@ -263,10 +262,6 @@ fn test_args(extra: &[&str]) -> FloodArgs {
 }
 
 impl Run for FloodArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

@@ -501,10 +501,6 @@ async fn inject(
 }
 
 impl Run for OutageArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }

@@ -624,10 +624,6 @@ async fn run_on(
 }
 
 impl Run for ReserveArgs {
-    fn output(&self) -> &Output {
-        &self.output
-    }
-
     async fn run(&self) -> anyhow::Result<Report> {
         run(self).await
     }
