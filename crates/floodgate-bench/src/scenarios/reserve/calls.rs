@@ -20,12 +20,7 @@ use crate::report::{Outcome, Tally};
 
 /// `POST url` with the JSON `body`: the status and the whole answer, or why there is none (a
 /// refused connection was never sent; any other failure may have been).
-pub(super) async fn post(
-    client: &Client,
-    url: &str,
-    body: String,
-    timeout: Duration,
-) -> Result<(u16, Bytes), NoAnswer> {
+async fn post(client: &Client, url: &str, body: String, timeout: Duration) -> Result<(u16, Bytes), NoAnswer> {
     let request = http::Request::post(url)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(body)))
@@ -37,7 +32,7 @@ pub(super) async fn get(client: &Client, url: &str, timeout: Duration) -> Result
     client::get_on(client, url, timeout).await.map(|(status, body)| (status.as_u16(), body))
 }
 
-pub(super) fn contains(body: &[u8], needle: &str) -> bool {
+fn contains(body: &[u8], needle: &str) -> bool {
     body.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
@@ -144,7 +139,7 @@ impl Shared {
 }
 
 /// A reserve's answer.
-pub(super) enum Reserved {
+enum Reserved {
     Granted(String),
     Denied,
     InDoubt,
@@ -152,19 +147,14 @@ pub(super) enum Reserved {
 }
 
 /// A settlement's answer.
-pub(super) enum Settled {
+enum Settled {
     Done,
     Expired,
     InDoubt,
     Unexpected,
 }
 
-pub(super) async fn reserve(
-    shared: &Shared,
-    rng: &mut Rng,
-    index: u64,
-    estimate: u64,
-) -> (Reserved, Outcome, u64) {
+async fn reserve(shared: &Shared, rng: &mut Rng, index: u64, estimate: u64) -> (Reserved, Outcome, u64) {
     let body = json!({
         "descriptors": {"tenant": shared.tenant, "call": format!("{}-{index}", shared.run)},
         "costs": {"requests": 1, "tokens": estimate},
@@ -214,7 +204,7 @@ pub(super) async fn reserve(
 /// Sends the settlement `body` to `path`, first on instance `first`, then on the next ones until
 /// one answers (rounds over the instances 100 ms apart, for as long as an instance may take to
 /// restart).
-pub(super) async fn settle(shared: &Shared, first: usize, path: &str, body: String) -> Settled {
+async fn settle(shared: &Shared, first: usize, path: &str, body: String) -> Settled {
     let n = shared.urls.len();
     let sent = Instant::now();
     for attempt in 0.. {
