@@ -102,6 +102,12 @@ pub struct BoundaryArgs {
     pub output: Output,
 }
 
+impl crate::scenarios::Run for BoundaryArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
 struct Details {
@@ -316,12 +322,6 @@ async fn real(args: &BoundaryArgs, plan: &Plan) -> anyhow::Result<Run> {
     admitted.sort_unstable();
     let wall_s = instant0.elapsed().as_secs_f64();
     Ok((tally, admitted, (args.cycles * 2 * window_us) as f64 / 1e6, wall_s, target.describe()))
-}
-
-impl crate::scenarios::Run for BoundaryArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }
 
 #[cfg(test)]

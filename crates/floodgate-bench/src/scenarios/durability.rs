@@ -62,6 +62,12 @@ pub struct DurabilityArgs {
     pub output: Output,
 }
 
+impl Run for DurabilityArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct Throughput {
     memory_per_sec: f64,
@@ -440,10 +446,4 @@ async fn restart(args: &DurabilityArgs, binary: &Path, dir: &Path) -> anyhow::Re
         open_from_snapshot_s,
         binary_start_s: took.as_secs_f64(),
     })
-}
-
-impl Run for DurabilityArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }

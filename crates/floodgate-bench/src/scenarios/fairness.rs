@@ -67,6 +67,12 @@ pub struct FairnessArgs {
     pub output: Output,
 }
 
+impl Run for FairnessArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// The built-in policy (`policies/fairness.yaml`).
 pub const DEFAULT_POLICY: &str = include_str!("../../policies/fairness.yaml");
 
@@ -248,10 +254,4 @@ fn traffic(args: &FairnessArgs) -> (Vec<Actor>, Vec<(u64, usize)>) {
     events.retain(|&(t, _)| t < end);
     events.sort_unstable();
     (actors, events)
-}
-
-impl Run for FairnessArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }

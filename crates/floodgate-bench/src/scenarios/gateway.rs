@@ -57,6 +57,12 @@ pub struct GatewayArgs {
     pub output: Output,
 }
 
+impl Run for GatewayArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// One measured configuration.
 #[derive(Debug, Clone, Serialize)]
 struct Measured {
@@ -436,10 +442,4 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
     let mut report = Report::new(summary, details);
     report.grids = vec![grid, limits];
     Ok(report)
-}
-
-impl Run for GatewayArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }

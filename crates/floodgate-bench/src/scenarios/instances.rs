@@ -75,6 +75,12 @@ pub struct InstancesArgs {
     pub output: Output,
 }
 
+impl Run for InstancesArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
 struct Details {
@@ -205,10 +211,4 @@ pub async fn run(args: &InstancesArgs) -> anyhow::Result<Report> {
     let mut report = Report::new(total.summary("instances", &target, wall, wall), details);
     report.timeline = Some(total.timeline);
     Ok(report)
-}
-
-impl Run for InstancesArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }

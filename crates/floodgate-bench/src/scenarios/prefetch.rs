@@ -66,6 +66,12 @@ pub struct PrefetchArgs {
     pub output: Output,
 }
 
+impl Run for PrefetchArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// One pass: with or without prefetch.
 #[derive(Debug, Serialize)]
 struct Pass {
@@ -245,10 +251,4 @@ async fn pass(args: &PrefetchArgs, prefetch: Option<(u64, Duration)>) -> anyhow:
         returned_units,
     };
     Ok((pass, total))
-}
-
-impl Run for PrefetchArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }

@@ -73,6 +73,16 @@ pub struct ReplayArgs {
     pub output: Output,
 }
 
+impl Run for ReplayArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        Err(Usage("replay writes its own report: see replay::run".into()).into())
+    }
+
+    async fn execute(&self, _output: &Output) -> anyhow::Result<()> {
+        run(self)
+    }
+}
+
 impl ReplayArgs {
     /// The replay's options.
     pub fn options(&self) -> Options {
@@ -98,16 +108,6 @@ impl ReplayArgs {
             top: self.top,
             record_decisions: false,
         }
-    }
-}
-
-impl Run for ReplayArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        Err(Usage("replay writes its own report: see replay::run".into()).into())
-    }
-
-    async fn execute(&self, _output: &Output) -> anyhow::Result<()> {
-        run(self)
     }
 }
 

@@ -58,6 +58,12 @@ pub struct SlowlorisArgs {
     pub output: Output,
 }
 
+impl Run for SlowlorisArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// One phase's normal traffic.
 #[derive(Debug, Serialize)]
 struct Phase {
@@ -307,11 +313,5 @@ impl Closes {
 
     fn take(&self) -> Vec<f64> {
         self.0.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
-    }
-}
-
-impl Run for SlowlorisArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
     }
 }

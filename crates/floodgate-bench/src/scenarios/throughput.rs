@@ -78,6 +78,12 @@ pub struct ThroughputArgs {
     pub output: Output,
 }
 
+impl Run for ThroughputArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// The scenario's own JSON fields.
 #[derive(Debug, Serialize)]
 struct Details {
@@ -295,12 +301,6 @@ async fn open_loop(
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.await;
     (tally, wall)
-}
-
-impl Run for ThroughputArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }
 
 #[cfg(test)]

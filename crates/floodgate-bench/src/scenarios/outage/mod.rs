@@ -168,6 +168,12 @@ pub struct OutageArgs {
     pub output: Output,
 }
 
+impl Run for OutageArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 /// The longest `outage` run: every decision is kept in memory (about 48 bytes each).
 pub const MAX_OUTAGE_DURATION: Duration = Duration::from_secs(600);
 
@@ -498,12 +504,6 @@ async fn inject(
         Fault::MasterKill => {}
     }
     Ok(Span { start_us, end_us })
-}
-
-impl Run for OutageArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }
 
 #[cfg(test)]

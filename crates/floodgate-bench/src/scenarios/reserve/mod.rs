@@ -153,6 +153,12 @@ pub struct ReserveArgs {
     pub output: Output,
 }
 
+impl Run for ReserveArgs {
+    async fn run(&self) -> anyhow::Result<Report> {
+        run(self).await
+    }
+}
+
 fn parse_share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
@@ -621,12 +627,6 @@ async fn run_on(
     let mut report = Report::new(tally.summary("reserve", &target, wall, wall), details);
     report.timeline = Some(tally.timeline);
     Ok(report)
-}
-
-impl Run for ReserveArgs {
-    async fn run(&self) -> anyhow::Result<Report> {
-        run(self).await
-    }
 }
 
 #[cfg(test)]
