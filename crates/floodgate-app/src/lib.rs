@@ -43,6 +43,7 @@ pub mod survival;
 pub mod switches;
 pub mod tls;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
@@ -229,6 +230,38 @@ impl App {
         answer
     }
 
+    /// Runs the app with its front doors until `shutdown` completes: starts the app's tasks
+    /// ([`App::start_tasks`]) and the doors `doors` spawns (each serving until the `stop` it is
+    /// given turns true); then shuts down gracefully — [`App::drain`], stop, wait for every door
+    /// to let its requests in flight finish, [`Tasks::finish`]. The first error of a door is
+    /// returned, once all have ended.
+    pub async fn run(
+        &self,
+        shutdown: impl Future<Output = ()>,
+        doors: impl FnOnce(&watch::Receiver<bool>) -> std::io::Result<Vec<Door>>,
+    ) -> std::io::Result<()> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let tasks = self.start_tasks(&stop_rx);
+        let (doors, mut result) = match doors(&stop_rx) {
+            Ok(doors) => {
+                shutdown.await;
+                tracing::info!("shutting down: no new connections; finishing requests in flight");
+                (doors, Ok(()))
+            }
+            Err(e) => (Vec::new(), Err(e)),
+        };
+        self.drain();
+        let _ = stop_tx.send(true);
+        for door in doors {
+            let ended = door.await.map_err(std::io::Error::other).and_then(|served| served);
+            if result.is_ok() {
+                result = ended;
+            }
+        }
+        tasks.finish().await;
+        result
+    }
+
     /// Starts what runs beside the front doors until `stop` turns true: the configuration
     /// watcher and the token-file poller when the options ask to watch, the metrics upkeep, the
     /// live view's ticks, and on a Redis store the survival task (fleet heartbeats, charging the
@@ -256,6 +289,9 @@ impl App {
         Tasks { app: self.clone(), watcher, handles }
     }
 }
+
+/// A front door serving its listener, spawned: see [`App::run`].
+pub type Door = JoinHandle<std::io::Result<()>>;
 
 /// The tasks [`App::start_tasks`] started.
 #[derive(Debug)]

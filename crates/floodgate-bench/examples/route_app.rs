@@ -22,7 +22,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::routing::post;
 use floodgate::{Engine, Policy, Rule};
-use floodgate_bench::cli::Algorithm;
+use floodgate_bench::args::Algorithm;
 use floodgate_tower::RateLimitLayer;
 use http::HeaderName;
 use serde_json::{Value, json};

@@ -91,47 +91,37 @@ impl Server {
     /// Serves until `shutdown` completes, then shuts down gracefully: stops accepting, lets
     /// requests in flight finish, and returns. Starts the file watcher and the `SIGHUP` handler
     /// when the app's options ask for them, and on a Redis store the survival task (fleet
-    /// heartbeats, charging the store with what local shares admitted: see [`crate::survival`]).
+    /// heartbeats, charging the store with what local shares admitted: see
+    /// [`floodgate_app::survival`]).
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let Server { app, http, grpc, gateway, tls, gateway_tls, .. } = self;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let tasks = app.start_tasks(&stop_rx);
-        if app.options().sighup {
-            crate::signals::reload_on_sighup(app.clone(), stop_rx.clone())?;
-        }
-        for watched in tls.iter().flat_map(|(h, g)| [h, g]).chain(gateway_tls.iter()) {
-            tokio::spawn(Arc::clone(watched).watch(stop_rx.clone()));
-        }
-        let (http_tls, grpc_tls) = match &tls {
-            Some((h, g)) => (Some(Arc::clone(h)), Some(Arc::clone(g))),
-            None => (None, None),
+        let doors = |stop: &watch::Receiver<bool>| {
+            if app.options().sighup {
+                crate::signals::reload_on_sighup(app.clone(), stop.clone())?;
+            }
+            for watched in tls.iter().flat_map(|(h, g)| [h, g]).chain(gateway_tls.iter()) {
+                tokio::spawn(Arc::clone(watched).watch(stop.clone()));
+            }
+            let (http_tls, grpc_tls) = match &tls {
+                Some((h, g)) => (Some(Arc::clone(h)), Some(Arc::clone(g))),
+                None => (None, None),
+            };
+            let mut doors =
+                vec![tokio::spawn(floodgate_api::serve_http(app.clone(), http, http_tls, stop.clone()))];
+            if let Some(listener) = grpc {
+                doors.push(tokio::spawn(floodgate_api::serve_grpc(
+                    app.clone(),
+                    listener,
+                    grpc_tls,
+                    stop.clone(),
+                )));
+            }
+            if let Some((gateway, listener, _)) = gateway {
+                doors.push(tokio::spawn(gateway.serve(listener, gateway_tls.clone(), stop.clone())));
+            }
+            Ok(doors)
         };
-        let http_task = tokio::spawn(floodgate_api::serve_http(app.clone(), http, http_tls, stop_rx.clone()));
-        let grpc_task = grpc.map(|listener| {
-            tokio::spawn(floodgate_api::serve_grpc(app.clone(), listener, grpc_tls, stop_rx.clone()))
-        });
-        let gateway_task = gateway.map(|(gateway, listener, _)| {
-            tokio::spawn(gateway.serve(listener, gateway_tls, stop_rx.clone()))
-        });
-
-        shutdown.await;
-        tracing::info!("shutting down: no new connections; finishing requests in flight");
-        app.drain();
-        let _ = stop_tx.send(true);
-
-        let http_result = http_task.await.map_err(std::io::Error::other)?;
-        let gateway_result = match gateway_task {
-            Some(task) => task.await.map_err(std::io::Error::other)?,
-            None => Ok(()),
-        };
-        let grpc_result = match grpc_task {
-            Some(task) => task.await.map_err(std::io::Error::other)?,
-            None => Ok(()),
-        };
-        tasks.finish().await;
-        http_result?;
-        gateway_result?;
-        grpc_result
+        app.run(shutdown, doors).await
     }
 }
 

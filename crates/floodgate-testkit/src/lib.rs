@@ -30,8 +30,9 @@
 //! The building blocks are public too, for store-specific tests: [`TestKey`] encodes distinct keys
 //! the way the engine does, [`StoreUnderTest`] wraps a store and its clock with one-op helpers, and
 //! [`every_algorithm`] gives one limit of each of the seven algorithms. [`redis`] starts real
-//! `redis-server` processes (TLS ones on certificates from [`tls`]). [`CountingStore`] wraps
-//! a real store and counts the calls made to it (round trips per request).
+//! `redis-server` processes (TLS ones on certificates from [`tls`]), each held by a watchdog from
+//! [`process`], which also hands out free loopback ports ([`process::free_port`]).
+//! [`CountingStore`] wraps a real store and counts the calls made to it (round trips per request).
 //!
 //! [`Store`]: floodgate::Store
 //! [`Store::apply`]: floodgate::Store::apply
@@ -42,6 +43,7 @@
 pub mod conformance;
 mod counting;
 mod flaky;
+pub mod process;
 pub mod redis;
 mod subject;
 pub mod tls;

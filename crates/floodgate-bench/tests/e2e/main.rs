@@ -9,7 +9,7 @@ mod reserve;
 
 use clap::Parser;
 use floodgate_bench::cli::Cli;
-use floodgate_bench::instances::LocalServer;
+use floodgate_bench::harness::LocalServer;
 use serde_json::Value;
 
 const POLICY: &str = "

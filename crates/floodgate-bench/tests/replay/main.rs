@@ -1,41 +1,9 @@
-//! `replay`: the replay's decisions against the memory store's own on a manual clock
-//! ([`differential`]), `--suggest` on logs whose per-key peaks are known ([`suggest`]), and the
-//! binary end to end: formats, gzip, `--compare`, `--json`, `--plot`, bad input ([`cli`]).
+//! `floodgate-bench replay`, the binary end to end: formats, gzip, `--compare`, `--json`,
+//! `--plot`, bad input ([`cli`]). The replay itself is tested in `floodgate-replay`, whose log
+//! lines these tests write too.
 
 mod cli;
-mod differential;
-mod suggest;
+#[path = "../../../floodgate-replay/tests/replay/lines.rs"]
+mod lines;
 
-use std::path::PathBuf;
-
-/// 2026-12-02T09:00:00Z, in seconds.
-pub const T0: i64 = 1_796_202_000;
-
-/// A fresh file path under the temporary directory.
-pub fn temp(name: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("floodgate-replay-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(format!("{}-{name}", N.fetch_add(1, Ordering::Relaxed)))
-}
-
-/// A combined-format line at `secs` since the epoch.
-pub fn combined(addr: &str, user: &str, secs: i64, request: &str, xff: Option<&str>) -> String {
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let t = jiff::tz::TimeZone::UTC.to_datetime(jiff::Timestamp::from_second(secs).expect("time"));
-    let when = format!(
-        "{:02}/{}/{}:{:02}:{:02}:{:02} +0000",
-        t.day(),
-        MONTHS[t.month() as usize - 1],
-        t.year(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    );
-    let xff = xff.map(|x| format!(" \"{x}\"")).unwrap_or_default();
-    format!(
-        "{addr} - {user} [{when}] \"{request} HTTP/1.1\" 200 512 \"-\" \"Mozilla/5.0 (X11; Linux x86_64)\"{xff}\n"
-    )
-}
+use lines::{T0, combined, temp};
