@@ -35,7 +35,7 @@ pub const KEPT_VERSIONS: usize = 32;
 /// How many audit records are kept.
 pub const KEPT_AUDIT_RECORDS: usize = 1000;
 
-/// One policy ready to decide on the app store, with its metric handles (indexed by rule
+/// One policy ready to decide on the shared store, with its metric handles (indexed by rule
 /// position, as [`LimitOutcome::index`](floodgate::LimitOutcome::index) gives it).
 #[derive(Debug)]
 pub struct Domain {

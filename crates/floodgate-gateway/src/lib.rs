@@ -72,7 +72,7 @@ pub fn verify_authorization(
 }
 
 /// The gateway: its routes, upstream clients, stale cache and accepted-writes queue, over the
-/// server's app state. Cheap to clone.
+/// app. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Gateway {
     inner: Arc<state::Gateway>,

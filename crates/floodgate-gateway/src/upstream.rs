@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 /// The client of one kind of upstream connection.
 pub(super) type Client = hyper_util::client::legacy::Client<HttpConnector, Body>;
 
-/// One pooled client per connect timeout and protocol, app by the routes (and kept across
+/// One pooled client per connect timeout and protocol, shared by the routes (and kept across
 /// reloads, with their idle connections).
 #[derive(Debug, Default)]
 pub(super) struct Clients {

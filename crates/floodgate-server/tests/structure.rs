@@ -138,7 +138,7 @@ fn sibling_graphs(src: &Path, root: &Path) -> Vec<(PathBuf, BTreeMap<String, BTr
     let modules: Vec<(Vec<String>, String)> = files
         .iter()
         .filter(|f| f.as_path() != root && !f.ends_with("main.rs"))
-        .map(|f| (module_path(src, f), std::fs::read_to_string(f).unwrap()))
+        .map(|f| (module_path(src, f), without_tests(std::fs::read_to_string(f).unwrap())))
         .collect();
     let all: BTreeSet<Vec<String>> = modules.iter().map(|(p, _)| p.clone()).collect();
     let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
@@ -169,6 +169,37 @@ fn sibling_graphs(src: &Path, root: &Path) -> Vec<(PathBuf, BTreeMap<String, BTr
         }
     }
     graphs.into_iter().map(|(folder, graph)| (src.join(folder.join("/")), graph)).collect()
+}
+
+/// `text` without its `#[cfg(test)]` items (to the end of each one's braces): unit tests are not
+/// part of the crate they test, and may name any module of it (a scenario's tests parse the
+/// command line, say).
+fn without_tests(text: String) -> String {
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        kept.push_str(&rest[..at]);
+        let item = &rest[at..];
+        let Some(open) = item.find('{') else { return kept };
+        let mut depth = 0usize;
+        let mut end = item.len();
+        for (i, c) in item[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &item[end..];
+    }
+    kept.push_str(rest);
+    kept
 }
 
 /// The module paths `text` (the file of module `path`) names through `crate::` and `super::`.
@@ -313,4 +344,12 @@ fn sibling_graphs_see_loops_inside_a_folder() {
     let gateway = &graphs.iter().find(|(d, _)| d.ends_with("gateway")).unwrap().1;
     assert!(cycle(gateway).is_some(), "{gateway:?}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn test_items_are_left_out_and_what_follows_them_is_kept() {
+    let text = "use crate::a::A;\n#[cfg(test)]\nfn helper() { let _ = crate::cli::Cli { x: {} }; }\nuse crate::b::B;\n#[cfg(test)]\nmod tests {\n    use crate::cli::Cli;\n}\n";
+    let kept = without_tests(text.to_owned());
+    assert!(kept.contains("crate::a::A") && kept.contains("crate::b::B"), "{kept}");
+    assert!(!kept.contains("cli"), "{kept}");
 }

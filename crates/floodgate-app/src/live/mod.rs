@@ -258,7 +258,7 @@ pub struct StoreHealth {
 pub struct FallbackView {
     /// Whether the store's last call failed: rules with `on_store_error: local` decide locally now.
     pub degraded: bool,
-    /// The instances the limits are app by.
+    /// The instances the limits are shared by.
     pub instances: u32,
     /// Requests decided (in part) locally, since start.
     pub local_decisions: u64,

@@ -142,3 +142,16 @@ pub(crate) async fn wait_for_port(addr: SocketAddr, within: Duration) -> anyhow:
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The resident set size of process `pid` (`"self"`, or a number), from `/proc/<pid>/status`
+/// (Linux); `None` when it cannot be read.
+pub(crate) fn resident_set(pid: &str) -> Option<u64> {
+    vm_rss(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// `VmRSS` of a `/proc/<pid>/status` page, in bytes.
+pub(crate) fn vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kb * 1024)
+}

@@ -10,9 +10,9 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::probe::vm_rss;
 use crate::Usage;
 use crate::harness::client;
+use crate::harness::process::resident_set;
 use crate::harness::process::{OUTPUT, Watched, free_port, scratch_dir};
 
 /// The namespace of the limit (the Envoy RLS domain of every request).
@@ -165,7 +165,7 @@ impl Limitador {
 
     /// Its resident set size, in bytes.
     pub(crate) fn rss_bytes(&self) -> Option<u64> {
-        vm_rss(&std::fs::read_to_string(format!("/proc/{}/status", self.watched.pid())).ok()?)
+        resident_set(&self.watched.pid().to_string())
     }
 }
 

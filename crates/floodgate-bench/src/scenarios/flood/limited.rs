@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::load::Caller;
+use super::plan::Caller;
 use super::plan::Plan;
 use crate::harness::target::{Shape, Target};
 use crate::report::units::{nanos, wall_micros};

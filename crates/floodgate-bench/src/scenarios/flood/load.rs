@@ -17,37 +17,13 @@ use tokio::sync::mpsc;
 
 use super::FloodArgs;
 use super::limited::{self, Exhaustion};
+use super::plan::Caller;
 use super::plan::Plan;
 use super::probe::{self, Holder, Snapshot};
 use crate::harness::target::{Shape, Target};
 use crate::report::progress::{Batch, Live, Progress};
 use crate::report::units::{micros, millis, nanos, wall_micros};
 use crate::report::{Outcome, Tally};
-
-/// Who sent a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Caller {
-    /// A known user, `known-<i>`: sends from the start.
-    Known(u32),
-    /// A newcomer, `new-<i>`: sends from the flood's start.
-    Newcomer(u32),
-    /// The flood's `n`th request, `flood-<n>`: a key of its own.
-    Flood(u64),
-    /// A limited user, `limited-<i>`: exhausted its limit before the run, then probes it.
-    Limited(u32),
-}
-
-impl Caller {
-    /// The user id it sends.
-    pub(crate) fn key(self) -> String {
-        match self {
-            Caller::Known(i) => format!("known-{i}"),
-            Caller::Newcomer(i) => format!("new-{i}"),
-            Caller::Flood(n) => format!("flood-{n}"),
-            Caller::Limited(i) => format!("limited-{i}"),
-        }
-    }
-}
 
 /// One answered (or dropped) request.
 #[derive(Debug, Clone, Copy)]

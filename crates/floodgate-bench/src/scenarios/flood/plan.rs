@@ -8,6 +8,31 @@ use crate::Usage;
 use crate::args::{Algorithm, MAX_DURATION};
 use crate::report::units::micros;
 
+/// Who sent a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// A known user, `known-<i>`: sends from the start.
+    Known(u32),
+    /// A newcomer, `new-<i>`: sends from the flood's start.
+    Newcomer(u32),
+    /// The flood's `n`th request, `flood-<n>`: a key of its own.
+    Flood(u64),
+    /// A limited user, `limited-<i>`: exhausted its limit before the run, then probes it.
+    Limited(u32),
+}
+
+impl Caller {
+    /// The user id it sends.
+    pub(crate) fn key(self) -> String {
+        match self {
+            Caller::Known(i) => format!("known-{i}"),
+            Caller::Newcomer(i) => format!("new-{i}"),
+            Caller::Flood(n) => format!("flood-{n}"),
+            Caller::Limited(i) => format!("limited-{i}"),
+        }
+    }
+}
+
 /// Limited users unless `--limited-users` says otherwise (with a rule they can be held to).
 pub const DEFAULT_LIMITED_USERS: u64 = 100;
 

@@ -130,19 +130,13 @@ fn info_field(info: &str, name: &str) -> Option<u64> {
 
 /// This process's resident set size, from `/proc/self/status` (Linux).
 fn resident_bytes() -> Option<u64> {
-    vm_rss(&std::fs::read_to_string("/proc/self/status").ok()?)
-}
-
-/// `VmRSS` of a `/proc/<pid>/status` page, in bytes.
-pub(crate) fn vm_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-    let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
-    Some(kb * 1024)
+    resident_set("self")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::process::vm_rss;
 
     const PAGE: &str = "\
 # TYPE floodgate_keys gauge
