@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::limitador::Limitador;
 use crate::harness::LocalServer;
+use crate::harness::process::resident_set;
 use crate::harness::redis::{self, RedisServer};
 use crate::harness::server::METRIC_KEYS as KEYS;
 
