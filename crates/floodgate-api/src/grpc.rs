@@ -100,16 +100,9 @@ impl RateLimitService for Rls {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let running = self.app.control().load();
-        let client = match running.auth.as_deref() {
-            None => None,
-            Some(clients) => {
-                let authorization = request.metadata().get("authorization").map(|v| v.as_bytes());
-                match clients.authorize(authorization, Scope::Check) {
-                    Ok(client) => Some(client),
-                    Err(refusal) => return Err(self.refuse(&refusal)),
-                }
-            }
-        };
+        let authorization = request.metadata().get("authorization").map(|v| v.as_bytes());
+        let client =
+            running.authorize(authorization, Scope::Check).map_err(|refusal| self.refuse(&refusal))?;
         let request = request.into_inner();
         if let Some(client) = client {
             // Every descriptor must name the client's pinned descriptors, with their values.

@@ -81,15 +81,10 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let running = app.control().load();
-    let (client, response) = match running.auth.as_deref() {
-        None => (None, decide(app, &running, request, api, None).await),
-        Some(clients) => {
-            let authorization = request.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
-            match clients.authorize(authorization, scope_of(api)) {
-                Ok(client) => (Some(client), decide(app, &running, request, api, Some(client)).await),
-                Err(refusal) => (refusal.client(), refused(&refusal)),
-            }
-        }
+    let authorization = request.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
+    let (client, response) = match running.authorize(authorization, scope_of(api)) {
+        Ok(client) => (client, decide(app, &running, request, api, client).await),
+        Err(refusal) => (refusal.client(), refused(&refusal)),
     };
     app.metrics().http_request(client.map(|c| &*c.requests), api, response.status());
     response
@@ -103,9 +98,8 @@ pub(super) fn authorized<'r>(
     headers: &http::HeaderMap,
     scope: Scope,
 ) -> Result<Option<&'r Client>, Response> {
-    let Some(clients) = running.auth.as_deref() else { return Ok(None) };
     let authorization = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes);
-    clients.authorize(authorization, scope).map(Some).map_err(|refusal| refused(&refusal))
+    running.authorize(authorization, scope).map_err(|refusal| refused(&refusal))
 }
 
 /// Applies `client`'s pinned descriptors to a request's for `domain` (see [`Client::pin`]), or

@@ -86,11 +86,9 @@ async fn v1_auth(
     };
     if let Some(scope) = scope {
         let running = app.control().load();
-        if let Some(clients) = running.auth.as_deref() {
-            let authorization = request.headers().get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes);
-            if let Err(refusal) = clients.authorize(authorization, scope) {
-                return api::refused(&refusal);
-            }
+        let authorization = request.headers().get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes);
+        if let Err(refusal) = running.authorize(authorization, scope) {
+            return api::refused(&refusal);
         }
     }
     next.run(request).await

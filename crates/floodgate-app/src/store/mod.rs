@@ -26,7 +26,7 @@ use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
 
 pub use self::open::{Hooks, OpenError, guard};
-pub use self::redis::redis_config;
+pub use self::redis::{redis_config, same_store};
 
 /// A Redis store inside its breaker and the local fallback.
 pub type FallbackStore<C = SystemClock> = Fallback<Breaker<RedisStore, C>, C>;

@@ -3,9 +3,9 @@
 //! leaves out, so that they are the only defaults.
 
 use floodgate::store::BreakerConfig;
-use floodgate_config::Survival;
 use floodgate_config::redis::{RedisHashTag, RedisStoreConfig, RedisTarget, RedisTls};
 use floodgate_config::tls::PemFile;
+use floodgate_config::{StoreConfig, Survival};
 use floodgate_redis::{HashTag, Pem, RedisConfig, Target, TlsConfig};
 
 /// The Redis store's settings for `config`: each setting the file gives, and [`RedisConfig`]'s
@@ -39,6 +39,16 @@ pub fn redis_config(config: &RedisStoreConfig) -> RedisConfig {
             Some(RedisHashTag::Descriptor(name)) => HashTag::Descriptor(name.clone()),
         },
         tls: config.tls.as_ref().map(tls_config),
+    }
+}
+
+/// Whether `a` and `b` open the same store: equal sections, or Redis sections whose settings are
+/// the same once the store's defaults fill in what each leaves out (a default written out is no
+/// change).
+pub fn same_store(a: &StoreConfig, b: &StoreConfig) -> bool {
+    match (a, b) {
+        (StoreConfig::Redis(a), StoreConfig::Redis(b)) => redis_config(a) == redis_config(b),
+        (a, b) => a == b,
     }
 }
 

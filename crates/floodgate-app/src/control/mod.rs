@@ -13,115 +13,33 @@
 //! gateway — [`Control::engine`] is the native policy's [`Engine`], which lives as long as the
 //! server and follows every applied change (reloads and rollbacks).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+mod fixed;
+mod running;
+
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::store::{AnyStore, OpenError};
 use arc_swap::ArcSwap;
+use floodgate::Engine;
 use floodgate::core::{Clock, SystemClock};
-use floodgate::{Engine, Policy};
-use floodgate_config::{self as config, Config, ConfigError, Source, StoreConfig, Survival};
-use floodgate_http::HeaderStyle;
+use floodgate_config::{self as config, Config, ConfigError};
 
 use crate::admin_state::{self, Restored, StateDir, StateError, StoredSource, StoredVersion};
 use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Outcome, Trigger};
 use crate::auth::Clients;
-use crate::metrics::{Metrics, RuleMetrics};
+use crate::metrics::Metrics;
+
+use self::fixed::{check_replaceable, resume};
+use self::running::build;
+pub use self::running::{Domain, Running};
 use crate::switches::{Overrides, SwitchChange};
 
 /// How many applied versions are kept for rollback.
 pub const KEPT_VERSIONS: usize = 32;
 /// How many audit records are kept.
 pub const KEPT_AUDIT_RECORDS: usize = 1000;
-
-/// One policy ready to decide on the shared store, with its metric handles (indexed by rule
-/// position, as [`LimitOutcome::index`](floodgate::LimitOutcome::index) gives it).
-#[derive(Debug)]
-pub struct Domain {
-    /// The Envoy domain, or `None` for the native policy.
-    pub name: Option<String>,
-    /// The policy.
-    pub policy: Arc<Policy>,
-    /// The metric handles of its rules.
-    pub metrics: RuleMetrics,
-}
-
-/// The configuration in force.
-#[derive(Debug)]
-pub struct Running {
-    /// 1 at start, +1 for every applied change (reloads and rollbacks).
-    pub version: u64,
-    /// Which rate-limit headers to send.
-    pub headers: HeaderStyle,
-    /// The native policy: HTTP checks, and gRPC domains that no Envoy file defines.
-    pub native: Arc<Domain>,
-    /// The policies of Envoy domains.
-    pub domains: HashMap<String, Arc<Domain>>,
-    /// Where the configuration came from, and its text and hash.
-    pub source: Source,
-    /// Rule fingerprints, for the audit diff.
-    pub fingerprints: BTreeMap<String, u64>,
-    /// The store section (it cannot change without a restart).
-    pub store: StoreConfig,
-    /// The store's breaker and fallback settings (likewise).
-    pub survival: Survival,
-    /// The `gateway:` section, when there is one (the gateway derives its policies from the native
-    /// one when it builds its route table).
-    pub gateway: Option<Arc<floodgate_config::gateway::GatewayConfig>>,
-    /// The rules whose metrics carry a `key` label (`metrics.detailed_rules`), for policies
-    /// derived from this configuration's.
-    pub detailed: Arc<BTreeSet<String>>,
-    /// Who may call (the `auth:` section), when anyone is named.
-    pub auth: Option<Arc<Clients>>,
-    /// The HTTP listener's limits, for the connections accepted from now on.
-    pub http: floodgate_config::http_server::HttpConfig,
-    /// TLS on the HTTP and gRPC listeners (set up at start; its files are watched).
-    pub tls: Option<floodgate_config::tls::TlsConfig>,
-    /// The admin API's settings (its state directory is opened at start).
-    pub admin: floodgate_config::admin::AdminConfig,
-}
-
-impl Domain {
-    /// `policy` as the domain `name` (`None`: the native policy), with its metric handles; the
-    /// rules named in `detailed` count per key.
-    pub fn new(
-        name: Option<String>,
-        policy: Policy,
-        metrics: &Metrics,
-        detailed: &BTreeSet<String>,
-    ) -> Domain {
-        let rule_metrics = metrics.rules(name.as_deref(), policy.rules(), detailed);
-        Domain { name, policy: Arc::new(policy), metrics: rule_metrics }
-    }
-}
-
-impl Running {
-    /// The policy deciding requests for `domain`: that Envoy domain's, or the native policy when
-    /// no domain is given or no Envoy file defines it.
-    pub fn domain(&self, domain: Option<&str>) -> &Domain {
-        domain.and_then(|d| self.domains.get(d)).unwrap_or(&self.native)
-    }
-
-    /// Whether every rule in force, over all policies, decides on a local share when the store
-    /// fails (and there is at least one rule).
-    pub fn all_local(&self) -> bool {
-        let mut rules =
-            self.native.policy.rules().chain(self.domains.values().flat_map(|d| d.policy.rules()));
-        let mut any = false;
-        let all = rules.all(|r| {
-            any = true;
-            r.store_error_policy() == floodgate::OnStoreError::Local
-        });
-        all && any
-    }
-
-    /// How many rules are in force, over all policies.
-    pub fn rule_count(&self) -> usize {
-        self.native.policy.rules().count()
-            + self.domains.values().map(|d| d.policy.rules().count()).sum::<usize>()
-    }
-}
 
 /// Why a change was not applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -730,167 +648,6 @@ fn kept_with(audit: &parking_lot::Mutex<VecDeque<AuditRecord>>, record: &AuditRe
     let audit = audit.lock();
     let skip = (audit.len() + 1).saturating_sub(KEPT_AUDIT_RECORDS);
     audit.iter().skip(skip).cloned().chain([record.clone()]).collect()
-}
-
-/// Which configuration to start with, given the latest version kept in the state directory: the
-/// latest kept version when the configuration file has not changed since it was applied (an admin
-/// change outlives the restart), else `config` (the file as it is now) as a new version. Returns the
-/// configuration, its version, and the kept version it resumes.
-fn resume(config: Config, latest: Option<&StoredVersion>) -> (Config, u64, Option<u64>) {
-    let Some(latest) = latest else { return (config, 1, None) };
-    if latest.source.hash == config.source.hash {
-        return (config, latest.version, Some(latest.version));
-    }
-    if latest.file_hash != config.source.hash {
-        tracing::info!(
-            event = "config_file_changed",
-            kept = latest.version,
-            "the configuration file changed since the last kept version was applied: the file wins"
-        );
-        return (config, latest.version + 1, None);
-    }
-    let resumed = latest.source.read().map_err(|e| e.to_string()).and_then(|kept| {
-        replaceable(Fixed::of(&config), Fixed::of(&kept)).map(|()| kept).map_err(|e| e.to_string())
-    });
-    match resumed {
-        Ok(kept) => (kept, latest.version, Some(latest.version)),
-        Err(error) => {
-            tracing::warn!(
-                event = "config_not_resumed",
-                kept = latest.version,
-                %error,
-                "the last kept version cannot be read again, or changes what is fixed at start: starting from the file"
-            );
-            (config, latest.version + 1, None)
-        }
-    }
-}
-
-/// What a configuration fixes at start (the store opened, the listeners bound, the directories
-/// opened), which a reload cannot change.
-#[derive(Clone, Copy)]
-struct Fixed<'a> {
-    store: &'a StoreConfig,
-    survival: &'a Survival,
-    tls: Option<&'a floodgate_config::tls::TlsConfig>,
-    admin: &'a floodgate_config::admin::AdminConfig,
-    gateway: Option<&'a floodgate_config::gateway::GatewayConfig>,
-}
-
-impl Fixed<'_> {
-    fn of(config: &Config) -> Fixed<'_> {
-        Fixed {
-            store: &config.store,
-            survival: &config.survival,
-            tls: config.tls.as_ref(),
-            admin: &config.admin,
-            gateway: config.gateway.as_ref(),
-        }
-    }
-
-    fn of_running(running: &Running) -> Fixed<'_> {
-        Fixed {
-            store: &running.store,
-            survival: &running.survival,
-            tls: running.tls.as_ref(),
-            admin: &running.admin,
-            gateway: running.gateway.as_deref(),
-        }
-    }
-}
-
-/// Refuses a configuration that changes what `current` fixed at start.
-fn check_replaceable(current: &Running, config: &Config) -> Result<(), ApplyError> {
-    replaceable(Fixed::of_running(current), Fixed::of(config))
-}
-
-/// Refuses `wanted` when it changes what `current` fixed at start: the store (opened once), the
-/// listeners' TLS settings, the admin state directory, or the gateway's listener and state
-/// directory (bound and opened once).
-fn replaceable(current: Fixed<'_>, wanted: Fixed<'_>) -> Result<(), ApplyError> {
-    if current.store != wanted.store || current.survival != wanted.survival {
-        return Err(ApplyError::Refused(format!(
-            "store: the store settings cannot change while running ({} → {}); restart floodgate to change them",
-            current.store.summary(),
-            wanted.store.summary()
-        )));
-    }
-    let gateway_tls =
-        (current.gateway.and_then(|g| g.tls.as_ref()), wanted.gateway.and_then(|g| g.tls.as_ref()));
-    if current.tls != wanted.tls || gateway_tls.0 != gateway_tls.1 {
-        return Err(ApplyError::Refused(
-            "tls: the listeners' TLS settings (tls, gateway.tls) cannot change while running; the certificate \
-             files themselves are reloaded when they change; restart floodgate to change the settings"
-                .into(),
-        ));
-    }
-    if current.admin != wanted.admin {
-        return Err(ApplyError::Refused(
-            "admin: the state directory is opened at start and cannot change while running; restart floodgate \
-             to change it"
-                .into(),
-        ));
-    }
-    let listener = |g: &floodgate_config::gateway::GatewayConfig| (g.listen, g.state_dir.clone());
-    match (current.gateway.map(listener), wanted.gateway.map(listener)) {
-        (None, None) => Ok(()),
-        (Some(_), None) => Err(ApplyError::Refused(
-            "gateway: the gateway cannot be removed while running; restart floodgate to remove it".into(),
-        )),
-        (None, Some(_)) => Err(ApplyError::Refused(
-            "gateway: a gateway cannot be added while running (its listener is bound at start); restart floodgate"
-                .into(),
-        )),
-        (Some((listen, dir)), Some((new_listen, new_dir))) if listen != new_listen || dir != new_dir => {
-            Err(ApplyError::Refused(format!(
-                "gateway: listen and state_dir cannot change while running ({listen} → {new_listen}); restart \
-                 floodgate to change them"
-            )))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// The policies of `config`, with their metric handles.
-fn build(version: u64, config: Config, metrics: &Metrics) -> Running {
-    let Config {
-        store,
-        survival,
-        headers,
-        policy,
-        domains,
-        fingerprints,
-        detailed,
-        gateway,
-        source,
-        auth,
-        http,
-        tls,
-        admin,
-    } = config;
-    let auth = auth.map(|a| Arc::new(Clients::new(a, metrics)));
-    let gateway = gateway.map(Arc::new);
-    let native = Arc::new(Domain::new(None, policy, metrics, &detailed));
-    let domains = domains
-        .into_iter()
-        .map(|(name, policy)| (name.clone(), Arc::new(Domain::new(Some(name), policy, metrics, &detailed))))
-        .collect();
-    Running {
-        version,
-        headers,
-        native,
-        domains,
-        source,
-        fingerprints,
-        store,
-        survival,
-        gateway,
-        detailed: Arc::new(detailed),
-        auth,
-        http,
-        tls,
-        admin,
-    }
 }
 
 /// What changed in who may call, for the audit log: `auth.clients.<name>` for every client added,
