@@ -22,7 +22,7 @@ use super::queue::{self, Accepted};
 use super::respond;
 use super::routes::{RouteState, RouteTable};
 use super::stale::{self, STALE_HEADER, StaleCache};
-use super::state::{Context, Gateway};
+use super::state::{Context, GatewayState};
 use super::upstream::{self, Clients, Failure, Outgoing, Prepared};
 use floodgate_app::control::{Domain, Running};
 use floodgate_app::metrics::Metrics;
@@ -31,7 +31,7 @@ use floodgate_tower::Permits;
 /// The concurrency permits `verdict` (`domain`'s answer) holds, if any: freed down the decision
 /// path when the response ends.
 fn permits(
-    gateway: &Arc<Gateway>,
+    gateway: &Arc<GatewayState>,
     domain: &Domain,
     descriptors: &Descriptors,
     verdict: &Verdict,
@@ -273,7 +273,7 @@ async fn replayable(
 
 /// The stale copy of a GET, when there is one.
 fn serve_stale(
-    gateway: &Gateway,
+    gateway: &GatewayState,
     route: &RouteState,
     key: &str,
     verdict: &Verdict,
@@ -291,7 +291,7 @@ fn serve_stale(
 
 /// Accepts a write for later: on disk before the 202.
 async fn accept_write(
-    gateway: &Gateway,
+    gateway: &GatewayState,
     table: &RouteTable,
     route: &RouteState,
     parts: http::request::Parts,

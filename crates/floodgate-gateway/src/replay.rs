@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::call;
 use super::queue::{Accepted, Delivered, KEPT_BODY};
-use super::state::Gateway;
+use super::state::GatewayState;
 use super::upstream::{self, Failure, Outgoing, Prepared};
 use floodgate_app::stopped;
 
@@ -17,7 +17,7 @@ use floodgate_app::stopped;
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// Replays pending writes until `stop` turns true.
-pub(super) async fn replay(gateway: Arc<Gateway>, mut stop: watch::Receiver<bool>) {
+pub(super) async fn replay(gateway: Arc<GatewayState>, mut stop: watch::Receiver<bool>) {
     let Some(queue) = gateway.queue.as_ref() else { return };
     loop {
         let Some(accepted) = queue.next() else {
@@ -48,7 +48,7 @@ pub(super) async fn replay(gateway: Arc<Gateway>, mut stop: watch::Receiver<bool
 
 /// Sends one accepted write; its outcome when the upstream answered it (below 500), or `None` to
 /// try again later.
-async fn deliver(gateway: &Gateway, accepted: &Accepted) -> Option<Delivered> {
+async fn deliver(gateway: &GatewayState, accepted: &Accepted) -> Option<Delivered> {
     let table = gateway.table();
     let Some(route) = table.route(&accepted.route) else {
         return Some(Delivered {

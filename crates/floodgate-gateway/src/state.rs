@@ -1,4 +1,4 @@
-//! The gateway's state ([`Gateway`]: its route table, upstream clients, stale cache, accepted
+//! The gateway's state ([`GatewayState`]: its route table, upstream clients, stale cache, accepted
 //! writes, waiting room and metrics, over the app), and what a request's handler is given
 //! ([`Context`]). Below the handlers: nothing here knows them.
 
@@ -34,7 +34,7 @@ const OWN_PREFIX: &str = "/_floodgate/accepted/";
 /// What a request's handler needs, passed in its extensions.
 #[derive(Clone)]
 pub(super) struct Context {
-    pub(super) gateway: Arc<Gateway>,
+    pub(super) gateway: Arc<GatewayState>,
     pub(super) table: Arc<RouteTable>,
     pub(super) peer: SocketAddr,
 }
@@ -51,7 +51,7 @@ pub(crate) type TableBuilder = fn(
 ) -> Option<RouteTable>;
 
 /// The gateway's state.
-pub(crate) struct Gateway {
+pub(crate) struct GatewayState {
     pub(super) app: App,
     table: ArcSwap<RouteTable>,
     rebuild: parking_lot::Mutex<()>,
@@ -64,9 +64,9 @@ pub(crate) struct Gateway {
     pub(super) clock: SystemClock,
 }
 
-impl Gateway {
+impl GatewayState {
     /// The gateway of `app`'s running configuration, if it has one.
-    pub(super) fn open(app: App, build: TableBuilder) -> Result<Option<Gateway>, QueueError> {
+    pub(super) fn open(app: App, build: TableBuilder) -> Result<Option<GatewayState>, QueueError> {
         let running = app.control().current();
         let Some(config) = running.gateway.clone() else { return Ok(None) };
         let queue = match &config.state_dir {
@@ -82,7 +82,7 @@ impl Gateway {
         if let Some(queue) = &queue {
             metrics.accepted_pending.set(queue.pending() as f64);
         }
-        Ok(Some(Gateway {
+        Ok(Some(GatewayState {
             stale: Arc::new(StaleCache::new(config.stale_cache.max_bytes, config.stale_cache.max_entry)),
             waiting: Waiting::new(config.max_waiting),
             table: ArcSwap::from_pointee(table),
@@ -218,9 +218,9 @@ impl Gateway {
     }
 }
 
-impl std::fmt::Debug for Gateway {
+impl std::fmt::Debug for GatewayState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gateway")
+        f.debug_struct("GatewayState")
             .field("table", &self.table)
             .field("clients", &self.clients)
             .field("queue", &self.queue)
