@@ -292,6 +292,7 @@ SERVICE_WHO = [
     ("fg", "Floodgate (`headers: both`, default)"),
     ("fgnone", "Floodgate (`headers: none`)"),
     ("lim", "limitador-server (default)"),
+    ("fgbase", "Floodgate, the baseline build (`FLOODGATE_BASELINE`, `headers: both`)"),
 ]
 SERVICE_API = {
     ("fg", "http"): "HTTP `POST /v1/check`",
@@ -300,7 +301,16 @@ SERVICE_API = {
     ("fg", "grpc"): "gRPC `ShouldRateLimit`",
     ("fgnone", "grpc"): "gRPC `ShouldRateLimit`",
     ("lim", "grpc"): "gRPC `ShouldRateLimit`",
+    ("fgbase", "http"): "HTTP `POST /v1/check`",
+    ("fgbase", "grpc"): "gRPC `ShouldRateLimit`",
 }
+# Floodgate against the baseline build in the same rounds (`FLOODGATE_BASELINE=… bench/service/run`).
+BASELINE_RATIOS = [
+    ("HTTP decisions/s ÷ baseline", "svc-fg-http-{w}", "svc-fgbase-http-{w}", "decisions_per_sec"),
+    ("HTTP p99 ÷ baseline", "svc-fg-http-{w}", "svc-fgbase-http-{w}", "p99_us"),
+    ("gRPC decisions/s ÷ baseline", "svc-fg-grpc-{w}", "svc-fgbase-grpc-{w}", "decisions_per_sec"),
+    ("gRPC p99 ÷ baseline", "svc-fg-grpc-{w}", "svc-fgbase-grpc-{w}", "p99_us"),
+]
 # (label, numerator, denominator, field, target, "ge" | "le"); {v} is fg or fgnone.
 SERVICE_TARGETS = [
     ("HTTP ÷ nginx ceiling", "svc-{v}-http-{w}", "svc-nginx-http", "decisions_per_sec", 0.9, "ge"),
@@ -433,6 +443,28 @@ def service_tables():
             "",
             f"| workload | Floodgate | {heads} |",
             "|---|---|" + "---:|" * len(SERVICE_TARGETS),
+            *rows,
+        ]
+
+    rows = []
+    for store, limits, workload in SERVICE_WORKLOADS:
+        w = f"{store}-{limits}"
+        cells = []
+        for _, num, den, field in BASELINE_RATIOS:
+            a, b = by_round(num.format(w=w)), by_round(den.format(w=w))
+            pairs = [(a[r][field] / b[r][field], max(other_share(a[r]), other_share(b[r])) < QUIET)
+                     for r in a if r in b and b[r][field]]
+            cells.append(verdict(pairs, None, "ge") if pairs else "—")
+        if any(c != "—" for c in cells):
+            rows.append(f"| {workload} | " + " | ".join(cells) + " |")
+    if rows:
+        t += [
+            "",
+            "Floodgate (`headers: both`) against the baseline build, each ratio taken within a round, then the median "
+            "over rounds and the spread:",
+            "",
+            "| workload | " + " | ".join(label for label, _, _, _ in BASELINE_RATIOS) + " |",
+            "|---|" + "---:|" * len(BASELINE_RATIOS),
             *rows,
         ]
     return t
