@@ -82,7 +82,8 @@ impl Gateway {
     /// The gateway of `app`'s configuration; opens the accepted-writes queue in `state_dir`
     /// when a route accepts writes asynchronously. `None` when the configuration has no gateway.
     pub fn open(app: App) -> Result<Option<Gateway>, QueueError> {
-        Ok(state::GatewayState::open(app, handler::build_table)?.map(|inner| Gateway { inner: Arc::new(inner) }))
+        Ok(state::GatewayState::open(app, handler::build_table)?
+            .map(|inner| Gateway { inner: Arc::new(inner) }))
     }
 
     /// Serves `listener` (each connection handshaken with `tls` when given) until `stop` turns

@@ -1,0 +1,236 @@
+//! A key's state: `GET /admin/keys` reads it without consuming, `DELETE /admin/keys` forgets it.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use floodgate::{Descriptors, Hit, Impossible, Mode};
+use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE};
+use floodgate_http::{Problem, ceil_ms};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::http::api::as_domain_sees_them;
+use crate::http::responses::{AdminAccess, KeyProblems, StoreProblem, TAG_ADMIN};
+use crate::http::{invalid, json, problem};
+use floodgate_app::App;
+use floodgate_app::control::{Domain, Running};
+
+/// The rule, domain and descriptors of a `/admin/keys` query.
+#[allow(clippy::result_large_err)] // a response, built only on the error path
+fn key_query(params: Vec<(String, String)>) -> Result<(String, Option<String>, Descriptors), Response> {
+    let mut rule = None;
+    let mut domain = None;
+    let mut descriptors = Descriptors::new();
+    for (name, value) in params {
+        match name.as_str() {
+            "rule" => rule = Some(value),
+            "domain" => domain = Some(value),
+            _ => descriptors.insert(name, value),
+        }
+    }
+    let rule =
+        rule.ok_or_else(|| invalid("Missing query parameter `rule`: the rule whose key to address."))?;
+    Ok((rule, domain, descriptors))
+}
+
+/// The query of `/admin/keys`: the rule, its domain, and the descriptors that make its key.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read as a list of pairs (`key_query`); this says what the pairs may be
+pub(super) struct KeyQuery {
+    /// The rule whose key to address.
+    #[param(example = "per-user")]
+    rule: String,
+    /// The Envoy domain the rule belongs to (absent: the native policy).
+    domain: Option<String>,
+    /// Every other query parameter is a descriptor: the rule's key descriptors, and those its `match` conditions need (with `domain`, one Envoy descriptor's entries in query order).
+    #[param(style = Form, explode, example = json!({"user": "u1"}))]
+    descriptors: Option<std::collections::HashMap<String, String>>,
+}
+
+/// A key's state, as a request of cost 1 would see it now.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = KeyState)]
+pub(super) struct KeyView {
+    /// The rule.
+    rule: String,
+    /// Its capacity.
+    limit: u64,
+    /// What is left now.
+    remaining: u64,
+    /// Milliseconds until fully replenished, rounded up.
+    reset_after_ms: u64,
+    /// Whether a request of cost 1 would pass now.
+    allowed: bool,
+    /// When it would not: milliseconds until it would, rounded up.
+    retry_after_ms: Option<u64>,
+    /// What the rule would do with a request of cost 1 (as a verdict's `outcome`).
+    #[schema(value_type = String)]
+    outcome: &'static str,
+}
+
+/// A `/admin/keys` query resolved against the running configuration: the rule it names, in the
+/// policy of the domain it names, and the descriptors that make the key.
+struct KeyTarget {
+    running: Arc<Running>,
+    domain: Option<String>,
+    rule: String,
+    definition: floodgate::Rule,
+    descriptors: Descriptors,
+}
+
+impl KeyTarget {
+    // The error is the finished answer to the client, returned once per admin call.
+    #[allow(clippy::result_large_err)]
+    fn resolve(app: &App, params: Vec<(String, String)>) -> Result<KeyTarget, Response> {
+        let (rule, domain, descriptors) = key_query(params)?;
+        let running = app.control().current();
+        let policy = running.domain(domain.as_deref());
+        let Some(definition) = policy.policy.rules().find(|r| r.name() == rule).cloned() else {
+            return Err(no_rule(&rule));
+        };
+        // As for `/v1/check`: an Envoy domain's descriptors are one Envoy descriptor, in query order.
+        let descriptors = as_domain_sees_them(&running, domain.as_deref(), descriptors);
+        Ok(KeyTarget { running, domain, rule, definition, descriptors })
+    }
+
+    /// The policy of the domain the query names.
+    fn policy(&self) -> &Domain {
+        self.running.domain(self.domain.as_deref())
+    }
+}
+
+/// A key's state (limit, remaining, reset, whether a request of 1 would pass) without consuming.
+#[utoipa::path(
+    get,
+    path = "/admin/keys",
+    tag = TAG_ADMIN,
+    operation_id = "inspectKey",
+    security((), ("adminToken" = [])),
+    params(
+        KeyQuery,
+    ),
+    responses(
+        (status = 200, description = "The key's state.", body = KeyView),
+        KeyProblems,
+        AdminAccess,
+    ),
+)]
+pub(super) async fn inspect_key(
+    State(app): State<App>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Response {
+    let target = match KeyTarget::resolve(&app, params) {
+        Ok(target) => target,
+        Err(response) => return response,
+    };
+    let (rule, definition, descriptors) = (&target.rule, &target.definition, &target.descriptors);
+    // Not a decision (nothing is counted): the key's state, as a peek of 1 sees it.
+    let hits = [Hit::new(descriptors, 1)];
+    let peeked = target.policy().policy.evaluate(app.control().store(), Mode::Peek, &hits, Impossible::Error);
+    let verdict = match peeked.await {
+        Ok(v) => v,
+        Err(e) => return invalid(format!("The key cannot be inspected: {e}.")),
+    };
+    let Some(limit) = verdict.limits.iter().find(|l| *l.rule == *rule) else {
+        return invalid(format!(
+            "Rule {rule:?} does not apply to these descriptors: give its key descriptors {:?} and the \
+             descriptors its `match` conditions need.",
+            definition.key_descriptors()
+        ));
+    };
+    let d = &limit.decision;
+    json(
+        StatusCode::OK,
+        &KeyView {
+            rule: rule.clone(),
+            limit: d.limit,
+            // A peek reports what would be left after a request of 1; when it would pass, one more
+            // is left now.
+            remaining: if d.allowed { d.remaining.saturating_add(1).min(d.limit) } else { d.remaining },
+            reset_after_ms: ceil_ms(d.reset_after),
+            allowed: d.allowed,
+            retry_after_ms: d.retry_after.map(ceil_ms),
+            outcome: limit.outcome.as_str(),
+        },
+    )
+}
+
+/// Forgets a key's state: its next request starts afresh.
+#[utoipa::path(
+    delete,
+    path = "/admin/keys",
+    tag = TAG_ADMIN,
+    operation_id = "resetKey",
+    security((), ("adminToken" = [])),
+    params(
+        KeyQuery,
+    ),
+    responses(
+        (status = 200, description = "Forgotten (`reset` false: it had no state).", body = Reset),
+        KeyProblems,
+        StoreProblem,
+        AdminAccess,
+    ),
+)]
+pub(super) async fn reset_key(
+    State(app): State<App>,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Response {
+    let target = match KeyTarget::resolve(&app, params) {
+        Ok(target) => target,
+        Err(response) => return response,
+    };
+    let (rule, descriptors) = (target.rule.clone(), &target.descriptors);
+    if let Some(missing) = target.definition.key_descriptors().iter().find(|d| descriptors.get(d).is_none()) {
+        return invalid(format!("Missing key descriptor {missing:?} of rule {rule:?}."));
+    }
+    match target.policy().policy.reset(app.control().store(), &rule, descriptors).await {
+        Ok(existed) => json(StatusCode::OK, &Reset { rule, reset: existed }),
+        Err(e) => problem(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            STORE_UNAVAILABLE_TYPE,
+            "Store Unavailable",
+            format!("The key could not be reset: {e}."),
+        )),
+    }
+}
+
+/// A key forgotten.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = KeyReset)]
+pub(super) struct Reset {
+    /// The rule.
+    rule: String,
+    /// Whether the key had state.
+    reset: bool,
+}
+
+fn no_rule(rule: &str) -> Response {
+    problem(Problem::new(
+        StatusCode::NOT_FOUND,
+        NOT_FOUND_TYPE,
+        "No Such Rule",
+        format!("No rule named {rule:?} in this policy (Envoy rules: add `domain=`)."),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_query_separates_rule_domain_and_descriptors() {
+        let (rule, domain, d) = key_query(vec![
+            ("rule".into(), "per-user".into()),
+            ("user".into(), "u1".into()),
+            ("domain".into(), "envoy".into()),
+        ])
+        .unwrap();
+        assert_eq!((rule.as_str(), domain.as_deref()), ("per-user", Some("envoy")));
+        assert_eq!(d.get("user"), Some("u1"));
+        assert!(key_query(vec![("user".into(), "u1".into())]).is_err());
+    }
+}
