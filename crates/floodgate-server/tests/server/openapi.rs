@@ -123,12 +123,26 @@ async fn the_listener_and_the_router_answer_alike() {
     s.stop().await;
 }
 
+/// The `.rs` files under `dir`, its folders' included.
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
 /// `(method, path)` of every `.route(...)` in the API crate's `src/http/`, read from the sources.
 fn routes() -> BTreeSet<(String, String)> {
     let mut routes = BTreeSet::new();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../floodgate-api/src/http");
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../floodgate-api/src/http"), &mut files);
+    assert!(files.len() >= 10, "the API's sources were found: {files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
         for (start, _) in text.match_indices(".route(\"") {
             let rest = &text[start + ".route(\"".len()..];
             let path = &rest[..rest.find('"').unwrap()];
