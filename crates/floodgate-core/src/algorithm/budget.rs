@@ -61,6 +61,7 @@ impl Algorithm for Budget {
     }
 
     fn decide(&self, state: &WindowState, now: Timestamp, cost: u64) -> Decision {
+        let now = state.not_before(now);
         let (start, used) =
             if self.live(state, now) { (state.start, state.count) } else { (now.as_micros(), 0) };
         let end_in = start + self.ttl - now.as_micros();
@@ -72,6 +73,8 @@ impl Algorithm for Budget {
     }
 
     fn consume(&self, state: &mut WindowState, now: Timestamp, cost: u64) -> Grant {
+        // Taken no earlier than the budget it is taken from began, so that its refund finds it.
+        let now = state.not_before(now);
         if !self.live(state, now) {
             *state = WindowState { start: now.as_micros(), count: 0 };
         }
@@ -80,6 +83,7 @@ impl Algorithm for Budget {
     }
 
     fn refund(&self, state: &mut WindowState, now: Timestamp, grant: &Grant) {
+        let now = state.not_before(now);
         // Only into the budget the grant was taken from.
         if self.live(state, now) && grant.at.as_micros() >= state.start {
             state.count = state.count.saturating_sub(grant.cost);
@@ -87,6 +91,7 @@ impl Algorithm for Budget {
     }
 
     fn status(&self, state: &WindowState, now: Timestamp) -> (u64, u64) {
+        let now = state.not_before(now);
         if !self.live(state, now) {
             return (self.limit, 0);
         }
@@ -105,7 +110,7 @@ impl Algorithm for Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::testing::assert_exact_retry;
+    use crate::algorithm::testing::{assert_exact_retry, assert_late_arrival_counts_and_refunds};
 
     const T0: u64 = 1_700_000_000_000_000;
 
@@ -144,5 +149,11 @@ mod tests {
         b.refund(&mut s, at(5_000), &g.unwrap());
         assert_eq!(s.count, 2);
         assert_eq!(b.status(&s, at(5_000)), (3, 0));
+    }
+
+    #[test]
+    fn a_late_arrival_counts_and_refunds_in_the_budget_it_reached() {
+        let b = Budget::try_new(NonZeroU64::new(1_000).unwrap(), Duration::from_secs(3600)).unwrap();
+        assert_late_arrival_counts_and_refunds(&b, at(0), 87);
     }
 }

@@ -41,6 +41,16 @@ impl WindowState {
         self.count = self.count.saturating_add(cost);
     }
 
+    /// `now`, or the start of the counted window when `now` is before it: a key's time never runs
+    /// backwards. A request that read the clock before another but reached the key after it is
+    /// counted, and given back, in the window the other one opened (with a lock-free clock read
+    /// before the key's lock, two requests can arrive in that order; counted in an older window, it
+    /// would reset the newer count).
+    #[inline]
+    pub(crate) fn not_before(&self, now: Timestamp) -> Timestamp {
+        now.max(Timestamp::from_micros(self.start))
+    }
+
     pub(crate) fn take_back(&mut self, start: u64, cost: u64) {
         if self.start == start {
             self.count = self.count.saturating_sub(cost);
@@ -82,6 +92,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn decide(&self, state: &WindowState, now: Timestamp, cost: u64) -> Decision {
+        let now = state.not_before(now);
         let start = self.start_of(now);
         let used = state.used_in(start);
         let end_in = start + self.window - now.as_micros();
@@ -93,6 +104,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn consume(&self, state: &mut WindowState, now: Timestamp, cost: u64) -> Grant {
+        let now = state.not_before(now);
         state.add(self.start_of(now), cost);
         Grant { at: now, cost, lease: 0 }
     }
@@ -102,6 +114,7 @@ impl Algorithm for FixedWindow {
     }
 
     fn status(&self, state: &WindowState, now: Timestamp) -> (u64, u64) {
+        let now = state.not_before(now);
         let start = self.start_of(now);
         let used = state.used_in(start);
         let reset = if used == 0 { 0 } else { start + self.window - now.as_micros() };
@@ -116,7 +129,7 @@ impl Algorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::testing::assert_exact_retry;
+    use crate::algorithm::testing::{assert_exact_retry, assert_late_arrival_counts_and_refunds};
     use proptest::prelude::*;
 
     const MIN: u64 = 60_000_000;
@@ -208,5 +221,10 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_late_arrival_at_a_window_boundary_counts_in_the_open_window() {
+        assert_late_arrival_counts_and_refunds(&fw(10, MIN), at(MIN), 3);
     }
 }

@@ -108,6 +108,33 @@ pub(crate) mod testing {
     //! Shared checks for every algorithm.
     use super::*;
 
+    /// Asserts that a request reaching a key after another, having read the clock 1µs before it
+    /// (the order two requests can take with the clock read before the key's lock), is counted
+    /// beside it, in the window (or budget) the first one opened, and that both refunds give back
+    /// exactly what was taken: the key's time never runs backwards. Pick `first` on a window
+    /// boundary, so that the late request's own instant lies in the window before.
+    pub(crate) fn assert_late_arrival_counts_and_refunds<A: Algorithm>(
+        algo: &A,
+        first: Timestamp,
+        cost: u64,
+    ) {
+        let late = Timestamp::from_micros(first.as_micros() - 1);
+        let mut state = A::State::default();
+        let (opened, g1) = algo.check(&mut state, first, cost).expect("a valid cost");
+        let (after, g2) = algo.check(&mut state, late, cost).expect("a valid cost");
+        assert!(opened.allowed && after.allowed);
+        assert_eq!(after.remaining, opened.remaining - cost, "the late request is counted beside the first");
+        assert_eq!(
+            algo.status(&state, first).0,
+            algo.capacity() - 2 * cost,
+            "nothing of the first one is lost"
+        );
+        algo.refund(&mut state, first, &g2.expect("allowed"));
+        assert_eq!(algo.status(&state, first).0, algo.capacity() - cost, "the late grant is given back");
+        algo.refund(&mut state, first, &g1.expect("allowed"));
+        assert_eq!(algo.status(&state, first).0, algo.capacity(), "both grants are given back");
+    }
+
     /// Asserts that a denied decision's `retry_after` is exact: the same request is allowed at
     /// `now + retry_after` and denied one microsecond before. Does not change `state`.
     pub(crate) fn assert_exact_retry<A: Algorithm>(algo: &A, state: &A::State, now: Timestamp, cost: u64)

@@ -76,6 +76,7 @@ impl Algorithm for Quota {
     }
 
     fn decide(&self, state: &WindowState, now: Timestamp, cost: u64) -> Decision {
+        let now = state.not_before(now);
         let (start, end) = self.period(now);
         let used = state.used_in(start);
         let end_in = end - now.as_micros();
@@ -88,6 +89,7 @@ impl Algorithm for Quota {
     }
 
     fn consume(&self, state: &mut WindowState, now: Timestamp, cost: u64) -> Grant {
+        let now = state.not_before(now);
         state.add(self.period(now).0, cost);
         Grant { at: now, cost, lease: 0 }
     }
@@ -97,6 +99,7 @@ impl Algorithm for Quota {
     }
 
     fn status(&self, state: &WindowState, now: Timestamp) -> (u64, u64) {
+        let now = state.not_before(now);
         let (start, end) = self.period(now);
         let used = state.used_in(start);
         let reset = if used == 0 { 0 } else { end - now.as_micros() };
@@ -116,7 +119,7 @@ impl Algorithm for Quota {
 mod tests {
     use super::*;
     use crate::CostError;
-    use crate::algorithm::testing::assert_exact_retry;
+    use crate::algorithm::testing::{assert_exact_retry, assert_late_arrival_counts_and_refunds};
     use crate::calendar::Period;
     use proptest::prelude::*;
     use std::time::Duration;
@@ -308,5 +311,10 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_late_arrival_at_the_renewal_counts_in_the_new_period() {
+        assert_late_arrival_counts_and_refunds(&billing(), utc("2025-01-14T23:00:00Z"), 7);
     }
 }

@@ -28,6 +28,15 @@ pub struct LogState {
     pub entries: VecDeque<(u64, u64)>,
 }
 
+impl LogState {
+    /// `now`, or the latest admission when `now` is before it: a key's time never runs backwards,
+    /// so the log stays in order (see `WindowState::not_before`).
+    #[inline]
+    fn not_before(&self, now: Timestamp) -> Timestamp {
+        self.entries.back().map_or(now, |(t, _)| now.max(Timestamp::from_micros(*t)))
+    }
+}
+
 impl SlidingLog {
     /// `limit` per sliding `window`.
     pub fn try_new(limit: NonZeroU64, window: Duration) -> Result<Self, ZeroWindow> {
@@ -63,6 +72,7 @@ impl Algorithm for SlidingLog {
     }
 
     fn decide(&self, state: &LogState, now: Timestamp, cost: u64) -> Decision {
+        let now = state.not_before(now);
         let used: u64 = self.live(state, now).map(|(_, c)| c).fold(0, u64::saturating_add);
         let t = now.as_micros();
         if let Some(after) = used.checked_add(cost).filter(|u| *u <= self.limit) {
@@ -82,6 +92,7 @@ impl Algorithm for SlidingLog {
     }
 
     fn consume(&self, state: &mut LogState, now: Timestamp, cost: u64) -> Grant {
+        let now = state.not_before(now);
         let t = now.as_micros();
         while state.entries.front().is_some_and(|(at, _)| at + self.window <= t) {
             state.entries.pop_front();
@@ -105,6 +116,7 @@ impl Algorithm for SlidingLog {
     }
 
     fn status(&self, state: &LogState, now: Timestamp) -> (u64, u64) {
+        let now = state.not_before(now);
         let used: u64 = self.live(state, now).map(|(_, c)| c).fold(0, u64::saturating_add);
         (self.limit.saturating_sub(used), self.reset_after(state, now.as_micros()))
     }
@@ -117,7 +129,7 @@ impl Algorithm for SlidingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::testing::assert_exact_retry;
+    use crate::algorithm::testing::{assert_exact_retry, assert_late_arrival_counts_and_refunds};
     use proptest::prelude::*;
 
     const T0: u64 = 1_700_000_000_000_000;
@@ -187,5 +199,11 @@ mod tests {
                 prop_assert!(n <= limit, "{} admitted in a window starting at {}", n, t);
             }
         }
+    }
+
+    #[test]
+    fn a_late_arrival_is_logged_in_order_and_refunded() {
+        let l = SlidingLog::try_new(NonZeroU64::new(10).unwrap(), Duration::from_secs(60)).unwrap();
+        assert_late_arrival_counts_and_refunds(&l, at(0), 3);
     }
 }

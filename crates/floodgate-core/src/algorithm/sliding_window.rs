@@ -34,6 +34,15 @@ pub struct SlidingState {
     pub curr: u64,
 }
 
+impl SlidingState {
+    /// `now`, or the start of the current window when `now` is before it: a key's time never runs
+    /// backwards (see `WindowState::not_before`).
+    #[inline]
+    fn not_before(&self, now: Timestamp) -> Timestamp {
+        now.max(Timestamp::from_micros(self.start))
+    }
+}
+
 impl SlidingWindow {
     /// `limit` per sliding `window`.
     pub fn try_new(limit: NonZeroU64, window: Duration) -> Result<Self, ZeroWindow> {
@@ -97,6 +106,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn decide(&self, state: &SlidingState, now: Timestamp, cost: u64) -> Decision {
+        let now = state.not_before(now);
         let (start, prev, curr) = self.counts(state, now);
         let t = now.as_micros();
         let elapsed = t - start;
@@ -123,6 +133,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn consume(&self, state: &mut SlidingState, now: Timestamp, cost: u64) -> Grant {
+        let now = state.not_before(now);
         let (start, prev, curr) = self.counts(state, now);
         *state = SlidingState { start, prev, curr: curr.saturating_add(cost) };
         Grant { at: now, cost, lease: 0 }
@@ -139,6 +150,7 @@ impl Algorithm for SlidingWindow {
     }
 
     fn status(&self, state: &SlidingState, now: Timestamp) -> (u64, u64) {
+        let now = state.not_before(now);
         let (start, prev, curr) = self.counts(state, now);
         let t = now.as_micros();
         let w = u128::from(self.window);
@@ -162,7 +174,7 @@ impl Algorithm for SlidingWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::testing::assert_exact_retry;
+    use crate::algorithm::testing::{assert_exact_retry, assert_late_arrival_counts_and_refunds};
     use proptest::prelude::*;
 
     const MIN: u64 = 60_000_000;
@@ -269,5 +281,11 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_late_arrival_at_a_window_boundary_counts_in_the_open_window() {
+        let w = SlidingWindow::try_new(NonZeroU64::new(10).unwrap(), Duration::from_micros(MIN)).unwrap();
+        assert_late_arrival_counts_and_refunds(&w, at(MIN), 3);
     }
 }
