@@ -269,6 +269,8 @@ struct Details {
     refunds_lost_tokens: u64,
     /// The first mismatched calls: `fate estimate actual witness`.
     mismatched: Vec<String>,
+    /// The first in-doubt calls, as the witnesses resolved them: `fate index estimate actual witness`.
+    in_doubt: Vec<String>,
     ledger_exact: bool,
     /// The most `/v1/usage` of `tokens` showed, over how many samples, and samples above the limit.
     sampled_max_used: u64,
@@ -545,6 +547,7 @@ async fn run_on(
     let count = |fate: Fate| calls.iter().filter(|c| c.fate == fate).count() as u64;
     let (mut known, mut in_doubt_charged, mut mismatches, mut applied) = (0u64, 0u64, 0u64, 0u64);
     let mut mismatched = Vec::new();
+    let mut in_doubt = Vec::new();
     let (mut refunds_lost, mut refunds_lost_tokens) = (0u64, 0u64);
     for (call, &witness) in calls.iter().zip(&witnesses) {
         let wrong = match call.charges() {
@@ -566,6 +569,10 @@ async fn run_on(
             if mismatched.len() < 20 {
                 mismatched.push(format!("{:?} {} {} {witness}", call.fate, call.estimate, call.actual));
             }
+        }
+        if call.charges().1.is_some() && in_doubt.len() < 50 {
+            in_doubt
+                .push(format!("{:?} {} {} {} {witness}", call.fate, call.index, call.estimate, call.actual));
         }
         if call.fate == Fate::ReserveInDoubt && witness == call.estimate && witness != 0 {
             applied += 1;
@@ -610,6 +617,7 @@ async fn run_on(
         refunds_lost,
         refunds_lost_tokens,
         mismatched,
+        in_doubt,
         ledger_exact,
         sampled_max_used: tokens_samples.max_used,
         samples: tokens_samples.count,
