@@ -2,6 +2,8 @@
 //! deadline, the breaker asked for every attempt, and retries within attempts and the route's
 //! budget (see [`upstream`](super::upstream) for what is retried and when).
 
+use std::sync::Arc;
+
 use floodgate::breaker::{Admission, CircuitBreaker};
 use floodgate_core::SystemClock;
 use http::Response;
@@ -10,7 +12,7 @@ use tokio::time::Instant;
 
 use super::budget::RetrySlot;
 use super::routes::RouteState;
-use super::upstream::{Failure, Outgoing, Prepared, idempotent};
+use super::upstream::{Attempt, Failure, Outgoing, Prepared, idempotent};
 
 /// The outcome of a call: the upstream's response (whatever its status), or a failure.
 pub(super) type Outcome = Result<Response<Incoming>, Failure>;
@@ -124,20 +126,42 @@ async fn backoff(
 }
 
 /// One attempt: connect, send, and wait for the response head, within the route's timeouts and
-/// the request's deadline.
+/// the request's deadline. `connect` bounds a new connection (the connector's timeout);
+/// `first_byte` counts from the moment the request goes out on its connection.
 async fn attempt_once(route: &RouteState, request: &mut Prepared, deadline: Option<Instant>) -> Outcome {
     let Some(outgoing) = request.build() else { return Err(Failure::Broken) };
-    let timeouts = &route.config.timeouts;
+    let first_byte = route.config.timeouts.first_byte;
     let started = Instant::now();
-    let head_by = started + timeouts.connect + timeouts.first_byte;
-    let (limit, on_timeout) = match deadline {
-        Some(d) if d < head_by => (d, Failure::TotalTimeout),
-        _ => (head_by, Failure::FirstByteTimeout),
+    let attempt = Arc::new(Attempt::default());
+    let response = attempt.scope(route.client.request(outgoing));
+    tokio::pin!(response);
+    let result = loop {
+        let changed = attempt.changed();
+        tokio::pin!(changed);
+        // Registered before the state is read, so that no change between the two is missed.
+        changed.as_mut().enable();
+        let head_due = attempt.head_due(started, first_byte);
+        let (limit, on_timeout) = match (deadline, head_due) {
+            (Some(d), Some(h)) if d < h => (Some(d), Failure::TotalTimeout),
+            (_, Some(h)) => (Some(h), Failure::FirstByteTimeout),
+            (d, None) => (d, Failure::TotalTimeout),
+        };
+        let expired = async {
+            match limit {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            result = &mut response => break Ok(result),
+            () = changed => {}
+            () = expired => break Err(on_timeout),
+        }
     };
-    let result = tokio::time::timeout_at(limit, route.client.request(outgoing)).await;
     route.metrics.upstream_took(started.elapsed());
     match result {
-        Err(_) => Err(on_timeout),
+        Err(on_timeout) => Err(on_timeout),
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) if e.is_connect() => {
             Err(if timed_out(&e) { Failure::ConnectTimeout } else { Failure::Connect })

@@ -206,9 +206,16 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
                 route.breaker.as_ref().and_then(|b| b.open_remaining()).unwrap_or(Duration::from_secs(1));
             return respond::breaker_open(route.config.fallback.as_ref(), retry);
         }
-        Err(Failure::ConnectTimeout) => return respond::timeout("accept the connection"),
-        Err(Failure::FirstByteTimeout) => return respond::timeout("answer"),
-        Err(Failure::TotalTimeout) => return respond::timeout("finish within the route's total timeout"),
+        Err(Failure::ConnectTimeout) => {
+            return respond::timeout("accept the connection", "connect", route.config.timeouts.connect);
+        }
+        Err(Failure::FirstByteTimeout) => {
+            return respond::timeout("answer", "first_byte", route.config.timeouts.first_byte);
+        }
+        Err(Failure::TotalTimeout) => {
+            let total = route.config.timeouts.total.unwrap_or_default();
+            return respond::timeout("finish", "total", total);
+        }
         Err(Failure::Connect) => return respond::bad_gateway("could not be reached"),
         Err(Failure::Broken) => return respond::bad_gateway("answered with something that is not HTTP"),
     };

@@ -91,12 +91,12 @@ pub(super) fn breaker_open(fallback: Option<&Fallback>, retry_after: Duration) -
 }
 
 /// 504: the upstream did not connect, answer or finish in time.
-pub(super) fn timeout(what: &str) -> Response {
+pub(super) fn timeout(what: &str, budget: &str, after: Duration) -> Response {
     problem(&Problem::new(
         StatusCode::GATEWAY_TIMEOUT,
         UPSTREAM_TIMEOUT_TYPE,
         "Gateway Timeout",
-        format!("The upstream did not {what} in time."),
+        format!("The upstream did not {what} within the route's `{budget}` timeout ({after:?})."),
     ))
 }
 

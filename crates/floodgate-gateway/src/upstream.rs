@@ -3,9 +3,11 @@
 //! `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` appended, verified identity headers
 //! set). The call itself — timeouts, the breaker, retries — is [`call`](super::call)'s:
 //!
-//! - **Timeouts**: `connect` is the connector's; the response head must arrive within
-//!   `connect + first_byte` of the attempt's start; the request's `total` deadline bounds every
-//!   attempt, the backoffs and (in `body.rs`) the response body.
+//! - **Timeouts**, each a budget of its own: `connect` is the connector's (a new connection within
+//!   `connect`); the response head must arrive within `first_byte` of the request going out on its
+//!   connection — the moment a new connection is made, or the attempt's start on a pooled one
+//!   ([`Timed`] tells them apart); the request's `total` deadline bounds every attempt, the
+//!   backoffs and (in `body.rs`) the response body.
 //! - **Retries**: only for idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE, TRACE), only on a
 //!   connection that could not be made (the request surely did not run) or a configured status,
 //!   only when the request body was small enough to be kept whole (`retries.max_body`), never for
@@ -15,6 +17,10 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -24,9 +30,84 @@ use http::{HeaderMap, HeaderValue, Method, Request, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
+use tokio::time::Instant;
 
 /// The client of one kind of upstream connection.
-pub(super) type Client = hyper_util::client::legacy::Client<HttpConnector, Body>;
+pub(super) type Client = hyper_util::client::legacy::Client<Timed, Body>;
+
+tokio::task_local! {
+    /// The attempt a connection is being made for, while its request is polled.
+    static ATTEMPT: Arc<Attempt>;
+}
+
+/// What an attempt knows of its connection: whether one is being made for it, and when it was
+/// made (so that `first_byte` counts from there, and not from the attempt's start).
+#[derive(Debug, Default)]
+pub(super) struct Attempt {
+    connecting: AtomicBool,
+    connected: Mutex<Option<Instant>>,
+    changed: Notify,
+}
+
+impl Attempt {
+    /// Runs `request` as this attempt: connections made while it is polled report to it.
+    pub(super) fn scope<F: Future>(self: &Arc<Self>, request: F) -> impl Future<Output = F::Output> {
+        ATTEMPT.scope(Arc::clone(self), request)
+    }
+
+    /// When the response head is due: `first_byte` after the connection was made; after `started`
+    /// on a pooled connection; `None` while a connection is being made (its own `connect` timeout
+    /// bounds that).
+    pub(super) fn head_due(&self, started: Instant, first_byte: Duration) -> Option<Instant> {
+        match *self.connected.lock() {
+            Some(at) => Some(at + first_byte),
+            None if self.connecting.load(Ordering::Acquire) => None,
+            None => Some(started + first_byte),
+        }
+    }
+
+    /// Resolves at the next change of [`Attempt::head_due`] (once enabled or polled).
+    pub(super) fn changed(&self) -> Notified<'_> {
+        self.changed.notified()
+    }
+}
+
+/// The connector of every upstream client: hyper-util's, telling the attempt polling it when a
+/// connection for it starts and when it is made. A connection hyper-util finishes in the
+/// background (its request took a pooled one meanwhile) reports to nobody.
+#[derive(Debug, Clone)]
+pub(super) struct Timed(HttpConnector);
+
+impl tower::Service<Uri> for Timed {
+    type Response = <HttpConnector as tower::Service<Uri>>::Response;
+    type Error = <HttpConnector as tower::Service<Uri>>::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let attempt = ATTEMPT.try_with(Arc::clone).ok();
+        if let Some(attempt) = &attempt {
+            attempt.connecting.store(true, Ordering::Release);
+            attempt.changed.notify_waiters();
+        }
+        let connecting = self.0.call(uri);
+        Box::pin(async move {
+            let connection = connecting.await;
+            if let Some(attempt) = attempt {
+                if connection.is_ok() {
+                    *attempt.connected.lock() = Some(Instant::now());
+                }
+                attempt.changed.notify_waiters();
+            }
+            connection
+        })
+    }
+}
 
 /// One pooled client per connect timeout and protocol, shared by the routes (and kept across
 /// reloads, with their idle connections).
@@ -50,7 +131,7 @@ impl Clients {
                 if http2 {
                     builder.http2_only(true);
                 }
-                builder.build(connector)
+                builder.build(Timed(connector))
             })
             .clone()
     }
@@ -65,7 +146,7 @@ pub(super) enum Failure {
     ConnectTimeout,
     /// The connection was refused or failed.
     Connect,
-    /// No response head within `connect + first_byte`.
+    /// No response head within `first_byte` of the request going out on its connection.
     FirstByteTimeout,
     /// The request's `total` deadline passed.
     TotalTimeout,
