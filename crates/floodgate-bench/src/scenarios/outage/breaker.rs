@@ -1,6 +1,8 @@
 //! The servers' store breakers, watched on their `/metrics` through an `outage` run: when one
 //! opened after the fault's start, and when all were closed again after its end.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::phases::Span;
@@ -15,18 +17,20 @@ pub(super) struct BreakerSample {
     pub(super) any_open: bool,
 }
 
-/// Reads `floodgate_store_breaker_state` from each server's `/metrics` every 10 ms until `until`.
+/// Reads `floodgate_store_breaker_state` from each server's `/metrics` every 10 ms until `until`
+/// or `stop`.
 pub(super) async fn watch_breakers(
     urls: Vec<String>,
     started: Instant,
     until: Instant,
+    stop: Arc<AtomicBool>,
 ) -> Vec<BreakerSample> {
     let pages = client::pooled();
     let uris: Vec<String> = urls.iter().map(|u| format!("{u}/metrics")).collect();
     let mut samples = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    while Instant::now() < until {
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         let at_us = micros(started.elapsed());
         let mut any_open = false;

@@ -32,7 +32,7 @@ mod phases;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
@@ -119,6 +119,11 @@ pub struct OutageArgs {
     /// How long to send (at most 10 min: every decision is kept to split the phases exactly).
     #[arg(long, short, value_name = "DURATION", default_value = "8s", value_parser = parse_duration)]
     pub duration: Duration,
+    /// End the run once the store has decided every request for two windows (at least 1 s) after
+    /// the fault, rather than at `--duration`, which then only caps the run: the report says
+    /// whether it settled (`settled`).
+    #[arg(long)]
+    pub until_settled: bool,
     /// Callers in total, spread over the instances.
     #[arg(long, short = 'c', default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub concurrency: u64,
@@ -337,13 +342,16 @@ async fn drive(
     let (started, wall0_us) = (Instant::now(), wall_micros());
     let ticker = progress.tick_timed(started, Arc::clone(&live), Arc::clone(&stop));
     let deadline = started + args.duration;
+    // The send time of the latest request the store did not decide, µs from the start.
+    let last_error_us = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
-    let breakers =
-        tokio::spawn(watch_breakers(servers.iter().map(LocalServer::url).collect(), started, deadline));
+    let urls = servers.iter().map(LocalServer::url).collect();
+    let breakers = tokio::spawn(watch_breakers(urls, started, deadline, Arc::clone(&stop)));
     for w in 0..args.concurrency {
         let instance = (w % targets.len() as u64) as usize;
         let target = targets[instance].clone();
         let (shape, keys, live, stop) = (shape.clone(), keys.clone(), live.clone(), stop.clone());
+        let last_error_us = Arc::clone(&last_error_us);
         let mut rng = Rng::stream(args.seed, w);
         workers.push(tokio::spawn(async move {
             let (mut events, mut batch, mut name) = (Vec::new(), Batch::default(), String::new());
@@ -358,6 +366,9 @@ async fn drive(
                 let outcome = target.check(&shape, &name, 1).await;
                 let latency_ns = nanos(sent.elapsed());
                 let sent_us = micros(sent - started);
+                if matches!(outcome, Outcome::Error(_)) {
+                    last_error_us.fetch_max(sent_us, Ordering::Relaxed);
+                }
                 events.push(Event {
                     sent_us,
                     latency_ns,
@@ -373,8 +384,14 @@ async fn drive(
     }
 
     let fault = inject(args, node, proxy, started).await;
-    if fault.is_err() {
-        stop.store(true, Ordering::Relaxed);
+    let mut settled = false;
+    match &fault {
+        Err(_) => stop.store(true, Ordering::Relaxed),
+        Ok(span) if args.until_settled => {
+            settled = settle(args, span, started, deadline, &last_error_us).await;
+            stop.store(true, Ordering::Relaxed);
+        }
+        Ok(_) => {}
     }
     let mut events = Vec::new();
     for worker in workers {
@@ -390,7 +407,7 @@ async fn drive(
     let breaker_samples = breakers.await.unwrap_or_default();
     let breaker = breaker_timing(&breaker_samples, span);
 
-    let load_us = micros(args.duration);
+    let load_us = if args.until_settled { micros(started.elapsed()) } else { micros(args.duration) };
     let [before, during, after] = split(&events, span);
     let mut total = Tally::default();
     for phase in [&before, &during, &after] {
@@ -419,6 +436,7 @@ async fn drive(
         fault_start_ms: ms(span.start_us),
         fault_end_ms: ms(span.end_us),
         counters_reset: args.fault == Fault::Kill,
+        settled: args.until_settled.then_some(settled),
         recovered_after_ms: recovery.first_decision_us.map(ms),
         errors_after_recovery: recovery.errors_after,
         last_store_error_after_ms: events
@@ -468,6 +486,32 @@ async fn drive(
 
 /// Breaks Redis at `--at` for `--for` and mends it: from when the signal was sent to when the
 /// resume or restart was.
+/// `--until-settled`: waits until no request sent in the last two windows (at least 1 s) after
+/// the fault went undecided by the store, or until `deadline`; true when it settled.
+async fn settle(
+    args: &OutageArgs,
+    span: &Span,
+    started: Instant,
+    deadline: Instant,
+    last_error_us: &AtomicU64,
+) -> bool {
+    let quiet = (2 * args.window).max(Duration::from_secs(1));
+    loop {
+        let since = last_error_us.load(Ordering::Relaxed).max(span.end_us);
+        let settled_at = started + Duration::from_micros(since) + quiet;
+        if settled_at >= deadline {
+            // It cannot settle in time any more (the latest error only moves later): the run goes
+            // on to its end, as without the flag.
+            tokio::time::sleep_until(deadline.into()).await;
+            return false;
+        }
+        if Instant::now() >= settled_at {
+            return true;
+        }
+        tokio::time::sleep_until(settled_at.into()).await;
+    }
+}
+
 async fn inject(
     args: &OutageArgs,
     node: &mut RedisServer,

@@ -45,6 +45,10 @@ pub(super) struct Details {
     pub(super) fault_end_ms: f64,
     /// Whether the store lost its counters (`kill`: the new node starts empty).
     pub(super) counters_reset: bool,
+    /// `--until-settled`: whether the store decided every request for two windows after the fault
+    /// before `--duration` (`null` without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) settled: Option<bool>,
     /// From the fault's end to the send of the first decision the store made after it; `null` if
     /// none did.
     pub(super) recovered_after_ms: Option<f64>,
