@@ -102,6 +102,9 @@ scenarios! {
     /// (`fsync: always` and `50ms`), throughput beside the plain memory store over HTTP, and the
     /// restart time and file sizes with many keys.
     Durability(scenarios::durability::DurabilityArgs),
+    /// The gateway's timeout budgets (`connect`, `first_byte`, `total`) against upstreams that
+    /// never answer, beside nginx's: how close to its value each fires.
+    Timeouts(scenarios::timeouts::TimeoutsArgs),
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@
 //! - [`reserve`](scenarios::reserve): callers reserving, committing, cancelling and crashing, on
 //!   `floodgate` processes killed at random; the token ledger against the callers' accounting,
 //!   exactly.
+//! - [`timeouts`](scenarios::timeouts): the gateway's `connect`, `first_byte` and `total`
+//!   budgets against upstreams that never answer, beside nginx's: how close to its value each
+//!   fires.
 //!
 //! They run on the [`harness`] — the processes a run starts and stops (`floodgate serve`, nginx,
 //! peers, `redis-server` nodes and clusters through `floodgate-testkit`'s launcher), free ports,

@@ -13,6 +13,7 @@ pub mod replay;
 pub mod reserve;
 pub mod slowloris;
 pub mod throughput;
+pub mod timeouts;
 
 use crate::args::Output;
 use crate::report::Report;

@@ -1,11 +1,15 @@
 //! End to end: every scenario against a server this test starts (in-process `floodgate` on
 //! port 0), checking that the JSON report's fields are present and consistent; `outage` on a
 //! `redis-server` of its own ([`outage`]); `flood` on the memory store ([`flood`]); `reserve` on
-//! `floodgate` processes ([`reserve`]).
+//! `floodgate` processes ([`reserve`]); `timeouts` on a `floodgate` process and nginx
+//! ([`timeouts`]).
 
 mod flood;
 mod outage;
 mod reserve;
+mod timeouts;
+
+use std::path::PathBuf;
 
 use clap::Parser;
 use floodgate_bench::cli::Cli;
@@ -53,6 +57,20 @@ async fn bench(args: &[&str]) -> Value {
     let text = std::fs::read_to_string(&json).expect("json written");
     let _ = std::fs::remove_file(&json);
     serde_json::from_str(&text).expect("valid JSON")
+}
+
+/// The `floodgate` binary of this build, beside the test's directory (`cargo build -p
+/// floodgate-server` makes it; the test fails saying so when it is missing).
+fn floodgate_binary() -> String {
+    // target/debug/deps/e2e-… → target/debug/floodgate
+    let exe = std::env::current_exe().expect("the test's path");
+    let binary: PathBuf = exe.parent().and_then(|d| d.parent()).expect("target dir").join("floodgate");
+    assert!(
+        binary.exists(),
+        "{} not found: build it with `cargo build -p floodgate-server`",
+        binary.display()
+    );
+    binary.to_string_lossy().into_owned()
 }
 
 fn fastrand() -> usize {

@@ -6,23 +6,9 @@
 //! the last calls meet it; the checks are the scenario's: the ledger exactly what the callers and
 //! the in-doubt calls' witnesses account for, the limit never passed, no permit left.
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
-use super::{assert_common, bench, u};
-
-fn floodgate_binary() -> String {
-    // target/debug/deps/e2e-… → target/debug/floodgate
-    let exe = std::env::current_exe().expect("the test's path");
-    let binary: PathBuf = exe.parent().and_then(|d| d.parent()).expect("target dir").join("floodgate");
-    assert!(
-        binary.exists(),
-        "{} not found: build it with `cargo build -p floodgate-server`",
-        binary.display()
-    );
-    binary.to_string_lossy().into_owned()
-}
+use super::{assert_common, bench, floodgate_binary, u};
 
 async fn reserve(extra: &[&str]) -> Value {
     let binary = floodgate_binary();
