@@ -38,6 +38,7 @@ use floodgate_config::auth::Scope;
     path = "/v1/check",
     tag = TAG_DECISIONS,
     operation_id = "check",
+    security((), ("clientToken" = [])),
     request_body(content = CheckRequest, description = "The request to decide. Read as JSON whatever the `content-type`; at most 64 KiB."),
     responses(Decided),
 )]
@@ -51,6 +52,7 @@ pub(super) async fn check(State(app): State<App>, request: Request) -> Response 
     path = "/v1/peek",
     tag = TAG_DECISIONS,
     operation_id = "peek",
+    security((), ("clientToken" = [])),
     request_body(content = CheckRequest, description = "The request to look at. Read as JSON whatever the `content-type`; at most 64 KiB."),
     responses(Decided),
 )]
@@ -65,6 +67,7 @@ pub(super) async fn peek(State(app): State<App>, request: Request) -> Response {
     path = "/v1/report",
     tag = TAG_DECISIONS,
     operation_id = "report",
+    security((), ("clientToken" = [])),
     request_body(content = CheckRequest, description = "What was spent. Read as JSON whatever the `content-type`; at most 64 KiB."),
     responses(Reported),
 )]

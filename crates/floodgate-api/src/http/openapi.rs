@@ -62,11 +62,11 @@ use super::responses::{TAG_ADMIN, TAG_DECISIONS, TAG_OPERATIONS};
         super::dashboard::style,
     ),
     components(schemas(CheckRequest, VerdictBody<'static>, Problem)),
-    modifiers(&AdminToken),
+    modifiers(&AdminToken, &ClientToken),
     tags(
-        (name = TAG_DECISIONS, description = "May this request pass? Every answer carries the verdict of each rule that applied, and the rate-limit headers."),
+        (name = TAG_DECISIONS, description = "May this request pass? Every answer carries the verdict of each rule that applied, and the rate-limit headers. Open to every caller unless the configuration has `auth` clients; with them, every `/v1` call sends a client's token holding the operation's scope (`clientToken`)."),
         (name = TAG_OPERATIONS, description = "Liveness, readiness, metrics and this document."),
-        (name = TAG_ADMIN, description = "The running configuration, its audit log and key state. Loopback peers only when the server has no admin token; with one, every caller sends `Authorization: Bearer <token>`."),
+        (name = TAG_ADMIN, description = "The running configuration, its audit log and key state. Loopback peers only when the server has no admin token and no `auth` client holds the `admin` scope; with either, every caller sends `Authorization: Bearer <token>` with the admin token or an `admin` client's token."),
     ),
 )]
 struct Document;
@@ -132,6 +132,33 @@ pub(super) async fn openapi_json(Extension(Served(document)): Extension<Served>)
 
 /// The admin API's bearer token.
 struct AdminToken;
+
+/// The data plane's bearer tokens: the configuration's `auth` clients.
+struct ClientToken;
+
+impl Modify for ClientToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "clientToken",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The token of a client of the configuration's `auth` section (docs/security.md). \
+                         Without `auth` clients configured, the data plane needs no credentials (the empty \
+                         requirement). With them, every `/v1` call sends the token of a client holding the \
+                         operation's scope — `check` for check, peek, usage and simulate, `report` for \
+                         report, `reserve` for reserve, commit and release — or is refused: 401 without a \
+                         token or with one no client has, 403 for a client without the scope or one giving a \
+                         descriptor pinned to it another value. A client with the `admin` scope uses its \
+                         token on the admin API too.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 impl Modify for AdminToken {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {

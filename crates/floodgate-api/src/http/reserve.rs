@@ -167,6 +167,7 @@ fn map(costs: &Costs) -> BTreeMap<String, u64> {
     path = "/v1/reserve",
     tag = TAG_DECISIONS,
     operation_id = "reserve",
+    security((), ("clientToken" = [])),
     request_body(content = ReserveRequest, description = "The call to reserve for, as `/v1/check`'s body, plus `ttl`. At most 64 KiB."),
     responses(
         (status = 200, description = "Allowed: the estimate is held.", body = ReservedBody),
@@ -267,6 +268,7 @@ fn parse_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), Problem> {
     path = "/v1/commit",
     tag = TAG_DECISIONS,
     operation_id = "commit",
+    security((), ("clientToken" = [])),
     request_body(content = CommitRequest, description = "The reservation, and what the call cost."),
     responses(
         (status = 200, description = "Committed (or committed before with the same costs: the same answer, charged once).", body = SettledBody),
@@ -295,6 +297,7 @@ pub(super) async fn commit(State(app): State<App>, request: Request) -> Response
     path = "/v1/release",
     tag = TAG_DECISIONS,
     operation_id = "release",
+    security((), ("clientToken" = [])),
     request_body(content = ReleaseRequest, description = "The reservation."),
     responses(
         (status = 200, description = "Released (or released before: the same answer, given back once).", body = SettledBody),

@@ -148,11 +148,39 @@ fn unprocessable(impossible: bool) -> RefOr<utoipa::openapi::Response> {
     }
 }
 
-/// The 401 and 403 of a data-plane endpoint when the configuration names `auth` clients.
-fn client_refusals(scope: &str) -> [(String, RefOr<utoipa::openapi::Response>); 2] {
+/// What a data-plane endpoint checks of its caller when the configuration names `auth` clients,
+/// besides the token's scope.
+#[derive(Clone, Copy)]
+enum Guard {
+    /// The body's descriptors are pinned: a pinned one with another value is refused (on an Envoy
+    /// `domain`, one left out too).
+    Descriptors,
+    /// The query's descriptors are pinned (the native policy).
+    Query,
+    /// Nothing more: a reservation id carries no descriptors.
+    Scope,
+    /// The playground: the admin API's access admits as well as the scope.
+    ScopeOrAdmin,
+}
+
+/// The 401 and 403 of a data-plane endpoint when the configuration names `auth` clients: a client
+/// token (`clientToken`) holding `scope` is needed.
+fn client_refusals(scope: &str, guard: Guard) -> [(String, RefOr<utoipa::openapi::Response>); 2] {
+    const ONLY: &str = "Only when the configuration has `auth` clients";
+    const PINNED: &str = "Client \"shop-bff\" may only use descriptor \"tenant\" = \"shop\", and must name it on an Envoy domain.";
+    let unless_admin = if matches!(guard, Guard::ScopeOrAdmin) {
+        ", and the call is not admitted to the admin API either (by the admin token, an `admin` client's token, \
+         or a loopback peer when there is neither)"
+    } else {
+        ""
+    };
+    // A query has no body; a body is read only once the caller is let in.
+    let before = if matches!(guard, Guard::Query) { "" } else { " Answered before the body is read." };
     let mut unauthorized = problem(
         401,
-        "Only when the configuration has `auth` clients: no `Authorization: Bearer <token>`, or a token no client has.",
+        &format!(
+            "{ONLY}: no `Authorization: Bearer <token>`, or a token no client has{unless_admin}.{before}"
+        ),
         &[(
             UNAUTHORIZED_TYPE,
             "Unauthorized",
@@ -163,12 +191,20 @@ fn client_refusals(scope: &str) -> [(String, RefOr<utoipa::openapi::Response>); 
         "WWW-Authenticate".into(),
         HeaderBuilder::new().schema(String::schema()).description(Some("`Bearer`.")).build(),
     );
+    let lacks = format!("{ONLY}: the client lacks the `{scope}` scope{unless_admin}");
+    let description = match guard {
+        Guard::Descriptors => format!(
+            "{lacks} (answered before the body is read); or the request gives a descriptor pinned to the client \
+             another value, or on an Envoy `domain` leaves it out (`{PINNED}`)."
+        ),
+        Guard::Query => format!(
+            "{lacks}; or the query gives a descriptor pinned to the client another value (`{PINNED}`)."
+        ),
+        Guard::Scope | Guard::ScopeOrAdmin => format!("{lacks}.{before}"),
+    };
     let forbidden = problem_response(
         403,
-        &format!(
-            "Only when the configuration has `auth` clients: the client lacks the `{scope}` scope, or names a \
-             descriptor pinned to it with another value."
-        ),
+        &description,
         &[(
             FORBIDDEN_TYPE,
             "Forbidden",
@@ -188,7 +224,7 @@ fn decision_responses(denies: bool) -> Responses {
     if denies {
         responses.insert("429".into(), verdict_response(true));
     }
-    responses.extend(client_refusals(if denies { "check" } else { "report" }));
+    responses.extend(client_refusals(if denies { "check" } else { "report" }, Guard::Descriptors));
     responses
 }
 
@@ -310,7 +346,7 @@ impl IntoResponses for ReserveProblems {
                 ),
             ),
         ]);
-        responses.extend(client_refusals("reserve"));
+        responses.extend(client_refusals("reserve", Guard::Descriptors));
         responses
     }
 }
@@ -362,17 +398,17 @@ impl IntoResponses for SettleProblems {
                 ),
             ),
         ]);
-        responses.extend(client_refusals("reserve"));
+        responses.extend(client_refusals("reserve", Guard::Scope));
         responses
     }
 }
 
-/// Problems with a `/v1/usage` query.
+/// Problems with a `/v1/usage` query, and the refusals of `auth`.
 pub(super) struct UsageProblems;
 
 impl IntoResponses for UsageProblems {
     fn responses() -> Responses {
-        BTreeMap::from([
+        let mut responses = BTreeMap::from([
             (
                 "404".into(),
                 problem_response(
@@ -403,7 +439,9 @@ impl IntoResponses for UsageProblems {
                     "The usage could not be read: the store timed out.",
                 ),
             ),
-        ])
+        ]);
+        responses.extend(client_refusals("check", Guard::Query));
+        responses
     }
 }
 
@@ -434,11 +472,13 @@ impl IntoResponses for AdminAccess {
     fn responses() -> Responses {
         let mut unauthorized = problem(
             401,
-            "The server has an admin token and the request did not send it (`Authorization: Bearer <token>`).",
+            "The server has an admin token, or an `auth` client holds the `admin` scope, and the request sent \
+             neither the admin token nor an `admin` client's token (`Authorization: Bearer <token>`).",
             &[(
                 UNAUTHORIZED_TYPE,
                 "Unauthorized",
-                "The admin API requires `Authorization: Bearer <token>` with the server's admin token.",
+                "The admin API requires `Authorization: Bearer <token>` with the server's admin token or the token \
+                 of a client with the admin scope.",
             )],
         );
         unauthorized.headers.insert(
@@ -451,24 +491,34 @@ impl IntoResponses for AdminAccess {
                 "403".into(),
                 problem_response(
                     403,
-                    "The server has no admin token and the peer is not on loopback.",
-                    &[(
-                        UNAUTHORIZED_TYPE,
-                        "Forbidden",
-                        "The admin API answers loopback clients only; set an admin token to reach it from elsewhere.",
-                    )],
+                    "The server has no admin token, no `auth` client holds the `admin` scope, and the peer is not on \
+                     loopback (`unauthorized`); or the token is an `auth` client's without the `admin` scope \
+                     (`forbidden`).",
+                    &[
+                        (
+                            UNAUTHORIZED_TYPE,
+                            "Forbidden",
+                            "The admin API answers loopback clients only; set an admin token to reach it from elsewhere.",
+                        ),
+                        (
+                            FORBIDDEN_TYPE,
+                            "Forbidden",
+                            "Client \"shop-bff\" does not have the \"admin\" scope the admin API needs.",
+                        ),
+                    ],
                 ),
             ),
         ])
     }
 }
 
-/// Problems of `/v1/simulate`: every one a 400 naming the field.
+/// Problems of `/v1/simulate`: a body that is no simulation is a 400 naming the field; and the
+/// refusals of `auth`.
 pub(super) struct SimulateProblems;
 
 impl IntoResponses for SimulateProblems {
     fn responses() -> Responses {
-        BTreeMap::from([
+        let mut responses = BTreeMap::from([
             (
                 "400".into(),
                 problem_response(
@@ -492,6 +542,8 @@ impl IntoResponses for SimulateProblems {
                 ),
             ),
             ("413".into(), too_large(MAX_SIMULATE_BODY)),
-        ])
+        ]);
+        responses.extend(client_refusals("check", Guard::ScopeOrAdmin));
+        responses
     }
 }

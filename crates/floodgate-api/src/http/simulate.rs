@@ -140,6 +140,7 @@ pub(super) struct SampledLevel {
     path = "/v1/simulate",
     tag = TAG_DECISIONS,
     operation_id = "simulate",
+    security((), ("clientToken" = []), ("adminToken" = [])),
     request_body(content = SimulateBody, description = "The algorithm with its parameters (as in a rule), and the requests. JSON, at most 1 MiB."),
     responses(
         (status = 200, description = "One decision per request.", body = SimulationView, example = json!({"algorithm": "token_bucket", "limit": 8, "decisions": [{"at_ms": 0, "allowed": true, "remaining": 7, "retry_after_ms": null, "reset_after_ms": 500}]})),

@@ -60,6 +60,7 @@ pub(super) struct UsageBody {
     path = "/v1/usage",
     tag = TAG_DECISIONS,
     operation_id = "usage",
+    security((), ("clientToken" = [])),
     params(UsageQuery),
     responses(
         (status = 200, description = "The counter's usage.", body = UsageBody),

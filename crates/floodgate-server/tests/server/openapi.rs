@@ -215,6 +215,47 @@ async fn the_document_states_the_bounds_of_a_check() {
     assert_eq!(document["components"]["securitySchemes"]["adminToken"]["scheme"], "bearer");
 }
 
+/// Every `/v1` operation authorizes its caller when the configuration has `auth` clients
+/// (`tests/server/auth.rs`): the document says a client token may be sent — optional, since
+/// without `auth` none is needed — and lists the 401 and 403 it may answer.
+#[tokio::test]
+async fn every_data_plane_operation_takes_an_optional_client_token_and_states_its_refusals() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let scheme = &document["components"]["securitySchemes"]["clientToken"];
+    assert_eq!((&scheme["type"], &scheme["scheme"]), (&"http".into(), &"bearer".into()), "{scheme}");
+    let mut operations = 0;
+    for (path, ops) in document["paths"].as_object().unwrap() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        for (method, op) in ops.as_object().unwrap() {
+            operations += 1;
+            let what = format!("{method} {path}");
+            let security = op["security"].as_array().unwrap_or_else(|| panic!("{what}: no security"));
+            assert_eq!(security[0], serde_json::json!({}), "{what}: no token needed without auth");
+            assert!(security.contains(&serde_json::json!({"clientToken": []})), "{what}: {security:?}");
+            let responses = &op["responses"];
+            assert_eq!(
+                responses["401"]["content"]["application/problem+json"]["schema"]["allOf"][1]["properties"]["type"]
+                    ["enum"],
+                serde_json::json!(["https://floodgate.dev/problems/unauthorized"]),
+                "{what}"
+            );
+            assert!(responses["401"]["headers"]["WWW-Authenticate"].is_object(), "{what}");
+            assert_eq!(
+                responses["403"]["content"]["application/problem+json"]["schema"]["allOf"][1]["properties"]["type"]
+                    ["enum"],
+                serde_json::json!(["https://floodgate.dev/problems/forbidden"]),
+                "{what}"
+            );
+        }
+    }
+    assert_eq!(operations, 8, "check, peek, report, reserve, commit, release, usage, simulate");
+    // The playground also admits the admin API's callers (the dashboard calls it).
+    let simulate = &document["paths"]["/v1/simulate"]["post"]["security"];
+    assert!(simulate.as_array().unwrap().contains(&serde_json::json!({"adminToken": []})), "{simulate}");
+}
+
 // === behaviours schemathesis found ===
 
 #[tokio::test]
