@@ -81,7 +81,12 @@ if use_l then
         if t + w <= now then break end
         used = used + cost_of(all[k])
       end
-      if #all > 0 then newest = tonumber(all[#all]) end
+      if #all > 0 then
+        newest = tonumber(all[#all])
+        -- The log lasts a window after its newest entry; a give-back that removed the only entry
+        -- and wrote back what is left made the key anew, without an expiry.
+        call('PEXPIRE', key, ttl(newest + w))
+      end
       S[j - 2], S[j] = used, newest
       return 0
     end
