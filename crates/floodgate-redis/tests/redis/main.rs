@@ -30,7 +30,7 @@ use floodgate_testkit::redis::{RedisCluster, RedisServer};
 const CONNECT: Duration = Duration::from_secs(10);
 
 /// The deadline of stores on the shared node and cluster (see [`node_store`]).
-const SHARED_DEADLINE: Duration = Duration::from_secs(5);
+const SHARED_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A store on the process's shared single node, with a generous deadline: tests share two cores
 /// with the servers, and the shared node queues the requests of every test at once (the
