@@ -2,7 +2,7 @@
 //! cluster), a differential test against the memory store, exactness under concurrency, clock skew,
 //! recovery, calls Redis runs after their deadline, the cross-slot protocol, key expiry, and TLS.
 
-// Recovery tests time real calls against the store's deadline.
+// The cluster test waits out a node's `CLIENT PAUSE` on the process clock.
 #![allow(clippy::disallowed_methods)]
 
 mod calendars;
