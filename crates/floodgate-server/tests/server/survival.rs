@@ -113,14 +113,14 @@ async fn a_local_rule_decides_on_its_share_while_redis_is_down_and_its_admission
             >= Some(5.0)
     );
     // Not all rules can decide locally: not ready.
-    assert!(eventually(Duration::from_secs(5), || async { server.get("/readyz").await.status == 503 }).await);
+    assert!(eventually(|| async { server.get("/readyz").await.status == 503 }).await);
 
     // Redis comes back, empty. The breaker's probe closes it, the rule is back on the store, and
     // the 5 units the share admitted are charged to the store's counter, in the same window (a
     // peek answers what a check would: 10 − 5 − 1 remaining).
     blocking(|| redis.restart());
     assert!(
-        eventually(Duration::from_secs(10), || async {
+        eventually(|| async {
             let reply = server.peek(CORE).await;
             reply.status == 200 && first(&reply) == ("allowed".to_owned(), 4)
         })
@@ -190,7 +190,7 @@ async fn with_every_rule_local_the_server_stays_ready_while_redis_is_down() {
         server.check(CORE).await;
     }
     assert!(
-        eventually(Duration::from_secs(5), || async {
+        eventually(|| async {
             let reply = server.get("/readyz").await;
             reply.status == 200 && reply.body.contains("local share")
         })
@@ -210,19 +210,15 @@ async fn discovered_instances_set_the_share_and_one_that_stops_is_no_longer_coun
     let instances = r#"floodgate_fallback_instances{store="redis"}"#;
     for server in [&a, &b] {
         assert!(
-            eventually(Duration::from_secs(5), || async { metric(server, instances).await == Some(2.0) })
-                .await,
+            eventually(|| async { metric(server, instances).await == Some(2.0) }).await,
             "both count two instances"
         );
     }
     // b stops cleanly: it leaves the fleet, and a's next heartbeat counts one.
     b.stop().await;
-    assert!(
-        eventually(Duration::from_secs(5), || async { metric(&a, instances).await == Some(1.0) }).await,
-        "a counts itself alone"
-    );
+    assert!(eventually(|| async { metric(&a, instances).await == Some(1.0) }).await, "a counts itself alone");
     let c = TestServer::start(parse(&text)).await;
-    assert!(eventually(Duration::from_secs(5), || async { metric(&a, instances).await == Some(2.0) }).await);
+    assert!(eventually(|| async { metric(&a, instances).await == Some(2.0) }).await);
 
     // Redis goes away with two live instances: each decides on ceil(10 × 2 / 2) = 10 locally.
     blocking(|| redis.stop());
