@@ -68,3 +68,17 @@ where
     })
     .await
 }
+
+/// Calls `probe` until it answers true, pausing briefly between calls, blocking the thread: for
+/// the testkit's own synchronous tests.
+///
+/// # Panics
+/// When `probe` has not answered true within [`HANG_GUARD`].
+#[cfg(test)]
+pub(crate) fn until_blocking(what: &str, mut probe: impl FnMut() -> bool) {
+    let guard = std::time::Instant::now() + HANG_GUARD;
+    while !probe() {
+        assert!(std::time::Instant::now() < guard, "{what}: not done after {HANG_GUARD:?}; it hangs");
+        std::thread::sleep(BETWEEN_PROBES);
+    }
+}
