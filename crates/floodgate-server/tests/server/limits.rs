@@ -124,22 +124,14 @@ async fn a_connection_beyond_max_connections_is_closed_at_once_and_a_freed_slot_
     let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nHost: f\r\n\r\n").await;
     closed(&mut extra).await; // the 4th connection
     drop(held.pop());
-    // The slot comes back once the server sees the close.
-    let mut served = false;
-    for _ in 0..50 {
+    // The slot comes back once the server sees the close: until then, a new connection is closed.
+    wait::until("a freed slot serving a new connection", || async {
         let mut tcp = TcpStream::connect(server.http).await.unwrap();
-        if tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: f\r\n\r\n").await.is_ok() {
-            let mut buf = [0u8; 64];
-            if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(1), tcp.read(&mut buf)).await
-                && n > 0
-            {
-                served = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(served, "a freed slot serves a new connection");
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: f\r\n\r\n").await.ok()?;
+        let mut buf = [0u8; 64];
+        matches!(tcp.read(&mut buf).await, Ok(n) if n > 0).then_some(())
+    })
+    .await;
     server.stop().await;
 }
 

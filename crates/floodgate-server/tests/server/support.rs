@@ -90,10 +90,8 @@ impl TestServer {
             request = request.header(*name, *value);
         }
         let request = request.body(Full::new(body.into())).unwrap();
-        let response = tokio::time::timeout(Duration::from_secs(10), self.client.request(request))
-            .await
-            .expect("answered within 10 s")
-            .expect("HTTP request");
+        let response =
+            wait::finished("an HTTP answer", self.client.request(request)).await.expect("HTTP request");
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.into_body().collect().await.unwrap().to_bytes();
