@@ -39,6 +39,18 @@ async fn node_store() -> RedisStore {
     RedisStore::connect(node_config(RedisServer::shared())).await.expect("connect to the shared node")
 }
 
+/// A store on a deadline of a few tens of milliseconds, once warm. Warming loads the scripts with
+/// that deadline on each command, which two busy cores miss now and then: it is tried again until
+/// it succeeds (what the server's survival loop does for a cold store).
+async fn warm_store(config: RedisConfig) -> RedisStore {
+    let store = RedisStore::connect_lazy(config).expect("a valid configuration");
+    floodgate_testkit::wait::until("the store connected and its scripts loaded", || async {
+        store.warm().await.ok()
+    })
+    .await;
+    store
+}
+
 fn node_config(server: &RedisServer) -> RedisConfig {
     RedisConfig { deadline: SHARED_DEADLINE, connect_timeout: CONNECT, ..RedisConfig::node(server.url()) }
 }

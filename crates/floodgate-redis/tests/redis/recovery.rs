@@ -141,7 +141,7 @@ async fn a_stopped_redis_fails_open_or_closed_within_the_deadline() {
     let mut server = RedisServer::start();
     let deadline = Duration::from_millis(20);
     let config = RedisConfig { deadline, connect_timeout: super::CONNECT, ..RedisConfig::node(server.url()) };
-    let store = RedisStore::connect(config).await.expect("connect");
+    let store = crate::warm_store(config).await;
     let (open, closed) =
         (engine(store.clone(), OnStoreError::FailOpen), engine(store, OnStoreError::FailClosed));
     // A 20 ms deadline on two busy cores is missed now and then: a running Redis answers within it.
@@ -200,13 +200,12 @@ async fn a_stopped_redis_fails_fast_instead_of_waiting_out_the_deadline_and_reco
 async fn a_paused_redis_times_out_at_the_deadline() {
     let mut server = RedisServer::start();
     let deadline = Duration::from_millis(20);
-    let store = RedisStore::connect(RedisConfig {
+    let store = crate::warm_store(RedisConfig {
         deadline,
         connect_timeout: super::CONNECT,
         ..RedisConfig::node(server.url())
     })
-    .await
-    .expect("connect");
+    .await;
     let (open, closed) =
         (engine(store.clone(), OnStoreError::FailOpen), engine(store.clone(), OnStoreError::FailClosed));
     // Frozen until the test ends: the connection stays open, and nothing is ever answered, so

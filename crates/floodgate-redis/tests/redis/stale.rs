@@ -127,7 +127,7 @@ async fn a_paused_redis_charges_nothing_for_the_requests_denied_while_it_was_pau
         connect_timeout: crate::CONNECT,
         ..RedisConfig::node(url.clone())
     };
-    let store = RedisStore::connect(config(deadline)).await.expect("connect");
+    let store = crate::warm_store(config(deadline)).await;
     let engines: Vec<Engine<RedisStore>> =
         policies().into_iter().map(|p| Engine::new(p, store.clone())).collect();
     let user = Descriptors::new().with("user", "u");
