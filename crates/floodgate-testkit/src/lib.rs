@@ -33,6 +33,7 @@
 //! `redis-server` processes (TLS ones on certificates from [`tls`]), each held by a watchdog from
 //! [`process`], which also hands out free loopback ports ([`process::free_port`]).
 //! [`CountingStore`] wraps a real store and counts the calls made to it (round trips per request).
+//! [`wait`] is how a test waits: for an event, with a clock only as a guard against a hang.
 //!
 //! [`Store`]: floodgate::Store
 //! [`Store::apply`]: floodgate::Store::apply
@@ -47,6 +48,7 @@ pub mod process;
 pub mod redis;
 mod subject;
 pub mod tls;
+pub mod wait;
 
 pub use counting::{Calls, CountingStore};
 pub use flaky::{Behaviour, FlakyStore, Lost};

@@ -242,15 +242,10 @@ mod tests {
         let dir = scratch_dir("watchdog-test", 1).unwrap();
         let mut watched = Watched::spawn(&dir, Path::new("sleep"), ["30"]).unwrap();
         watched.signal(Signal::Kill).unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while watched.running() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(!watched.running());
+        crate::wait::until_blocking("the killed program's end", || !watched.running());
         let dir = scratch_dir("watchdog-test", 2).unwrap();
         let missing = Watched::spawn(&dir, Path::new("/nonexistent/program"), ["x"]).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!missing.running());
+        crate::wait::until_blocking("the missing program's end", || !missing.running());
         drop(missing);
         assert!(!dir.exists());
     }

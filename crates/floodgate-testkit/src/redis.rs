@@ -652,11 +652,9 @@ mod tests {
         server.cli(&["SET", "k", "1"]);
         server.signal(Signal::Kill).unwrap();
         let port = server.port();
-        let deadline = Instant::now() + STARTUP;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            assert!(Instant::now() < deadline, "still accepting after SIGKILL");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::wait::until_blocking("the port refusing connections after SIGKILL", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        });
         server.try_restart().unwrap();
         assert_eq!((server.port(), server.cli(&["EXISTS", "k"]).as_str()), (port, "0"));
     }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use floodgate_client::{Client, Error, Request};
+use floodgate_testkit::wait;
 
 use super::{Running, client, refusing_url};
 
@@ -107,11 +108,10 @@ async fn release_gives_everything_back_and_a_dropped_guard_releases() {
     let id = reserved.reservation.as_ref().unwrap().id().to_owned();
     assert_eq!(used(&floodgate, "tenant-tokens", "g").await, 5000);
     drop(reserved);
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    while used(&floodgate, "tenant-tokens", "g").await != 0 {
-        assert!(std::time::Instant::now() < until, "the dropped reservation was not released");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::until("the dropped reservation is released", || async {
+        (used(&floodgate, "tenant-tokens", "g").await == 0).then_some(())
+    })
+    .await;
     assert_eq!(floodgate.release(&id).await.unwrap().state, "released", "released by the drop");
 
     // Denied: nothing held, no guard.

@@ -5,14 +5,15 @@
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use floodgate::store::{Applied, Mode, Op};
 use floodgate::{Descriptors, Engine, Limit, OnStoreError, Policy, Rule, Store, StoreError};
 use floodgate_core::{Clock, FixedWindow, Gcra, Rate, SlidingLog, SystemClock, Timestamp, TokenBucket};
 use floodgate_redis::{RedisConfig, RedisStore};
+use floodgate_testkit::process::Signal;
 use floodgate_testkit::redis::RedisServer;
-use floodgate_testkit::{TestKey, every_algorithm};
+use floodgate_testkit::{TestKey, every_algorithm, wait};
 use futures_util::future::join_all;
 
 fn nz(n: u64) -> NonZeroU64 {
@@ -118,48 +119,52 @@ fn policies() -> Vec<Policy> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_charges_nothing_for_the_requests_denied_while_it_was_paused() {
-    let server = RedisServer::start();
+    let mut server = RedisServer::start();
     let deadline = Duration::from_millis(20);
+    let url = server.url();
     let config = |deadline| RedisConfig {
         deadline,
         connect_timeout: crate::CONNECT,
-        ..RedisConfig::node(server.url())
+        ..RedisConfig::node(url.clone())
     };
-    let store = RedisStore::connect(config(deadline)).await.expect("connect");
+    let store = crate::warm_store(config(deadline)).await;
     let engines: Vec<Engine<RedisStore>> =
         policies().into_iter().map(|p| Engine::new(p, store.clone())).collect();
     let user = Descriptors::new().with("user", "u");
 
     // A reply within the deadline gives the store the offset to Redis's clock (a peek: nothing is
     // charged). On two busy cores a 20 ms deadline is missed now and then.
-    let mut synced = false;
-    for _ in 0..50 {
-        if engines[0].peek(&user, 1).await.expect("valid").store_error.is_none() {
-            synced = true;
-            break;
-        }
-    }
-    assert!(synced, "a running Redis answers within the deadline");
+    wait::until("a running Redis answers within the deadline", || async {
+        engines[0].peek(&user, 1).await.expect("valid").store_error.is_none().then_some(())
+    })
+    .await;
 
-    // Paused: every check waits out the deadline and is denied by `fail_closed`, while its script
-    // stays queued in Redis.
-    let pause = Duration::from_millis(2500);
-    server.cli(&["CLIENT", "PAUSE", &pause.as_millis().to_string(), "ALL"]);
-    let paused = Instant::now();
+    // Frozen: every check waits out the deadline and is denied by `fail_closed`, while its script
+    // waits in Redis's socket, unread.
+    server.signal(Signal::Stop).expect("SIGSTOP");
     for engine in &engines {
-        let verdicts = join_all((0..20).map(|_| engine.check(&user, 1))).await;
+        let verdicts =
+            wait::finished("checks on a paused Redis", join_all((0..20).map(|_| engine.check(&user, 1))))
+                .await;
         for v in verdicts {
             let v = v.expect("a valid request");
-            assert!(!v.allowed && v.store_error.is_some(), "denied by fail_closed: {v:?}");
+            assert_eq!(v.store_error.as_deref(), Some(&StoreError::Timeout(deadline)), "{v:?}");
+            assert!(!v.allowed, "denied by fail_closed: {v:?}");
         }
     }
-    // Sent early in the pause: Redis runs them far past their not-after time (deadline + 2 × 50 ms
-    // at most after they were sent).
-    let sent_within = paused.elapsed();
-    assert!(sent_within < Duration::from_secs(2), "the checks took {sent_within:?} to send");
+    // Every check was sent before its verdict came back, and is stale on Redis's clock from
+    // deadline + 2 × 50 ms after it was sent. Redis resumes later than that (a sleep never ends
+    // early), so it runs every one of them past its not-after time.
+    tokio::time::sleep(deadline + Duration::from_millis(500)).await;
+    server.signal(Signal::Cont).expect("SIGCONT");
+    // Redis runs one connection's commands in order: once the store's connection answers a call
+    // sent after the checks, Redis has run them all.
+    wait::until("the resumed Redis answers after the backlog", || async {
+        engines[0].peek(&user, 1).await.expect("valid").store_error.is_none().then_some(())
+    })
+    .await;
 
-    // Redis resumes and runs the backlog; then the limits are as if the denied requests never were.
-    tokio::time::sleep(pause.saturating_sub(paused.elapsed()) + Duration::from_millis(500)).await;
+    // The limits are as if the denied requests never were.
     let observer = RedisStore::connect(config(crate::SHARED_DEADLINE)).await.expect("connect");
     for policy in policies() {
         let engine = Engine::new(policy, observer.clone());

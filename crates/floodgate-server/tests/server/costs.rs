@@ -2,8 +2,6 @@
 //! the memory store, a real `redis-server` and a real Redis Cluster (floodgate-testkit starts
 //! them): each rule takes its own dimension, and a call denied by tokens consumes no request.
 
-use std::time::Duration;
-
 use floodgate_testkit::redis::{RedisCluster, RedisServer};
 use serde_json::{Value, json};
 
@@ -93,7 +91,7 @@ async fn rpm_and_tpm_in_one_call_on_a_redis_cluster() {
     let store = format!("{{ kind: redis_cluster, urls: [{}], deadline: 1s }}", urls.join(", "));
     let server = TestServer::start(parse(&rpm_and_tpm(&store))).await;
     assert!(
-        eventually(Duration::from_secs(10), || async { server.get("/readyz").await.status == 200 }).await,
+        eventually(|| async { server.get("/readyz").await.status == 200 }).await,
         "ready once every master answers PING"
     );
     rpm_and_tpm_in_one_call(&server).await;

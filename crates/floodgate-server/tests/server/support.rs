@@ -12,6 +12,7 @@ use floodgate_app::{App, ServeOptions};
 use floodgate_config::{self as config, Config, Source, StoreConfig};
 use floodgate_http::HeaderStyle;
 use floodgate_server::Server;
+use floodgate_testkit::wait;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -89,10 +90,8 @@ impl TestServer {
             request = request.header(*name, *value);
         }
         let request = request.body(Full::new(body.into())).unwrap();
-        let response = tokio::time::timeout(Duration::from_secs(10), self.client.request(request))
-            .await
-            .expect("answered within 10 s")
-            .expect("HTTP request");
+        let response =
+            wait::finished("an HTTP answer", self.client.request(request)).await.expect("HTTP request");
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -232,20 +231,17 @@ impl Drop for TempDir {
     }
 }
 
-/// Retries `probe` every 50 ms until it returns true, for at most `within`.
-pub(crate) async fn eventually<F, Fut>(within: Duration, mut probe: F) -> bool
+/// Retries `probe` every 50 ms until it returns true; false when it has not within the hang guard
+/// ([`wait::HANG_GUARD`]), for the caller to fail the test saying what never happened.
+pub(crate) async fn eventually<F, Fut>(mut probe: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if probe().await {
-            return true;
+    let happened = async {
+        while !probe().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    tokio::time::timeout(wait::HANG_GUARD, happened).await.is_ok()
 }

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use floodgate_testkit::process::Signal;
 use floodgate_testkit::redis::RedisServer;
 
 use crate::support::{TestServer, eventually, parse};
@@ -113,14 +114,14 @@ async fn a_local_rule_decides_on_its_share_while_redis_is_down_and_its_admission
             >= Some(5.0)
     );
     // Not all rules can decide locally: not ready.
-    assert!(eventually(Duration::from_secs(5), || async { server.get("/readyz").await.status == 503 }).await);
+    assert!(eventually(|| async { server.get("/readyz").await.status == 503 }).await);
 
     // Redis comes back, empty. The breaker's probe closes it, the rule is back on the store, and
     // the 5 units the share admitted are charged to the store's counter, in the same window (a
     // peek answers what a check would: 10 − 5 − 1 remaining).
     blocking(|| redis.restart());
     assert!(
-        eventually(Duration::from_secs(10), || async {
+        eventually(|| async {
             let reply = server.peek(CORE).await;
             reply.status == 200 && first(&reply) == ("allowed".to_owned(), 4)
         })
@@ -144,18 +145,28 @@ async fn a_local_rule_decides_on_its_share_while_redis_is_down_and_its_admission
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::disallowed_methods)] // Times real calls against the store's deadline.
-async fn an_open_breaker_decides_at_once_on_a_black_holed_store() {
-    // A listener that accepts connections and never answers: each call waits its whole deadline
-    // until the breaker opens.
-    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("redis://{}", hole.local_addr().expect("an address"));
-    let held =
-        std::thread::spawn(move || hole.incoming().take(64).filter_map(Result::ok).collect::<Vec<_>>());
-    let text = config(&url, "1").replace("open_for: 300ms", "open_for: 1h");
-    let server = TestServer::start(parse(&text)).await;
+/// How many scripts Redis has run (`EVAL`, `EVALSHA` and their read-only forms): each decision
+/// that reaches Redis runs one.
+fn scripts_run(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .filter_map(|line| line.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // Times the calls before the breaker opens: not before the deadline.
+async fn an_open_breaker_decides_without_calling_the_store() {
+    let mut redis = blocking(RedisServer::start);
+    let text = config(&redis.url(), "1").replace("open_for: 300ms", "open_for: 1h");
+    let server = TestServer::start(parse(&text)).await;
+    assert_eq!(first(&server.check(CORE).await).0, "allowed", "decided by Redis");
+
+    // Frozen, Redis black-holes the store: the connection stays open and nothing answers, so each
+    // call waits its whole deadline until the breaker opens.
+    blocking(|| redis.signal(Signal::Stop)).expect("SIGSTOP");
     let mut waited = Vec::new();
     for _ in 0..3 {
         let started = Instant::now();
@@ -163,20 +174,23 @@ async fn an_open_breaker_decides_at_once_on_a_black_holed_store() {
         waited.push(started.elapsed());
         assert_eq!(first(&reply).0, "local_allowed", "{}", reply.body);
     }
-    assert_eq!(metric(&server, r#"floodgate_store_breaker_state{store="redis"}"#).await, Some(1.0));
-    // Open: no store call, so no deadline to wait. Ten decisions take less than one deadline.
-    let started = Instant::now();
-    for _ in 0..10 {
-        server.check(CORE).await;
-    }
-    let open = started.elapsed();
-    assert!(open < Duration::from_millis(250), "ten decisions with the breaker open took {open:?}");
     assert!(
         waited.iter().all(|w| *w >= Duration::from_millis(200)),
         "before it opened, each call waited for the deadline: {waited:?}"
     );
+    assert_eq!(metric(&server, r#"floodgate_store_breaker_state{store="redis"}"#).await, Some(1.0));
+
+    // Redis answers again (it runs the calls it held first), but the breaker stays open for an
+    // hour: a decision that called the store now would be Redis's (`allowed`), and run a script.
+    blocking(|| redis.signal(Signal::Cont)).expect("SIGCONT");
+    let before = blocking(|| scripts_run(&redis));
+    for _ in 0..10 {
+        let reply = server.check(CORE).await;
+        assert_eq!(first(&reply).0, "local_allowed", "decided without the store: {}", reply.body);
+    }
+    assert_eq!(blocking(|| scripts_run(&redis)), before, "no decision reached Redis");
+    assert_eq!(metric(&server, r#"floodgate_store_breaker_state{store="redis"}"#).await, Some(1.0));
     server.stop().await;
-    drop(held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,7 +204,7 @@ async fn with_every_rule_local_the_server_stays_ready_while_redis_is_down() {
         server.check(CORE).await;
     }
     assert!(
-        eventually(Duration::from_secs(5), || async {
+        eventually(|| async {
             let reply = server.get("/readyz").await;
             reply.status == 200 && reply.body.contains("local share")
         })
@@ -210,19 +224,15 @@ async fn discovered_instances_set_the_share_and_one_that_stops_is_no_longer_coun
     let instances = r#"floodgate_fallback_instances{store="redis"}"#;
     for server in [&a, &b] {
         assert!(
-            eventually(Duration::from_secs(5), || async { metric(server, instances).await == Some(2.0) })
-                .await,
+            eventually(|| async { metric(server, instances).await == Some(2.0) }).await,
             "both count two instances"
         );
     }
     // b stops cleanly: it leaves the fleet, and a's next heartbeat counts one.
     b.stop().await;
-    assert!(
-        eventually(Duration::from_secs(5), || async { metric(&a, instances).await == Some(1.0) }).await,
-        "a counts itself alone"
-    );
+    assert!(eventually(|| async { metric(&a, instances).await == Some(1.0) }).await, "a counts itself alone");
     let c = TestServer::start(parse(&text)).await;
-    assert!(eventually(Duration::from_secs(5), || async { metric(&a, instances).await == Some(2.0) }).await);
+    assert!(eventually(|| async { metric(&a, instances).await == Some(2.0) }).await);
 
     // Redis goes away with two live instances: each decides on ceil(10 × 2 / 2) = 10 locally.
     blocking(|| redis.stop());

@@ -5,12 +5,12 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use floodgate_testkit::wait;
 use hyper_util::rt::TokioIo;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -122,7 +122,8 @@ async fn https_with_curl_and_a_certificate_of_another_ca_is_refused_by_the_clien
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     plain.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let mut buf = vec![0u8; 256];
-    let n = tokio::time::timeout(Duration::from_secs(5), plain.read(&mut buf)).await.unwrap().unwrap_or(0);
+    let n =
+        wait::finished("the TLS listener's answer to plain HTTP", plain.read(&mut buf)).await.unwrap_or(0);
     assert!(!String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
     server.stop().await;
 }
@@ -254,7 +255,7 @@ async fn a_certificate_replaced_on_disk_is_served_without_a_restart() {
     assert_eq!(code, 0, "{out}");
     // The server's certificate and key replaced by ones CA b signed.
     b.sign(&dir, "server", true, false);
-    let switched = eventually(Duration::from_secs(5), || {
+    let switched = eventually(|| {
         let ca = ca_b.clone();
         async move { tokio::task::spawn_blocking(move || curl(http, &ca, None).0 == 0).await.unwrap() }
     })
