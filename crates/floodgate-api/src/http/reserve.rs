@@ -340,7 +340,7 @@ async fn settle(app: &App, id: &str, settlement: Settlement<'_>) -> Response {
             format!("No such reservation: {id:?}."),
         )),
         Err(SettleError::Store(error)) => unavailable(&error.to_string()),
-        Err(error @ (SettleError::Expired | SettleError::Conflict { .. } | SettleError::PermitsOnly)) => {
+        Err(error @ (SettleError::Expired(_) | SettleError::Conflict { .. } | SettleError::PermitsOnly)) => {
             problem(Problem::new(
                 StatusCode::CONFLICT,
                 RESERVATION_SETTLED_TYPE,
