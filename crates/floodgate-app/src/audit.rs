@@ -1,5 +1,7 @@
-//! What the audit log records about configuration changes: what triggered a change, what it
-//! changed (rules added, removed, changed, by fingerprint), and whether it was applied.
+//! What the audit log records about admin changes: for a configuration change, what triggered
+//! it, what it changed (rules added, removed, changed, by fingerprint), and whether it was applied;
+//! for a change of the gateway's switches, what changed; for a key reset (`DELETE /admin/keys`),
+//! the key, who asked (`by`), and what became of it.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +9,7 @@ use floodgate_config::ConfigError;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// What triggered a configuration change (the audit record's `source`).
+/// What triggered an admin change (the audit record's `source`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
@@ -26,11 +28,14 @@ pub enum Trigger {
     /// `PUT`/`DELETE /admin/gateway/switches`: the gateway's operator switches (shedding,
     /// degradation), not the configuration.
     Switch,
+    /// `DELETE /admin/keys`: one key's state forgotten, not the configuration.
+    #[serde(rename = "key_reset")]
+    KeyReset,
 }
 
 impl Trigger {
     /// The name the audit log and the logs give it: `startup`, `watch`, `sighup`, `file`,
-    /// `admin`, `rollback`, `switch`.
+    /// `admin`, `rollback`, `switch`, `key_reset`.
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Startup => "startup",
@@ -40,6 +45,7 @@ impl Trigger {
             Trigger::Admin => "admin",
             Trigger::Rollback => "rollback",
             Trigger::Switch => "switch",
+            Trigger::KeyReset => "key_reset",
         }
     }
 }
@@ -49,10 +55,23 @@ impl Trigger {
 #[serde(rename_all = "lowercase")]
 #[schema(as = ChangeResult)]
 pub enum Outcome {
-    /// It is in force.
+    /// It is in force (a key reset: it was made).
     Applied,
-    /// It was refused; the running configuration stayed.
+    /// It was refused, or failed; nothing changed (the running configuration stayed).
     Rejected,
+}
+
+/// The key a `DELETE /admin/keys` addressed (the audit record's `key`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AuditedKey {
+    /// The rule whose key it is.
+    pub rule: String,
+    /// The Envoy domain of the rule (`null`: the native policy).
+    pub domain: Option<String>,
+    /// The descriptors that made the key, as the query gave them.
+    pub descriptors: BTreeMap<String, String>,
+    /// Whether the key had state (the answer's `reset`); `null` when the reset failed.
+    pub reset: Option<bool>,
 }
 
 /// A configuration error as JSON: the message, and where.
@@ -114,6 +133,14 @@ pub struct AuditRecord {
     pub error: Option<ErrorReport>,
     /// For a rollback: the version whose configuration it restored.
     pub restored: Option<u64>,
+    /// Who asked, when the record says (key resets): `admin_token` (the server's admin token),
+    /// `client:<name>` (an `auth` client with the `admin` scope) or `loopback` (a loopback peer of a
+    /// server that requires no token).
+    #[serde(default)]
+    pub by: Option<String>,
+    /// For a key reset: the key, and whether it had state.
+    #[serde(default)]
+    pub key: Option<AuditedKey>,
 }
 
 /// The rules added, removed and changed between two fingerprint sets.
@@ -175,6 +202,8 @@ mod tests {
             Trigger::File,
             Trigger::Admin,
             Trigger::Rollback,
+            Trigger::Switch,
+            Trigger::KeyReset,
         ] {
             assert_eq!(serde_json::to_value(trigger).unwrap(), trigger.as_str());
         }

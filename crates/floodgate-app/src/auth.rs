@@ -215,14 +215,36 @@ impl Client {
 /// Who may use the admin API.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Access {
-    /// Admitted.
-    Admitted,
+    /// Admitted, as this caller.
+    Admitted(AdminCaller),
     /// 401: a token is required and none valid was sent.
     Unauthorized,
     /// 403: a client's token without the `admin` scope.
     MissingScope(String),
     /// 403: no token is configured and the peer is not on loopback.
     LoopbackOnly,
+}
+
+/// Who an admitted admin call is from: what the audit log records as its `by`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminCaller {
+    /// The bearer of the server's admin token (`--admin-token`).
+    AdminToken,
+    /// The `auth` client of this name, which holds the `admin` scope.
+    Client(String),
+    /// A loopback peer, on a server that requires no token.
+    Loopback,
+}
+
+impl AdminCaller {
+    /// As the audit log writes it: `admin_token`, `client:<name>` or `loopback`.
+    pub fn label(&self) -> String {
+        match self {
+            AdminCaller::AdminToken => "admin_token".to_owned(),
+            AdminCaller::Client(name) => format!("client:{name}"),
+            AdminCaller::Loopback => "loopback".to_owned(),
+        }
+    }
 }
 
 /// The admin API's access rule, unifying the admin token with the clients:
@@ -238,16 +260,16 @@ pub fn admin_access(
 ) -> Access {
     let clients_require = clients.is_some_and(Clients::any_admin);
     if admin_token.is_none() && !clients_require {
-        return if loopback { Access::Admitted } else { Access::LoopbackOnly };
+        return if loopback { Access::Admitted(AdminCaller::Loopback) } else { Access::LoopbackOnly };
     }
     let token = authorization.and_then(bearer);
     if let (Some(expected), Some(given)) = (admin_token, token)
         && bool::from(sha256(expected.as_bytes()).ct_eq(&sha256(given)))
     {
-        return Access::Admitted;
+        return Access::Admitted(AdminCaller::AdminToken);
     }
     match clients.map(|c| c.authorize(authorization, Scope::Admin)) {
-        Some(Ok(_)) => Access::Admitted,
+        Some(Ok(client)) => Access::Admitted(AdminCaller::Client(client.name.clone())),
         Some(Err(Refusal::Scope(client, _))) => Access::MissingScope(client.name.clone()),
         _ => Access::Unauthorized,
     }
@@ -329,15 +351,21 @@ mod tests {
         let ops = Some(&b"Bearer ops-token-0123456789"[..]);
         let bff = Some(&b"Bearer bff-token-0123456789"[..]);
         // No admin token, no admin client: loopback only, as before.
-        assert_eq!(admin_access(None, None, true, None), Access::Admitted);
+        assert_eq!(admin_access(None, None, true, None), Access::Admitted(AdminCaller::Loopback));
         assert_eq!(admin_access(None, None, false, None), Access::LoopbackOnly);
         // An admin client: a token is required, from loopback too.
         assert_eq!(admin_access(None, Some(&c), true, None), Access::Unauthorized);
-        assert_eq!(admin_access(None, Some(&c), false, ops), Access::Admitted);
+        assert_eq!(
+            admin_access(None, Some(&c), false, ops),
+            Access::Admitted(AdminCaller::Client("ops".into()))
+        );
         assert_eq!(admin_access(None, Some(&c), true, bff), Access::MissingScope("bff".into()));
         // The admin token admits beside the clients.
         let admin = Some(&b"Bearer the-admin-token"[..]);
-        assert_eq!(admin_access(Some("the-admin-token"), Some(&c), false, admin), Access::Admitted);
+        assert_eq!(
+            admin_access(Some("the-admin-token"), Some(&c), false, admin),
+            Access::Admitted(AdminCaller::AdminToken)
+        );
         assert_eq!(admin_access(Some("the-admin-token"), None, false, ops), Access::Unauthorized);
     }
 }

@@ -11,17 +11,27 @@
 //! renders the verdict its own way (JSON and headers, protobuf statuses). Whatever happens on the
 //! way — metrics, the sampled decision log, the dashboard's live feed and its heavy-hitter sketch
 //! (`live/`) — is an [`Observer`] that sees each decision once, here, and never code inside a handler.
+//!
+//! Reservations go the same way: [`DecisionPath::reserve`] decides as a check (observed as one),
+//! then keeps the reservation; [`DecisionPath::settle`] commits or releases it; observers see each
+//! as a [`ReservationEvent`], and the memory store's sweeper reports, through the same observers,
+//! every reservation that expired unsettled.
 
 use std::cell::Cell;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::store::AnyStore;
-use floodgate::{Descriptors, EngineError, Hit, Impossible, Mode, Policy, StoreError, Verdict};
+use floodgate::reservation::Kind;
+use floodgate::{
+    Charges, Descriptors, EngineError, Hit, Impossible, Mode, Policy, ReserveError, Reserved, SettleError,
+    Settled, Settlement, StoreError, Verdict,
+};
 
 use crate::control::Domain;
-use crate::metrics::{Api, Metrics};
+use crate::metrics::{Api, Metrics, ReservationResult};
 
 /// One decision, as observers see it.
 #[derive(Debug)]
@@ -38,11 +48,54 @@ pub struct Observed<'a> {
     pub took: Duration,
 }
 
-/// Sees every decision of the decision path, once, after it is made and before it is rendered.
-/// Observers must be quick and must not block: they run on the request's task.
+/// Something that happened to a reservation, as observers see it.
+#[derive(Debug)]
+pub enum ReservationEvent<'a> {
+    /// A reserve, decided as a check on `domain`'s policy (and observed as one): `kept` when it was
+    /// allowed and the store keeps the reservation (an allowed reserve the store could not keep
+    /// holds nothing: what the check took was given back).
+    Reserved {
+        /// The policy that decided.
+        domain: &'a Domain,
+        /// What was asked.
+        hit: &'a Hit<'a>,
+        /// What was answered.
+        verdict: &'a Verdict,
+        /// Whether the reservation is held.
+        kept: bool,
+    },
+    /// A commit or release on `domain`'s policy, or a retry of one answered again
+    /// ([`Settled::replayed`]).
+    Settled {
+        /// The policy that settled it.
+        domain: &'a Domain,
+        /// What the settlement did.
+        settled: &'a Settled,
+    },
+    /// A commit or release refused because the reservation had expired: what stays charged.
+    Late {
+        /// The policy asked to settle it.
+        domain: &'a Domain,
+        /// What the reservation holds, all still charged.
+        charges: &'a Charges,
+    },
+    /// A reservation the store found expired unsettled (the memory store's sweeper reports each
+    /// once; a Redis store reports none): what stays charged, by the rule names of the policy it
+    /// was made on.
+    Expired(&'a Charges),
+}
+
+/// Sees every decision of the decision path, once, after it is made and before it is rendered, and
+/// every reservation event. Observers must be quick and must not block: they run on the request's
+/// task (an expiry: on the memory store's sweeper thread).
 pub trait Observer: Send + Sync + std::fmt::Debug + 'static {
     /// One decision.
     fn observe(&self, decision: &Observed<'_>);
+
+    /// One reservation event. The default ignores it.
+    fn observe_reservation(&self, event: &ReservationEvent<'_>) {
+        let _ = event;
+    }
 }
 
 /// What each front door does with a verdict depends on the front door; what the engine is asked
@@ -63,12 +116,14 @@ fn mode(api: Api) -> (Mode, Impossible) {
 #[derive(Debug)]
 pub struct DecisionPath {
     store: AnyStore,
-    observers: Box<[Box<dyn Observer>]>,
+    /// Shared with the memory store, which tells them of expired reservations.
+    observers: Arc<[Box<dyn Observer>]>,
 }
 
 impl DecisionPath {
     /// The decision path on `store`, observed by `metrics`, by `others` (the dashboard's live
     /// view), and by the decision log when `decision_log_sample` (a share from 0 to 1) is above 0.
+    /// A memory store tells these observers of the reservations it finds expired unsettled.
     pub fn new(
         store: AnyStore,
         metrics: Metrics,
@@ -80,7 +135,17 @@ impl DecisionPath {
         if let Some(log) = DecisionLog::new(decision_log_sample) {
             observers.push(Box::new(log));
         }
-        DecisionPath { store, observers: observers.into_boxed_slice() }
+        let observers: Arc<[Box<dyn Observer>]> = observers.into();
+        if let AnyStore::Memory(memory) = &store {
+            // The observers hold no store: no cycle.
+            let told = Arc::clone(&observers);
+            memory.on_expired_records(move |record| {
+                if let Some(charges) = Charges::expired(record) {
+                    notify(&told, &ReservationEvent::Expired(&charges));
+                }
+            });
+        }
+        DecisionPath { store, observers }
     }
 
     /// Decides `hits` for `api` on `domain`'s policy, in one store call, and shows the decision to
@@ -101,10 +166,64 @@ impl DecisionPath {
             AnyStore::Redis(redis) => Box::pin(domain.policy.evaluate(redis, mode, hits, impossible)).await,
         };
         let observed = Observed { api, domain, hits, result: &result, took: started.elapsed() };
-        for observer in &self.observers {
+        for observer in self.observers.iter() {
             observer.observe(&observed);
         }
         result
+    }
+
+    /// Reserves `hit` on `domain`'s policy for up to `ttl`: decided as a check
+    /// ([`DecisionPath::decide`]), and when allowed, kept in the store until it is committed or
+    /// released or its ttl ends (see `floodgate::reservation`). When the store cannot keep it, what
+    /// the check took is given back and the store's error returned.
+    pub async fn reserve(
+        &self,
+        domain: &Domain,
+        hit: Hit<'_>,
+        ttl: Duration,
+    ) -> Result<Reserved, ReserveError> {
+        let verdict = self.decide(domain, Api::Check, std::slice::from_ref(&hit)).await?;
+        let kept = match verdict.allowed {
+            true => {
+                Some(domain.policy.record_reservation(&self.store, hit, &verdict, ttl, Kind::Reserve).await)
+            }
+            false => None,
+        };
+        let event = ReservationEvent::Reserved {
+            domain,
+            hit: &hit,
+            verdict: &verdict,
+            kept: matches!(kept, Some(Ok(_))),
+        };
+        notify(&self.observers, &event);
+        let reservation = kept.transpose()?;
+        Ok(Reserved { verdict, reservation })
+    }
+
+    /// Settles reservation `id` on `domain`'s policy: commits or releases it (see
+    /// `floodgate::reservation`).
+    pub async fn settle(
+        &self,
+        domain: &Domain,
+        id: &str,
+        settlement: Settlement<'_>,
+    ) -> Result<Settled, SettleError> {
+        let result = domain.policy.settle(&self.store, id, settlement).await;
+        match &result {
+            Ok(settled) => notify(&self.observers, &ReservationEvent::Settled { domain, settled }),
+            Err(SettleError::Expired(charges)) => {
+                notify(&self.observers, &ReservationEvent::Late { domain, charges });
+            }
+            Err(_) => {}
+        }
+        result
+    }
+}
+
+/// Shows `event` to every observer.
+fn notify(observers: &[Box<dyn Observer>], event: &ReservationEvent<'_>) {
+    for observer in observers {
+        observer.observe_reservation(event);
     }
 }
 
@@ -132,7 +251,8 @@ fn now() -> Instant {
 }
 
 /// Counts decisions into the Prometheus series: per rule and outcome (peeks are not decisions and
-/// are not counted), the decision's duration, and store failures.
+/// are not counted), the decision's duration, and store failures; and reservations, per rule and
+/// result (see `metrics::reservations`).
 #[derive(Debug)]
 struct MetricsObserver(Metrics);
 
@@ -149,6 +269,49 @@ impl Observer for MetricsObserver {
                     self.0.store_error();
                 }
             }
+        }
+    }
+
+    fn observe_reservation(&self, event: &ReservationEvent<'_>) {
+        let (domain, charges, result) = match *event {
+            ReservationEvent::Reserved { domain, hit, verdict, kept } => {
+                for limit in &verdict.limits {
+                    let Some(series) = domain.metrics.reservations(limit.index) else { continue };
+                    match limit.grant {
+                        Some(grant) if kept => series.count(ReservationResult::Granted, grant.cost),
+                        _ if !verdict.allowed && limit.outcome.denies() => {
+                            series.count(ReservationResult::Refused, hit.cost_in(&limit.dimension));
+                        }
+                        _ => {}
+                    }
+                }
+                return;
+            }
+            // A retry answered again was counted when it was made.
+            ReservationEvent::Settled { settled, .. } if settled.replayed => return,
+            ReservationEvent::Settled { domain, settled } => {
+                let result = if settled.committed {
+                    ReservationResult::Committed
+                } else {
+                    ReservationResult::Released
+                };
+                (domain.name.as_deref(), &settled.charges, result)
+            }
+            ReservationEvent::Late { domain, charges } => {
+                (domain.name.as_deref(), charges, ReservationResult::Late)
+            }
+            ReservationEvent::Expired(charges) => (None, charges, ReservationResult::Expired),
+        };
+        // A check's concurrency permits are not a reservation.
+        if charges.kind != Kind::Reserve {
+            return;
+        }
+        for charge in &charges.rules {
+            let units = match result {
+                ReservationResult::Released => charge.held - charge.charged,
+                _ => charge.charged,
+            };
+            self.0.reservations(domain, &charge.rule).count(result, units);
         }
     }
 }

@@ -57,7 +57,7 @@ use crate::admin_state::StateDir;
 use crate::control::Control;
 use crate::decide::DecisionPath;
 use crate::live::{Live, LiveObserver};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, StoreReports};
 use crate::store::{AnyStore, Hooks};
 use crate::switches::Overrides;
 
@@ -114,7 +114,8 @@ impl App {
                 "store.persist: state loaded"
             );
         }
-        let metrics = Metrics::for_store(store.kind(), store.counts_keys());
+        let reports = StoreReports { keys: store.counts_keys(), expiries: store.reports_expiries() };
+        let metrics = Metrics::for_store(store.kind(), reports);
         let state = match state_dir(options.state_dir.as_deref(), config.admin.state_dir.as_deref())? {
             Some(dir) => Some(StateDir::open(dir, control::KEPT_AUDIT_RECORDS)?),
             None => None,

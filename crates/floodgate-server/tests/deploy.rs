@@ -19,7 +19,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// The series the server emits (DESIGN.md §4, §9); the histograms as their three exposed series.
-const METRICS: [&str; 28] = [
+const METRICS: [&str; 30] = [
     "floodgate_decisions_total",
     "floodgate_decision_duration_seconds_bucket",
     "floodgate_decision_duration_seconds_sum",
@@ -37,6 +37,8 @@ const METRICS: [&str; 28] = [
     "floodgate_overflow_decisions_total",
     "floodgate_config_version",
     "floodgate_config_reloads_total",
+    "floodgate_reservations_total",
+    "floodgate_reservation_units_total",
     "floodgate_gateway_requests_total",
     "floodgate_gateway_upstream_duration_seconds_bucket",
     "floodgate_gateway_upstream_duration_seconds_sum",

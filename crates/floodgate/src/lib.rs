@@ -78,7 +78,9 @@ pub use floodgate_core as core;
 pub use ip::{IpPrefix, NotAnAddress};
 pub use limit::{Limit, LimitKind};
 pub use policy::{Hit, Impossible, Policy};
-pub use reservation::{Reservation, ReserveError, Reserved, SettleError, Settled, Settlement};
+pub use reservation::{
+    Charge, Charges, Reservation, ReserveError, Reserved, SettleError, Settled, Settlement,
+};
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Rule, RuleError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};
 pub use usage::{Usage, UsageError};

@@ -19,6 +19,11 @@
 //! The store keeps a record (see [`Records::put_record`](crate::store::Records::put_record)) until
 //! as long after its expiry as the reservation lasted (at least a minute), so that retries find
 //! their answer; then it is forgotten ([`SettleError::NotFound`]).
+//!
+//! Each answer says, per rule, what the reservation held and what stays charged on it
+//! ([`Charges`]): a settlement in [`Settled::charges`], a settlement refused as expired in
+//! [`SettleError::Expired`], and a record a store reports expired unsettled through
+//! [`Charges::expired`] — what the reservation metrics count.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +77,42 @@ pub struct Settled {
     pub excess: Costs,
     /// Whether this settlement had already been made, and this is its answer again.
     pub replayed: bool,
+    /// Per rule, what the reservation held and what stays charged now.
+    pub charges: Charges,
+}
+
+/// What a reservation holds on each rule, and what stays charged there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charges {
+    /// What the reservation is.
+    pub kind: Kind,
+    /// One entry per limit the reservation holds, in the order of the verdict that made it.
+    pub rules: Vec<Charge>,
+}
+
+/// One rule's part of a reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// The rule's name, in the policy the reservation was made on.
+    pub rule: Box<str>,
+    /// What the rule granted the reservation: units of the rule's cost dimension, or the permits
+    /// of a concurrency rule.
+    pub held: u64,
+    /// What stays charged on the rule: after a commit, what was held less what was given back plus
+    /// the excess charged on top; after a release, nothing; while pending or once expired, all that
+    /// was held. Permits are freed by any settlement (0).
+    pub charged: u64,
+    /// Whether `held` counts concurrency permits.
+    pub permit: bool,
+}
+
+impl Charges {
+    /// What a reservation record (as a store keeps it, see
+    /// [`Records::put_record`](crate::store::Records::put_record)) holds, all of it charged: what
+    /// stays charged when the reservation expires unsettled. `None` for bytes no engine wrote.
+    pub fn expired(record: &[u8]) -> Option<Charges> {
+        decode(record).map(|held| held.unsettled())
+    }
 }
 
 /// Why a reservation could not be settled.
@@ -80,9 +121,9 @@ pub enum SettleError {
     /// No such reservation: never made, or forgotten since.
     #[error("no such reservation")]
     NotFound,
-    /// The reservation expired unsettled; it stays charged its estimate.
+    /// The reservation expired unsettled; it stays charged its estimate (what it held, per rule).
     #[error("the reservation expired unsettled and stays charged its estimate")]
-    Expired,
+    Expired(Charges),
     /// The reservation was already settled otherwise.
     #[error("the reservation was already {}", if *committed { "committed" } else { "released" })]
     Conflict {
@@ -146,7 +187,7 @@ impl Policy {
                 same_settlement(done, &wanted)?;
                 true
             }
-            None if record.expired => return Err(SettleError::Expired),
+            None if record.expired => return Err(SettleError::Expired(held.unsettled())),
             None if held.kind == Kind::Permits && matches!(settlement, Settlement::Commit(_)) => {
                 return Err(SettleError::PermitsOnly);
             }
@@ -156,13 +197,39 @@ impl Policy {
                     same_settlement(&done, &wanted)?;
                     true
                 }
-                Settle::Expired => return Err(SettleError::Expired),
+                Settle::Expired => return Err(SettleError::Expired(held.unsettled())),
                 Settle::Missing => return Err(SettleError::NotFound),
             },
         };
-        let settled = settled(&held, &wanted, replayed);
+        let mut settled = settled(&held, &wanted, replayed);
         self.adjust(store, id, &held, &settled, record.kept_for).await?;
+        settled.charges = self.charges(&held, &settled);
         Ok(settled)
+    }
+
+    /// Per rule, what `held` held and what stays charged once `settled`.
+    fn charges(&self, held: &Held, settled: &Settled) -> Charges {
+        let rules = held
+            .limits
+            .iter()
+            .map(|l| {
+                let held_units = l.grant.cost;
+                let charged = if l.permit {
+                    0
+                } else {
+                    match self.rules.iter().find(|c| *c.rule.name == *l.rule) {
+                        // A rule gone since (a reload) got nothing back, and no excess.
+                        None => held_units,
+                        Some(compiled) => {
+                            let dimension = &compiled.rule.cost;
+                            held_units - refund(l, dimension, settled) + settled.excess.get(dimension)
+                        }
+                    }
+                };
+                Charge { rule: l.rule.clone(), held: held_units, charged, permit: l.permit }
+            })
+            .collect();
+        Charges { kind: held.kind, rules }
     }
 
     /// Charges the settlement of reservation `id`: gives back what was reserved beyond the actual
@@ -184,9 +251,9 @@ impl Policy {
         for l in &held.limits {
             // A rule gone since (a reload) has nothing to give back to.
             let Some(compiled) = self.rules.iter().find(|c| *c.rule.name == *l.rule) else { continue };
-            let refund = if l.permit { l.grant.cost } else { settled.refunded.get(&compiled.rule.cost) };
+            let refund = refund(l, &compiled.rule.cost, settled);
             if refund > 0 {
-                back.push((&l.rule, Grant { cost: refund.min(l.grant.cost), ..l.grant }, l.shard));
+                back.push((&l.rule, Grant { cost: refund, ..l.grant }, l.shard));
             }
         }
         if !back.is_empty() {
@@ -207,6 +274,12 @@ impl Policy {
         }
         Ok(())
     }
+}
+
+/// What a settlement gives back to the rule of `limit`, whose cost dimension is `dimension`: every
+/// permit, and at most what the rule granted of what the settlement refunds.
+fn refund(limit: &HeldLimit, dimension: &str, settled: &Settled) -> u64 {
+    if limit.permit { limit.grant.cost } else { settled.refunded.get(dimension).min(limit.grant.cost) }
 }
 
 /// `Ok` when a reservation settled with `done` is settled again with the same settlement
@@ -238,6 +311,7 @@ fn settled(held: &Held, encoded: &[u8], replayed: bool) -> Settled {
             refunded: Costs::new(),
             excess: Costs::new(),
             replayed,
+            charges: Charges { kind: held.kind, rules: Vec::new() },
         };
     }
     let actual =
@@ -267,7 +341,16 @@ fn settled(held: &Held, encoded: &[u8], replayed: bool) -> Settled {
             }
         }
     }
-    Settled { committed, reserved: held.estimate.clone(), charged, refunded, excess, replayed }
+    Settled {
+        committed,
+        reserved: held.estimate.clone(),
+        charged,
+        refunded,
+        excess,
+        replayed,
+        // Filled in by `Policy::settle`, which knows each rule's cost dimension.
+        charges: Charges { kind: held.kind, rules: Vec::new() },
+    }
 }
 
 /// A fresh opaque id: 128 bits from the process's random hasher keys (seeded by the operating
@@ -304,6 +387,23 @@ struct Held {
     descriptors: Descriptors,
     estimate: Costs,
     limits: SmallVec<[HeldLimit; 4]>,
+}
+
+impl Held {
+    /// Per rule, what the record holds, all of it still charged.
+    fn unsettled(&self) -> Charges {
+        let rules = self
+            .limits
+            .iter()
+            .map(|l| Charge {
+                rule: l.rule.clone(),
+                held: l.grant.cost,
+                charged: l.grant.cost,
+                permit: l.permit,
+            })
+            .collect();
+        Charges { kind: self.kind, rules }
+    }
 }
 
 fn put_u64(out: &mut Vec<u8>, n: u64) {

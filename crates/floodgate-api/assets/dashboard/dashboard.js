@@ -183,10 +183,14 @@ async function loadAudit() {
       ...r.added.map((x) => el("span", { class: "add", textContent: "+ " + x })),
       ...r.removed.map((x) => el("span", { class: "del", textContent: "− " + x })),
       ...r.changed.map((x) => el("span", { class: "chg", textContent: "~ " + x })));
-    if (!r.added.length && !r.removed.length && !r.changed.length && r.result === "applied") diff.append(el("span", { class: "muted", textContent: "no rule changed" }));
+    if (r.key) {
+      const key = Object.entries(r.key.descriptors).map(([n, v]) => `${n}=${JSON.stringify(v)}`).join(" ");
+      diff.append(el("span", { class: "chg", textContent: `reset ${r.key.domain ? r.key.domain + "/" : ""}${r.key.rule} ${key}${r.key.reset === false ? " (it had no state)" : ""}` }));
+    }
+    if (!r.added.length && !r.removed.length && !r.changed.length && !r.key && r.result === "applied") diff.append(el("span", { class: "muted", textContent: "no rule changed" }));
     const head = el("div", {}, el("b", { textContent: r.version != null ? "v" + r.version : "rejected" }), " ",
-      el("span", { class: "muted", textContent: `${r.time.replace("T", " ").replace(/\.\d+Z$/, "Z")} · ${r.source}${r.restored != null ? " (restored v" + r.restored + ")" : ""}` }));
-    if (r.version != null && r.version !== current && r.result === "applied") {
+      el("span", { class: "muted", textContent: `${r.time.replace("T", " ").replace(/\.\d+Z$/, "Z")} · ${r.source}${r.restored != null ? " (restored v" + r.restored + ")" : ""}${r.by ? " · by " + r.by : ""}` }));
+    if (r.version != null && r.version !== current && r.result === "applied" && r.source !== "key_reset") {
       head.append(el("button", { type: "button", textContent: "roll back to v" + r.version, onclick: () => rollback(r.version) }));
     }
     return el("li", { class: r.result }, head, diff, r.error ? el("div", { class: "result error", textContent: r.error.message }) : null);

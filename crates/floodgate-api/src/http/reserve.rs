@@ -13,8 +13,7 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use floodgate::cost::valid_dimension;
-use floodgate::reservation::Kind;
-use floodgate::{Costs, SettleError, Settled, Settlement};
+use floodgate::{Costs, ReserveError, SettleError, Settled, Settlement};
 use floodgate_http::problem::{NOT_FOUND_TYPE, RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE};
 use floodgate_http::wire::{CheckRequest, Cost, VerdictBody};
 use floodgate_http::{Problem, rate_limit_headers, tag_header};
@@ -29,7 +28,6 @@ use super::api::{as_domain_sees_them, authorized, never_allowed, pin};
 use super::responses::{ReserveProblems, SettleProblems, TAG_DECISIONS};
 use super::{MAX_BODY, invalid, json, json_bytes, malformed, problem, read_body};
 use floodgate_app::App;
-use floodgate_app::metrics::Api;
 use floodgate_config::auth::Scope;
 
 /// A reservation's ttl when the body names none.
@@ -198,19 +196,16 @@ pub(super) async fn reserve(State(app): State<App>, request: Request) -> Respons
     let descriptors = as_domain_sees_them(&running, domain.as_deref(), descriptors);
     let policy = running.domain(domain.as_deref());
     let hit = request.hit(&descriptors);
-    let verdict = match app.decisions().decide(policy, Api::Check, &[hit]).await {
-        Ok(verdict) => verdict,
-        Err(error) => return never_allowed(&error),
+    let reserved = match app.decisions().reserve(policy, hit, ttl).await {
+        Ok(reserved) => reserved,
+        Err(ReserveError::Engine(error)) => return never_allowed(&error),
+        Err(ReserveError::Store(error)) => return unavailable(&error.to_string()),
     };
-    if !verdict.allowed {
+    let verdict = reserved.verdict;
+    let Some(reservation) = reserved.reservation else {
         let mut response = json_bytes(StatusCode::TOO_MANY_REQUESTS, VerdictBody::from(&verdict).to_json());
         rate_limit_headers(&verdict, running.headers, response.headers_mut());
         return response;
-    }
-    let store = app.control().store();
-    let reservation = match policy.policy.record_reservation(store, hit, &verdict, ttl, Kind::Reserve).await {
-        Ok(reservation) => reservation,
-        Err(error) => return unavailable(&error.to_string()),
     };
     // `{"allowed":true` then the reservation, then the rest of the verdict.
     let verdict_json = VerdictBody::from(&verdict).to_json();
@@ -333,8 +328,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
 
 async fn settle(app: &App, id: &str, settlement: Settlement<'_>) -> Response {
     let running = app.control().load();
-    let policy = &running.domain(None).policy;
-    match policy.settle(app.control().store(), id, settlement).await {
+    match app.decisions().settle(running.domain(None), id, settlement).await {
         Ok(settled) => json(StatusCode::OK, &body(id, &settled)),
         Err(SettleError::NotFound) => problem(Problem::new(
             StatusCode::NOT_FOUND,
@@ -343,7 +337,7 @@ async fn settle(app: &App, id: &str, settlement: Settlement<'_>) -> Response {
             format!("No such reservation: {id:?}."),
         )),
         Err(SettleError::Store(error)) => unavailable(&error.to_string()),
-        Err(error @ (SettleError::Expired | SettleError::Conflict { .. } | SettleError::PermitsOnly)) => {
+        Err(error @ (SettleError::Expired(_) | SettleError::Conflict { .. } | SettleError::PermitsOnly)) => {
             problem(Problem::new(
                 StatusCode::CONFLICT,
                 RESERVATION_SETTLED_TYPE,

@@ -3,6 +3,7 @@
 //! each change recorded in the audit log. What the admin API sets overrides the configuration's
 //! `gateway.switches` (across reloads) until `DELETE` clears it.
 
+use axum::Extension;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use floodgate_config::gateway::{Shed, Switches};
@@ -12,9 +13,11 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::admin;
 use super::responses::{AdminAccess, BodyProblems, TAG_ADMIN};
 use super::{invalid, json, malformed, problem, read_body};
 use floodgate_app::App;
+use floodgate_app::auth::AdminCaller;
 use floodgate_app::switches::SwitchChange;
 
 /// The gateway's switches.
@@ -110,7 +113,11 @@ pub(super) async fn get_switches(State(app): State<App>) -> Response {
     ),
 )]
 #[allow(clippy::result_large_err)] // a response, built only on the error path
-pub(super) async fn set_switches(State(app): State<App>, request: Request) -> Response {
+pub(super) async fn set_switches(
+    State(app): State<App>,
+    caller: Option<Extension<AdminCaller>>,
+    request: Request,
+) -> Response {
     let configured = match configured(&app) {
         Ok(configured) => configured,
         Err(response) => return response,
@@ -152,7 +159,7 @@ pub(super) async fn set_switches(State(app): State<App>, request: Request) -> Re
     let switches = &app.switches();
     let changed = app
         .control()
-        .change_switches(switches, || switches.set(change, switches.effective(configured)))
+        .change_switches(switches, admin::by(caller), || switches.set(change, switches.effective(configured)))
         .await;
     if let Err(e) = changed {
         return not_kept(&e);
@@ -184,7 +191,10 @@ fn not_kept(e: &floodgate_app::control::ApplyError) -> Response {
         AdminAccess,
     ),
 )]
-pub(super) async fn clear_switches(State(app): State<App>) -> Response {
+pub(super) async fn clear_switches(
+    State(app): State<App>,
+    caller: Option<Extension<AdminCaller>>,
+) -> Response {
     let configured = match configured(&app) {
         Ok(configured) => configured,
         Err(response) => return response,
@@ -192,7 +202,7 @@ pub(super) async fn clear_switches(State(app): State<App>) -> Response {
     let switches = &app.switches();
     let cleared = app
         .control()
-        .change_switches(switches, || {
+        .change_switches(switches, admin::by(caller), || {
             if !switches.any() {
                 return Vec::new();
             }

@@ -33,6 +33,8 @@ fn record(version: u64) -> AuditRecord {
         result: Outcome::Applied,
         error: None,
         restored: None,
+        by: None,
+        key: None,
     }
 }
 

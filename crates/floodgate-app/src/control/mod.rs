@@ -27,7 +27,7 @@ use floodgate::core::{Clock, SystemClock};
 use floodgate_config::{self as config, Config, ConfigError};
 
 use crate::admin_state::{self, Restored, StateDir, StateError, StoredSource, StoredVersion};
-use crate::audit::{Applied, AuditRecord, Diff, ErrorReport, Outcome, Trigger};
+use crate::audit::{Applied, AuditRecord, AuditedKey, Diff, ErrorReport, Outcome, Trigger};
 use crate::auth::Clients;
 use crate::metrics::Metrics;
 
@@ -191,6 +191,8 @@ impl Control {
             result: Outcome::Applied,
             error: None,
             restored: resumed,
+            by: None,
+            key: None,
         };
         tracing::info!(
             event = "config_applied",
@@ -456,12 +458,16 @@ impl Control {
             result: Outcome::Applied,
             error: None,
             restored,
+            by: None,
+            key: None,
         };
         let file_hash = match trigger {
             Trigger::Startup | Trigger::Watch | Trigger::Sighup | Trigger::File => {
                 running.source.hash.clone()
             }
-            Trigger::Admin | Trigger::Rollback | Trigger::Switch => history.file_hash.clone(),
+            Trigger::Admin | Trigger::Rollback | Trigger::Switch | Trigger::KeyReset => {
+                history.file_hash.clone()
+            }
         };
         // On disk first: a change that cannot be kept is not applied.
         if let Some(state) = &self.state {
@@ -563,6 +569,8 @@ impl Control {
             result: Outcome::Rejected,
             error: Some(report),
             restored: None,
+            by: None,
+            key: None,
         };
         // The rejection is answered whether or not its record is kept: nothing changed.
         if let Err(e) = self.persist_record(&record).await {
@@ -571,13 +579,15 @@ impl Control {
         self.remember(record);
     }
 
-    /// Changes the gateway's operator switches (admin API): `change` sets them on `overrides` and
+    /// Changes the gateway's operator switches (admin API), as asked `by` the caller
+    /// ([`AdminCaller::label`](crate::auth::AdminCaller::label)): `change` sets them on `overrides` and
     /// says what changed, as audit lines (`gateway.switches.shed: none → low`). With a state
     /// directory, the switches and the audit record are on disk before this returns; when they
     /// cannot be written, the switches are put back as they were and the change is refused.
     pub async fn change_switches(
         &self,
         overrides: &Overrides,
+        by: String,
         change: impl FnOnce() -> Vec<String>,
     ) -> Result<Vec<String>, ApplyError> {
         // One change at a time, with the configuration's.
@@ -600,6 +610,8 @@ impl Control {
             result: Outcome::Applied,
             error: None,
             restored: None,
+            by: Some(by.clone()),
+            key: None,
         };
         if let Some(state) = &self.state {
             let (state, audit, appended, now) =
@@ -617,9 +629,61 @@ impl Control {
                 return Err(ApplyError::State(e.to_string()));
             }
         }
-        tracing::info!(event = "switches_changed", changes = ?changed, "gateway switches changed");
+        tracing::info!(event = "switches_changed", changes = ?changed, by = %by, "gateway switches changed");
         self.remember(record);
         Ok(changed)
+    }
+
+    /// Records a key reset of the admin API (`DELETE /admin/keys`) in the audit log — `by` the
+    /// caller ([`AdminCaller::label`](crate::auth::AdminCaller::label)), failed with `error` when
+    /// the store could not reset the key — and logs it (`key_reset`: info, or warn when it failed).
+    /// With a state directory, the record is on disk before this returns; when it cannot be
+    /// written, that is logged (`audit_not_persisted`) and the reset stands: it was made.
+    pub async fn record_key_reset(&self, key: AuditedKey, by: String, error: Option<String>) {
+        // One audit record at a time, with the configuration's changes.
+        let _history = self.history.lock().await;
+        let current = self.current.load();
+        let descriptors: Vec<String> = key.descriptors.iter().map(|(n, v)| format!("{n}={v:?}")).collect();
+        let descriptors = descriptors.join(" ");
+        match &error {
+            None => tracing::info!(
+                event = "key_reset",
+                rule = %key.rule,
+                domain = key.domain.as_deref(),
+                descriptors = %descriptors,
+                by = %by,
+                reset = key.reset,
+                "key reset"
+            ),
+            Some(error) => tracing::warn!(
+                event = "key_reset",
+                rule = %key.rule,
+                domain = key.domain.as_deref(),
+                descriptors = %descriptors,
+                by = %by,
+                error = %error,
+                "key not reset: the store failed"
+            ),
+        }
+        let record = AuditRecord {
+            version: Some(current.version),
+            time: rfc3339(&self.clock),
+            source: Trigger::KeyReset,
+            path: None,
+            hash: Some(current.source.hash.clone()),
+            added: Vec::new(),
+            removed: Vec::new(),
+            changed: Vec::new(),
+            result: if error.is_none() { Outcome::Applied } else { Outcome::Rejected },
+            error: error.map(ErrorReport::plain),
+            restored: None,
+            by: Some(by),
+            key: Some(key),
+        };
+        if let Err(e) = self.persist_record(&record).await {
+            tracing::error!(event = "audit_not_persisted", error = %e, "the key reset's audit record was not written");
+        }
+        self.remember(record);
     }
 
     /// Appends `record` to the state directory's audit log, when there is one.

@@ -30,6 +30,8 @@
 //! | `floodgate_config_reloads_total` | counter | `result` = `applied`, `rejected` |
 //! | `floodgate_requests_total` | counter | `api` = `check`, `peek`, `report`, `grpc`; `code` = HTTP status or `OK`/`OVER_LIMIT`/`UNAUTHENTICATED`/`PERMISSION_DENIED`; `client` = a configured `auth` client's name, or `anonymous` (no client identified) |
 //! | `floodgate_decisions_detailed_total` | counter, Envoy rules with `detailed_metric` or `value_to_metric` only | `rule`, `value` (at most 100 per rule, then `_other`), `result` |
+//! | `floodgate_reservations_total` | counter: reservations, from a rule's first on ([`reservations`]) | `rule`, `result` = `granted`, `refused`, `committed`, `released`, `expired`, `late` |
+//! | `floodgate_reservation_units_total` | counter: the same in units of the rule's cost (or permits) | `rule`, `result` |
 //!
 //! Rules of an Envoy domain are labelled `<domain>/<rule>`.
 
@@ -40,7 +42,13 @@ use parking_lot::Mutex;
 
 use self::sharded::Sharded;
 
+pub mod reservations;
 pub mod sharded;
+
+use self::reservations::Reservations;
+pub use self::reservations::{
+    RESERVATION_UNITS_TOTAL, RESERVATIONS_TOTAL, ReservationResult, RuleReservations,
+};
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -156,6 +164,8 @@ struct Inner {
     rule_metrics: Mutex<Vec<Weak<RuleCounts>>>,
     /// A Redis store's breaker and fallback series, registered on the first scrape that has them.
     survival: OnceLock<SurvivalSeries>,
+    /// The reservation series of every rule named so far.
+    reservations: Reservations,
 }
 
 struct SurvivalSeries {
@@ -302,16 +312,28 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// What a store tells of itself: series it cannot fill are not exported at all, rather than a
+/// misleading 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreReports {
+    /// It counts its keys cheaply (the memory store, not Redis): `floodgate_keys`,
+    /// `floodgate_keys_fill_ratio`, `floodgate_overflow_counters`.
+    pub keys: bool,
+    /// It reports the reservations that expire unsettled (the memory store's sweeper; Redis does
+    /// not): `floodgate_reservations_total{result="expired"}` and its units.
+    pub expiries: bool,
+}
+
 impl Metrics {
-    /// A fresh recorder for a server on the store labelled `store` (`memory`, …), with
-    /// `floodgate_keys`.
+    /// A fresh recorder for a server on the store labelled `store` (`memory`, …), which reports
+    /// what the memory store reports.
     pub fn new(store: &'static str) -> Metrics {
-        Metrics::for_store(store, true)
+        Metrics::for_store(store, StoreReports { keys: true, expiries: true })
     }
 
-    /// A fresh recorder for a server on the store labelled `store`; `floodgate_keys` is exported
-    /// only when `counts_keys` (the store counts its keys cheaply: the memory store, not Redis).
-    pub fn for_store(store: &'static str, counts_keys: bool) -> Metrics {
+    /// A fresh recorder for a server on the store labelled `store`, which `reports` what it can.
+    pub fn for_store(store: &'static str, reports: StoreReports) -> Metrics {
+        let counts_keys = reports.keys;
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(
                 metrics_exporter_prometheus::Matcher::Full(GATEWAY_UPSTREAM_DURATION_SECONDS.to_owned()),
@@ -320,7 +342,8 @@ impl Metrics {
             .map_or_else(|_| PrometheusBuilder::new().build_recorder(), PrometheusBuilder::build_recorder);
         describe(&recorder);
         let handle = recorder.handle();
-        let r = &recorder;
+        let recorder = Arc::new(recorder);
+        let r = &*recorder;
         let store_label = || vec![Label::new("store", store)];
         let inner = Inner {
             decision_duration: Arc::new(Sharded::new(DURATION_BUCKETS.len() + 2)),
@@ -343,9 +366,10 @@ impl Metrics {
             clients: Mutex::new(Vec::new()),
             rule_metrics: Mutex::new(Vec::new()),
             survival: OnceLock::new(),
+            reservations: Reservations::new(Arc::clone(&recorder), reports.expiries),
             store,
             handle,
-            recorder: Arc::new(recorder),
+            recorder,
         };
         // Zero-valued series exist from the start, so that `increase()` and absence alerts work.
         inner.store_errors.increment(0);
@@ -494,8 +518,10 @@ impl Metrics {
         let mut series = Vec::new();
         let mut details = Vec::new();
         let mut fallback = Vec::new();
+        let mut reservations = Vec::new();
         for rule in rules {
             let label = rule_label(domain, rule.name());
+            reservations.push(self.inner.reservations.rule(&label));
             details.push(
                 detailed.contains(&label).then(|| Detail::new(label.clone(), rule, &self.inner.recorder)),
             );
@@ -519,7 +545,21 @@ impl Metrics {
         let counts =
             Arc::new(RuleCounts { counts: Sharded::new(series.len() * OUTCOMES.len()), series, fallback });
         self.inner.rule_metrics.lock().push(Arc::downgrade(&counts));
-        RuleMetrics { counts, details, decision_duration: Arc::clone(&self.inner.decision_duration) }
+        RuleMetrics {
+            counts,
+            details,
+            reservations,
+            decision_duration: Arc::clone(&self.inner.decision_duration),
+        }
+    }
+
+    /// The reservation series of `rule` (of the Envoy domain `domain`, labelled
+    /// `<domain>/<rule>`): the same ones for the same label, across reloads.
+    pub fn reservations(&self, domain: Option<&str>, rule: &str) -> Arc<RuleReservations> {
+        match domain {
+            None => self.inner.reservations.rule(rule),
+            Some(_) => self.inner.reservations.rule(&rule_label(domain, rule)),
+        }
     }
 
     /// Counts one store failure.
@@ -574,6 +614,8 @@ pub struct RuleMetrics {
     counts: Arc<RuleCounts>,
     /// Per rule, in policy order: its per-value counters, for detailed rules.
     details: Vec<Option<Detail>>,
+    /// Per rule, in policy order: its reservation series.
+    reservations: Vec<Arc<RuleReservations>>,
     decision_duration: Arc<Sharded>,
 }
 
@@ -620,6 +662,11 @@ impl RuleMetrics {
                 detail.record(hit.descriptors, outcome);
             }
         }
+    }
+
+    /// The reservation series of the rule at `index` in the policy.
+    pub fn reservations(&self, index: usize) -> Option<&RuleReservations> {
+        self.reservations.get(index).map(|r| &**r)
     }
 
     /// Records a decision's duration alone (a request that could never pass).
@@ -747,6 +794,7 @@ fn describe(r: &PrometheusRecorder) {
     g(KEYS_FILL_RATIO, "Keys held by the memory store over its max_keys.");
     g(OVERFLOW_COUNTERS, "Overflow counters the memory store holds for rules whose new keys found it full.");
     g(CONFIG_VERSION, "Version of the running configuration (1 at start, +1 per applied change).");
+    reservations::describe(r);
 }
 
 /// The app's Prometheus recorder, shared, as installed globally by [`Metrics::install_global`].

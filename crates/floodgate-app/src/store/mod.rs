@@ -106,6 +106,12 @@ impl<C: Clock> AnyStore<C> {
         matches!(self, AnyStore::Memory(_))
     }
 
+    /// Whether the store reports the reservations that expire unsettled: the memory store's sweeper
+    /// does ([`MemoryStore::on_expired_records`]); Redis lets them vanish with their key's TTL.
+    pub fn reports_expiries(&self) -> bool {
+        matches!(self, AnyStore::Memory(_))
+    }
+
     /// How many keys the store holds, when it knows cheaply (for `floodgate_keys`): the memory
     /// store does; Redis is not asked (counting would mean `DBSIZE`, which counts other data too, or
     /// a `SCAN` on every scrape).

@@ -181,7 +181,7 @@ async fn an_expired_reservation_stays_charged_its_estimate_on_a_test_clock() {
         .unwrap();
     assert_eq!(r.expires_at, START.saturating_add(Duration::from_secs(30)), "on the store's clock");
     clock.advance(Duration::from_secs(30));
-    assert!(matches!(engine.settle(&r.id, Settlement::Release).await, Err(SettleError::Expired)));
+    assert!(matches!(engine.settle(&r.id, Settlement::Release).await, Err(SettleError::Expired(_))));
     assert_eq!(left(&engine, &t).await, (9, 400, 1), "charged the estimate");
 }
 

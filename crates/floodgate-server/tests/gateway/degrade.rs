@@ -65,6 +65,10 @@ gateway:
         audit["records"].as_array().unwrap().iter().filter(|r| r["source"] == "switch").collect();
     assert_eq!(switches.len(), 3, "{audit}");
     assert_eq!(switches[0]["changed"][0], "gateway.switches.shed: none → low");
+    assert!(
+        switches.iter().all(|r| r["by"] == "loopback"),
+        "who asked, on a server without a token: {audit}"
+    );
     assert_eq!(gateway.admin(Method::PUT, "/admin/gateway/switches", r#"{"shed": "all"}"#).await.status, 422);
     assert_eq!(gateway.admin(Method::PUT, "/admin/gateway/switches", r#"{"panic": true}"#).await.status, 422);
     let page = gateway.metrics().await;

@@ -1,10 +1,11 @@
-//! The admin API: configuration (get, validate, apply, reload, rollback), audit, keys, access.
+//! The admin API: configuration (get, validate, apply, reload, rollback), audit, keys (and their
+//! resets' audit records), access.
 
 use floodgate::Rule;
 use floodgate_app::{App, ServeOptions};
 use floodgate_server::Server;
 use http::Method;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{TempDir, TestServer, from_rules, parse, per_minute};
 
@@ -206,6 +207,58 @@ async fn keys_can_be_inspected_and_reset() {
     let (status, not_applicable) = admin(&server, Method::GET, "/admin/keys?rule=chat&user=u1", "").await;
     assert_eq!(status, 422, "{not_applicable}");
     assert_eq!(admin(&server, Method::DELETE, "/admin/keys?rule=chat", "").await.0, 422);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn key_resets_are_audited_with_the_key_who_asked_and_what_became_of_it() {
+    let config = from_rules([Rule::new("chat", per_minute(10)).key(["user"])]);
+    let server = TestServer::with_options(config, ServeOptions::default().admin_token("s3cret")).await;
+    let token = [("authorization", "Bearer s3cret")];
+    assert_eq!(server.check(&[("user", "u1")]).await.status, 200);
+    for had_state in [true, false] {
+        let reset = server.request(Method::DELETE, "/admin/keys?rule=chat&user=u1", "", &token).await;
+        assert_eq!((reset.status, reset.json()["reset"].clone()), (200, Value::Bool(had_state)));
+    }
+    // Refused before the store is asked: nothing was reset, nothing is recorded.
+    assert_eq!(server.request(Method::DELETE, "/admin/keys?rule=nope&user=u1", "", &token).await.status, 404);
+    assert_eq!(server.request(Method::DELETE, "/admin/keys?rule=chat", "", &token).await.status, 422);
+
+    let audit = server.request(Method::GET, "/admin/audit", "", &token).await.json();
+    let records = audit["records"].as_array().unwrap();
+    assert_eq!(records.len(), 3, "the start, and the two resets: {audit}");
+    for (record, had_state) in records[1..].iter().zip([true, false]) {
+        assert_eq!(record["source"], "key_reset", "{record}");
+        assert_eq!(record["result"], "applied", "{record}");
+        assert_eq!(record["by"], "admin_token", "{record}");
+        assert_eq!(
+            record["key"],
+            json!({"rule": "chat", "domain": null, "descriptors": {"user": "u1"}, "reset": had_state})
+        );
+        assert_eq!((record["version"].clone(), record["error"].clone()), (json!(1), Value::Null));
+        assert!(record["time"].as_str().unwrap().ends_with('Z'), "{record}");
+    }
+    assert_eq!(records[0]["by"], Value::Null, "a configuration at start has no caller");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_key_reset_the_store_fails_is_audited_as_rejected_with_its_error() {
+    // Nothing listens on port 1: every call to this store fails.
+    let server = TestServer::start(parse(
+        "store: { kind: redis, url: \"redis://127.0.0.1:1\", deadline: 200ms }\n\
+         rules:\n  - {name: chat, algorithm: fixed_window, limit: 5, window: 1m, key: [user]}\n",
+    ))
+    .await;
+    let (status, body) = admin(&server, Method::DELETE, "/admin/keys?rule=chat&user=u1", "").await;
+    assert_eq!(status, 503, "{body}");
+    let (_, audit) = admin(&server, Method::GET, "/admin/audit", "").await;
+    let record = audit["records"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(record["source"], "key_reset", "{record}");
+    assert_eq!(record["result"], "rejected", "{record}");
+    assert_eq!(record["by"], "loopback", "no token: a loopback peer");
+    assert_eq!(record["key"]["reset"], Value::Null, "{record}");
+    assert!(!record["error"]["message"].as_str().unwrap().is_empty(), "{record}");
     server.stop().await;
 }
 

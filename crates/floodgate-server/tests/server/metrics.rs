@@ -56,7 +56,11 @@ async fn the_documented_series_are_exposed_with_bounded_labels() {
 
 #[tokio::test]
 async fn promtool_accepts_the_exposition() {
-    let text = scrape_after_traffic().await;
+    promtool_check_metrics(&scrape_after_traffic().await);
+}
+
+/// Fails unless `promtool check metrics` accepts `text`.
+pub(crate) fn promtool_check_metrics(text: &str) {
     let promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -1,10 +1,15 @@
 //! `/v1/reserve`, `/v1/commit`, `/v1/release` over HTTP: each endpoint, idempotent retries, 404
-//! and 409 as problem+json, bad bodies, and a reservation made on one server committed on another
-//! that shares a real `redis-server` with it.
+//! and 409 as problem+json, bad bodies, a reservation made on one server committed on another
+//! that shares a real `redis-server` with it, and the reservation metrics each of them counts.
+
+use std::time::Duration;
+
+use floodgate_core::{Clock, SystemClock};
 
 use serde_json::{Value, json};
 
-use crate::support::{Reply, TestServer, parse};
+use crate::metrics::promtool_check_metrics;
+use crate::support::{Reply, TestServer, eventually, parse};
 
 /// 10 requests and 1000 tokens an hour per tenant, 2 calls in flight.
 fn config(store: &str) -> String {
@@ -203,5 +208,113 @@ async fn a_check_that_takes_a_permit_returns_an_id_that_release_frees() {
     let tokens_only = json!({"descriptors": {"tenant": "t1"}, "costs": {"tokens": 5}}).to_string();
     assert!(server.post("/v1/check", tokens_only).await.header("floodgate-reservation").is_none());
     assert!(server.post("/v1/peek", check).await.header("floodgate-reservation").is_none());
+    server.stop().await;
+}
+
+/// The value of `name{rule="<rule>",result="<result>"}` in the exposition `text`, if it has it.
+fn metric(text: &str, name: &str, rule: &str, result: &str) -> Option<u64> {
+    let prefix = format!("{name}{{rule=\"{rule}\",result=\"{result}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(|v| v.parse().unwrap())
+}
+
+/// Per rule and result, `(reservations, units)`.
+fn counted(text: &str, rule: &str, result: &str) -> (Option<u64>, Option<u64>) {
+    (
+        metric(text, "floodgate_reservations_total", rule, result),
+        metric(text, "floodgate_reservation_units_total", rule, result),
+    )
+}
+
+async fn settle(server: &TestServer, path: &str, id: &str, tokens: Option<u64>) -> u16 {
+    let mut body = json!({"reservation": id});
+    if let Some(tokens) = tokens {
+        body["costs"] = json!({"tokens": tokens});
+    }
+    server.post(path, body.to_string()).await.status
+}
+
+#[tokio::test]
+async fn reservations_are_counted_per_rule_and_result_in_the_rules_units() {
+    let server = TestServer::start(parse(&config("{ kind: memory, sweep_interval: 50ms }"))).await;
+    // Granted then committed (a retry of the commit is answered again, not counted again).
+    let a = reserve(&server, 600).await["reservation"].as_str().unwrap().to_owned();
+    assert_eq!(settle(&server, "/v1/commit", &a, Some(412)).await, 200);
+    assert_eq!(settle(&server, "/v1/commit", &a, Some(412)).await, 200);
+    // Granted then released.
+    let b = reserve(&server, 300).await["reservation"].as_str().unwrap().to_owned();
+    assert_eq!(settle(&server, "/v1/release", &b, None).await, 200);
+    // Refused by tph alone: 412 + 700 is over 1000.
+    assert_eq!(server.post("/v1/reserve", reserve_body(700, None)).await.status, 429);
+    // Granted, then expired unsettled: the sweeper finds it; a commit after that is late.
+    let d = server.post("/v1/reserve", reserve_body(100, Some("100ms"))).await;
+    assert_eq!(d.status, 200, "{}", d.body);
+    let d = d.json()["reservation"].as_str().unwrap().to_owned();
+    let expired = eventually(Duration::from_secs(10), || async {
+        let text = server.get("/metrics").await.body;
+        metric(&text, "floodgate_reservations_total", "tph", "expired") == Some(1)
+    })
+    .await;
+    assert!(expired, "the sweeper did not report the expired reservation");
+    assert_eq!(settle(&server, "/v1/commit", &d, Some(50)).await, 409);
+    // A check's permit is not a reservation: releasing it is not counted.
+    let check =
+        server.post("/v1/check", json!({"descriptors": {"tenant": "t1"}, "cost": 1}).to_string()).await;
+    let permit = check.header("floodgate-reservation").expect("a permit's id").to_owned();
+    assert_eq!(settle(&server, "/v1/release", &permit, None).await, 200);
+
+    let text = server.get("/metrics").await.body;
+    let n = |count: u64, units: u64| (Some(count), Some(units));
+    for (result, rph, tph, in_flight) in [
+        ("granted", n(3, 3), n(3, 1000), n(3, 3)),
+        ("refused", n(0, 0), n(1, 700), n(0, 0)),
+        // What stays charged; a commit frees its permit.
+        ("committed", n(1, 1), n(1, 412), n(1, 0)),
+        // What was given back.
+        ("released", n(1, 1), n(1, 300), n(1, 1)),
+        // What stays charged: the estimate.
+        ("expired", n(1, 1), n(1, 100), n(1, 1)),
+        ("late", n(1, 1), n(1, 100), n(1, 1)),
+    ] {
+        assert_eq!(counted(&text, "rph", result), rph, "rph {result}:\n{text}");
+        assert_eq!(counted(&text, "tph", result), tph, "tph {result}:\n{text}");
+        assert_eq!(counted(&text, "in-flight", result), in_flight, "in-flight {result}:\n{text}");
+    }
+    assert!(!text.contains("t1"), "a key leaked into a label:\n{text}");
+    promtool_check_metrics(&text);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_rule_has_no_reservation_series_before_its_first_reservation() {
+    let server = TestServer::start(parse(&config("{ kind: memory }"))).await;
+    assert_eq!(server.check(&[("tenant", "t1")]).await.status, 200);
+    let text = server.get("/metrics").await.body;
+    assert!(!text.contains("floodgate_reservations_total{"), "{text}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_late_settlements_are_counted_and_expiries_have_no_series() {
+    let redis = tokio::task::spawn_blocking(floodgate_testkit::redis::RedisServer::start).await.unwrap();
+    let store = format!("{{ kind: redis, url: \"{}\", deadline: 1s }}", redis.url());
+    let server = TestServer::start(parse(&config(&store))).await;
+    let reserved = server.post("/v1/reserve", reserve_body(100, Some("100ms"))).await;
+    assert_eq!(reserved.status, 200, "{}", reserved.body);
+    let (id, expires_at_ms) = {
+        let body = reserved.json();
+        (body["reservation"].as_str().unwrap().to_owned(), body["expires_at_ms"].as_u64().unwrap())
+    };
+    // The record expires on Redis's clock, this host's: wait until it has passed.
+    let clock = SystemClock::new();
+    let passed =
+        eventually(Duration::from_secs(10), || async { clock.now().as_micros() / 1000 > expires_at_ms + 50 })
+            .await;
+    assert!(passed);
+    assert_eq!(settle(&server, "/v1/release", &id, None).await, 409);
+
+    let text = server.get("/metrics").await.body;
+    assert_eq!(counted(&text, "tph", "granted"), (Some(1), Some(100)), "{text}");
+    assert_eq!(counted(&text, "tph", "late"), (Some(1), Some(100)), "{text}");
+    assert_eq!(counted(&text, "tph", "expired"), (None, None), "Redis does not report expiries:\n{text}");
     server.stop().await;
 }

@@ -1,11 +1,16 @@
 //! Reservations on the memory store, on a manual clock: reserve an estimate, commit the actual
 //! (refunding the over-reservation, charging the excess), release, idempotent retries, conflicts,
-//! unknown ids, expiry charging the estimate, and settlements cut off between their steps.
+//! unknown ids, expiry charging the estimate (and the sweeper reporting it once), what each answer
+//! says stays charged per rule, and settlements cut off between their steps.
 
 use std::time::Duration;
 
+use std::sync::{Arc, Mutex};
+
+use floodgate::reservation::Kind;
 use floodgate::{
-    Costs, Descriptors, Engine, Hit, MemoryConfig, MemoryStore, Policy, Rule, SettleError, Settlement, Store,
+    Charge, Charges, Costs, Descriptors, Engine, Hit, MemoryConfig, MemoryStore, Policy, Rule, SettleError,
+    Settlement, Store,
 };
 use floodgate_core::{Concurrency, ManualClock};
 use floodgate_testkit::{FlakyStore, Lost};
@@ -148,9 +153,9 @@ async fn a_reservation_past_its_ttl_stays_charged_its_estimate() {
     assert_eq!(left(&engine).await, (9, 400, 1));
     clock.advance(Duration::from_secs(1));
     // At its expiry: neither commit nor release gives anything back.
-    assert!(matches!(engine.settle(&r.id, Settlement::Release).await, Err(SettleError::Expired)));
+    assert!(matches!(engine.settle(&r.id, Settlement::Release).await, Err(SettleError::Expired(_))));
     let actual = Costs::new().with("tokens", 10);
-    assert!(matches!(engine.settle(&r.id, Settlement::Commit(&actual)).await, Err(SettleError::Expired)));
+    assert!(matches!(engine.settle(&r.id, Settlement::Commit(&actual)).await, Err(SettleError::Expired(_))));
     assert_eq!(left(&engine).await, (9, 400, 1), "charged the estimate");
     // Kept a while for late retries, then forgotten.
     clock.advance(Duration::from_secs(61));
@@ -279,4 +284,72 @@ async fn a_sharded_reservation_gives_back_to_its_own_shard() {
         total -= est;
         assert_eq!(used().await, total, "after releasing reservation {i}");
     }
+}
+
+/// `rule` held `held` and stays charged `charged`.
+fn charge(rule: &str, held: u64, charged: u64) -> Charge {
+    Charge { rule: rule.into(), held, charged, permit: rule == "in-flight" }
+}
+
+#[tokio::test]
+async fn each_answer_says_per_rule_what_was_held_and_what_stays_charged() {
+    let (engine, clock) = engine(rules());
+    let est = estimate();
+    // A tenant each, so that no reservation finds another's charges.
+    let tenant = |name: &str| request(&[("tenant", name)]);
+
+    let id = reserve_id(&engine, &tenant("t1"), &est).await;
+    let actual = Costs::new().with("tokens", 412);
+    let committed = engine.settle(&id, Settlement::Commit(&actual)).await.unwrap();
+    let rules = vec![charge("rpm", 1, 1), charge("tpm", 600, 412), charge("in-flight", 1, 0)];
+    assert_eq!(committed.charges, Charges { kind: Kind::Reserve, rules });
+
+    let id = reserve_id(&engine, &tenant("t2"), &est).await;
+    let over = Costs::new().with("tokens", 700);
+    let rules = vec![charge("rpm", 1, 1), charge("tpm", 600, 700), charge("in-flight", 1, 0)];
+    assert_eq!(engine.settle(&id, Settlement::Commit(&over)).await.unwrap().charges.rules, rules);
+
+    let id = reserve_id(&engine, &tenant("t3"), &est).await;
+    let rules = vec![charge("rpm", 1, 0), charge("tpm", 600, 0), charge("in-flight", 1, 0)];
+    assert_eq!(engine.settle(&id, Settlement::Release).await.unwrap().charges.rules, rules);
+
+    let t4 = tenant("t4");
+    let r = engine.reserve(Hit::with_costs(&t4, &est), Duration::from_secs(30)).await.unwrap();
+    clock.advance(Duration::from_secs(30));
+    let Err(SettleError::Expired(charges)) =
+        engine.settle(&r.reservation.unwrap().id, Settlement::Release).await
+    else {
+        panic!("expired")
+    };
+    let rules = vec![charge("rpm", 1, 1), charge("tpm", 600, 600), charge("in-flight", 1, 1)];
+    assert_eq!(charges, Charges { kind: Kind::Reserve, rules });
+}
+
+#[tokio::test]
+async fn the_sweeper_reports_each_reservation_that_expired_unsettled_once() {
+    let (engine, clock) = engine(rules());
+    let reported: Arc<Mutex<Vec<Charges>>> = Arc::default();
+    let seen = Arc::clone(&reported);
+    engine.store().on_expired_records(move |body| seen.lock().unwrap().push(Charges::expired(body).unwrap()));
+    let (t1, t2) = (request(&[("tenant", "t1")]), request(&[("tenant", "t2")]));
+    let est = estimate();
+    let ttl = Duration::from_secs(30);
+    let expiring = engine.reserve(Hit::with_costs(&t1, &est), ttl).await.unwrap().reservation.unwrap();
+    let settled = engine.reserve(Hit::with_costs(&t2, &est), ttl).await.unwrap().reservation.unwrap();
+    engine.settle(&settled.id, Settlement::Release).await.unwrap();
+
+    clock.advance(Duration::from_secs(29));
+    engine.store().sweep();
+    assert!(reported.lock().unwrap().is_empty(), "not expired yet");
+    clock.advance(Duration::from_secs(1));
+    engine.store().sweep();
+    let rules = vec![charge("rpm", 1, 1), charge("tpm", 600, 600), charge("in-flight", 1, 1)];
+    assert_eq!(*reported.lock().unwrap(), [Charges { kind: Kind::Reserve, rules }], "the unsettled one");
+    // Once: neither the next sweep nor the one that forgets the record reports it again, and a
+    // settlement after it is refused.
+    engine.store().sweep();
+    assert!(matches!(engine.settle(&expiring.id, Settlement::Release).await, Err(SettleError::Expired(_))));
+    clock.advance(Duration::from_secs(120));
+    engine.store().sweep();
+    assert_eq!(reported.lock().unwrap().len(), 1);
 }

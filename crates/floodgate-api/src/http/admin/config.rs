@@ -1,6 +1,7 @@
 //! The configuration in force and how the admin API changes it: `GET /admin/config`,
 //! `POST /admin/config`, `/admin/config/validate`, `/admin/reload`, `/admin/rollback`, and the audit
-//! log (`GET /admin/audit`).
+//! log (`GET /admin/audit`), which also holds the other admin changes (gateway switches, key
+//! resets).
 
 use axum::extract::{Request, State};
 use axum::response::Response;
@@ -304,11 +305,12 @@ pub(super) async fn rollback(State(app): State<App>, request: Request) -> Respon
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = AuditLog)]
 pub(super) struct AuditView {
-    /// Every configuration change kept (the last 1000), applied or rejected, oldest first.
+    /// Every admin change kept (the last 1000), oldest first: configuration changes applied or
+    /// rejected, changes of the gateway's switches, key resets.
     records: Vec<AuditRecord>,
 }
 
-/// Every configuration change, applied or rejected.
+/// Every admin change: configuration changes (applied or rejected), gateway switches, key resets.
 #[utoipa::path(
     get,
     path = "/admin/audit",

@@ -1,7 +1,10 @@
-//! A key's state: `GET /admin/keys` reads it without consuming, `DELETE /admin/keys` forgets it.
+//! A key's state: `GET /admin/keys` reads it without consuming, `DELETE /admin/keys` forgets it —
+//! each reset recorded in the audit log (`GET /admin/audit`, `source` `key_reset`) with who asked,
+//! and logged (`event` `key_reset`).
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use floodgate::{Descriptors, Hit, Impossible, Mode};
@@ -15,6 +18,8 @@ use crate::http::api::as_domain_sees_them;
 use crate::http::responses::{AdminAccess, KeyProblems, StoreProblem, TAG_ADMIN};
 use crate::http::{invalid, json, problem};
 use floodgate_app::App;
+use floodgate_app::audit::AuditedKey;
+use floodgate_app::auth::AdminCaller;
 use floodgate_app::control::{Domain, Running};
 
 /// The rule, domain and descriptors of a `/admin/keys` query.
@@ -158,7 +163,7 @@ pub(super) async fn inspect_key(
     )
 }
 
-/// Forgets a key's state: its next request starts afresh.
+/// Forgets a key's state (audited): its next request starts afresh.
 #[utoipa::path(
     delete,
     path = "/admin/keys",
@@ -177,6 +182,7 @@ pub(super) async fn inspect_key(
 )]
 pub(super) async fn reset_key(
     State(app): State<App>,
+    caller: Option<Extension<AdminCaller>>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Response {
     let target = match KeyTarget::resolve(&app, params) {
@@ -187,7 +193,17 @@ pub(super) async fn reset_key(
     if let Some(missing) = target.definition.key_descriptors().iter().find(|d| descriptors.get(d).is_none()) {
         return invalid(format!("Missing key descriptor {missing:?} of rule {rule:?}."));
     }
-    match target.policy().policy.reset(app.control().store(), &rule, descriptors).await {
+    let result = target.policy().policy.reset(app.control().store(), &rule, descriptors).await;
+    let key = AuditedKey {
+        rule: rule.clone(),
+        domain: target.domain.clone(),
+        descriptors: descriptors.iter().map(|(n, v)| (n.to_owned(), v.to_owned())).collect(),
+        reset: result.as_ref().ok().copied(),
+    };
+    let by = super::by(caller);
+    let error = result.as_ref().err().map(ToString::to_string);
+    app.control().record_key_reset(key, by, error).await;
+    match result {
         Ok(existed) => json(StatusCode::OK, &Reset { rule, reset: existed }),
         Err(e) => problem(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -33,11 +33,11 @@ pub(super) mod keys;
 
 use std::net::SocketAddr;
 
-use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use floodgate_http::Problem;
 use floodgate_http::problem::{FORBIDDEN_TYPE, UNAUTHORIZED_TYPE};
 use http::{HeaderValue, StatusCode};
@@ -46,7 +46,7 @@ use super::problem;
 use super::switches::{clear_switches, get_switches, set_switches};
 use super::{dashboard, stats};
 use floodgate_app::App;
-use floodgate_app::auth::{Access, admin_access};
+use floodgate_app::auth::{Access, AdminCaller, admin_access};
 
 pub(super) fn router(app: App) -> Router<App> {
     Router::new()
@@ -69,10 +69,21 @@ pub(super) fn router(app: App) -> Router<App> {
 /// `token`, its bearer must carry it; without, the peer must be on loopback. See the module docs.
 pub fn admitted(token: Option<&str>, peer: Option<SocketAddr>, authorization: Option<&HeaderValue>) -> bool {
     let loopback = peer.is_some_and(|p| p.ip().is_loopback() || p.ip().to_canonical().is_loopback());
-    admin_access(token, None, loopback, authorization.map(HeaderValue::as_bytes)) == Access::Admitted
+    matches!(
+        admin_access(token, None, loopback, authorization.map(HeaderValue::as_bytes)),
+        Access::Admitted(_)
+    )
 }
 
-async fn authorize(State(app): State<App>, request: Request, next: Next) -> Response {
+/// Who asked, for the audit log: `authorize` names every admitted caller (a router without it has
+/// no one to name: `unknown`).
+pub(super) fn by(caller: Option<Extension<AdminCaller>>) -> String {
+    caller.map_or_else(|| "unknown".to_owned(), |Extension(caller)| caller.label())
+}
+
+/// Admits a request as the admin API's access rule says, and puts who it is from
+/// ([`AdminCaller`]) in its extensions, for the audit log.
+async fn authorize(State(app): State<App>, mut request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     let loopback = peer.is_some_and(|p| p.ip().is_loopback() || p.ip().to_canonical().is_loopback());
     let authorization = request.headers().get(http::header::AUTHORIZATION).map(HeaderValue::as_bytes);
@@ -80,7 +91,10 @@ async fn authorize(State(app): State<App>, request: Request, next: Next) -> Resp
     let access = admin_access(app.admin_token(), running.auth.as_deref(), loopback, authorization);
     drop(running);
     match access {
-        Access::Admitted => next.run(request).await,
+        Access::Admitted(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
         Access::Unauthorized => {
             let mut response = problem(Problem::new(
                 StatusCode::UNAUTHORIZED,

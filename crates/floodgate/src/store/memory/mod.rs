@@ -99,10 +99,27 @@ struct Inner<C> {
     /// Reservation records, by id: a plain map under one lock (reservations are settled at the
     /// pace of calls to a model, not of rate-limit checks); swept with the keys.
     records: parking_lot::Mutex<std::collections::HashMap<Box<[u8]>, Kept>>,
+    /// The sweeper has reported the records that expired unsettled up to this time, in µs on the
+    /// store's clock (written under `records`' lock).
+    expiries_seen: AtomicU64,
+    /// Told of each record that expires unsettled ([`MemoryStore::on_expired_records`]).
+    on_expired: std::sync::OnceLock<OnExpired>,
     /// The write-ahead log, when the store persists (see the `persist` module).
     wal: Option<Wal>,
     /// What opening the persisted state found.
     recovered: Option<Recovered>,
+}
+
+/// What [`MemoryStore::on_expired_records`] is given: told of a record's body.
+type ExpiredObserver = dyn Fn(&[u8]) + Send + Sync;
+
+/// What [`MemoryStore::on_expired_records`] calls.
+struct OnExpired(Box<ExpiredObserver>);
+
+impl std::fmt::Debug for OnExpired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnExpired")
+    }
 }
 
 /// A reservation record in memory.
@@ -159,6 +176,7 @@ impl<C: Clock> MemoryStore<C> {
         config.overflow_counters = config.overflow_counters.clamp(1, MemoryConfig::MAX_OVERFLOW_COUNTERS);
         let hashing = KeyHashing::default();
         let map = papaya::HashMap::builder().hasher(hashing.clone()).build();
+        let opened = clock.now();
         MemoryStore {
             inner: Arc::new(Inner {
                 map,
@@ -173,6 +191,8 @@ impl<C: Clock> MemoryStore<C> {
                 overflow_hashing: RandomState::new(),
                 sweeper_running: AtomicBool::new(false),
                 records: parking_lot::Mutex::new(std::collections::HashMap::new()),
+                expiries_seen: AtomicU64::new(opened.as_micros()),
+                on_expired: std::sync::OnceLock::new(),
                 wal,
                 recovered,
             }),
@@ -295,12 +315,18 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Drops every key whose state has expired by the clock's `now`; returns how many it dropped.
-    /// The background sweeper calls this every `sweep_interval`.
+    /// Drops every key whose state has expired by the clock's `now`, and the reservation records
+    /// kept long enough; reports the records that expired unsettled since the last sweep
+    /// ([`MemoryStore::on_expired_records`]). Returns how many keys it dropped. The background
+    /// sweeper calls this every `sweep_interval`.
     pub fn sweep(&self) -> usize {
         let inner = &*self.inner;
-        let now = inner.clock.now();
-        inner.records.lock().retain(|_, r| r.forget_at > now);
+        let (now, expired) = self.sweep_records();
+        if let Some(observer) = inner.on_expired.get() {
+            for body in &expired {
+                (observer.0)(body);
+            }
+        }
         let now_secs = now.as_secs();
         let guard = inner.map.guard();
         let mut removed = 0;
@@ -324,6 +350,38 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
         removed
+    }
+
+    /// Forgets the records kept long enough, and returns the clock's now with the bodies of the
+    /// records that expired unsettled since the last call (only while someone is told of them).
+    /// The clock is read under the records' lock, as [`Records::settle_record`] reads it: a record
+    /// reported here can no longer be settled, and one settled first is not reported.
+    fn sweep_records(&self) -> (Timestamp, Vec<Vec<u8>>) {
+        let inner = &*self.inner;
+        let mut records = inner.records.lock();
+        let now = inner.clock.now();
+        let since = Timestamp::from_micros(inner.expiries_seen.load(Ordering::Relaxed));
+        let watched = inner.on_expired.get().is_some() && now > since;
+        let mut expired = Vec::new();
+        records.retain(|_, r| {
+            if watched && r.settled.is_none() && r.expires_at > since && r.expires_at <= now {
+                expired.push(r.body.clone());
+            }
+            r.forget_at > now
+        });
+        if now > since {
+            inner.expiries_seen.store(now.as_micros(), Ordering::Relaxed);
+        }
+        (now, expired)
+    }
+
+    /// Tells `observer` of each reservation record that expires unsettled — the body the engine
+    /// wrote, once per record — from the first sweep after its expiry, on the sweeper's thread
+    /// (so it must be quick). Records that expired before the store was opened (a persisted
+    /// store's, while the server was down) are not told of. One observer per store: a later call
+    /// does nothing.
+    pub fn on_expired_records(&self, observer: impl Fn(&[u8]) + Send + Sync + 'static) {
+        let _ = self.inner.on_expired.set(OnExpired(Box::new(observer)));
     }
 
     /// Starts the background sweeper thread (once per store; later calls do nothing). It stops when
@@ -424,9 +482,10 @@ impl<C: Clock> Records for MemoryStore<C> {
     }
 
     async fn settle_record(&self, id: &[u8], settlement: &[u8]) -> Result<Settle, StoreError> {
-        let now = self.inner.clock.now();
         let (settle, seq) = {
             let mut records = self.inner.records.lock();
+            // Read under the lock, as the sweeper reads it: see `sweep_records`.
+            let now = self.inner.clock.now();
             let Some(r) = records.get_mut(id).filter(|r| r.forget_at > now) else {
                 return Ok(Settle::Missing);
             };
