@@ -2,8 +2,6 @@
 //! and 409 as problem+json, bad bodies, a reservation made on one server committed on another
 //! that shares a real `redis-server` with it, and the reservation metrics each of them counts.
 
-use std::time::Duration;
-
 use floodgate_core::{Clock, SystemClock};
 
 use serde_json::{Value, json};
