@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use floodgate::store::{Prefetch, PrefetchBatch};
 use floodgate::{Descriptors, Engine, Limit, Policy, Rule};
-use floodgate_core::{FixedWindow, ManualClock, Rate, Timestamp, TokenBucket};
+use floodgate_core::{FixedWindow, ManualClock, Rate, SlidingWindow, Timestamp, TokenBucket};
 use floodgate_redis::RedisStore;
 
 /// A whole minute: windows of a second or a minute start here.
@@ -213,4 +213,38 @@ async fn near_the_limit_each_request_is_decided_at_its_own_cost() {
     clock.advance(ttl);
     assert_eq!(x.store().return_due().await.units, 19);
     assert!(y.check(&Descriptors::new(), 1).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn a_batch_taken_in_the_next_window_does_not_join_the_last_ones_lease() {
+    // A store call happens later than the instance read its clock, by however long the call takes;
+    // here the store's clock moves on 200 ms while the instance's stands still, so that the instance
+    // still sees the window its lease was taken in (at 0.9 s) when the store counts a new batch in
+    // the next one (at 1.1 s). The new batch must not join the old lease: its unspent unit would go
+    // back to the first window, and stay counted in the second.
+    let (local, store_clock) = (ManualClock::new(START), ManualClock::new(START));
+    for clock in [&local, &store_clock] {
+        clock.advance(Duration::from_millis(900));
+    }
+    let rule = Rule::new(
+        unique("joined"),
+        SlidingWindow::try_new(nz(10), Duration::from_secs(1)).expect("a window"),
+    )
+    .prefetch(batch(2, Duration::from_secs(10)));
+    let store = super::node_store().await.with_clock(store_clock.clone());
+    let one =
+        Engine::new(Policy::new([rule.clone()]).expect("a policy"), Prefetch::new(store, local.clone()));
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed, "a batch of 2 in the first window");
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed, "its last unit");
+    store_clock.advance(Duration::from_millis(200));
+    assert!(one.check(&Descriptors::new(), 1).await.unwrap().allowed, "a batch of 2 in the second window");
+    assert_eq!(one.store().stats().batches, 2);
+    assert_eq!(one.store().flush().await.units, 1);
+    // Half way through the second window: the first one's 2 weigh 1, the second's 1 counts whole.
+    store_clock.advance(Duration::from_millis(400));
+    assert_eq!(
+        store_remaining(&rule, &store_clock).await,
+        10 - 1 - 1,
+        "the unspent unit went back to the window that counted it"
+    );
 }
