@@ -107,13 +107,53 @@ impl LimitKind {
     /// [`Prefetch`](crate::store::Prefetch)): units taken from the store early must be worth the
     /// same when spent later. True for counts over windows that a lease never outlives
     /// (`fixed_window`, `sliding_window`, `quota`: a lease ends with the window it was taken in)
-    /// and for buckets (`token_bucket`, `gcra`: tokens taken are tokens gone, and what is unspent
-    /// is refunded). False for `sliding_log`, which forgets each unit one window after the instant
-    /// it was *taken*, so a unit spent later would be forgotten too early, and for `concurrency`,
-    /// whose units are permits held by one request each, and for `budget`, whose ttl runs from its
-    /// first use: units taken early would start it early.
+    /// and for `token_bucket` (tokens taken are tokens gone, and what is unspent is refunded; a
+    /// burst may land up to the lease's ttl after the bucket granted it). False where
+    /// [`LimitKind::prefetch_refusal`] says why not.
+    ///
+    /// ```
+    /// use floodgate::LimitKind;
+    /// assert!(LimitKind::SlidingWindow.prefetches());
+    /// assert!(!LimitKind::Gcra.prefetches());
+    /// ```
     pub const fn prefetches(self) -> bool {
-        !matches!(self, LimitKind::SlidingLog | LimitKind::Concurrency | LimitKind::Budget)
+        self.prefetch_refusal().is_none()
+    }
+
+    /// Why a rule of this algorithm may not prefetch; `None` when it may.
+    pub const fn prefetch_refusal(self) -> Option<&'static str> {
+        match self {
+            LimitKind::FixedWindow | LimitKind::SlidingWindow | LimitKind::TokenBucket | LimitKind::Quota => {
+                None
+            }
+            LimitKind::SlidingLog => Some(
+                "a sliding log forgets each unit one window after it is taken, so a unit spent later would be \
+                 forgotten too early",
+            ),
+            LimitKind::Gcra => Some(
+                "a cell taken early and spent later passes after the bucket has refilled for it, so more than \
+                 burst + rate × time could pass in some interval",
+            ),
+            LimitKind::Concurrency => Some(
+                "a concurrency unit is a permit held by one request (its lifetime is `lease`), not a count to \
+                 spend later",
+            ),
+            LimitKind::Budget => {
+                Some("a budget's ttl runs from its first use, so units taken early would start it early")
+            }
+        }
+    }
+
+    /// The algorithms that may prefetch, as a sentence lists them: `fixed_window, sliding_window,
+    /// token_bucket and quota`.
+    pub fn prefetching() -> String {
+        let names: Vec<&str> =
+            LimitKind::ALL.into_iter().filter(|k| k.prefetches()).map(LimitKind::name).collect();
+        match names.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => String::new(),
+        }
     }
 
     /// The kind named `name` (exactly as [`LimitKind::name`] writes it).

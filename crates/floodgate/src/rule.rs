@@ -224,7 +224,9 @@ pub enum RuleError {
     },
     /// A rule asks for batch leases on an algorithm where they could not be exact.
     #[error(
-        "rule {rule:?}: prefetch is not available for the {algorithm} algorithm (units taken early would not be worth the same when spent later); it is for fixed_window, sliding_window, token_bucket, gcra and quota"
+        "rule {rule:?}: prefetch is not available for the {algorithm} algorithm ({}); it is for {}",
+        .algorithm.prefetch_refusal().unwrap_or_default(),
+        crate::LimitKind::prefetching()
     )]
     PrefetchUnsupported {
         /// The rule.

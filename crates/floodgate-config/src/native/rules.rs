@@ -303,25 +303,10 @@ fn ip_prefix(item: &Item<'_>, rule: &Rule) -> Result<IpPrefix, Invalid> {
 /// `prefetch: { batch: N, ttl: DURATION }`: batch leases, for the algorithms where a unit taken
 /// early is worth the same when spent later.
 fn prefetch(item: Item<'_>, kind: LimitKind) -> Result<PrefetchBatch, Invalid> {
-    if !kind.prefetches() {
-        let why = match kind {
-            LimitKind::Concurrency => {
-                "a concurrency unit is a permit held by one request (its lifetime is `lease`), not a count to \
-                 spend later"
-            }
-            _ => {
-                "a sliding log forgets each unit one window after it is taken, so a unit spent later would be \
-                  forgotten too early"
-            }
-        };
+    if let Some(why) = kind.prefetch_refusal() {
         return Err(item.error(format!(
             "prefetch is not available for the {kind} algorithm: {why}; it is for {}",
-            LimitKind::ALL
-                .into_iter()
-                .filter(|k| k.prefetches())
-                .map(LimitKind::name)
-                .collect::<Vec<_>>()
-                .join(", ")
+            LimitKind::prefetching()
         )));
     }
     let fields = item.fields("prefetch (e.g. { batch: 20, ttl: 1s })", Some(&["batch", "ttl"]))?;

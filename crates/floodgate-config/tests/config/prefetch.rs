@@ -26,7 +26,7 @@ fn prefetch_is_read_onto_the_rule() {
         FIXED,
         "    algorithm: sliding_window\n    limit: 100\n    window: 1m",
         "    algorithm: token_bucket\n    rate: 100/s\n    burst: 100",
-        "    algorithm: gcra\n    rate: 100/s\n    burst: 10",
+        "    algorithm: quota\n    limit: 10000\n    period: day",
     ] {
         let config = config::parse("prefetch.yaml", &rule(algorithm, "{ batch: 20, ttl: 1s }")).unwrap();
         let rule = config.policy.rules().next().unwrap();
@@ -88,4 +88,25 @@ fn prefetch_is_refused_where_it_could_not_be_exact() {
     );
     let log = "    algorithm: sliding_log\n    limit: 10\n    window: 1m";
     refused(&rule(log, "{ batch: 5, ttl: 1s }"), 7, "rules[0].prefetch", "not available for the sliding_log");
+    let budget = "    algorithm: budget\n    limit: 50\n    ttl: 24h";
+    refused(
+        &rule(budget, "{ batch: 5, ttl: 1s }"),
+        7,
+        "rules[0].prefetch",
+        "a budget's ttl runs from its first use",
+    );
+}
+
+#[test]
+fn prefetch_is_refused_for_gcra_whose_cells_would_pass_after_the_bucket_refilled() {
+    let gcra = "    algorithm: gcra\n    rate: 100/s\n    burst: 10";
+    let text = rule(gcra, "{ batch: 5, ttl: 1s }");
+    refused(&text, 7, "rules[0].prefetch", "prefetch is not available for the gcra algorithm");
+    let err = config::parse("prefetch.yaml", &text).expect_err("gcra with prefetch");
+    assert!(err.message.contains("burst + rate × time"), "{}", err.message);
+    assert!(
+        err.message.ends_with("it is for fixed_window, sliding_window, token_bucket and quota"),
+        "{}",
+        err.message
+    );
 }

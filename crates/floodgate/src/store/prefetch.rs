@@ -431,7 +431,11 @@ impl<S, C: Clock> Prefetch<S, C> {
         let until = now.saturating_add(bound);
         let worth_until = worth_span(op.limit, store_at).map(|w| now.saturating_add(w));
         let reset_at = now.saturating_add(d.reset_after);
-        match state.lease.as_mut().filter(|l| l.until > now) {
+        // A live lease joins the new units only if it was taken in their window: the store's
+        // clock may have passed into the next one since this request read the local clock, and
+        // units go back to (and grants name) the window that counted them.
+        let same_window = |l: &Lease| window_end(op.limit, l.taken) == window_end(op.limit, grant.at);
+        match state.lease.as_mut().filter(|l| l.until > now && same_window(l)) {
             // A live lease of the same window: the units join it, ending with the earlier.
             Some(lease) => {
                 lease.units += leftover;

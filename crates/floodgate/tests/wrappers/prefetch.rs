@@ -44,15 +44,20 @@ fn policies_refuse_prefetch_and_shards_where_they_could_not_be_exact() {
     let batch = PrefetchBatch::try_new(10, Duration::from_secs(1)).unwrap();
     let log = SlidingLog::try_new(NonZeroU64::new(10).unwrap(), Duration::from_secs(60)).unwrap();
     let permits = Concurrency::try_new(NonZeroU64::new(10).unwrap(), Duration::from_secs(30)).unwrap();
-    for rule in [Rule::new("log", log).prefetch(batch), Rule::new("permits", permits).prefetch(batch)] {
-        assert!(matches!(Policy::new([rule]), Err(RuleError::PrefetchUnsupported { .. })));
-    }
     let window = FixedWindow::try_new(NonZeroU64::new(3).unwrap(), Duration::from_secs(1)).unwrap();
     let slow = Gcra::try_new(
         Rate::try_new(NonZeroU64::new(2).unwrap(), Duration::from_secs(1)).unwrap(),
         NonZeroU64::new(8).unwrap(),
     )
     .unwrap();
+    for rule in [
+        Rule::new("log", log).prefetch(batch),
+        Rule::new("permits", permits).prefetch(batch),
+        Rule::new("slow", slow).prefetch(batch),
+    ] {
+        let err = Policy::new([rule]).expect_err("no batch leases");
+        assert!(matches!(err, RuleError::PrefetchUnsupported { .. }), "{err}");
+    }
     for rule in [
         Rule::new("one", window).shards(1),
         Rule::new("thin", window).shards(4),
