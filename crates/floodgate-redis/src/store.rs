@@ -150,23 +150,32 @@ impl RedisStore {
             return Ok(());
         }
         let timeout = self.shared.connect_timeout;
-        let mut conn = self.shared.conn.clone();
-        let load = async {
-            for script in [&*SCRIPT, &*ONE_BUCKET, &*ONE_WINDOW] {
-                match &mut conn {
-                    Conn::Node(c) => script.load_async(c).await?,
-                    Conn::Cluster(c) => script.load_async(c).await?,
-                };
+        let until = tokio::time::Instant::now() + timeout;
+        let load = || {
+            let mut conn = self.shared.conn.clone();
+            async move {
+                for script in [&*SCRIPT, &*ONE_BUCKET, &*ONE_WINDOW] {
+                    match &mut conn {
+                        Conn::Node(c) => script.load_async(c).await?,
+                        Conn::Cluster(c) => script.load_async(c).await?,
+                    };
+                }
+                Ok::<(), RedisError>(())
             }
-            Ok::<(), RedisError>(())
         };
-        match tokio::time::timeout(timeout, load).await {
-            Ok(Ok(())) => {
-                self.shared.warmed.store(true, Ordering::Release);
-                Ok(())
+        // Each command waits at most the connection's response timeout, the call deadline; a
+        // busy Redis (or machine) may miss that while loading, so a load that timed out is sent
+        // again (loading is idempotent) until `connect_timeout` has passed.
+        loop {
+            match tokio::time::timeout_at(until, load()).await {
+                Ok(Ok(())) => {
+                    self.shared.warmed.store(true, Ordering::Release);
+                    return Ok(());
+                }
+                Ok(Err(e)) if e.is_timeout() && tokio::time::Instant::now() < until => {}
+                Ok(Err(e)) => return Err(classify(e, timeout)),
+                Err(_) => return Err(StoreError::Timeout(timeout)),
             }
-            Ok(Err(e)) => Err(classify(e, timeout)),
-            Err(_) => Err(StoreError::Timeout(timeout)),
         }
     }
 

@@ -228,3 +228,29 @@ async fn a_key_of_another_type_is_a_permanent_error() {
     let err = store.apply(&[key.op(&limit, 1)], Mode::Check, &mut out).await.expect_err("WRONGTYPE");
     assert!(!err.is_transient(), "{err}");
 }
+
+/// Warming a store loads its scripts within `connect_timeout`, not within one call's deadline: a
+/// Redis that answers only after several deadlines (frozen, then resumed) still gets them loaded,
+/// and the store is warm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_is_warmed_within_its_connect_timeout_when_redis_answers_after_its_deadline() {
+    let mut server = tokio::task::block_in_place(RedisServer::start);
+    let deadline = Duration::from_millis(50);
+    let config =
+        RedisConfig { deadline, connect_timeout: Duration::from_secs(20), ..RedisConfig::node(server.url()) };
+    let store = RedisStore::connect_lazy(config).expect("a valid configuration");
+    // Connected first (a connection is made within connect_timeout anyway), then frozen.
+    assert!(store.reset(b"warm-probe").await.is_ok(), "the store answers before the freeze");
+    server.signal(Signal::Stop).expect("SIGSTOP");
+    let warming = tokio::spawn({
+        let store = store.clone();
+        async move { store.warm().await }
+    });
+    // Several deadlines pass with Redis frozen (a sleep is a least wait: it never ends early).
+    tokio::time::sleep(deadline * 6).await;
+    assert!(!warming.is_finished(), "the warm-up waits past the deadline for the frozen Redis");
+    server.signal(Signal::Cont).expect("SIGCONT");
+    let warmed = wait::finished("the warm-up", warming).await.expect("the warm-up task");
+    assert!(warmed.is_ok(), "the scripts were loaded once Redis answered: {warmed:?}");
+    assert!(store.is_warm());
+}
