@@ -155,3 +155,54 @@ pub(crate) fn vm_rss(status: &str) -> Option<u64> {
     let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
     Some(kb * 1024)
 }
+
+/// How long a proxy this run starts may take to accept connections.
+const PROXY_STARTUP: Duration = Duration::from_secs(10);
+
+/// `floodgate serve` of `binary` on the configuration `yaml` (written into `dir`), its gateway
+/// listening on a free loopback port: the process and the gateway's address, once it accepts.
+pub(crate) async fn gateway(binary: &Path, dir: &Path, yaml: &str) -> anyhow::Result<(Process, SocketAddr)> {
+    use anyhow::Context as _;
+    let port = free_port()?;
+    let config = dir.join("floodgate.yaml");
+    std::fs::write(&config, yaml)?;
+    let mut command = serve(binary, &config, "127.0.0.1:0");
+    command.arg("--gateway").arg(format!("127.0.0.1:{port}"));
+    let process = Process::spawn(&mut command, Stop::Terminate)
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    wait_for_port(addr, PROXY_STARTUP).await?;
+    Ok((process, addr))
+}
+
+/// nginx (`binary`) in a prefix of its own under `dir`, on a free loopback port: its `http` block
+/// holds no access log, the prefix's temporary paths, and what `http` makes of the port (the
+/// `server` blocks, upstreams). The process and its address, once it accepts.
+pub(crate) async fn nginx(
+    binary: &Path,
+    dir: &Path,
+    http: impl FnOnce(u16) -> String,
+) -> anyhow::Result<(Process, SocketAddr)> {
+    use anyhow::Context as _;
+    let port = free_port()?;
+    let prefix = dir.join(format!("nginx-{port}"));
+    std::fs::create_dir_all(prefix.join("logs"))?;
+    let conf = prefix.join("nginx.conf");
+    let p = prefix.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes auto;\nerror_log {p}/logs/error.log crit;\npid {p}/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {p}/body; proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi; uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;\n{}}}\n",
+            http(port)
+        ),
+    )?;
+    let mut command = Command::new(binary);
+    command.arg("-p").arg(&prefix).arg("-c").arg(&conf).args(["-g", "daemon off;"]);
+    command.stdout(Stdio::null()).stderr(Stdio::null());
+    let process = Process::spawn(&mut command, Stop::Terminate)
+        .with_context(|| format!("starting {} (apt-get install -y nginx)", binary.display()))?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    wait_for_port(addr, PROXY_STARTUP).await?;
+    Ok((process, addr))
+}

@@ -16,17 +16,15 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use bytes::Bytes;
 use clap::Args;
 use http_body_util::{BodyExt, Empty, Full};
 use serde::Serialize;
 
 use crate::args::{Output, parse_duration};
-use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, free_port, serve, wait_for_port};
+use crate::harness::process::{self, Process, ScratchDir, floodgate_binary, wait_for_port};
 use crate::report::math::Percentiles;
 use crate::report::{Grid, Outcome, Report, Tally};
 use crate::scenarios::Run;
@@ -126,7 +124,7 @@ fn upstream() -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// How long a proxy or the upstream may take to accept connections.
+/// How long the upstream may take to accept connections.
 const STARTUP: Duration = Duration::from_secs(10);
 
 /// `floodgate serve` with a gateway in front of `upstream`, limiting per IP with `rule`.
@@ -136,21 +134,10 @@ async fn floodgate(
     upstream: SocketAddr,
     rule: &str,
 ) -> anyhow::Result<(Process, SocketAddr)> {
-    let port = free_port()?;
-    let config = dir.join("floodgate.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "rules:\n  - name: per-ip\n    key: [ip]\n{rule}\ngateway:\n  routes:\n    - name: app\n      match: {{ path: \"/{{*rest}}\" }}\n      upstream: http://{upstream}\n"
-        ),
-    )?;
-    let mut command = serve(binary, &config, "127.0.0.1:0");
-    command.arg("--gateway").arg(format!("127.0.0.1:{port}"));
-    let process = Process::spawn(&mut command, Stop::Terminate)
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for_port(addr, STARTUP).await?;
-    Ok((process, addr))
+    let yaml = format!(
+        "rules:\n  - name: per-ip\n    key: [ip]\n{rule}\ngateway:\n  routes:\n    - name: app\n      match: {{ path: \"/{{*rest}}\" }}\n      upstream: http://{upstream}\n"
+    );
+    process::gateway(binary, dir, &yaml).await
 }
 
 /// nginx with `limit_req zone=ip` (`rate`, `burst`) and `proxy_pass` to `upstream` (keep-alive).
@@ -161,29 +148,14 @@ async fn nginx(
     rate: u64,
     burst: &str,
 ) -> anyhow::Result<(Process, SocketAddr)> {
-    let port = free_port()?;
-    let prefix = dir.join(format!("nginx-{port}"));
-    std::fs::create_dir_all(prefix.join("logs"))?;
-    let conf = prefix.join("nginx.conf");
-    let p = prefix.display();
-    std::fs::write(
-        &conf,
+    process::nginx(binary, dir, |port| {
         format!(
-            "worker_processes auto;\nerror_log {p}/logs/error.log error;\npid {p}/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {p}/body; proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi; uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;\n\
-             \x20 limit_req_zone $binary_remote_addr zone=ip:10m rate={rate}r/s;\n  limit_req_status 429;\n\
+            "  limit_req_zone $binary_remote_addr zone=ip:10m rate={rate}r/s;\n  limit_req_status 429;\n\
              \x20 upstream app {{ server {upstream}; keepalive 256; }}\n\
-             \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      limit_req zone=ip{burst};\n      proxy_pass http://app;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n}}\n"
-        ),
-    )?;
-    let mut command = Command::new(binary);
-    command.arg("-p").arg(&prefix).arg("-c").arg(&conf).args(["-g", "daemon off;"]);
-    command.stdout(Stdio::null()).stderr(Stdio::null());
-    let process = Process::spawn(&mut command, Stop::Terminate)
-        .with_context(|| format!("starting {} (apt-get install -y nginx)", binary.display()))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for_port(addr, STARTUP).await?;
-    Ok((process, addr))
+             \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      limit_req zone=ip{burst};\n      proxy_pass http://app;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n"
+        )
+    })
+    .await
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;

@@ -13,11 +13,9 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use bytes::Bytes;
 use clap::Args;
 use http_body_util::{BodyExt, Empty};
@@ -26,7 +24,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use crate::Usage;
 use crate::args::{Output, parse_duration};
-use crate::harness::process::{Process, ScratchDir, Stop, floodgate_binary, free_port, serve, wait_for_port};
+use crate::harness::process::{self, Process, ScratchDir, floodgate_binary};
 use crate::report::math::{Percentiles, latency_histogram, percentiles};
 use crate::report::{Grid, Report, Summary};
 use crate::scenarios::Run;
@@ -88,9 +86,6 @@ struct Details {
     budgets: Vec<Measured>,
 }
 
-/// How long a proxy may take to accept connections.
-const STARTUP: Duration = Duration::from_secs(10);
-
 /// Longer than anything measured: the budgets not measured on a route.
 const LONG: &str = "60s";
 
@@ -136,25 +131,19 @@ async fn floodgate(
     unreachable: SocketAddr,
     timeout: Duration,
 ) -> anyhow::Result<(Process, SocketAddr)> {
-    let port = free_port()?;
     let t = ms_text(timeout);
-    let config = dir.join("floodgate.yaml");
-    std::fs::write(
-        &config,
+    let route = |name: &str, path: &str, upstream: SocketAddr, timeouts: String| {
         format!(
-            "rules: []\ngateway:\n  routes:\n\
-             \x20   - name: connect\n      match: {{ path: \"/connect\" }}\n      upstream: http://{unreachable}\n      timeouts: {{ connect: {t}, first_byte: {LONG}, total: {LONG} }}\n\
-             \x20   - name: first-byte\n      match: {{ path: \"/first_byte\" }}\n      upstream: http://{silent}\n      timeouts: {{ connect: {LONG}, first_byte: {t}, total: {LONG} }}\n\
-             \x20   - name: total\n      match: {{ path: \"/total\" }}\n      upstream: http://{silent}\n      timeouts: {{ connect: {t}, first_byte: {LONG}, total: {t} }}\n"
-        ),
-    )?;
-    let mut command = serve(binary, &config, "127.0.0.1:0");
-    command.arg("--gateway").arg(format!("127.0.0.1:{port}"));
-    let process = Process::spawn(&mut command, Stop::Terminate)
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for_port(addr, STARTUP).await?;
-    Ok((process, addr))
+            "    - name: {name}\n      match: {{ path: \"/{path}\" }}\n      upstream: http://{upstream}\n      timeouts: {{ {timeouts} }}\n"
+        )
+    };
+    let yaml = format!(
+        "rules: []\ngateway:\n  routes:\n{}{}{}",
+        route("connect", "connect", unreachable, format!("connect: {t}, first_byte: {LONG}, total: {LONG}")),
+        route("first-byte", "first_byte", silent, format!("connect: {LONG}, first_byte: {t}, total: {LONG}")),
+        route("total", "total", silent, format!("connect: {t}, first_byte: {LONG}, total: {t}")),
+    );
+    process::gateway(binary, dir, &yaml).await
 }
 
 /// nginx with one location per budget it has: `proxy_connect_timeout` and `proxy_read_timeout`
@@ -166,31 +155,16 @@ async fn nginx(
     unreachable: SocketAddr,
     timeout: Duration,
 ) -> anyhow::Result<(Process, SocketAddr)> {
-    let port = free_port()?;
-    let prefix = dir.join(format!("nginx-{port}"));
-    std::fs::create_dir_all(prefix.join("logs"))?;
-    let conf = prefix.join("nginx.conf");
-    let p = prefix.display();
     let t = ms_text(timeout);
-    std::fs::write(
-        &conf,
+    process::nginx(binary, dir, |port| {
         format!(
-            "worker_processes auto;\nerror_log {p}/logs/error.log crit;\npid {p}/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {p}/body; proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi; uwsgi_temp_path {p}/uwsgi; scgi_temp_path {p}/scgi;\n\
-             \x20 server {{\n    listen 127.0.0.1:{port};\n\
+            "  server {{\n    listen 127.0.0.1:{port};\n\
              \x20   location = /connect {{ proxy_pass http://{unreachable}; proxy_connect_timeout {t}; proxy_read_timeout {LONG}; }}\n\
              \x20   location = /first_byte {{ proxy_pass http://{silent}; proxy_connect_timeout {LONG}; proxy_read_timeout {t}; }}\n\
-             \x20 }}\n}}\n"
-        ),
-    )?;
-    let mut command = Command::new(binary);
-    command.arg("-p").arg(&prefix).arg("-c").arg(&conf).args(["-g", "daemon off;"]);
-    command.stdout(Stdio::null()).stderr(Stdio::null());
-    let process = Process::spawn(&mut command, Stop::Terminate)
-        .with_context(|| format!("starting {} (apt-get install -y nginx)", binary.display()))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for_port(addr, STARTUP).await?;
-    Ok((process, addr))
+             \x20 }}\n"
+        )
+    })
+    .await
 }
 
 /// One GET of `path` on a connection of its own: the time to the end of the answer, and whether it
