@@ -237,6 +237,12 @@ pub enum AdminCaller {
 }
 
 impl AdminCaller {
+    /// Who asked, as the audit log writes it: `caller`'s [`AdminCaller::label`], or `unknown`
+    /// when no one was named (a router without the admin API's access check).
+    pub fn audit_name(caller: Option<&AdminCaller>) -> String {
+        caller.map_or_else(|| "unknown".to_owned(), AdminCaller::label)
+    }
+
     /// As the audit log writes it: `admin_token`, `client:<name>` or `loopback`.
     pub fn label(&self) -> String {
         match self {

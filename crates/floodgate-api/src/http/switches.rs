@@ -13,7 +13,6 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::admin;
 use super::responses::{AdminAccess, BodyProblems, TAG_ADMIN};
 use super::{invalid, json, malformed, problem, read_body};
 use floodgate_app::App;
@@ -159,7 +158,9 @@ pub(super) async fn set_switches(
     let switches = &app.switches();
     let changed = app
         .control()
-        .change_switches(switches, admin::by(caller), || switches.set(change, switches.effective(configured)))
+        .change_switches(switches, AdminCaller::audit_name(caller.as_deref()), || {
+            switches.set(change, switches.effective(configured))
+        })
         .await;
     if let Err(e) = changed {
         return not_kept(&e);
@@ -202,7 +203,7 @@ pub(super) async fn clear_switches(
     let switches = &app.switches();
     let cleared = app
         .control()
-        .change_switches(switches, admin::by(caller), || {
+        .change_switches(switches, AdminCaller::audit_name(caller.as_deref()), || {
             if !switches.any() {
                 return Vec::new();
             }

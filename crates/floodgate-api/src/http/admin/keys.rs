@@ -200,7 +200,7 @@ pub(super) async fn reset_key(
         descriptors: descriptors.iter().map(|(n, v)| (n.to_owned(), v.to_owned())).collect(),
         reset: result.as_ref().ok().copied(),
     };
-    let by = super::by(caller);
+    let by = AdminCaller::audit_name(caller.as_deref());
     let error = result.as_ref().err().map(ToString::to_string);
     app.control().record_key_reset(key, by, error).await;
     match result {

@@ -33,11 +33,11 @@ pub(super) mod keys;
 
 use std::net::SocketAddr;
 
+use axum::Router;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Extension, Router};
 use floodgate_http::Problem;
 use floodgate_http::problem::{FORBIDDEN_TYPE, UNAUTHORIZED_TYPE};
 use http::{HeaderValue, StatusCode};
@@ -46,7 +46,7 @@ use super::problem;
 use super::switches::{clear_switches, get_switches, set_switches};
 use super::{dashboard, stats};
 use floodgate_app::App;
-use floodgate_app::auth::{Access, AdminCaller, admin_access};
+use floodgate_app::auth::{Access, admin_access};
 
 pub(super) fn router(app: App) -> Router<App> {
     Router::new()
@@ -75,14 +75,8 @@ pub fn admitted(token: Option<&str>, peer: Option<SocketAddr>, authorization: Op
     )
 }
 
-/// Who asked, for the audit log: `authorize` names every admitted caller (a router without it has
-/// no one to name: `unknown`).
-pub(super) fn by(caller: Option<Extension<AdminCaller>>) -> String {
-    caller.map_or_else(|| "unknown".to_owned(), |Extension(caller)| caller.label())
-}
-
 /// Admits a request as the admin API's access rule says, and puts who it is from
-/// ([`AdminCaller`]) in its extensions, for the audit log.
+/// ([`AdminCaller`](floodgate_app::auth::AdminCaller)) in its extensions, for the audit log.
 async fn authorize(State(app): State<App>, mut request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     let loopback = peer.is_some_and(|p| p.ip().is_loopback() || p.ip().to_canonical().is_loopback());
