@@ -1,6 +1,7 @@
 //! `soak` for 20 s against a real `floodgate serve` process (the binary of this build, beside the
 //! test's directory: `cargo build -p floodgate-server` makes it; the test fails saying so when it
-//! is missing) on the memory store, at a low rate, with two hot users whose budget the run spends:
+//! is missing), on the memory store and on a `redis-server` of the run's own (the two at once), at
+//! a low rate, with two hot users whose budget the run spends:
 //! the report's fields are present and consistent — the samples in order and adding up to the
 //! run, every kind's counts adding up, every granted reserve committed, the hot users admitted
 //! exactly their budget, no error, no wrong answer, no permit left. Whether the drift goals held
@@ -13,10 +14,21 @@ use super::{assert_common, bench, f, floodgate_binary, u};
 const KINDS: [&str; 4] = ["check", "reserve", "commit", "gateway"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_soak_reports_consistent_samples_and_no_error() {
+async fn a_short_soak_on_the_memory_store_reports_consistent_samples_and_no_error() {
+    short_soak("memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_soak_on_redis_reports_consistent_samples_and_no_error() {
+    short_soak("redis").await;
+}
+
+async fn short_soak(store: &str) {
     let binary = floodgate_binary();
     let v = bench(&[
         "soak",
+        "--store",
+        store,
         "--floodgate",
         &binary,
         "--duration",
@@ -40,7 +52,9 @@ async fn a_short_soak_reports_consistent_samples_and_no_error() {
     ])
     .await;
     assert_common(&v, "soak");
-    assert_eq!((v["store"].as_str(), v["interrupted"].as_bool()), (Some("memory"), Some(false)), "{v}");
+    assert_eq!((v["store"].as_str(), v["interrupted"].as_bool()), (Some(store), Some(false)), "{v}");
+    let keys_from = if store == "redis" { "dbsize" } else { "floodgate_keys" };
+    assert_eq!(v["keys_from"], keys_from);
     assert_eq!(u(&v, "operations"), 2000, "every operation of 20 s at 100/s scheduled: {v}");
 
     // Each kind adds up, and the kinds add up to the run.
