@@ -248,7 +248,9 @@ async fn soak(
     let probe = Probe { pid: server.watched.pid(), api: &api, redis };
     let (answers, mut received) = mpsc::unbounded_channel::<Answer>();
     let started = Instant::now();
-    let sending = Sending { api: api.clone(), gateway, timeout: args.timeout, answers, started };
+    // The connections stay open until the last sample is taken: the server's descriptors count them.
+    let sending =
+        Sending { api: api.clone(), gateway: gateway.clone(), timeout: args.timeout, answers, started };
     let (stop, interrupted) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
     let ctrl_c = on_ctrl_c(Arc::clone(&stop), Arc::clone(&interrupted));
     let population = Population {
@@ -306,6 +308,7 @@ async fn soak(
     batch.flush(&live);
     let end = started.elapsed();
     collector.close(micros(end), probe.read().await);
+    drop(gateway);
     stop_ticker.store(true, Ordering::Relaxed);
     let _ = ticker.await;
     progress.finish();
