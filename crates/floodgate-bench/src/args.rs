@@ -1,5 +1,6 @@
 //! Flags several scenarios share: the output flags, the target and what each request carries,
-//! an algorithm with a limit per window, and the parsers of durations, percentages and pairs.
+//! an algorithm with a limit per window, the store a run starts, and the parsers of durations,
+//! percentages and pairs.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -202,6 +203,26 @@ impl Algorithm {
             LimitKind::Gcra => Gcra::try_new(Rate::try_new(n, window)?, n)?.into(),
             other => anyhow::bail!("{other} is not a limit per window"),
         })
+    }
+}
+
+/// The store of a run that starts its own servers: their memory store, or a `redis-server` the
+/// run starts (`harness::redis`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// The memory store.
+    Memory,
+    /// A `redis-server` this run starts.
+    Redis,
+}
+
+impl StoreKind {
+    /// The store's `kind` in configuration files.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Redis => "redis",
+        }
     }
 }
 

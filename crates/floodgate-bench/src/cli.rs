@@ -105,6 +105,11 @@ scenarios! {
     /// The gateway's timeout budgets (`connect`, `first_byte`, `total`) against upstreams that
     /// never answer, beside nginx's: how close to its value each fires.
     Timeouts(scenarios::timeouts::TimeoutsArgs),
+    /// Steady mixed traffic — checks, reserve/commit pairs, gateway requests — against one
+    /// `floodgate serve` process on the memory store or a Redis this run starts, for up to an hour:
+    /// the server's memory, descriptors, threads and each kind's p99 sampled, their drift after a
+    /// warm-up, errors and wrong answers.
+    Soak(scenarios::soak::SoakArgs),
 }
 
 #[cfg(test)]

@@ -36,12 +36,16 @@
 //! - [`timeouts`](scenarios::timeouts): the gateway's `connect`, `first_byte` and `total`
 //!   budgets against upstreams that never answer, beside nginx's: how close to its value each
 //!   fires.
+//! - [`soak`](scenarios::soak): steady mixed traffic — checks, reserve/commit pairs, gateway
+//!   requests — against one `floodgate serve` process on memory or Redis for up to an hour; the
+//!   server's memory, descriptors, threads and each kind's p99 sampled, their drift after a
+//!   warm-up against its goal, errors and wrong answers.
 //!
 //! They run on the [`harness`] — the processes a run starts and stops (`floodgate serve`, nginx,
 //! peers, `redis-server` nodes and clusters through `floodgate-testkit`'s launcher), free ports,
-//! an in-process server, the HTTP client and the targets — and write a [`report`]. [`cli`] lists
-//! the subcommands; [`args`] holds the flags several scenarios share. Adding a scenario is a file
-//! or folder in `scenarios/` and one line in [`cli`].
+//! an in-process server, the upstream behind a gateway, the HTTP client and the targets — and
+//! write a [`report`]. [`cli`] lists the subcommands; [`args`] holds the flags several scenarios
+//! share. Adding a scenario is a file or folder in `scenarios/` and one line in [`cli`].
 //!
 //! Every run shows an indicatif progress bar, prints a table, and writes `--json PATH` and
 //! `--plot PATH.svg` on request. The report math lives in [`report::math`]:

@@ -1,7 +1,9 @@
 //! The processes a run starts besides Redis: `floodgate serve` (the binary beside this one, or
 //! `--floodgate`), nginx, and peers held by the testkit's watchdog ([`Watched`]: `flood --peer
-//! limitador`) — each stopped however the run ends — and the ports they are waited on.
+//! limitador`, `soak`'s server through [`watch`]) — each stopped however the run ends — the ports
+//! they are waited on, and what a process holds (memory, descriptors, threads).
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
@@ -71,6 +73,35 @@ pub(crate) fn serve(binary: &Path, config: &Path, http: &str) -> Command {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     command
+}
+
+/// `command` (its program, arguments and environment, as [`serve`] builds them) held by the
+/// testkit's watchdog in `dir` (an existing directory, the program's own): killed, and `dir`
+/// removed, however the run ends — a return, an error, a panic, Ctrl-C, or the bench killed. Its
+/// output goes to `dir/output.log` ([`OUTPUT`]).
+///
+/// The watchdog runs `env`, which sets the command's environment and then executes the program in
+/// its place: [`Watched::pid`] is the program's. (A program whose path holds a `=` would be taken
+/// for a variable by `env`.)
+pub(crate) fn watch(command: &Command, dir: &Path) -> std::io::Result<Watched> {
+    let (mut unset, mut set) = (Vec::new(), Vec::new());
+    for (name, value) in command.get_envs() {
+        match value {
+            None => unset.extend([OsString::from("-u"), name.to_owned()]),
+            Some(value) => {
+                let mut pair = name.to_owned();
+                pair.push("=");
+                pair.push(value);
+                set.push(pair);
+            }
+        }
+    }
+    let args = unset
+        .into_iter()
+        .chain(set)
+        .chain([command.get_program().to_owned()])
+        .chain(command.get_args().map(ToOwned::to_owned));
+    Watched::spawn(dir, Path::new("env"), args)
 }
 
 /// How a [`Process`] is stopped when dropped.
@@ -151,9 +182,37 @@ pub(crate) fn resident_set(pid: &str) -> Option<u64> {
 
 /// `VmRSS` of a `/proc/<pid>/status` page, in bytes.
 pub(crate) fn vm_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-    let kb: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    let kb: u64 = status_field(status, "VmRSS")?.strip_suffix("kB")?.trim().parse().ok()?;
     Some(kb * 1024)
+}
+
+/// The value of the field `name` of a `/proc/<pid>/status` page, trimmed.
+fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim)
+}
+
+/// What a process holds at a moment, from `/proc` (Linux); each `None` when it cannot be read (the
+/// process is gone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Holdings {
+    /// Its resident set (`VmRSS`), in bytes.
+    pub(crate) rss_bytes: Option<u64>,
+    /// Its open file descriptors: the entries of `/proc/<pid>/fd`.
+    pub(crate) fds: Option<u64>,
+    /// Its threads (`Threads`): the OS threads, not the tasks of an async runtime.
+    pub(crate) threads: Option<u64>,
+}
+
+/// What process `pid` holds now.
+pub(crate) fn holdings(pid: u32) -> Holdings {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+    let status = status.as_deref().unwrap_or_default();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok().map(|entries| entries.count() as u64);
+    Holdings {
+        rss_bytes: vm_rss(status),
+        fds,
+        threads: status_field(status, "Threads").and_then(|n| n.parse().ok()),
+    }
 }
 
 /// How long a proxy this run starts may take to accept connections.
@@ -205,4 +264,44 @@ pub(crate) async fn nginx(
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     wait_for_port(addr, PROXY_STARTUP).await?;
     Ok((process, addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_page_gives_the_resident_set_and_the_threads() {
+        let status = "Name:\tfloodgate\nThreadsX:\t9\nVmRSS:\t   20480 kB\nThreads:\t7\n";
+        assert_eq!(vm_rss(status), Some(20 << 20));
+        assert_eq!(status_field(status, "Threads"), Some("7"));
+        assert_eq!(status_field(status, "Missing"), None);
+    }
+
+    #[test]
+    fn this_process_holds_memory_descriptors_and_threads() {
+        let mine = holdings(std::process::id());
+        assert!(mine.rss_bytes.is_some_and(|b| b > 0), "{mine:?}");
+        assert!(mine.fds.is_some_and(|n| n >= 3) && mine.threads.is_some_and(|n| n >= 1), "{mine:?}");
+        assert_eq!(holdings(u32::MAX), Holdings::default());
+    }
+
+    #[test]
+    fn a_watched_command_runs_with_its_environment_and_is_gone_once_dropped() {
+        let dir = scratch_dir("watch-test", 0).unwrap();
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo \"$SOAK_SET${SOAK_UNSET:-unset}\"; exec sleep 30"]);
+        command.env("SOAK_SET", "set-").env_remove("SOAK_UNSET");
+        let watched = watch(&command, &dir).unwrap();
+        let pid = watched.pid();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(dir.join(OUTPUT)).unwrap_or_default().is_empty() {
+            assert!(Instant::now() < deadline, "no output");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(std::fs::read_to_string(dir.join(OUTPUT)).unwrap(), "set-unset\n");
+        assert!(holdings(pid).threads.is_some(), "the pid is the program's");
+        drop(watched);
+        assert!(!dir.exists() && holdings(pid) == Holdings::default());
+    }
 }

@@ -311,7 +311,7 @@ fn route_outcome(status: http::StatusCode) -> Outcome {
 /// (`fail_open` → `error_allowed`, `fail_closed` → `error_denied`, `local` → `local_allowed` or
 /// `local_denied`). Counted as errors, not as
 /// admissions or denials, so that `allowed` is what the limiter decided.
-fn store_failure(body: &[u8]) -> Option<&'static str> {
+pub(crate) fn store_failure(body: &[u8]) -> Option<&'static str> {
     let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
     if has(b"\"error_allowed\"") {
         Some("store_fail_open")

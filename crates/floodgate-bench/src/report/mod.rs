@@ -207,7 +207,8 @@ pub struct Report {
     /// What the scenario adds to the plot's timeline (a fault interval, errors per bucket).
     #[serde(skip)]
     pub overlay: plot::Overlay,
-    /// Tables printed under the summary (the table leaves out details that are JSON objects).
+    /// Tables printed under the summary (the table leaves out details that are JSON objects, lists
+    /// of them, or empty lists).
     #[serde(skip)]
     pub grids: Vec<Grid>,
 }
@@ -267,8 +268,13 @@ impl Report {
         ));
         for (k, v) in &self.details {
             let v = match v {
-                // Objects are left to the scenario's grids.
+                // Objects, lists of them and empty lists are left to the scenario's grids.
                 serde_json::Value::Object(_) => continue,
+                serde_json::Value::Array(items)
+                    if items.is_empty() || items.iter().any(serde_json::Value::is_object) =>
+                {
+                    continue;
+                }
                 serde_json::Value::String(s) => s.clone(),
                 serde_json::Value::Number(n) => match n.as_f64() {
                     Some(f) if n.is_f64() => format!("{f:.4}"),
@@ -419,7 +425,13 @@ mod tests {
     fn grids_print_under_the_summary_and_objects_stay_out_of_it() {
         let mut r = Report::new(
             Tally::default().summary("outage", "x", 1.0, 1.0),
-            serde_json::json!({"recovered_after_ms": 12.5, "phases": {"before": {"sent": 10}}}),
+            serde_json::json!({
+                "recovered_after_ms": 12.5,
+                "phases": {"before": {"sent": 10}},
+                "samples": [{"t_s": 1.0}],
+                "windows": [],
+                "names": ["a", "b"],
+            }),
         );
         r.grids.push(Grid {
             head: "phase".into(),
@@ -430,7 +442,9 @@ mod tests {
             ],
         });
         let table = r.table();
-        assert!(!table.contains("phases"), "{table}");
+        assert!(!["phases", "samples", "windows"].iter().any(|f| table.contains(f)), "{table}");
+        let names = table.lines().find(|l| l.trim_start().starts_with("names")).unwrap();
+        assert!(names.ends_with(" [\"a\",\"b\"]"), "lists of plain values stay: {table}");
         let row = table.lines().find(|l| l.trim_start().starts_with("recovered after ms")).unwrap();
         assert!(row.ends_with(" 12.5000"), "{table}");
         assert!(

@@ -99,6 +99,11 @@ impl Progress {
         self.bar.set_message(msg);
     }
 
+    /// Prints `line` above the bar (nothing when the bar is hidden).
+    pub fn println(&self, line: &str) {
+        self.bar.println(line);
+    }
+
     /// Clears the bar.
     pub fn finish(&self) {
         self.bar.finish_and_clear();

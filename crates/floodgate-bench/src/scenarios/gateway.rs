@@ -11,8 +11,8 @@
 //!    than `limit` in any second); nginx runs its leaky bucket as configured (`rate=LIMITr/s`, with
 //!    `burst=0`, its default, and with `burst=LIMIT nodelay`).
 //!
-//! The upstream is a minimal hyper server on a thread of its own; `floodgate serve` and nginx run as
-//! processes this run starts and stops.
+//! The upstream is the harness's (`harness::upstream`): a minimal hyper server on a thread of its
+//! own; `floodgate serve` and nginx run as processes this run starts and stops.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty};
 use serde::Serialize;
 
 use crate::args::{Output, parse_duration};
 use crate::harness::process::{self, Process, ScratchDir, floodgate_binary, wait_for_port};
+use crate::harness::upstream::Upstream;
 use crate::report::math::Percentiles;
 use crate::report::{Grid, Outcome, Report, Tally};
 use crate::scenarios::Run;
@@ -94,34 +95,6 @@ struct Details {
     added_p50_us: Vec<(String, f64)>,
     added_p99_us: Vec<(String, f64)>,
     at_limit: Vec<AtLimit>,
-}
-
-/// Starts the upstream: `200 ok` to everything, HTTP/1.1 keep-alive, on a thread of its own.
-fn upstream() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
-    std::thread::Builder::new().name("upstream".into()).spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("a listener");
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else { continue };
-                let _ = tcp.set_nodelay(true);
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(|_request| async {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from_static(
-                            b"ok",
-                        ))))
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-                        .await;
-                });
-            }
-        });
-    })?;
-    Ok(addr)
 }
 
 /// How long the upstream may take to accept connections.
@@ -290,7 +263,8 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
     let nginx_bin = args.nginx.clone();
     let scratch = ScratchDir::new("gateway")?;
     let dir = scratch.path();
-    let up = upstream()?;
+    let upstream = Upstream::start()?;
+    let up = upstream.addr();
     wait_for_port(up, STARTUP).await?;
     let duration = args.duration;
     let connections = args.connections;

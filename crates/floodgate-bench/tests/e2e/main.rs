@@ -2,11 +2,12 @@
 //! port 0), checking that the JSON report's fields are present and consistent; `outage` on a
 //! `redis-server` of its own ([`outage`]); `flood` on the memory store ([`flood`]); `reserve` on
 //! `floodgate` processes ([`reserve`]); `timeouts` on a `floodgate` process and nginx
-//! ([`timeouts`]).
+//! ([`timeouts`]); a short `soak` on a `floodgate` process ([`soak`]).
 
 mod flood;
 mod outage;
 mod reserve;
+mod soak;
 mod timeouts;
 
 use std::path::PathBuf;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::limitador::Limitador;
 use crate::harness::LocalServer;
+use crate::harness::metrics;
 use crate::harness::process::resident_set;
 use crate::harness::redis::{self, RedisServer};
 use crate::harness::server::METRIC_KEYS as KEYS;
@@ -81,19 +82,16 @@ pub(crate) async fn take(holder: Holder<'_>) -> Snapshot {
             return Snapshot { keys, rss_bytes: limitador.rss_bytes(), ..Snapshot::default() };
         }
     };
-    let metrics = server.scrape_metrics().await.unwrap_or_default();
+    let page = server.scrape_metrics().await.unwrap_or_default();
     let (keys, redis_used_memory) = match node {
-        None => {
-            let keys = series(&metrics, KEYS);
-            ((!keys.is_empty()).then(|| keys.values().sum::<f64>() as u64), None)
-        }
+        None => (metrics::total(&page, KEYS).map(|keys| keys as u64), None),
         Some(node) => {
             let keys = redis::query(node, &["DBSIZE"]).and_then(|n| n.trim().parse().ok());
             let info = redis::query(node, &["INFO", "memory"]);
             (keys, info.as_deref().and_then(|info| info_field(info, "used_memory")))
         }
     };
-    let overflow_decisions = series(&metrics, OVERFLOW_DECISIONS_TOTAL)
+    let overflow_decisions = metrics::series(&page, OVERFLOW_DECISIONS_TOTAL)
         .into_iter()
         .map(|(labels, v)| (labels, v as u64))
         .collect();
@@ -106,22 +104,6 @@ pub(crate) async fn take(holder: Holder<'_>) -> Snapshot {
         overflow_counters: memory.as_ref().map(|m| m.overflow_counters as u64),
         overflow_decisions,
     }
-}
-
-/// Every series of the metric `name` in a Prometheus text page: its labels (`{…}`, or empty)
-/// and value.
-fn series(text: &str, name: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(name)?;
-            let (labels, value) = match rest.as_bytes().first() {
-                Some(b'{') => rest.split_at(rest.find('}')? + 1),
-                Some(b' ') => ("", rest),
-                _ => return None,
-            };
-            Some((labels.to_owned(), value.split_whitespace().next()?.parse().ok()?))
-        })
-        .collect()
 }
 
 /// A `name:value` field of a Redis `INFO` reply.
@@ -138,26 +120,6 @@ fn resident_bytes() -> Option<u64> {
 mod tests {
     use super::*;
     use crate::harness::process::vm_rss;
-
-    const PAGE: &str = "\
-# TYPE floodgate_keys gauge
-floodgate_keys{store=\"memory\"} 10001
-# TYPE floodgate_overflow_decisions_total counter
-floodgate_overflow_decisions_total{rule=\"per_user\",result=\"denied\"} 9512
-floodgate_overflow_decisions_total{rule=\"per_user\",result=\"allowed\"} 100
-floodgate_keys_other 3
-";
-
-    #[test]
-    fn series_are_read_by_exact_name_with_their_labels() {
-        let keys = series(PAGE, KEYS);
-        assert_eq!(keys.into_iter().collect::<Vec<_>>(), [("{store=\"memory\"}".to_owned(), 10001.0)]);
-        let overflow = series(PAGE, OVERFLOW_DECISIONS_TOTAL);
-        assert_eq!(overflow.len(), 2);
-        assert_eq!(overflow["{rule=\"per_user\",result=\"denied\"}"], 9512.0);
-        assert!(series("# nothing here\nfloodgate_decisions_total 4\n", OVERFLOW_DECISIONS_TOTAL).is_empty());
-        assert_eq!(series("floodgate_keys 7 1700000000000\n", KEYS)[""], 7.0);
-    }
 
     #[test]
     fn redis_info_and_the_resident_set_are_read_in_bytes() {
