@@ -286,20 +286,19 @@ mod tests {
         assert_eq!(holdings(u32::MAX), Holdings::default());
     }
 
-    #[test]
-    fn a_watched_command_runs_with_its_environment_and_is_gone_once_dropped() {
+    #[tokio::test]
+    async fn a_watched_command_runs_with_its_environment_and_is_gone_once_dropped() {
         let dir = scratch_dir("watch-test", 0).unwrap();
         let mut command = Command::new("sh");
         command.args(["-c", "echo \"$SOAK_SET${SOAK_UNSET:-unset}\"; exec sleep 30"]);
         command.env("SOAK_SET", "set-").env_remove("SOAK_UNSET");
         let watched = watch(&command, &dir).unwrap();
         let pid = watched.pid();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::fs::read_to_string(dir.join(OUTPUT)).unwrap_or_default().is_empty() {
-            assert!(Instant::now() < deadline, "no output");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(std::fs::read_to_string(dir.join(OUTPUT)).unwrap(), "set-unset\n");
+        let output = floodgate_testkit::wait::until("the program's first line", || async {
+            std::fs::read_to_string(dir.join(OUTPUT)).ok().filter(|o| o.ends_with('\n'))
+        })
+        .await;
+        assert_eq!(output, "set-unset\n");
         assert!(holdings(pid).threads.is_some(), "the pid is the program's");
         drop(watched);
         assert!(!dir.exists() && holdings(pid) == Holdings::default());
