@@ -135,7 +135,8 @@ fn unprocessable(impossible: bool) -> RefOr<utoipa::openapi::Response> {
     let shape = "JSON of the wrong shape (`invalid-request`: the detail names the field and what it got: \
                  not an object, a missing `descriptors`, a value that is not a string, more than 64 \
                  descriptors, a name given twice, an unknown field, a `cost` that is not a whole \
-                 number from 1 to 2^64 - 1), or a descriptor value a rule cannot key by \
+                 number from 1 to 2^64 - 1, `cost` with `costs`, `costs` all 0: each a rule the \
+                 schema states), or a descriptor value a rule cannot key by \
                  (`invalid-request`, e.g. no IP address for an `ip_prefix` rule)";
     if impossible {
         let description = format!(

@@ -325,6 +325,22 @@ async fn empty_costs_are_refused_by_the_schema_and_by_the_server() {
     s.stop().await;
 }
 
+/// Plain schemathesis built a body from the document's own examples and defaults — `cost` and
+/// `costs` together — which the server refuses: the schema now says so with `not`.
+#[tokio::test]
+async fn cost_and_costs_together_are_refused_by_the_schema_and_by_the_server() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let body = &document["components"]["schemas"]["CheckRequest"];
+    assert_eq!(body["not"]["required"], serde_json::json!(["cost", "costs"]), "{body}");
+    let s = server().await;
+    let both =
+        s.post("/v1/check", r#"{"descriptors": {"user": "u"}, "cost": 1, "costs": {"requests": 1}}"#).await;
+    assert_eq!(both.status, 422, "{}", both.body);
+    let null = s.post("/v1/check", r#"{"descriptors": {"user": "u"}, "cost": 1, "costs": null}"#).await;
+    assert_eq!(null.status, 200, "a null `costs` is no `costs`: {}", null.body);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn a_whole_commit_cost_written_with_a_fraction_is_that_cost() {
     let s = server().await;
