@@ -306,6 +306,25 @@ async fn usage_problems_are_documented_and_answered_as_problem_json() {
     s.stop().await;
 }
 
+/// The usage query's descriptors were an open object: a list value (a name repeated) or a
+/// descriptor named `rule` (a second `rule`) passed the schema and were refused. The schema now
+/// says one string per name, and no name `rule`.
+#[tokio::test]
+async fn usage_descriptors_are_one_string_per_name_and_none_is_named_rule() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let descriptors = &document["paths"]["/v1/usage"]["get"]["parameters"][1];
+    assert_eq!(descriptors["name"], "descriptors");
+    assert_eq!(descriptors["schema"]["additionalProperties"]["type"], "string", "{descriptors}");
+    assert_eq!(descriptors["schema"]["propertyNames"]["not"]["const"], "rule", "{descriptors}");
+    let s = server().await;
+    for query in ["rule=per-user&user=a&user=b", "rule=per-user&user=a&rule=per-user"] {
+        let reply = s.get(&format!("/v1/usage?{query}")).await;
+        assert_eq!(reply.status, 422, "{query}: {}", reply.body);
+    }
+    assert_eq!(s.get("/v1/usage?rule=per-user&user=u1").await.status, 200, "the document's example");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn empty_costs_are_refused_by_the_schema_and_by_the_server() {
     let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
