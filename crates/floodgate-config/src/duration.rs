@@ -178,15 +178,15 @@ pub fn parse_clock(text: &str, max: Duration) -> Result<Duration, String> {
     let within = |(unit, n): &(usize, u64)| *n < CLOCK[*unit];
     let first = written.first().map_or(0, |(_, n)| *n);
     if first == 0 || !written.iter().skip(1).all(within) {
-        return Err(format!(
-            "write it as a clock reads: the first number above 0, each after it below the next larger unit (e.g. \
-             \"1h30m\" or \"90m\", not \"1h90m\" or \"0h30m\"), at most {}",
-            format(max)
-        ));
+        return Err(
+            "not as a clock reads: the first number above 0, each after it below the next larger unit \
+                    (\"1h30m\" or \"90m\", not \"1h90m\" or \"0h30m\")"
+                .to_owned(),
+        );
     }
     let d = parse(text)?;
     if d > max {
-        return Err(format!("at most {}", format(max)));
+        return Err(format!("longer than {}", format(max)));
     }
     Ok(d)
 }
@@ -218,16 +218,26 @@ pub fn clock_pattern(max: Duration) -> String {
 fn range(max: u64) -> String {
     let digits = max.to_string();
     let len = digits.len();
+    // `[lo-hi]`, or the digit alone.
+    let class = |lo: u8, hi: u8| if lo == hi { lo.to_string() } else { format!("[{lo}-{hi}]") };
+    // Exactly `n` digits, any.
+    let any = |n: usize| match n {
+        0 => String::new(),
+        1 => "[0-9]".to_owned(),
+        n => format!("[0-9]{{{n}}}"),
+    };
     let mut alternatives = Vec::new();
     // Fewer digits than `max`: any, not starting with 0.
-    if len > 1 {
-        alternatives.push(format!("[1-9][0-9]{{0,{}}}", len - 2));
+    match len {
+        0 | 1 => {}
+        2 => alternatives.push("[1-9]".to_owned()),
+        _ => alternatives.push(format!("[1-9][0-9]{{0,{}}}", len - 2)),
     }
     // As many digits: `max`'s first i digits, a smaller one (not 0 first), then any.
     for (i, digit) in digits.bytes().map(|b| b - b'0').enumerate() {
         let low = u8::from(i == 0);
         if digit > low {
-            alternatives.push(format!("{}[{low}-{}][0-9]{{{}}}", &digits[..i], digit - 1, len - i - 1));
+            alternatives.push(format!("{}{}{}", &digits[..i], class(low, digit - 1), any(len - i - 1)));
         }
     }
     alternatives.push(digits.clone());

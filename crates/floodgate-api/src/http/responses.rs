@@ -328,9 +328,13 @@ impl IntoResponses for ReserveProblems {
                     422,
                     "As `/v1/check`'s 422 (JSON of the wrong shape, a descriptor value a rule cannot use, a cost \
                      an enforced rule can never grant: `never-allowed`), or a `ttl` that is not a duration above \
-                     0 and at most 24h.",
+                     0 and at most 24h written as a clock reads (the schema's pattern).",
                     &[
-                        (INVALID_TYPE, "Invalid Request", "\"ttl\" \"48h\" must be above 0 and at most 24h."),
+                        (
+                            INVALID_TYPE,
+                            "Invalid Request",
+                            "\"ttl\" \"48h\" must be above 0 and at most 24h: longer than 1d.",
+                        ),
                         (
                             NEVER_ALLOWED_TYPE,
                             "Request Can Never Be Allowed",

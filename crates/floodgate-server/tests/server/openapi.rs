@@ -422,6 +422,37 @@ async fn reservation_problems_are_documented_and_answered_as_problem_json() {
     s.stop().await;
 }
 
+/// Plain schemathesis drew `ttl`s from the old pattern (the duration grammar) that the server
+/// refused — `"   "`, `0s`, `48h` — and sent `"ttl": null`, which the server took as the default
+/// though the schema said a string. The pattern is now exactly what the server reads.
+#[tokio::test]
+async fn a_ttl_is_what_its_pattern_says_and_null_is_the_default() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let ttl = &document["components"]["schemas"]["ReserveRequest"]["properties"]["ttl"];
+    assert_eq!(ttl["type"], serde_json::json!(["string", "null"]), "{ttl}");
+    let pattern = ttl["pattern"].as_str().unwrap();
+    assert_eq!(pattern, floodgate_config::duration::clock_pattern(std::time::Duration::from_secs(86_400)));
+    let s = server().await;
+    for (i, (ttl, status)) in [
+        ("null", 200),
+        ("\"90m\"", 200),
+        ("\"1h30m\"", 200),
+        ("\"24h\"", 200),
+        ("\"1h90m\"", 422),
+        ("\"0s\"", 422),
+        ("\"   \"", 422),
+        ("\"24h1s\"", 422),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let reply =
+            s.post("/v1/reserve", format!(r#"{{"descriptors": {{"user": "t{i}"}}, "ttl": {ttl}}}"#)).await;
+        assert_eq!(reply.status, status, "{ttl}: {}", reply.body);
+    }
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn a_null_domain_is_the_native_policy() {
     let s = server().await;
