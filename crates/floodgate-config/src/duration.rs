@@ -157,8 +157,8 @@ pub fn positive_pattern() -> String {
             }
             let rest = MAX_DIGITS[first] - 1;
             alternative.push_str(&format!("0*[1-9][0-9]{{0,{rest}}}{}", unit_pattern(first)));
-            for unit in first + 1..UNITS.len() {
-                alternative.push_str(&format!("({}{})?", any_number(MAX_DIGITS[unit]), unit_pattern(unit)));
+            for (unit, digits) in MAX_DIGITS.iter().enumerate().skip(first + 1) {
+                alternative.push_str(&format!("({}{})?", any_number(*digits), unit_pattern(unit)));
             }
             alternative
         })
@@ -178,11 +178,9 @@ pub fn parse_clock(text: &str, max: Duration) -> Result<Duration, String> {
     let within = |(unit, n): &(usize, u64)| *n < CLOCK[*unit];
     let first = written.first().map_or(0, |(_, n)| *n);
     if first == 0 || !written.iter().skip(1).all(within) {
-        return Err(
-            "not as a clock reads: the first number above 0, each after it below the next larger unit \
-                    (\"1h30m\" or \"90m\", not \"1h90m\" or \"0h30m\")"
-                .to_owned(),
-        );
+        return Err("not as a clock reads: the first number above 0, each after it below the next larger \
+                    unit (\"1h30m\" or \"90m\", not \"1h90m\" or \"0h30m\")"
+            .to_owned());
     }
     let d = parse(text)?;
     if d > max {
@@ -201,10 +199,10 @@ pub fn clock_pattern(max: Duration) -> String {
             // At the bound, only zeros after it; below it, any clock after it.
             let mut at = format!("0*{bound}{}", unit_pattern(first));
             let mut below = (bound > 1).then(|| format!("0*{}{}", range(bound - 1), unit_pattern(first)));
-            for unit in first + 1..UNITS.len() {
+            for (unit, count) in CLOCK.iter().enumerate().skip(first + 1) {
                 at.push_str(&format!("(0+{})?", unit_pattern(unit)));
                 if let Some(below) = &mut below {
-                    let clock = format!("(0+|0*{})", range(CLOCK[unit] - 1));
+                    let clock = format!("(0+|0*{})", range(count - 1));
                     below.push_str(&format!("({clock}{})?", unit_pattern(unit)));
                 }
             }
