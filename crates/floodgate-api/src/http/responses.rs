@@ -530,8 +530,8 @@ impl IntoResponses for SimulateProblems {
                     400,
                     "The body is not JSON (`malformed-request`), or not a simulation (`invalid-request`): the detail \
                      names the field — an unknown algorithm or parameter, a parameter as a rule could not have it \
-                     (with its line and column), a missing or misordered `requests[i].at_ms`, a \
-                     `requests[i].cost` the limit can never grant, more than 10 000 requests or samples.",
+                     (with its line and column), a missing `requests[i].at_ms`, a `requests[i].cost` of 0, more \
+                     than 10 000 requests: each a rule the schema states.",
                     &[
                         (
                             MALFORMED_TYPE,

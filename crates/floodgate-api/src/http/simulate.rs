@@ -3,8 +3,9 @@
 //! Body: an algorithm and its parameters exactly as a rule writes them (read by the
 //! configuration's own parser, so its errors name the line, column and field), the `requests`
 //! (`at_ms`, `cost`), and optionally `sample_ms` / `until_ms` for the level between requests.
-//! Answer: one decision per request. Nothing is stored or counted; every error is a 400 naming the
-//! field.
+//! Answer: one decision per request, in the order given (they are simulated in time order; one
+//! whose cost the limit never grants is refused with no time to retry at). Nothing is stored or
+//! counted; every error is a 400 naming the field.
 
 use std::net::SocketAddr;
 
@@ -58,10 +59,12 @@ pub(super) struct SimulateBody {
     anchor: Option<serde_json::Value>,
     /// `budget`: how long the budget lasts from its first use, a duration.
     ttl: Option<serde_json::Value>,
-    /// The requests, in time order (at most 10 000).
+    /// The requests, in any order (at most 10 000): simulated in time order, those at one instant
+    /// in the order given.
     requests: Vec<SimulatedRequest>,
     /// Sample the level (what a request of 1 would find left) every this many milliseconds, from
-    /// 0 to `until_ms`; at most 10 000 samples. Absent: no `levels` in the answer.
+    /// 0 to `until_ms`; when that is more than 10 000 samples, every smallest multiple of it that
+    /// gives at most 10 000. Absent: no `levels` in the answer.
     #[schema(minimum = 1)]
     sample_ms: Option<u64>,
     /// The last instant sampled (default: the last request's `at_ms`); only with `sample_ms`.
@@ -86,9 +89,9 @@ fn algorithm_names() -> ObjectBuilder {
 #[allow(dead_code)]
 pub(super) struct SimulatedRequest {
     /// When it arrives, in milliseconds of simulated time: the Unix epoch plus `at_ms`, so that a
-    /// fixed window or a quota period begins at 0. Never earlier than the request before.
+    /// fixed window or a quota period begins at 0.
     at_ms: u64,
-    /// Its cost (default 1; at most what the limit grants at once).
+    /// Its cost (default 1). One above what the limit grants at once is refused, never to pass.
     #[schema(minimum = 1)]
     cost: Option<u64>,
 }
@@ -101,7 +104,7 @@ pub(super) struct SimulationView {
     algorithm: &'static str,
     /// The limit's capacity: the most one window, bucket or period grants.
     limit: u64,
-    /// One decision per request, in order.
+    /// One decision per request, in the order given.
     decisions: Vec<SimulatedDecision>,
     /// The level at each sampled instant (with `sample_ms` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,7 +121,8 @@ pub(super) struct SimulatedDecision {
     /// Capacity left after it.
     remaining: u64,
     /// When refused: milliseconds until the same request would pass, rounded up (the exact
-    /// `Retry-After`, in ms); `null` when allowed.
+    /// `Retry-After`, in ms); `null` when allowed, or when its cost is above what the limit ever
+    /// grants at once (it never passes).
     retry_after_ms: Option<u64>,
     /// Milliseconds until the limit is fully replenished, rounded up.
     reset_after_ms: u64,
@@ -274,7 +278,7 @@ fn sampling(
         (None, None) => Ok(None),
         (None, Some(_)) => Err("until_ms: applies with sample_ms only".into()),
         (Some(every_ms), until) => {
-            let until_ms = until.unwrap_or_else(|| requests.last().map_or(0, |r| r.at_ms));
+            let until_ms = until.unwrap_or_else(|| requests.iter().map(|r| r.at_ms).max().unwrap_or(0));
             Ok(Some(Sampling { every_ms, until_ms }))
         }
     }
