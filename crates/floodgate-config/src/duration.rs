@@ -23,6 +23,8 @@
 
 use std::time::Duration;
 
+use crate::pattern::{SPACE, range};
+
 /// The units, largest first, with their length in microseconds.
 const UNITS: [(&str, u64); 6] = [
     ("d", 86_400_000_000),
@@ -127,10 +129,6 @@ pub fn format(d: Duration) -> String {
     out
 }
 
-/// The whitespace [`parse`] trims (`char::is_whitespace`), as a regular-expression class.
-const SPACE: &str =
-    "[\\t\\n\\u000B\\f\\r \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]*";
-
 /// A unit as written: `us` may be `µs`.
 fn unit_pattern(index: usize) -> &'static str {
     match UNITS[index].0 {
@@ -210,36 +208,6 @@ pub fn clock_pattern(max: Duration) -> String {
         })
         .collect();
     format!("^{SPACE}({}){SPACE}$", alternatives.join("|"))
-}
-
-/// The whole numbers from 1 to `max` (at least 1), without leading zeros, as a regular expression.
-fn range(max: u64) -> String {
-    let digits = max.to_string();
-    let len = digits.len();
-    // `[lo-hi]`, or the digit alone.
-    let class = |lo: u8, hi: u8| if lo == hi { lo.to_string() } else { format!("[{lo}-{hi}]") };
-    // Exactly `n` digits, any.
-    let any = |n: usize| match n {
-        0 => String::new(),
-        1 => "[0-9]".to_owned(),
-        n => format!("[0-9]{{{n}}}"),
-    };
-    let mut alternatives = Vec::new();
-    // Fewer digits than `max`: any, not starting with 0.
-    match len {
-        0 | 1 => {}
-        2 => alternatives.push("[1-9]".to_owned()),
-        _ => alternatives.push(format!("[1-9][0-9]{{0,{}}}", len - 2)),
-    }
-    // As many digits: `max`'s first i digits, a smaller one (not 0 first), then any.
-    for (i, digit) in digits.bytes().map(|b| b - b'0').enumerate() {
-        let low = u8::from(i == 0);
-        if digit > low {
-            alternatives.push(format!("{}{}{}", &digits[..i], class(low, digit - 1), any(len - i - 1)));
-        }
-    }
-    alternatives.push(digits.clone());
-    format!("({})", alternatives.join("|"))
 }
 
 #[cfg(test)]
