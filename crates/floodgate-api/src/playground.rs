@@ -17,6 +17,10 @@ use floodgate_core::{Algorithm, Decision, Timestamp};
 pub const MAX_REQUESTS: usize = 10_000;
 /// The most level samples one simulation gives.
 pub const MAX_SAMPLES: usize = 10_000;
+/// The latest simulated instant, a request's or a sample's: 10^13 ms, about 317 years after the
+/// Unix epoch — late enough for any calendar, early enough that no algorithm's arithmetic
+/// overflows with the longest duration a limit may have.
+pub const MAX_AT_MS: u64 = 10_000_000_000_000;
 
 /// One simulated request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +69,12 @@ pub enum SimulateError {
     /// A request of cost 0.
     #[error("requests[{0}].cost: cost must be at least 1")]
     ZeroCost(usize),
+    /// A request later than [`MAX_AT_MS`].
+    #[error("requests[{0}].at_ms: at most {MAX_AT_MS}")]
+    TooLate(usize),
+    /// Sampling until later than [`MAX_AT_MS`].
+    #[error("until_ms: at most {MAX_AT_MS}")]
+    SampledTooLate,
     /// A sampling interval of 0.
     #[error("sample_ms: must be at least 1")]
     ZeroSampling,
@@ -105,8 +115,12 @@ pub fn simulate(
     if let Some(index) = requests.iter().position(|r| r.cost == 0) {
         return Err(SimulateError::ZeroCost(index));
     }
+    if let Some(index) = requests.iter().position(|r| r.at_ms > MAX_AT_MS) {
+        return Err(SimulateError::TooLate(index));
+    }
     let sampling = match sampling {
         Some(Sampling { every_ms: 0, .. }) => return Err(SimulateError::ZeroSampling),
+        Some(Sampling { until_ms, .. }) if until_ms > MAX_AT_MS => return Err(SimulateError::SampledTooLate),
         Some(Sampling { every_ms, until_ms }) => {
             // The smallest multiple of the interval that samples at most MAX_SAMPLES instants.
             let every_ms = every_ms.saturating_mul(until_ms / every_ms / MAX_SAMPLES as u64 + 1);
@@ -259,8 +273,8 @@ mod tests {
         let run = simulate(&bucket, &[], Some(Sampling { every_ms: 3, until_ms: 100_000 })).unwrap();
         assert_eq!(run.levels[1].at_ms, 12, "every 4 × 3 ms: the first multiple with at most 10 000 samples");
         assert!(run.levels.len() <= MAX_SAMPLES && run.levels.last().unwrap().at_ms > 99_000);
-        let run = simulate(&bucket, &[], Some(Sampling { every_ms: u64::MAX, until_ms: u64::MAX })).unwrap();
-        assert_eq!(run.levels.len(), 2);
+        let run = simulate(&bucket, &[], Some(Sampling { every_ms: u64::MAX, until_ms: MAX_AT_MS })).unwrap();
+        assert_eq!(run.levels.len(), 1);
     }
 
     #[test]
@@ -276,5 +290,9 @@ mod tests {
         );
         let zero_every = Some(Sampling { every_ms: 0, until_ms: 10 });
         assert_eq!(simulate(&bucket, &[], zero_every).unwrap_err(), SimulateError::ZeroSampling);
+        let late = [Request { at_ms: MAX_AT_MS, cost: 1 }, Request { at_ms: MAX_AT_MS + 1, cost: 1 }];
+        assert_eq!(simulate(&bucket, &late, None).unwrap_err(), SimulateError::TooLate(1));
+        let late = Some(Sampling { every_ms: 1, until_ms: MAX_AT_MS + 1 });
+        assert_eq!(simulate(&bucket, &[], late).unwrap_err(), SimulateError::SampledTooLate);
     }
 }

@@ -506,16 +506,114 @@ async fn status_line(addr: std::net::SocketAddr, path: &str) -> String {
     line.trim_end().to_owned()
 }
 
+/// `#/components/schemas/<name>` of `document`, or `schema` itself when it is no reference.
+fn resolved<'d>(document: &'d Value, schema: &'d Value) -> &'d Value {
+    match schema["$ref"].as_str() {
+        Some(pointer) => document.pointer(pointer.trim_start_matches('#')).unwrap_or(&Value::Null),
+        None => schema,
+    }
+}
+
+/// Plain schemathesis sent `"anchor": null` (and other algorithms' parameters) to
+/// `token_bucket`, which the document allowed and the server refused: the body is now one schema
+/// per algorithm, each naming exactly the parameters it takes.
 #[test]
-fn the_simulation_body_names_every_algorithm_and_parameter_of_the_registry_and_nothing_else() {
+fn the_simulation_body_is_one_schema_per_algorithm_naming_exactly_its_parameters() {
     let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let simulate = &document["components"]["schemas"]["Simulate"];
-    assert_eq!(simulate["additionalProperties"], false);
-    let names: Vec<&str> = floodgate_config::algorithm::names().collect();
-    assert_eq!(simulate["properties"]["algorithm"]["enum"], serde_json::json!(names));
-    let documented: BTreeSet<&str> =
-        simulate["properties"].as_object().unwrap().keys().map(String::as_str).collect();
-    let mut read: BTreeSet<&str> = floodgate_config::algorithm::all_parameters().into_iter().collect();
-    read.extend(["algorithm", "requests", "sample_ms", "until_ms"]);
-    assert_eq!(documented, read, "the body's fields are the algorithms' parameters and the simulation's own");
+    assert_eq!(simulate["discriminator"]["propertyName"], "algorithm", "{simulate}");
+    let variants = simulate["oneOf"].as_array().unwrap();
+    assert_eq!(variants.len(), floodgate_config::algorithm::ALGORITHMS.len());
+    for (algorithm, variant) in floodgate_config::algorithm::ALGORITHMS.iter().zip(variants) {
+        let variant = resolved(&document, variant);
+        // A quota's is one schema per period: its anchor differs.
+        let bodies: Vec<&Value> = match variant["oneOf"].as_array() {
+            Some(periods) => periods.iter().collect(),
+            None => vec![variant],
+        };
+        for body in bodies {
+            let name = algorithm.name();
+            assert_eq!(body["properties"]["algorithm"]["enum"], serde_json::json!([name]));
+            assert_eq!(body["additionalProperties"], false, "{name}");
+            let documented: BTreeSet<&str> =
+                body["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+            let mut takes: BTreeSet<&str> = algorithm.parameter_names().collect();
+            if body["properties"]["period"]["enum"] == serde_json::json!(["day"]) {
+                takes.remove("anchor");
+            }
+            takes.extend(["algorithm", "requests", "sample_ms", "until_ms"]);
+            assert_eq!(documented, takes, "{name}: its parameters and the simulation's own, no other");
+            let required: BTreeSet<&str> =
+                body["required"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+            let mut needs: BTreeSet<&str> =
+                algorithm.parameters.iter().filter(|p| p.required()).map(|p| p.name).collect();
+            needs.extend(["algorithm", "requests"]);
+            assert_eq!(required, needs, "{name}");
+        }
+    }
+}
+
+/// The request bodies' examples of the document (each operation's, its schema's, and for a
+/// `oneOf` each alternative's), for the operations whose answer depends on nothing but the body
+/// and the policy.
+fn request_examples(document: &Value) -> Vec<(String, Value)> {
+    let mut examples = Vec::new();
+    for path in ["/v1/check", "/v1/peek", "/v1/report", "/v1/reserve", "/v1/simulate"] {
+        let body = &document["paths"][path]["post"]["requestBody"]["content"]["application/json"];
+        let mut schemas = vec![resolved(document, &body["schema"])];
+        while let Some(schema) = schemas.pop() {
+            for example in schema["examples"].as_array().into_iter().flatten() {
+                examples.push((path.to_owned(), example.clone()));
+            }
+            for alternative in schema["oneOf"].as_array().into_iter().flatten() {
+                schemas.push(resolved(document, alternative));
+            }
+        }
+        examples.extend(body["example"].as_object().map(|e| (path.to_owned(), Value::Object(e.clone()))));
+    }
+    examples
+}
+
+/// Every example of a request in the document is one the server accepts, under the policy
+/// `scripts/api-fuzz` fuzzes (`scripts/api/native.yaml`); schemathesis sends them first.
+#[tokio::test]
+async fn every_request_example_in_the_document_is_accepted() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let policy = std::fs::read_to_string(workspace().join("scripts/api/native.yaml")).unwrap();
+    let s = TestServer::start(parse(&policy)).await;
+    let examples = request_examples(&document);
+    assert!(examples.len() >= 15, "{examples:?}");
+    for (path, example) in examples {
+        let reply = s.post(&path, example.to_string()).await;
+        assert!(matches!(reply.status, 200 | 429), "{path} {example}: {} {}", reply.status, reply.body);
+    }
+    for (path, query) in [("/v1/usage", "rule=per-user&user=u1"), ("/admin/keys", "rule=per-user&user=u1")] {
+        let reply = s.get(&format!("{path}?{query}")).await;
+        assert_eq!(reply.status, 200, "{path}?{query}: {}", reply.body);
+    }
+    s.stop().await;
+}
+
+/// Plain schemathesis drew whole numbers written as `18820.0` for `integer` parameters, and
+/// `at_ms` near 2^64 (an overflow in the budget's arithmetic): a whole number is that number
+/// however it is written, and simulated time ends at `MAX_AT_MS`, as the schema says.
+#[tokio::test]
+async fn a_simulation_takes_whole_numbers_however_written_and_ends_at_the_latest_instant() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let at_ms = &document["components"]["schemas"]["SimulatedRequest"]["properties"]["at_ms"];
+    assert_eq!(at_ms["maximum"], floodgate_api::playground::MAX_AT_MS, "{at_ms}");
+    let s = server().await;
+    let body = r#"{"algorithm": "fixed_window", "limit": 2.0, "window": "1s", "requests": [{"at_ms": 0.0, "cost": 1e0}], "sample_ms": 5e2, "until_ms": 1000.0}"#;
+    let reply = s.post("/v1/simulate", body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["limit"], 2);
+    let max = floodgate_api::playground::MAX_AT_MS;
+    for at_ms in [max, max + 1] {
+        let body = format!(
+            r#"{{"algorithm": "budget", "limit": 1, "ttl": "1d", "requests": [{{"at_ms": {at_ms}}}]}}"#
+        );
+        let reply = s.post("/v1/simulate", body).await;
+        assert_eq!(reply.status, if at_ms == max { 200 } else { 400 }, "{at_ms}: {}", reply.body);
+    }
+    s.stop().await;
 }

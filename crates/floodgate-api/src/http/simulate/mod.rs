@@ -18,8 +18,8 @@ use http::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 
+use self::body::SimulateBody;
 use super::api::authorized;
 use super::responses::{SimulateProblems, TAG_DECISIONS};
 use super::{json, malformed, problem, read_body};
@@ -27,74 +27,10 @@ use crate::playground::{self, MAX_REQUESTS, Sampling};
 use floodgate_app::App;
 use floodgate_app::auth::{Access, admin_access};
 
+mod body;
+
 /// The fields of the body besides the algorithm's.
 const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
-
-/// What `/v1/simulate` takes (documentation: the body is read by the configuration's parser and
-/// the fields below). No other field is read: one is refused.
-#[derive(Debug, ToSchema, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[schema(as = Simulate, example = json!({"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": [{"at_ms": 0, "cost": 1}, {"at_ms": 0}, {"at_ms": 250, "cost": 2}]}))]
-#[allow(dead_code)] // read field by field, for errors that name the field
-pub(super) struct SimulateBody {
-    /// The algorithm (see [`algorithm_names`]).
-    #[schema(schema_with = algorithm_names)]
-    algorithm: String,
-    /// `fixed_window`, `sliding_window`, `sliding_log`, `concurrency`, `quota`, `budget`: the most
-    /// a window, the permits, a period or a budget grants (a whole number ≥ 1).
-    limit: Option<serde_json::Value>,
-    /// `fixed_window`, `sliding_window`, `sliding_log`: the window, a duration such as `60s`.
-    window: Option<serde_json::Value>,
-    /// `token_bucket`, `gcra`: the rate, `N/unit` such as `2/s`.
-    rate: Option<serde_json::Value>,
-    /// `token_bucket`, `gcra`: the burst (a whole number ≥ 1).
-    burst: Option<serde_json::Value>,
-    /// `concurrency`: a permit's lease, a duration (default `30s`).
-    lease: Option<serde_json::Value>,
-    /// `quota`: `day`, `week` or `month`.
-    period: Option<serde_json::Value>,
-    /// `quota`: an IANA zone name (default `UTC`); a zone taken from a descriptor is refused here.
-    time_zone: Option<serde_json::Value>,
-    /// `quota`: the day the period starts (default the 1st, or Monday).
-    anchor: Option<serde_json::Value>,
-    /// `budget`: how long the budget lasts from its first use, a duration.
-    ttl: Option<serde_json::Value>,
-    /// The requests, in any order (at most 10 000): simulated in time order, those at one instant
-    /// in the order given.
-    requests: Vec<SimulatedRequest>,
-    /// Sample the level (what a request of 1 would find left) every this many milliseconds, from
-    /// 0 to `until_ms`; when that is more than 10 000 samples, every smallest multiple of it that
-    /// gives at most 10 000. Absent: no `levels` in the answer.
-    #[schema(minimum = 1)]
-    sample_ms: Option<u64>,
-    /// The last instant sampled (default: the last request's `at_ms`); only with `sample_ms`.
-    until_ms: Option<u64>,
-}
-
-/// The schema of `algorithm`: every algorithm a rule may name, from the configuration's registry.
-fn algorithm_names() -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(SchemaType::new(Type::String))
-        .enum_values(Some(floodgate_config::algorithm::names()))
-        .description(Some(
-            "The algorithm, as a rule names it. Its parameters are written beside it exactly as in a rule of \
-             the configuration (docs/configuration.md), with the same defaults and errors: a parameter another \
-             algorithm takes, or one missing, is a 400 naming it.",
-        ))
-}
-
-/// One simulated request.
-#[derive(Debug, ToSchema, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub(super) struct SimulatedRequest {
-    /// When it arrives, in milliseconds of simulated time: the Unix epoch plus `at_ms`, so that a
-    /// fixed window or a quota period begins at 0.
-    at_ms: u64,
-    /// Its cost (default 1). One above what the limit grants at once is refused, never to pass.
-    #[schema(minimum = 1)]
-    cost: Option<u64>,
-}
 
 /// The decisions.
 #[derive(Debug, Serialize, ToSchema)]
@@ -284,7 +220,7 @@ fn sampling(
     }
 }
 
-/// A JSON number that is a whole number from 0 to 2^64 - 1.
+/// A JSON number that is a whole number from 0 to 2^64 - 1, however it is written (`2.0` too).
 fn whole(value: &Value) -> Option<u64> {
-    value.as_u64()
+    floodgate_http::wire::whole_number(value)
 }
