@@ -480,6 +480,22 @@ async fn a_null_rollback_body_is_the_version_before_the_current() {
 }
 
 #[tokio::test]
+async fn a_whole_rollback_version_written_with_a_fraction_is_that_version() {
+    let s = TestServer::start(parse(
+        "rules:\n  - {name: a, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n",
+    ))
+    .await;
+    let v2 = "rules:\n  - {name: b, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n";
+    assert_eq!(s.request(Method::POST, "/admin/config", v2, &[]).await.status, 200);
+    let back = s.request(Method::POST, "/admin/rollback", r#"{"version": 1.0}"#, &[]).await;
+    assert_eq!(back.status, 200, "{}", back.body);
+    assert_eq!(back.json()["added"], serde_json::json!(["a"]));
+    let half = s.request(Method::POST, "/admin/rollback", r#"{"version": 1.5}"#, &[]).await;
+    assert_eq!(half.status, 422, "{}", half.body);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn the_apply_answer_names_each_field_once() {
     let s = server().await;
     let v2 = "rules:\n  - {name: b, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n";
