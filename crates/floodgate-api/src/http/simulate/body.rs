@@ -81,11 +81,34 @@ impl Component for RateText {
     }
 }
 
+/// A name for each time zone that code generators can use as an identifier (`x-enum-varnames`):
+/// `Etc/GMT+1` is `ETC_GMT_PLUS_1`, `Etc/GMT-1` is `ETC_GMT_MINUS_1`, so that no two are one.
+fn time_zone_identifiers(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .map(|name| {
+            let mut identifier = String::new();
+            let mut chars = name.chars().peekable();
+            while let Some(c) = chars.next() {
+                match c {
+                    '+' => identifier.push_str("_PLUS_"),
+                    '-' if chars.peek().is_some_and(char::is_ascii_digit) => identifier.push_str("_MINUS_"),
+                    c if c.is_ascii_alphanumeric() => identifier.push(c.to_ascii_uppercase()),
+                    _ => identifier.push('_'),
+                }
+            }
+            identifier
+        })
+        .collect()
+}
+
 impl Component for TimeZone {
     const NAME: &'static str = "TimeZone";
     fn schema() -> Schema {
-        string()
-            .enum_values(Some(Calendar::time_zone_names()))
+        let names = Calendar::time_zone_names();
+        let identifiers = time_zone_identifiers(&names);
+        with_keywords(string(), [("x-enum-varnames", json!(identifiers))])
+            .enum_values(Some(names))
             .description(Some(
                 "An IANA time zone name, as the time zone database bundled with the server names it (the \
                  server also takes it in another case).",
@@ -264,7 +287,10 @@ fn variant(algorithm: &Algorithm, period: Option<&str>) -> (Schema, Value) {
         Some(period) => format!("`{}` with `period: {period}`", algorithm.name()),
         None => format!("`{}`", algorithm.name()),
     };
-    let object = object.description(Some(format!(
+    // A title names a quota's schema of one period, as generated clients name it.
+    let title = period
+        .map(|period| format!("{}{}", variant_name(algorithm), period[..1].to_uppercase() + &period[1..]));
+    let object = object.title(title).description(Some(format!(
         "{what}: its parameters ({}) exactly as a rule writes them, and the requests. No other field.",
         takes.join(", ")
     )));
@@ -369,6 +395,20 @@ impl ToSchema for SimulatedRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_time_zone_has_an_identifier_of_its_own() {
+        let names = Calendar::time_zone_names();
+        let identifiers = time_zone_identifiers(&names);
+        let distinct: std::collections::BTreeSet<&String> = identifiers.iter().collect();
+        assert_eq!(distinct.len(), names.len());
+        let of = |name: &str| identifiers[names.iter().position(|n| n == name).unwrap()].clone();
+        assert_eq!(
+            (of("Etc/GMT+1"), of("Etc/GMT-1"), of("GMT0")),
+            ("ETC_GMT_PLUS_1".into(), "ETC_GMT_MINUS_1".into(), "GMT0".into())
+        );
+        assert_eq!(of("America/Port-au-Prince"), "AMERICA_PORT_AU_PRINCE");
+    }
 
     #[test]
     fn every_algorithm_has_a_schema_named_after_it() {
