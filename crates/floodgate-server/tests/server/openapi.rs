@@ -512,6 +512,68 @@ async fn the_apply_answer_names_each_field_once() {
     s.stop().await;
 }
 
+/// The stats stream was documented as one `StatsHistory`, which schemathesis read as every event's
+/// schema (the first event is `{"event": "history", "data": "<json>"}`): the schema is one event's
+/// now, each name with the JSON its `data` holds.
+#[tokio::test]
+async fn the_stats_stream_documents_each_event_with_its_data() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let events = &document["components"]["schemas"]["StatsEvent"]["oneOf"];
+    let named: Vec<(Value, Value)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["properties"]["event"]["enum"][0].clone(),
+                e["properties"]["data"]["contentSchema"]["$ref"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("history".into(), "#/components/schemas/StatsHistory".into()),
+            ("second".into(), "#/components/schemas/Second".into()),
+            ("stats".into(), "#/components/schemas/Snapshot".into()),
+        ]
+    );
+    let s = server().await;
+    let first = first_event(s.http, "/admin/stats/stream").await;
+    let data = first.strip_prefix("event: history\ndata: ").unwrap_or_else(|| panic!("{first}"));
+    let history: Value = serde_json::from_str(data.trim_end()).unwrap();
+    assert!(history["seconds"].is_array(), "{history}");
+    s.stop().await;
+}
+
+/// The first server-sent event of `GET path`, up to its blank line.
+async fn first_event(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").as_bytes()).await.unwrap();
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut line = String::new();
+    // The head, then the chunked body's first chunk size.
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut event = String::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.unwrap();
+        if line.starts_with("event:") || !event.is_empty() {
+            event.push_str(&line);
+        }
+        if event.ends_with("\n\n") {
+            return event;
+        }
+    }
+}
+
 /// The status line of `GET path`, without reading the body.
 async fn status_line(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
