@@ -11,9 +11,19 @@ import sys
 
 from floodgate_client import AuthenticatedClient, Client
 from floodgate_client.api.admin import get_config, inspect_key, reset_key
-from floodgate_client.api.decisions import check, peek, report
+from floodgate_client.api.decisions import check, peek, report, simulate
 from floodgate_client.api.operations import healthz, readyz
-from floodgate_client.models import CheckRequest, CheckRequestDescriptors, Verdict
+from floodgate_client.models import (
+    CheckRequest,
+    CheckRequestDescriptors,
+    SimulatedRequest,
+    SimulateQuotaWeek,
+    SimulateQuotaWeekAlgorithm,
+    SimulateQuotaWeekPeriod,
+    SimulateTokenBucket,
+    SimulateTokenBucketAlgorithm,
+    Verdict,
+)
 from floodgate_client.models.inspect_key_descriptors import InspectKeyDescriptors
 from floodgate_client.models.reset_key_descriptors import ResetKeyDescriptors
 
@@ -78,6 +88,24 @@ def main(url):
     )
     assert reset.status_code == 200 and reset.parsed.reset
     assert check.sync_detailed(client=client, body=request(**chat)).status_code == 200
+
+    # The playground, through the body's schema for its algorithm: a burst of 8 at 2/s passes 8 of 10;
+    # a cost above the burst is refused, never to pass.
+    burst = [SimulatedRequest(at_ms=0) for _ in range(10)] + [SimulatedRequest(at_ms=0, cost=9)]
+    body = SimulateTokenBucket(algorithm=SimulateTokenBucketAlgorithm.TOKEN_BUCKET, rate="2/s", burst=8, requests=burst)
+    run = simulate.sync_detailed(client=client, body=body)
+    assert run.status_code == 200, run.content
+    assert [d.allowed for d in run.parsed.decisions] == [True] * 8 + [False] * 3
+    assert run.parsed.decisions[8].retry_after_ms == 500 and run.parsed.decisions[10].retry_after_ms is None
+    week = SimulateQuotaWeek(
+        algorithm=SimulateQuotaWeekAlgorithm.QUOTA,
+        period=SimulateQuotaWeekPeriod.WEEK,
+        limit=2,
+        anchor="sun",
+        requests=[SimulatedRequest(at_ms=0) for _ in range(3)],
+    )
+    run = simulate.sync_detailed(client=client, body=week)
+    assert run.status_code == 200 and [d.allowed for d in run.parsed.decisions] == [True, True, False], run.content
 
     print("generated client: every call answered as the document says")
 

@@ -2,32 +2,38 @@
 //! (`POST /v1/simulate`, the dashboard's side-by-side algorithms).
 //!
 //! The decisions are the real algorithms' (`floodgate-core`, through the same [`Limit`] a rule
-//! holds), checked in order against one state that nothing else sees: no store, no key, nothing
-//! counted, deterministic. Simulated time is the Unix epoch plus `at_ms`, so that a fixed window or
+//! holds), checked in time order against one state that nothing else sees: no store, no key,
+//! nothing counted, deterministic. A request whose cost is above what the limit ever grants is a
+//! decision too: refused, with no time at which it would pass. Simulated time is the Unix epoch plus `at_ms`, so that a fixed window or
 //! a quota period begins at `at_ms = 0`. A test keeps the decisions equal to the memory store's on
 //! a manual clock.
 
 use std::time::Duration;
 
 use floodgate::Limit;
-use floodgate_core::{Algorithm, CostError, Decision, Timestamp};
+use floodgate_core::{Algorithm, Decision, Timestamp};
 
 /// The most requests one simulation takes.
 pub const MAX_REQUESTS: usize = 10_000;
 /// The most level samples one simulation gives.
 pub const MAX_SAMPLES: usize = 10_000;
+/// The latest simulated instant, a request's or a sample's: 10^13 ms, about 317 years after the
+/// Unix epoch — late enough for any calendar, early enough that no algorithm's arithmetic
+/// overflows with the longest duration a limit may have.
+pub const MAX_AT_MS: u64 = 10_000_000_000_000;
 
 /// One simulated request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
-    /// When it arrives: milliseconds of simulated time (never earlier than the one before).
+    /// When it arrives: milliseconds of simulated time.
     pub at_ms: u64,
-    /// Its cost (at least 1, at most the limit's capacity).
+    /// Its cost, at least 1 (above the limit's capacity: refused, never to pass).
     pub cost: u64,
 }
 
 /// Where to sample the limit's level between requests: at `0, every, 2 × every, …` up to `until`
-/// (milliseconds of simulated time).
+/// (milliseconds of simulated time) — or, when that is more than [`MAX_SAMPLES`] instants, at
+/// the smallest multiple of `every` that gives at most that many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sampling {
     /// The interval, at least 1 ms.
@@ -54,37 +60,21 @@ pub struct Simulation {
     pub levels: Vec<Level>,
 }
 
-/// Why a simulation cannot run: each names the request (its index) at fault.
+/// Why a simulation cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SimulateError {
     /// More than [`MAX_REQUESTS`].
     #[error("{0} requests: at most {MAX_REQUESTS} are simulated at once")]
     TooManyRequests(usize),
-    /// A request earlier than the one before it.
-    #[error(
-        "requests[{index}].at_ms: {at_ms} is earlier than the request before it ({before}): list requests in time order"
-    )]
-    OutOfOrder {
-        /// The request's index.
-        index: usize,
-        /// Its time.
-        at_ms: u64,
-        /// The time of the request before it.
-        before: u64,
-    },
-    /// A cost that can never be allowed (0, or above the capacity).
-    #[error("requests[{index}].cost: {source}")]
-    Cost {
-        /// The request's index.
-        index: usize,
-        /// Why.
-        source: CostError,
-    },
-    /// Sampling too often, or for too long.
-    #[error(
-        "sample_ms: {0} samples: at most {MAX_SAMPLES} (sample less often, or until an earlier until_ms)"
-    )]
-    TooManySamples(u64),
+    /// A request of cost 0.
+    #[error("requests[{0}].cost: cost must be at least 1")]
+    ZeroCost(usize),
+    /// A request later than [`MAX_AT_MS`].
+    #[error("requests[{0}].at_ms: at most {MAX_AT_MS}")]
+    TooLate(usize),
+    /// Sampling until later than [`MAX_AT_MS`].
+    #[error("until_ms: at most {MAX_AT_MS}")]
+    SampledTooLate,
     /// A sampling interval of 0.
     #[error("sample_ms: must be at least 1")]
     ZeroSampling,
@@ -95,7 +85,8 @@ pub fn instant(at_ms: u64) -> Timestamp {
     Timestamp::from_millis(at_ms)
 }
 
-/// Runs `requests` through `limit` from a fresh state, in order; samples its level when asked.
+/// Runs `requests` through `limit` from a fresh state, in time order (those at one instant in the
+/// order given); samples its level when asked. The decisions are in the order of `requests`.
 ///
 /// ```
 /// use std::num::NonZeroU64;
@@ -108,6 +99,9 @@ pub fn instant(at_ms: u64) -> Timestamp {
 /// assert_eq!(run.decisions.iter().filter(|d| d.allowed).count(), 8);
 /// // The ninth waits for one token: half a second at 2/s.
 /// assert_eq!(run.decisions[8].retry_after, Some(std::time::Duration::from_millis(500)));
+/// // A cost above the burst never passes: refused, with no time to retry at.
+/// let never = simulate(&bucket.into(), &[Request { at_ms: 0, cost: 9 }], None)?;
+/// assert!(!never.decisions[0].allowed && never.decisions[0].retry_after.is_none());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn simulate(
@@ -118,29 +112,22 @@ pub fn simulate(
     if requests.len() > MAX_REQUESTS {
         return Err(SimulateError::TooManyRequests(requests.len()));
     }
-    for (index, pair) in requests.windows(2).enumerate() {
-        if pair[1].at_ms < pair[0].at_ms {
-            return Err(SimulateError::OutOfOrder {
-                index: index + 1,
-                at_ms: pair[1].at_ms,
-                before: pair[0].at_ms,
-            });
-        }
+    if let Some(index) = requests.iter().position(|r| r.cost == 0) {
+        return Err(SimulateError::ZeroCost(index));
     }
-    let capacity = limit.capacity();
-    for (index, r) in requests.iter().enumerate() {
-        floodgate_core::validate_cost(r.cost, capacity)
-            .map_err(|source| SimulateError::Cost { index, source })?;
+    if let Some(index) = requests.iter().position(|r| r.at_ms > MAX_AT_MS) {
+        return Err(SimulateError::TooLate(index));
     }
-    if let Some(s) = sampling {
-        if s.every_ms == 0 {
-            return Err(SimulateError::ZeroSampling);
+    let sampling = match sampling {
+        Some(Sampling { every_ms: 0, .. }) => return Err(SimulateError::ZeroSampling),
+        Some(Sampling { until_ms, .. }) if until_ms > MAX_AT_MS => return Err(SimulateError::SampledTooLate),
+        Some(Sampling { every_ms, until_ms }) => {
+            // The smallest multiple of the interval that samples at most MAX_SAMPLES instants.
+            let every_ms = every_ms.saturating_mul(until_ms / every_ms / MAX_SAMPLES as u64 + 1);
+            Some(Sampling { every_ms, until_ms })
         }
-        let samples = s.until_ms / s.every_ms + 1;
-        if samples > MAX_SAMPLES as u64 {
-            return Err(SimulateError::TooManySamples(samples));
-        }
-    }
+        None => None,
+    };
     Ok(match limit {
         Limit::FixedWindow(a) => run(a, requests, sampling),
         Limit::SlidingWindow(a) => run(a, requests, sampling),
@@ -153,32 +140,50 @@ pub fn simulate(
     })
 }
 
-/// The simulation proper, on one algorithm's state; costs already validated.
+/// The simulation proper, on one algorithm's state; costs at least 1, sampling at most
+/// [`MAX_SAMPLES`] instants.
 fn run<A: Algorithm>(algorithm: &A, requests: &[Request], sampling: Option<Sampling>) -> Simulation {
     let mut state = A::State::default();
-    let mut decisions = Vec::with_capacity(requests.len());
+    let mut decisions = vec![None; requests.len()];
     let mut levels = Vec::new();
     let mut samples = sampling
         .map(|s| (0..=s.until_ms / s.every_ms).map(move |i| i * s.every_ms))
         .into_iter()
         .flatten()
         .peekable();
-    for r in requests {
+    // In time order; a stable sort keeps the requests of one instant in the order given.
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by_key(|&i| requests[i].at_ms);
+    let capacity = algorithm.capacity();
+    for i in order {
+        let r = requests[i];
         // Samples strictly before this request see the state the requests before it left.
         while let Some(at_ms) = samples.next_if(|t| *t < r.at_ms) {
             levels.push(Level { at_ms, remaining: algorithm.status(&state, instant(at_ms)).0 });
         }
         let now = instant(r.at_ms);
-        let decision = algorithm.decide(&state, now, r.cost);
+        let decision = if r.cost > capacity {
+            // Never allowed, however long it waits: refused with no time to retry at.
+            let (remaining, reset_after_us) = algorithm.status(&state, now);
+            Decision {
+                allowed: false,
+                limit: capacity,
+                remaining,
+                reset_after: Duration::from_micros(reset_after_us),
+                retry_after: None,
+            }
+        } else {
+            algorithm.decide(&state, now, r.cost)
+        };
         if decision.allowed {
             algorithm.consume(&mut state, now, r.cost);
         }
-        decisions.push(decision);
+        decisions[i] = Some(decision);
     }
     for at_ms in samples {
         levels.push(Level { at_ms, remaining: algorithm.status(&state, instant(at_ms)).0 });
     }
-    Simulation { decisions, levels }
+    Simulation { decisions: decisions.into_iter().flatten().collect(), levels }
 }
 
 /// `d` in whole milliseconds, rounded up: a retry at `at_ms + retry_after_ms` passes.
@@ -239,29 +244,55 @@ mod tests {
     }
 
     #[test]
-    fn bad_requests_are_named_by_their_index() {
+    fn requests_run_in_time_order_and_are_answered_in_the_order_given() {
+        let window: Limit = FixedWindow::try_new(nz(2), Duration::from_secs(10)).unwrap().into();
+        // The one at 5 ms comes first in time, then the two at 10 ms in the order given.
+        let run = simulate(&window, &at(&[10, 5, 10]), None).unwrap();
+        assert_eq!(allowed(&run), [true, true, false]);
+        let sorted = simulate(&window, &at(&[5, 10, 10]), None).unwrap();
+        assert_eq!(run.decisions[1], sorted.decisions[0]);
+    }
+
+    #[test]
+    fn a_cost_above_the_capacity_is_refused_with_no_time_to_retry_and_takes_nothing() {
         let bucket: Limit = TokenBucket::try_new(Rate::per_second(nz(2)), nz(8)).unwrap().into();
-        let unordered = at(&[0, 10, 5]);
-        assert_eq!(
-            simulate(&bucket, &unordered, None).unwrap_err(),
-            SimulateError::OutOfOrder { index: 2, at_ms: 5, before: 10 }
-        );
-        let costly = [Request { at_ms: 0, cost: 1 }, Request { at_ms: 1, cost: 9 }];
-        let error = simulate(&bucket, &costly, None).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "requests[1].cost: cost 9 can never be allowed: the limit grants at most 8 at once"
-        );
-        let zero = [Request { at_ms: 0, cost: 0 }];
-        assert!(matches!(simulate(&bucket, &zero, None), Err(SimulateError::Cost { index: 0, .. })));
+        let costly =
+            [Request { at_ms: 0, cost: 1 }, Request { at_ms: 1, cost: 9 }, Request { at_ms: 2, cost: 7 }];
+        let run = simulate(&bucket, &costly, None).unwrap();
+        assert_eq!(allowed(&run), [true, false, true]);
+        assert_eq!(run.decisions[1].retry_after, None);
+        assert_eq!((run.decisions[1].limit, run.decisions[1].remaining), (8, 7));
+    }
+
+    #[test]
+    fn too_dense_a_sampling_is_made_coarser_to_at_most_the_most_samples() {
+        let bucket: Limit = TokenBucket::try_new(Rate::per_second(nz(2)), nz(8)).unwrap().into();
+        let exact = MAX_SAMPLES as u64 - 1;
+        let run = simulate(&bucket, &[], Some(Sampling { every_ms: 1, until_ms: exact })).unwrap();
+        assert_eq!((run.levels.len(), run.levels[1].at_ms), (MAX_SAMPLES, 1));
+        let run = simulate(&bucket, &[], Some(Sampling { every_ms: 3, until_ms: 100_000 })).unwrap();
+        assert_eq!(run.levels[1].at_ms, 12, "every 4 × 3 ms: the first multiple with at most 10 000 samples");
+        assert!(run.levels.len() <= MAX_SAMPLES && run.levels.last().unwrap().at_ms > 99_000);
+        let run = simulate(&bucket, &[], Some(Sampling { every_ms: u64::MAX, until_ms: MAX_AT_MS })).unwrap();
+        assert_eq!(run.levels.len(), 1);
+    }
+
+    #[test]
+    fn what_cannot_be_simulated_is_named() {
+        let bucket: Limit = TokenBucket::try_new(Rate::per_second(nz(2)), nz(8)).unwrap().into();
+        let zero = [Request { at_ms: 0, cost: 1 }, Request { at_ms: 0, cost: 0 }];
+        assert_eq!(simulate(&bucket, &zero, None).unwrap_err(), SimulateError::ZeroCost(1));
+        assert_eq!(SimulateError::ZeroCost(1).to_string(), "requests[1].cost: cost must be at least 1");
         let many = at(&vec![0; MAX_REQUESTS + 1]);
         assert_eq!(
             simulate(&bucket, &many, None).unwrap_err(),
             SimulateError::TooManyRequests(MAX_REQUESTS + 1)
         );
-        let dense = Some(Sampling { every_ms: 1, until_ms: MAX_SAMPLES as u64 });
-        assert!(matches!(simulate(&bucket, &[], dense), Err(SimulateError::TooManySamples(_))));
         let zero_every = Some(Sampling { every_ms: 0, until_ms: 10 });
         assert_eq!(simulate(&bucket, &[], zero_every).unwrap_err(), SimulateError::ZeroSampling);
+        let late = [Request { at_ms: MAX_AT_MS, cost: 1 }, Request { at_ms: MAX_AT_MS + 1, cost: 1 }];
+        assert_eq!(simulate(&bucket, &late, None).unwrap_err(), SimulateError::TooLate(1));
+        let late = Some(Sampling { every_ms: 1, until_ms: MAX_AT_MS + 1 });
+        assert_eq!(simulate(&bucket, &[], late).unwrap_err(), SimulateError::SampledTooLate);
     }
 }

@@ -4,11 +4,42 @@
 
 use floodgate::LimitKind;
 
+/// What a parameter's value is, as a rule writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A whole number from 1 (`limit: 100`; in a rule, also one that varies by a descriptor).
+    Count,
+    /// A whole number from 1: a bucket's burst.
+    Burst,
+    /// A [duration](crate::duration) above 0 (`window: 60s`).
+    Duration,
+    /// A rate, `N/unit` ([`pattern::rate`](crate::pattern::rate)).
+    Rate,
+    /// A quota's period: one of [`PERIODS`].
+    Period,
+    /// An IANA time zone name (in a rule, also one that comes from a descriptor).
+    TimeZone,
+    /// The day a quota's period starts: a day of the month (1 to 31) for `month`, a weekday for
+    /// `week`, nothing for `day` (in a rule, also one that comes from a descriptor).
+    Anchor,
+}
+
+/// A quota's periods, as a rule names them.
+pub const PERIODS: [&str; 3] = ["day", "week", "month"];
+
+/// The largest `burst` a bucket takes at every rate: one per day refills it in 2^62 µs (about
+/// 146 000 years), the longest a bucket's arithmetic holds. A faster rate takes a larger one; a
+/// limit alone ([`parse_limit`](crate::parse_limit), the playground) takes no larger, so that
+/// whether a burst is taken does not depend on the rate.
+pub const MAX_BURST_AT_ANY_RATE: u64 = 53_375_995;
+
 /// One parameter of an algorithm, as written in a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parameter {
     /// The field name (`limit`, `window`, ...).
     pub name: &'static str,
+    /// What its value is.
+    pub kind: Kind,
     /// An example of the field, as an error message shows it (`window: 60s`).
     pub example: &'static str,
     /// `None` when the parameter is required; else what it is when left out.
@@ -51,9 +82,10 @@ impl Algorithm {
     }
 }
 
-const LIMIT: Parameter = Parameter { name: "limit", example: "limit: 100", default: None };
-const WINDOW: Parameter = Parameter { name: "window", example: "window: 60s", default: None };
-const RATE: Parameter = Parameter { name: "rate", example: "rate: 10/s", default: None };
+const LIMIT: Parameter = Parameter { name: "limit", kind: Kind::Count, example: "limit: 100", default: None };
+const WINDOW: Parameter =
+    Parameter { name: "window", kind: Kind::Duration, example: "window: 60s", default: None };
+const RATE: Parameter = Parameter { name: "rate", kind: Kind::Rate, example: "rate: 10/s", default: None };
 
 /// Every algorithm, in [`LimitKind::ALL`] order.
 pub const ALGORITHMS: [Algorithm; 8] = [
@@ -64,38 +96,56 @@ pub const ALGORITHMS: [Algorithm; 8] = [
         kind: LimitKind::TokenBucket,
         parameters: &[
             RATE,
-            Parameter { name: "burst", example: "burst: 20", default: Some("the rate's count") },
+            Parameter {
+                name: "burst",
+                kind: Kind::Burst,
+                example: "burst: 20",
+                default: Some("the rate's count"),
+            },
         ],
         windowed: true,
     },
     Algorithm {
         kind: LimitKind::Gcra,
-        parameters: &[RATE, Parameter { name: "burst", example: "burst: 1", default: Some("1") }],
+        parameters: &[
+            RATE,
+            Parameter { name: "burst", kind: Kind::Burst, example: "burst: 1", default: Some("1") },
+        ],
         windowed: true,
     },
     Algorithm {
         kind: LimitKind::Concurrency,
         parameters: &[
-            Parameter { name: "limit", example: "limit: 10", default: None },
-            Parameter { name: "lease", example: "lease: 30s", default: Some("30s") },
+            Parameter { name: "limit", kind: Kind::Count, example: "limit: 10", default: None },
+            Parameter { name: "lease", kind: Kind::Duration, example: "lease: 30s", default: Some("30s") },
         ],
         windowed: false,
     },
     Algorithm {
         kind: LimitKind::Quota,
         parameters: &[
-            Parameter { name: "limit", example: "limit: 10000", default: None },
-            Parameter { name: "period", example: "period: month", default: None },
-            Parameter { name: "time_zone", example: "time_zone: Europe/Berlin", default: Some("UTC") },
-            Parameter { name: "anchor", example: "anchor: 15", default: Some("the 1st / Monday") },
+            Parameter { name: "limit", kind: Kind::Count, example: "limit: 10000", default: None },
+            Parameter { name: "period", kind: Kind::Period, example: "period: month", default: None },
+            Parameter {
+                name: "time_zone",
+                kind: Kind::TimeZone,
+                example: "time_zone: Europe/Berlin",
+                default: Some("UTC"),
+            },
+            Parameter {
+                name: "anchor",
+                kind: Kind::Anchor,
+                example: "anchor: 15",
+                default: Some("the 1st / Monday"),
+            },
         ],
         windowed: false,
     },
     Algorithm {
         kind: LimitKind::Budget,
         parameters: &[
-            Parameter { name: "limit", example: "limit: 50", default: None },
-            Parameter { name: "ttl", example: "ttl: 24h", default: None },
+            Parameter { name: "limit", kind: Kind::Count, example: "limit: 50", default: None },
+            Parameter { name: "ttl", kind: Kind::Duration, example: "ttl: 24h", default: None },
         ],
         windowed: false,
     },
@@ -161,6 +211,18 @@ mod tests {
             all_parameters(),
             ["limit", "window", "rate", "burst", "lease", "period", "time_zone", "anchor", "ttl"]
         );
+    }
+
+    #[test]
+    fn the_burst_every_rate_takes_is_the_largest_one_per_day_takes() {
+        use floodgate_core::{Rate, TokenBucket};
+        use std::num::NonZeroU64;
+        let per_day: Rate = "1/d".parse().unwrap();
+        let burst = |n| NonZeroU64::new(n).unwrap();
+        assert!(TokenBucket::try_new(per_day, burst(MAX_BURST_AT_ANY_RATE)).is_ok());
+        assert!(TokenBucket::try_new(per_day, burst(MAX_BURST_AT_ANY_RATE + 1)).is_err());
+        // One per day is the slowest rate there is: every other takes it too.
+        assert!(TokenBucket::try_new("1/ms".parse().unwrap(), burst(MAX_BURST_AT_ANY_RATE)).is_ok());
     }
 
     /// `docs/configuration.md`'s table of algorithms says what the registry says: the same

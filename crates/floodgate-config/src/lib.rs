@@ -37,6 +37,7 @@ mod envoy;
 mod error;
 mod fingerprint;
 mod native;
+pub mod pattern;
 mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -352,16 +352,28 @@ impl<'a> Item<'a> {
         }
     }
 
-    /// A whole number ≥ `min` (and ≤ `u64::MAX`).
+    /// A whole number ≥ `min` (and ≤ `u64::MAX`), however it is written: `100`, `100.0` or `1e2`
+    /// (JSON, read as YAML by the playground, and JSON Schema's `integer` do not tell them apart).
     pub(crate) fn u64_at_least(&self, what: &str, min: u64) -> Result<u64, Invalid> {
-        match &self.node.value {
-            Value::Int(i) if *i < i128::from(min) => {
-                Err(self.error(format!("invalid {what} {}: must be at least {min}", self.node.describe())))
+        // 2^64, the first float past u64::MAX.
+        const TWO_TO_THE_64: f64 = 18_446_744_073_709_551_616.0;
+        let n = match &self.node.value {
+            Value::Int(i) => *i,
+            // Whole and below 2^64 in magnitude, so exactly an i128.
+            Value::Float(f) if f.fract() == 0.0 && f.abs() < TWO_TO_THE_64 => *f as i128,
+            _ => {
+                return Err(
+                    self.error(format!("invalid {what} {}: expected a whole number", self.node.describe()))
+                );
             }
-            Value::Int(i) => u64::try_from(*i)
-                .map_err(|_| self.error(format!("invalid {what} {}: too large", self.node.describe()))),
-            _ => Err(self.error(format!("invalid {what} {}: expected a whole number", self.node.describe()))),
+        };
+        if n < i128::from(min) {
+            return Err(
+                self.error(format!("invalid {what} {}: must be at least {min}", self.node.describe()))
+            );
         }
+        u64::try_from(n)
+            .map_err(|_| self.error(format!("invalid {what} {}: too large", self.node.describe())))
     }
 
     /// A number (whole or decimal).

@@ -84,6 +84,12 @@ impl Period {
     }
 }
 
+/// The weekdays a week's anchor names, Monday first: each in any case, or its first three
+/// letters ([`Period::anchored`]).
+pub fn weekday_names() -> impl Iterator<Item = &'static str> {
+    WEEKDAYS.iter().map(|(name, _)| *name)
+}
+
 const WEEKDAYS: [(&str, Weekday); 7] = [
     ("monday", Weekday::Monday),
     ("tuesday", Weekday::Tuesday),
@@ -152,6 +158,21 @@ impl Calendar {
             return Err(unknown(None));
         }
         Ok(Calendar::with_zone(period, zone))
+    }
+
+    /// Every time zone name [`Calendar::try_new`] takes when the database in use is the one
+    /// bundled with this build (the system's, when there is one, has the same names unless one of
+    /// them is older or newer), sorted: the list a document states.
+    pub fn time_zone_names() -> Vec<String> {
+        let db = jiff::tz::TimeZoneDatabase::bundled();
+        let mut names: Vec<String> = db
+            .available()
+            .filter(|name| db.get(name.as_str()).is_ok_and(|zone| zone.iana_name().is_some()))
+            .map(|name| name.as_str().to_owned())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
     }
 
     /// Periods of `period` in UTC.
@@ -385,6 +406,17 @@ mod tests {
 
     fn cal(period: Period, zone: &str) -> Calendar {
         Calendar::try_new(period, zone).unwrap()
+    }
+
+    #[test]
+    fn the_bundled_time_zone_names_are_sorted_real_zones() {
+        let names = Calendar::time_zone_names();
+        assert!(names.len() > 300, "{}", names.len());
+        assert!(names.windows(2).all(|w| w[0] < w[1]));
+        for name in ["UTC", "Europe/Berlin", "America/New_York"] {
+            assert!(names.iter().any(|n| n == name), "{name}");
+        }
+        assert!(!names.iter().any(|n| n == "Etc/Unknown"));
     }
 
     fn bounds(c: &Calendar, now: &str) -> (Timestamp, Timestamp) {

@@ -28,6 +28,7 @@ use std::borrow::Cow;
 use floodgate::Outcome;
 use http::HeaderName;
 use serde_json::{Value, json};
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::{Header, HeaderBuilder};
 use utoipa::openapi::schema::{
     AdditionalProperties, AllOfBuilder, ArrayBuilder, ObjectBuilder, Schema, SchemaFormat, SchemaType, Type,
@@ -82,6 +83,17 @@ fn boolean() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::Boolean)
 }
 
+/// `object` with JSON Schema keywords `utoipa`'s builders have no field for (`not`, `const`,
+/// `dependentSchemas`), each `(keyword, value)`. They are written through the map a schema's
+/// extensions serialize from, flattened into the schema, so they appear as the keywords
+/// themselves; `keywords` replaces any extensions `object` had.
+pub fn with_keywords<'k>(
+    object: ObjectBuilder,
+    keywords: impl IntoIterator<Item = (&'k str, Value)>,
+) -> ObjectBuilder {
+    object.extensions(Some(keywords.into_iter().collect::<Extensions>()))
+}
+
 /// A reference to the component schema `T`.
 pub fn reference<T: ToSchema>() -> RefOr<Schema> {
     RefOr::Ref(Ref::from_schema_name(T::name()))
@@ -110,10 +122,13 @@ impl ToSchema for crate::HeaderStyle {
 impl PartialSchema for CheckRequest {
     fn schema() -> RefOr<Schema> {
         let [descriptors, cost, costs, domain] = FIELDS;
-        ObjectBuilder::new()
+        // `cost` with `costs` (not `null`) is refused: one or the other.
+        let both = json!({"required": [cost, costs], "properties": {costs: {"type": "object"}}});
+        with_keywords(ObjectBuilder::new(), [("not", both)])
             .description(Some(
                 "What a request is (its descriptors), what it costs, and which policy decides it. \
-                 Any other field is refused (422).",
+                 `cost` and `costs` are one or the other (the schema's `not`). Any other field is \
+                 refused (422).",
             ))
             .property(
                 descriptors,
@@ -135,26 +150,31 @@ impl PartialSchema for CheckRequest {
                 integer(1).maximum(Some(MAX_COST)).default(Some(json!(1))).description(Some(format!(
                     "What the request costs in `requests`, a whole number from 1 to {MAX_COST} \
                          (default 1). A cost some enforced rule can never grant at once is refused \
-                         (422 `never-allowed`). Not with `costs` (422)."
+                         (422 `never-allowed`). Not with `costs` (the schema's `not`; 422)."
                 ))),
             )
             .property(
                 costs,
-                ObjectBuilder::new()
-                    .description(Some(format!(
-                        "What the request costs per dimension, instead of `cost`: dimension name \
+                with_keywords(
+                    ObjectBuilder::new(),
+                    // Not every cost 0: what `CheckRequest::parse` refuses as costing nothing.
+                    [("not", json!({"type": "object", "additionalProperties": {"maximum": 0}}))],
+                )
+                .description(Some(format!(
+                    "What the request costs per dimension, instead of `cost`: dimension name \
                          (`requests`, or a name such as `tokens` that rules count with `cost:`) → \
                          whole number from 0 to {MAX_COST}, at most {MAX_COST_DIMENSIONS} names, at \
-                         least one cost of 1 or more. Each rule takes the cost of its own dimension; \
-                         a rule whose dimension is left out (or 0) does not apply to this request. \
-                         Not with `cost` (422). `null` is the same as leaving it out."
-                    )))
-                    .schema_type(nullable(Type::Object))
-                    .additional_properties(Some(integer(0).maximum(Some(MAX_COST))))
-                    .min_properties(Some(1))
-                    .max_properties(Some(MAX_COST_DIMENSIONS))
-                    .property_names(Some(string().pattern(Some("^[a-z][a-z0-9_]{0,63}$"))))
-                    .examples([json!({"requests": 1, "tokens": 1200})]),
+                         least one cost of 1 or more (the schema's `not`: every cost 0 is refused, \
+                         422). Each rule takes the cost of its own dimension; a rule whose dimension \
+                         is left out (or 0) does not apply to this request. Not with `cost` (422). \
+                         `null` is the same as leaving it out."
+                )))
+                .schema_type(nullable(Type::Object))
+                .additional_properties(Some(integer(0).maximum(Some(MAX_COST))))
+                .min_properties(Some(1))
+                .max_properties(Some(MAX_COST_DIMENSIONS))
+                .property_names(Some(string().pattern(Some("^[a-z][a-z0-9_]{0,63}$"))))
+                .examples([json!({"requests": 1, "tokens": 1200})]),
             )
             .property(
                 domain,
@@ -167,7 +187,7 @@ impl PartialSchema for CheckRequest {
             .additional_properties(Some(AdditionalProperties::FreeForm(false)))
             .examples([
                 json!({"descriptors": {"user": "u1", "route": "POST /chat"}}),
-                json!({"descriptors": {"tenant": "t1"}, "cost": 1200}),
+                json!({"descriptors": {"tenant": "t1"}, "cost": 5}),
                 json!({"descriptors": {"tenant": "t1"}, "costs": {"requests": 1, "tokens": 1200}}),
             ])
             .into()
@@ -584,6 +604,37 @@ mod tests {
         let mut fields = FIELDS.map(str::to_owned).to_vec();
         fields.sort();
         assert_eq!(keys(&properties::<CheckRequest>()), fields);
+    }
+
+    /// The two rules between fields that the schema states with `not`, as the parser applies
+    /// them: `cost` with `costs` (unless `costs` is `null`), and `costs` whose every cost is 0.
+    #[test]
+    fn the_request_schema_states_the_parsers_exclusions() {
+        let schema = serde_json::to_value(CheckRequest::schema()).unwrap();
+        assert_eq!(
+            schema["not"],
+            json!({"required": ["cost", "costs"], "properties": {"costs": {"type": "object"}}})
+        );
+        assert_eq!(
+            schema["properties"]["costs"]["not"],
+            json!({"type": "object", "additionalProperties": {"maximum": 0}})
+        );
+        let parse = |body: &str| CheckRequest::parse(body.as_bytes()).map_err(|p| p.status);
+        assert_eq!(parse(r#"{"descriptors": {}, "cost": 1, "costs": {"tokens": 5}}"#).err(), Some(422));
+        assert!(parse(r#"{"descriptors": {}, "cost": 1, "costs": null}"#).is_ok());
+        assert_eq!(parse(r#"{"descriptors": {}, "costs": {"requests": 0, "tokens": 0}}"#).err(), Some(422));
+        assert!(parse(r#"{"descriptors": {}, "costs": {"requests": 0, "tokens": 1}}"#).is_ok());
+    }
+
+    /// Every example of the request body is one the parser takes.
+    #[test]
+    fn the_request_examples_parse() {
+        let schema = serde_json::to_value(CheckRequest::schema()).unwrap();
+        let examples = schema["examples"].as_array().unwrap();
+        assert!(!examples.is_empty());
+        for example in examples {
+            assert!(CheckRequest::parse(example.to_string().as_bytes()).is_ok(), "{example}");
+        }
     }
 
     #[test]

@@ -162,6 +162,19 @@ fn cost<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
     deserializer.deserialize_any(V)
 }
 
+/// A JSON number that is a whole number from 0 to 2^64 − 1, however it is written (`2`, `2.0`,
+/// `2e0`): what JSON Schema's `integer` admits, for the other fields of an API's bodies.
+///
+/// ```
+/// use serde_json::json;
+/// use floodgate_http::wire::whole_number;
+/// assert_eq!(whole_number(&json!(2.0)), Some(2));
+/// assert_eq!((whole_number(&json!(2.5)), whole_number(&json!(-1)), whole_number(&json!("2"))), (None, None, None));
+/// ```
+pub fn whole_number(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| value.as_f64().and_then(whole))
+}
+
 /// `n` as a `u64` when it is a whole number in range (2^64 itself, the first float past
 /// [`MAX_COST`], is not).
 fn whole(n: f64) -> Option<u64> {

@@ -29,6 +29,7 @@ use super::responses::{ReserveProblems, SettleProblems, TAG_DECISIONS};
 use super::{MAX_BODY, invalid, json, json_bytes, malformed, problem, read_body};
 use floodgate_app::App;
 use floodgate_config::auth::Scope;
+use floodgate_config::duration;
 
 /// A reservation's ttl when the body names none.
 pub(super) const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -39,22 +40,20 @@ pub(super) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug)]
 pub(super) struct ReserveRequest;
 
-/// What a `ttl` looks like: the duration grammar of the configuration (whole numbers, units from
-/// the largest to the smallest, each at most once).
-const TTL_PATTERN: &str = r"^\s*([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?([0-9]+(us|µs))?\s*$";
-
 impl PartialSchema for ReserveRequest {
     fn schema() -> RefOr<Schema> {
         let RefOr::T(Schema::Object(mut body)) = CheckRequest::schema() else {
             return CheckRequest::schema();
         };
+        // What `parse_reserve` reads: a duration of at most 24h written as a clock reads.
         let ttl = ObjectBuilder::new()
-            .schema_type(SchemaType::new(Type::String))
-            .pattern(Some(TTL_PATTERN))
-            .min_length(Some(2))
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .pattern(Some(duration::clock_pattern(MAX_TTL)))
             .description(Some(
-                "How long the reservation is held unsettled, a duration such as `30s`, `5m` or `1h30m` \
-                 (default `5m`); above 0 and at most `24h`, else 422. Past it, it stays charged its estimate.",
+                "How long the reservation is held unsettled (default `5m`; `null` is the default): a duration \
+                 of the configuration's grammar above 0 and at most `24h`, written as a clock reads — the \
+                 first number from 1, each after it below the next larger unit: `30s`, `5m`, `90m`, `1h30m`, \
+                 `24h`, not `1h90m` or `0h30m` (the pattern; else 422). Past it, it stays charged its estimate.",
             ))
             .examples([json!("5m")])
             .build();
@@ -233,11 +232,10 @@ fn parse_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), Problem> {
     };
     let ttl = match value.as_object_mut().and_then(|o| o.remove("ttl")) {
         None | Some(Value::Null) => DEFAULT_TTL,
-        Some(Value::String(text)) => match floodgate_config::duration::parse(&text) {
-            Ok(ttl) if !ttl.is_zero() && ttl <= MAX_TTL => ttl,
-            Ok(_) => {
-                return Err(Problem::invalid(format!("\"ttl\" {text:?} must be above 0 and at most 24h.")));
-            }
+        Some(Value::String(text)) => match duration::parse(&text) {
+            Ok(_) => duration::parse_clock(&text, MAX_TTL).map_err(|e| {
+                Problem::invalid(format!("\"ttl\" {text:?} must be above 0 and at most 24h: {e}."))
+            })?,
             Err(e) => return Err(Problem::invalid(format!("\"ttl\" {text:?} is not a duration: {e}."))),
         },
         Some(other) => {

@@ -135,7 +135,8 @@ fn unprocessable(impossible: bool) -> RefOr<utoipa::openapi::Response> {
     let shape = "JSON of the wrong shape (`invalid-request`: the detail names the field and what it got: \
                  not an object, a missing `descriptors`, a value that is not a string, more than 64 \
                  descriptors, a name given twice, an unknown field, a `cost` that is not a whole \
-                 number from 1 to 2^64 - 1), or a descriptor value a rule cannot key by \
+                 number from 1 to 2^64 - 1, `cost` with `costs`, `costs` all 0: each a rule the \
+                 schema states), or a descriptor value a rule cannot key by \
                  (`invalid-request`, e.g. no IP address for an `ip_prefix` rule)";
     if impossible {
         let description = format!(
@@ -327,9 +328,13 @@ impl IntoResponses for ReserveProblems {
                     422,
                     "As `/v1/check`'s 422 (JSON of the wrong shape, a descriptor value a rule cannot use, a cost \
                      an enforced rule can never grant: `never-allowed`), or a `ttl` that is not a duration above \
-                     0 and at most 24h.",
+                     0 and at most 24h written as a clock reads (the schema's pattern).",
                     &[
-                        (INVALID_TYPE, "Invalid Request", "\"ttl\" \"48h\" must be above 0 and at most 24h."),
+                        (
+                            INVALID_TYPE,
+                            "Invalid Request",
+                            "\"ttl\" \"48h\" must be above 0 and at most 24h: longer than 1d.",
+                        ),
                         (
                             NEVER_ALLOWED_TYPE,
                             "Request Can Never Be Allowed",
@@ -525,8 +530,8 @@ impl IntoResponses for SimulateProblems {
                     400,
                     "The body is not JSON (`malformed-request`), or not a simulation (`invalid-request`): the detail \
                      names the field — an unknown algorithm or parameter, a parameter as a rule could not have it \
-                     (with its line and column), a missing or misordered `requests[i].at_ms`, a \
-                     `requests[i].cost` the limit can never grant, more than 10 000 requests or samples.",
+                     (with its line and column), a missing `requests[i].at_ms`, a `requests[i].cost` of 0, more \
+                     than 10 000 requests: each a rule the schema states.",
                     &[
                         (
                             MALFORMED_TYPE,

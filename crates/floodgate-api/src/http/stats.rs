@@ -2,6 +2,7 @@
 //! server-sent events once a second, after the last five minutes of history): the dashboard's data,
 //! for other tools too. Admin access rules apply.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -10,12 +11,16 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
+use floodgate_http::openapi::with_keywords;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, StatusCode};
 use http_body::Frame;
 use serde::Serialize;
+use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
-use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::json;
 use super::responses::{AdminAccess, TAG_ADMIN};
@@ -46,6 +51,51 @@ pub(super) struct History<'a> {
     seconds: Vec<&'a Second>,
 }
 
+/// One event of the stream, as a server-sent event: its `event` name, and its `data`, JSON of the
+/// schema that name says (`contentMediaType` and `contentSchema`, as OpenAPI describes an event).
+#[derive(Debug)]
+pub(super) struct StatsEvent;
+
+impl PartialSchema for StatsEvent {
+    fn schema() -> RefOr<Schema> {
+        let event = |name: &str, data: &str, what: &str| {
+            let json = [
+                ("contentMediaType", json!("application/json")),
+                ("contentSchema", json!({"$ref": format!("#/components/schemas/{data}")})),
+            ];
+            let data = with_keywords(ObjectBuilder::new().schema_type(Type::String), json)
+                .description(Some(format!("A `{data}`, as JSON.")));
+            ObjectBuilder::new()
+                .description(Some(what.to_owned()))
+                .property("event", ObjectBuilder::new().schema_type(Type::String).enum_values(Some([name])))
+                .required("event")
+                .property("data", data)
+                .required("data")
+        };
+        OneOfBuilder::new()
+            .description(Some(
+                "One server-sent event: `history` once, first; then each second `second` and `stats`.",
+            ))
+            .item(event("history", &History::name(), "The last five minutes, once, first."))
+            .item(event("second", &Second::name(), "That second, per rule."))
+            .item(event("stats", &Snapshot::name(), "The live view, as `GET /admin/stats` answers it."))
+            .into()
+    }
+}
+
+impl ToSchema for StatsEvent {
+    fn name() -> Cow<'static, str> {
+        "StatsEvent".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((History::name().into_owned(), History::schema()));
+        History::schemas(schemas);
+        schemas.push((Snapshot::name().into_owned(), Snapshot::schema()));
+        Snapshot::schemas(schemas);
+    }
+}
+
 /// The live view as server-sent events: `history` (the last five minutes, once), then every second
 /// `second` (that second, per rule) and `stats` (a snapshot, as `GET /admin/stats` answers).
 #[utoipa::path(
@@ -55,7 +105,7 @@ pub(super) struct History<'a> {
     operation_id = "streamStats",
     security((), ("adminToken" = [])),
     responses(
-        (status = 200, description = "`text/event-stream`: `event: history` with `{\"seconds\": [Second…]}` once, then each second `event: second` with a `Second` and `event: stats` with a `Snapshot`. The stream ends when the server shuts down.", body = History<'static>, content_type = "text/event-stream"),
+        (status = 200, description = "`text/event-stream`: `event: history` with `{\"seconds\": [Second…]}` once, then each second `event: second` with a `Second` and `event: stats` with a `Snapshot`; the schema is one event's. The stream ends when the server shuts down.", body = StatsEvent, content_type = "text/event-stream"),
         (status = 503, description = "The server is shutting down.", body = String, content_type = "text/plain"),
         AdminAccess,
     ),

@@ -7,10 +7,15 @@ use floodgate::Descriptors;
 use floodgate::usage::UsageError;
 use floodgate_http::Problem;
 use floodgate_http::ceil_ms;
+use floodgate_http::openapi::with_keywords;
 use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE};
 use http::StatusCode;
 use serde::Serialize;
-use utoipa::{IntoParams, ToSchema};
+use serde_json::json;
+use utoipa::openapi::Required;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn, ParameterStyle};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::api::{authorized, pin};
 use super::responses::{TAG_DECISIONS, UsageProblems};
@@ -18,17 +23,48 @@ use super::{invalid, json, problem};
 use floodgate_app::App;
 use floodgate_config::auth::Scope;
 
-/// The query: the rule, and the descriptors that make its key.
-#[derive(Debug, IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)] // read as pairs; this type documents the query
-pub(super) struct UsageQuery {
-    /// The rule's name.
-    rule: String,
-    /// Every other parameter is a descriptor (`tenant=t1`, `user=u1`): those of the rule's key, the
-    /// one its limit varies by, and those its quota's time zone or anchor come from, if they do.
-    #[param(style = Form, explode, value_type = Object)]
-    descriptors: Option<std::collections::BTreeMap<String, String>>,
+/// The query: the rule, and the descriptors that make its key. Read as pairs; this type says in
+/// the document what the pairs may be.
+#[derive(Debug)]
+pub(super) struct UsageQuery;
+
+impl IntoParams for UsageQuery {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        // Each name once, and no descriptor named `rule`: the server reads one value per name.
+        let name = with_keywords(
+            ObjectBuilder::new().schema_type(Type::String),
+            [("not", json!({"const": "rule"}))],
+        );
+        let descriptors = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
+            .property_names(Some(name))
+            .examples([json!({"user": "u1"})]);
+        vec![
+            ParameterBuilder::new()
+                .name("rule")
+                .parameter_in(ParameterIn::Query)
+                .required(Required::True)
+                .description(Some("The rule's name."))
+                .schema(Some(String::schema()))
+                .example(Some(json!("per-user")))
+                .build(),
+            ParameterBuilder::new()
+                .name("descriptors")
+                .parameter_in(ParameterIn::Query)
+                .required(Required::False)
+                .style(Some(ParameterStyle::Form))
+                .explode(Some(true))
+                .description(Some(
+                    "Every other parameter is a descriptor (`tenant=t1`, `user=u1`): those of the rule's \
+                     key, the one its limit varies by, and those its quota's time zone or anchor come from, \
+                     if they do. Each name once, and none named `rule`: the server reads one value per name \
+                     (a name given twice is a 422).",
+                ))
+                .schema(Some(descriptors))
+                .build(),
+        ]
+    }
 }
 
 /// A counter's usage now.

@@ -226,7 +226,7 @@ pub(crate) fn shape(
                 other => {
                     return Err(period_item.error(format!(
                         "unknown period {other:?}: expected day, week or month{}",
-                        did_you_mean(other, ["day", "week", "month"])
+                        did_you_mean(other, crate::algorithm::PERIODS)
                     )));
                 }
             };

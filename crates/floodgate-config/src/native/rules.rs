@@ -267,6 +267,15 @@ pub(crate) fn limit_alone(root: Item<'_>, others: &[&str]) -> Result<Limit, Inva
     }
     let (_, limit, by, _) =
         algorithm_limit(&root, &fields, &Vocabulary::default(), &mut Canonical::default())?;
+    if let Some(burst) = fields.get("burst")
+        && burst.u64_at_least("burst", 1)? > algorithm::MAX_BURST_AT_ANY_RATE
+    {
+        return Err(burst.error(format!(
+            "invalid burst {}: at most {} here, the largest every rate takes",
+            burst.node.describe(),
+            algorithm::MAX_BURST_AT_ANY_RATE
+        )));
+    }
     if by.is_some()
         && let Some(item) = fields.get("limit")
     {

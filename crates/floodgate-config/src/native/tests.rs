@@ -204,6 +204,37 @@ fn bucket_defaults() {
 }
 
 #[test]
+fn a_whole_number_is_that_number_however_it_is_written() {
+    for written in ["5", "5.0", "5e0", "0.5e1"] {
+        let native =
+            one_rule(&format!("    algorithm: fixed_window\n    limit: {written}\n    window: 1s\n"))
+                .unwrap();
+        assert_eq!(native.rules[0].limit().capacity(), 5, "{written}");
+    }
+    for refused in ["5.5", "-5.0", "0.0", "1.8446744073709552e19", "\"5\""] {
+        let e = one_rule(&format!("    algorithm: fixed_window\n    limit: {refused}\n    window: 1s\n"))
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("rules[0].limit"), "{refused}: {}", e.message);
+    }
+}
+
+/// A limit alone (the playground) takes a burst every rate takes, whatever its rate.
+#[test]
+fn a_limit_alone_takes_no_burst_some_rate_would_not() {
+    let alone = |burst: u64| {
+        crate::parse_limit(&format!("{{algorithm: token_bucket, rate: 1000/s, burst: {burst}}}"), &[])
+    };
+    assert!(alone(crate::algorithm::MAX_BURST_AT_ANY_RATE).is_ok());
+    let e = alone(crate::algorithm::MAX_BURST_AT_ANY_RATE + 1).unwrap_err();
+    assert!(e.message.contains("the largest every rate takes"), "{}", e.message);
+    let rule = one_rule(&format!(
+        "    algorithm: token_bucket\n    rate: 1000/s\n    burst: {}\n",
+        crate::algorithm::MAX_BURST_AT_ANY_RATE + 1
+    ));
+    assert!(rule.is_ok(), "a rule takes what its rate takes");
+}
+
+#[test]
 fn concurrency_and_quota_defaults() {
     let native = one_rule("    algorithm: concurrency\n    limit: 4\n").unwrap();
     let Limit::Concurrency(c) = native.rules[0].limit() else { panic!("concurrency") };

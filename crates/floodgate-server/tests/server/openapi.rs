@@ -306,6 +306,25 @@ async fn usage_problems_are_documented_and_answered_as_problem_json() {
     s.stop().await;
 }
 
+/// The usage query's descriptors were an open object: a list value (a name repeated) or a
+/// descriptor named `rule` (a second `rule`) passed the schema and were refused. The schema now
+/// says one string per name, and no name `rule`.
+#[tokio::test]
+async fn usage_descriptors_are_one_string_per_name_and_none_is_named_rule() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let descriptors = &document["paths"]["/v1/usage"]["get"]["parameters"][1];
+    assert_eq!(descriptors["name"], "descriptors");
+    assert_eq!(descriptors["schema"]["additionalProperties"]["type"], "string", "{descriptors}");
+    assert_eq!(descriptors["schema"]["propertyNames"]["not"]["const"], "rule", "{descriptors}");
+    let s = server().await;
+    for query in ["rule=per-user&user=a&user=b", "rule=per-user&user=a&rule=per-user"] {
+        let reply = s.get(&format!("/v1/usage?{query}")).await;
+        assert_eq!(reply.status, 422, "{query}: {}", reply.body);
+    }
+    assert_eq!(s.get("/v1/usage?rule=per-user&user=u1").await.status, 200, "the document's example");
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn empty_costs_are_refused_by_the_schema_and_by_the_server() {
     let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
@@ -322,6 +341,22 @@ async fn empty_costs_are_refused_by_the_schema_and_by_the_server() {
             reply.body
         );
     }
+    s.stop().await;
+}
+
+/// Plain schemathesis built a body from the document's own examples and defaults — `cost` and
+/// `costs` together — which the server refuses: the schema now says so with `not`.
+#[tokio::test]
+async fn cost_and_costs_together_are_refused_by_the_schema_and_by_the_server() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let body = &document["components"]["schemas"]["CheckRequest"];
+    assert_eq!(body["not"]["required"], serde_json::json!(["cost", "costs"]), "{body}");
+    let s = server().await;
+    let both =
+        s.post("/v1/check", r#"{"descriptors": {"user": "u"}, "cost": 1, "costs": {"requests": 1}}"#).await;
+    assert_eq!(both.status, 422, "{}", both.body);
+    let null = s.post("/v1/check", r#"{"descriptors": {"user": "u"}, "cost": 1, "costs": null}"#).await;
+    assert_eq!(null.status, 200, "a null `costs` is no `costs`: {}", null.body);
     s.stop().await;
 }
 
@@ -387,6 +422,37 @@ async fn reservation_problems_are_documented_and_answered_as_problem_json() {
     s.stop().await;
 }
 
+/// Plain schemathesis drew `ttl`s from the old pattern (the duration grammar) that the server
+/// refused — `"   "`, `0s`, `48h` — and sent `"ttl": null`, which the server took as the default
+/// though the schema said a string. The pattern is now exactly what the server reads.
+#[tokio::test]
+async fn a_ttl_is_what_its_pattern_says_and_null_is_the_default() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let ttl = &document["components"]["schemas"]["ReserveRequest"]["properties"]["ttl"];
+    assert_eq!(ttl["type"], serde_json::json!(["string", "null"]), "{ttl}");
+    let pattern = ttl["pattern"].as_str().unwrap();
+    assert_eq!(pattern, floodgate_config::duration::clock_pattern(std::time::Duration::from_secs(86_400)));
+    let s = server().await;
+    for (i, (ttl, status)) in [
+        ("null", 200),
+        ("\"90m\"", 200),
+        ("\"1h30m\"", 200),
+        ("\"24h\"", 200),
+        ("\"1h90m\"", 422),
+        ("\"0s\"", 422),
+        ("\"   \"", 422),
+        ("\"24h1s\"", 422),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let reply =
+            s.post("/v1/reserve", format!(r#"{{"descriptors": {{"user": "t{i}"}}, "ttl": {ttl}}}"#)).await;
+        assert_eq!(reply.status, status, "{ttl}: {}", reply.body);
+    }
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn a_null_domain_is_the_native_policy() {
     let s = server().await;
@@ -414,6 +480,22 @@ async fn a_null_rollback_body_is_the_version_before_the_current() {
 }
 
 #[tokio::test]
+async fn a_whole_rollback_version_written_with_a_fraction_is_that_version() {
+    let s = TestServer::start(parse(
+        "rules:\n  - {name: a, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n",
+    ))
+    .await;
+    let v2 = "rules:\n  - {name: b, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n";
+    assert_eq!(s.request(Method::POST, "/admin/config", v2, &[]).await.status, 200);
+    let back = s.request(Method::POST, "/admin/rollback", r#"{"version": 1.0}"#, &[]).await;
+    assert_eq!(back.status, 200, "{}", back.body);
+    assert_eq!(back.json()["added"], serde_json::json!(["a"]));
+    let half = s.request(Method::POST, "/admin/rollback", r#"{"version": 1.5}"#, &[]).await;
+    assert_eq!(half.status, 422, "{}", half.body);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn the_apply_answer_names_each_field_once() {
     let s = server().await;
     let v2 = "rules:\n  - {name: b, key: [user], algorithm: fixed_window, limit: 5, window: 1m}\n";
@@ -430,6 +512,68 @@ async fn the_apply_answer_names_each_field_once() {
     s.stop().await;
 }
 
+/// The stats stream was documented as one `StatsHistory`, which schemathesis read as every event's
+/// schema (the first event is `{"event": "history", "data": "<json>"}`): the schema is one event's
+/// now, each name with the JSON its `data` holds.
+#[tokio::test]
+async fn the_stats_stream_documents_each_event_with_its_data() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let events = &document["components"]["schemas"]["StatsEvent"]["oneOf"];
+    let named: Vec<(Value, Value)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["properties"]["event"]["enum"][0].clone(),
+                e["properties"]["data"]["contentSchema"]["$ref"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("history".into(), "#/components/schemas/StatsHistory".into()),
+            ("second".into(), "#/components/schemas/Second".into()),
+            ("stats".into(), "#/components/schemas/Snapshot".into()),
+        ]
+    );
+    let s = server().await;
+    let first = first_event(s.http, "/admin/stats/stream").await;
+    let data = first.strip_prefix("event: history\ndata: ").unwrap_or_else(|| panic!("{first}"));
+    let history: Value = serde_json::from_str(data.trim_end()).unwrap();
+    assert!(history["seconds"].is_array(), "{history}");
+    s.stop().await;
+}
+
+/// The first server-sent event of `GET path`, up to its blank line.
+async fn first_event(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").as_bytes()).await.unwrap();
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut line = String::new();
+    // The head, then the chunked body's first chunk size.
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut event = String::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await.unwrap();
+        if line.starts_with("event:") || !event.is_empty() {
+            event.push_str(&line);
+        }
+        if event.ends_with("\n\n") {
+            return event;
+        }
+    }
+}
+
 /// The status line of `GET path`, without reading the body.
 async fn status_line(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -440,16 +584,114 @@ async fn status_line(addr: std::net::SocketAddr, path: &str) -> String {
     line.trim_end().to_owned()
 }
 
+/// `#/components/schemas/<name>` of `document`, or `schema` itself when it is no reference.
+fn resolved<'d>(document: &'d Value, schema: &'d Value) -> &'d Value {
+    match schema["$ref"].as_str() {
+        Some(pointer) => document.pointer(pointer.trim_start_matches('#')).unwrap_or(&Value::Null),
+        None => schema,
+    }
+}
+
+/// Plain schemathesis sent `"anchor": null` (and other algorithms' parameters) to
+/// `token_bucket`, which the document allowed and the server refused: the body is now one schema
+/// per algorithm, each naming exactly the parameters it takes.
 #[test]
-fn the_simulation_body_names_every_algorithm_and_parameter_of_the_registry_and_nothing_else() {
+fn the_simulation_body_is_one_schema_per_algorithm_naming_exactly_its_parameters() {
     let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
     let simulate = &document["components"]["schemas"]["Simulate"];
-    assert_eq!(simulate["additionalProperties"], false);
-    let names: Vec<&str> = floodgate_config::algorithm::names().collect();
-    assert_eq!(simulate["properties"]["algorithm"]["enum"], serde_json::json!(names));
-    let documented: BTreeSet<&str> =
-        simulate["properties"].as_object().unwrap().keys().map(String::as_str).collect();
-    let mut read: BTreeSet<&str> = floodgate_config::algorithm::all_parameters().into_iter().collect();
-    read.extend(["algorithm", "requests", "sample_ms", "until_ms"]);
-    assert_eq!(documented, read, "the body's fields are the algorithms' parameters and the simulation's own");
+    assert_eq!(simulate["discriminator"]["propertyName"], "algorithm", "{simulate}");
+    let variants = simulate["oneOf"].as_array().unwrap();
+    assert_eq!(variants.len(), floodgate_config::algorithm::ALGORITHMS.len());
+    for (algorithm, variant) in floodgate_config::algorithm::ALGORITHMS.iter().zip(variants) {
+        let variant = resolved(&document, variant);
+        // A quota's is one schema per period: its anchor differs.
+        let bodies: Vec<&Value> = match variant["oneOf"].as_array() {
+            Some(periods) => periods.iter().collect(),
+            None => vec![variant],
+        };
+        for body in bodies {
+            let name = algorithm.name();
+            assert_eq!(body["properties"]["algorithm"]["enum"], serde_json::json!([name]));
+            assert_eq!(body["additionalProperties"], false, "{name}");
+            let documented: BTreeSet<&str> =
+                body["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+            let mut takes: BTreeSet<&str> = algorithm.parameter_names().collect();
+            if body["properties"]["period"]["enum"] == serde_json::json!(["day"]) {
+                takes.remove("anchor");
+            }
+            takes.extend(["algorithm", "requests", "sample_ms", "until_ms"]);
+            assert_eq!(documented, takes, "{name}: its parameters and the simulation's own, no other");
+            let required: BTreeSet<&str> =
+                body["required"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+            let mut needs: BTreeSet<&str> =
+                algorithm.parameters.iter().filter(|p| p.required()).map(|p| p.name).collect();
+            needs.extend(["algorithm", "requests"]);
+            assert_eq!(required, needs, "{name}");
+        }
+    }
+}
+
+/// The request bodies' examples of the document (each operation's, its schema's, and for a
+/// `oneOf` each alternative's), for the operations whose answer depends on nothing but the body
+/// and the policy.
+fn request_examples(document: &Value) -> Vec<(String, Value)> {
+    let mut examples = Vec::new();
+    for path in ["/v1/check", "/v1/peek", "/v1/report", "/v1/reserve", "/v1/simulate"] {
+        let body = &document["paths"][path]["post"]["requestBody"]["content"]["application/json"];
+        let mut schemas = vec![resolved(document, &body["schema"])];
+        while let Some(schema) = schemas.pop() {
+            for example in schema["examples"].as_array().into_iter().flatten() {
+                examples.push((path.to_owned(), example.clone()));
+            }
+            for alternative in schema["oneOf"].as_array().into_iter().flatten() {
+                schemas.push(resolved(document, alternative));
+            }
+        }
+        examples.extend(body["example"].as_object().map(|e| (path.to_owned(), Value::Object(e.clone()))));
+    }
+    examples
+}
+
+/// Every example of a request in the document is one the server accepts, under the policy
+/// `scripts/api-fuzz` fuzzes (`scripts/api/native.yaml`); schemathesis sends them first.
+#[tokio::test]
+async fn every_request_example_in_the_document_is_accepted() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let policy = std::fs::read_to_string(workspace().join("scripts/api/native.yaml")).unwrap();
+    let s = TestServer::start(parse(&policy)).await;
+    let examples = request_examples(&document);
+    assert!(examples.len() >= 15, "{examples:?}");
+    for (path, example) in examples {
+        let reply = s.post(&path, example.to_string()).await;
+        assert!(matches!(reply.status, 200 | 429), "{path} {example}: {} {}", reply.status, reply.body);
+    }
+    for (path, query) in [("/v1/usage", "rule=per-user&user=u1"), ("/admin/keys", "rule=per-user&user=u1")] {
+        let reply = s.get(&format!("{path}?{query}")).await;
+        assert_eq!(reply.status, 200, "{path}?{query}: {}", reply.body);
+    }
+    s.stop().await;
+}
+
+/// Plain schemathesis drew whole numbers written as `18820.0` for `integer` parameters, and
+/// `at_ms` near 2^64 (an overflow in the budget's arithmetic): a whole number is that number
+/// however it is written, and simulated time ends at `MAX_AT_MS`, as the schema says.
+#[tokio::test]
+async fn a_simulation_takes_whole_numbers_however_written_and_ends_at_the_latest_instant() {
+    let document: Value = serde_json::from_str(&floodgate_api::http::openapi::json()).unwrap();
+    let at_ms = &document["components"]["schemas"]["SimulatedRequest"]["properties"]["at_ms"];
+    assert_eq!(at_ms["maximum"], floodgate_api::playground::MAX_AT_MS, "{at_ms}");
+    let s = server().await;
+    let body = r#"{"algorithm": "fixed_window", "limit": 2.0, "window": "1s", "requests": [{"at_ms": 0.0, "cost": 1e0}], "sample_ms": 5e2, "until_ms": 1000.0}"#;
+    let reply = s.post("/v1/simulate", body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["limit"], 2);
+    let max = floodgate_api::playground::MAX_AT_MS;
+    for at_ms in [max, max + 1] {
+        let body = format!(
+            r#"{{"algorithm": "budget", "limit": 1, "ttl": "1d", "requests": [{{"at_ms": {at_ms}}}]}}"#
+        );
+        let reply = s.post("/v1/simulate", body).await;
+        assert_eq!(reply.status, if at_ms == max { 200 } else { 400 }, "{at_ms}: {}", reply.body);
+    }
+    s.stop().await;
 }

@@ -5,6 +5,7 @@
 
 use axum::extract::{Request, State};
 use axum::response::Response;
+use floodgate_http::wire::Cost;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -262,8 +263,10 @@ pub(super) async fn reload(State(app): State<App>) -> Response {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RollbackBody {
-    /// The version whose configuration to restore (`null` or absent: the one before the current).
-    version: Option<u64>,
+    /// The version whose configuration to restore (`null` or absent: the one before the current):
+    /// a whole number, however it is written (`3`, `3.0`).
+    #[schema(value_type = Option<u64>)]
+    version: Option<Cost>,
 }
 
 /// Puts a kept version's configuration back in force, as a new version.
@@ -298,7 +301,7 @@ pub(super) async fn rollback(State(app): State<App>, request: Request) -> Respon
             Err(e) => return malformed(format!("The body is not valid JSON: {e}.")),
         }
     };
-    apply_response(app.control().rollback(target.version).await)
+    apply_response(app.control().rollback(target.version.map(|Cost(v)| v)).await)
 }
 
 /// The audit log.

@@ -3,8 +3,9 @@
 //! Body: an algorithm and its parameters exactly as a rule writes them (read by the
 //! configuration's own parser, so its errors name the line, column and field), the `requests`
 //! (`at_ms`, `cost`), and optionally `sample_ms` / `until_ms` for the level between requests.
-//! Answer: one decision per request. Nothing is stored or counted; every error is a 400 naming the
-//! field.
+//! Answer: one decision per request, in the order given (they are simulated in time order; one
+//! whose cost the limit never grants is refused with no time to retry at). Nothing is stored or
+//! counted; every error is a 400 naming the field.
 
 use std::net::SocketAddr;
 
@@ -17,8 +18,8 @@ use http::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
 
+use self::body::SimulateBody;
 use super::api::authorized;
 use super::responses::{SimulateProblems, TAG_DECISIONS};
 use super::{json, malformed, problem, read_body};
@@ -26,72 +27,10 @@ use crate::playground::{self, MAX_REQUESTS, Sampling};
 use floodgate_app::App;
 use floodgate_app::auth::{Access, admin_access};
 
+mod body;
+
 /// The fields of the body besides the algorithm's.
 const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
-
-/// What `/v1/simulate` takes (documentation: the body is read by the configuration's parser and
-/// the fields below). No other field is read: one is refused.
-#[derive(Debug, ToSchema, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[schema(as = Simulate, example = json!({"algorithm": "token_bucket", "rate": "2/s", "burst": 8, "requests": [{"at_ms": 0, "cost": 1}, {"at_ms": 0}, {"at_ms": 250, "cost": 2}]}))]
-#[allow(dead_code)] // read field by field, for errors that name the field
-pub(super) struct SimulateBody {
-    /// The algorithm (see [`algorithm_names`]).
-    #[schema(schema_with = algorithm_names)]
-    algorithm: String,
-    /// `fixed_window`, `sliding_window`, `sliding_log`, `concurrency`, `quota`, `budget`: the most
-    /// a window, the permits, a period or a budget grants (a whole number ≥ 1).
-    limit: Option<serde_json::Value>,
-    /// `fixed_window`, `sliding_window`, `sliding_log`: the window, a duration such as `60s`.
-    window: Option<serde_json::Value>,
-    /// `token_bucket`, `gcra`: the rate, `N/unit` such as `2/s`.
-    rate: Option<serde_json::Value>,
-    /// `token_bucket`, `gcra`: the burst (a whole number ≥ 1).
-    burst: Option<serde_json::Value>,
-    /// `concurrency`: a permit's lease, a duration (default `30s`).
-    lease: Option<serde_json::Value>,
-    /// `quota`: `day`, `week` or `month`.
-    period: Option<serde_json::Value>,
-    /// `quota`: an IANA zone name (default `UTC`); a zone taken from a descriptor is refused here.
-    time_zone: Option<serde_json::Value>,
-    /// `quota`: the day the period starts (default the 1st, or Monday).
-    anchor: Option<serde_json::Value>,
-    /// `budget`: how long the budget lasts from its first use, a duration.
-    ttl: Option<serde_json::Value>,
-    /// The requests, in time order (at most 10 000).
-    requests: Vec<SimulatedRequest>,
-    /// Sample the level (what a request of 1 would find left) every this many milliseconds, from
-    /// 0 to `until_ms`; at most 10 000 samples. Absent: no `levels` in the answer.
-    #[schema(minimum = 1)]
-    sample_ms: Option<u64>,
-    /// The last instant sampled (default: the last request's `at_ms`); only with `sample_ms`.
-    until_ms: Option<u64>,
-}
-
-/// The schema of `algorithm`: every algorithm a rule may name, from the configuration's registry.
-fn algorithm_names() -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(SchemaType::new(Type::String))
-        .enum_values(Some(floodgate_config::algorithm::names()))
-        .description(Some(
-            "The algorithm, as a rule names it. Its parameters are written beside it exactly as in a rule of \
-             the configuration (docs/configuration.md), with the same defaults and errors: a parameter another \
-             algorithm takes, or one missing, is a 400 naming it.",
-        ))
-}
-
-/// One simulated request.
-#[derive(Debug, ToSchema, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub(super) struct SimulatedRequest {
-    /// When it arrives, in milliseconds of simulated time: the Unix epoch plus `at_ms`, so that a
-    /// fixed window or a quota period begins at 0. Never earlier than the request before.
-    at_ms: u64,
-    /// Its cost (default 1; at most what the limit grants at once).
-    #[schema(minimum = 1)]
-    cost: Option<u64>,
-}
 
 /// The decisions.
 #[derive(Debug, Serialize, ToSchema)]
@@ -101,7 +40,7 @@ pub(super) struct SimulationView {
     algorithm: &'static str,
     /// The limit's capacity: the most one window, bucket or period grants.
     limit: u64,
-    /// One decision per request, in order.
+    /// One decision per request, in the order given.
     decisions: Vec<SimulatedDecision>,
     /// The level at each sampled instant (with `sample_ms` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,7 +57,8 @@ pub(super) struct SimulatedDecision {
     /// Capacity left after it.
     remaining: u64,
     /// When refused: milliseconds until the same request would pass, rounded up (the exact
-    /// `Retry-After`, in ms); `null` when allowed.
+    /// `Retry-After`, in ms); `null` when allowed, or when its cost is above what the limit ever
+    /// grants at once (it never passes).
     retry_after_ms: Option<u64>,
     /// Milliseconds until the limit is fully replenished, rounded up.
     reset_after_ms: u64,
@@ -274,13 +214,13 @@ fn sampling(
         (None, None) => Ok(None),
         (None, Some(_)) => Err("until_ms: applies with sample_ms only".into()),
         (Some(every_ms), until) => {
-            let until_ms = until.unwrap_or_else(|| requests.last().map_or(0, |r| r.at_ms));
+            let until_ms = until.unwrap_or_else(|| requests.iter().map(|r| r.at_ms).max().unwrap_or(0));
             Ok(Some(Sampling { every_ms, until_ms }))
         }
     }
 }
 
-/// A JSON number that is a whole number from 0 to 2^64 - 1.
+/// A JSON number that is a whole number from 0 to 2^64 - 1, however it is written (`2.0` too).
 fn whole(value: &Value) -> Option<u64> {
-    value.as_u64()
+    floodgate_http::wire::whole_number(value)
 }
