@@ -33,6 +33,24 @@ pub enum HashTag {
     Descriptor(String),
 }
 
+/// How a check whose keys span cluster slots orders its calls (see the crate docs, "Redis
+/// Cluster"). Either way each slot applies its keys all-or-nothing, the slots that admitted give
+/// back when another denies, and the request never over-admits; the orders differ in what a
+/// denied request charges in the meantime, and in round trips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CrossSlot {
+    /// The slots of keys that denied lately (a hint kept per key for the time the denial said to
+    /// retry after, 50 ms to 1 min) are asked first; the other slots are only read, writing
+    /// nothing, and are asked to consume once the first have admitted. A request that such a key
+    /// denies charges nothing elsewhere, in one round trip; one that such a key admits takes two.
+    /// Requests with no key denied lately go at once, as [`CrossSlot::AtOnce`].
+    #[default]
+    DeniedFirst,
+    /// Every slot consumes at once, in one round trip; a denied request charges the slots that
+    /// admitted until their give-back lands, a round trip later.
+    AtOnce,
+}
+
 /// Redis store settings. Every field has a documented default; build with
 /// [`RedisConfig::node`] or [`RedisConfig::cluster`] and adjust.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +74,9 @@ pub struct RedisConfig {
     pub max_in_flight: usize,
     /// Which part of a key picks its cluster slot (default [`HashTag::Key`]).
     pub hash_tag: HashTag,
+    /// How a check whose keys span cluster slots orders its calls (default
+    /// [`CrossSlot::DeniedFirst`]).
+    pub cross_slot: CrossSlot,
     /// The certificates of a TLS connection (default `None`: with a `rediss://` URL, the server is
     /// verified against the platform's trusted roots, and no client certificate is presented).
     /// Only for `rediss://` URLs: with any other, building the store fails.
@@ -90,6 +111,7 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(1),
             max_in_flight: 1024,
             hash_tag: HashTag::Key,
+            cross_slot: CrossSlot::DeniedFirst,
             tls: None,
         }
     }

@@ -131,15 +131,16 @@
 mod config;
 mod error;
 mod fleet;
+mod hints;
 mod key;
 mod probe;
 mod script;
 mod store;
 mod tls;
 
-pub use config::{HashTag, RedisConfig, Target};
+pub use config::{CrossSlot, HashTag, RedisConfig, Target};
 pub use probe::{PROBE_CACHE, PROBE_TIMEOUT_FLOOR, Readiness};
-pub use store::RedisStore;
+pub use store::{GiveBacks, RedisStore};
 pub use tls::{Pem, TlsConfig, TlsError, TlsFile};
 
 /// The Lua script the store runs (the files of `src/lua`, concatenated), for tools that measure or

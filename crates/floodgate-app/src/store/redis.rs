@@ -3,10 +3,10 @@
 //! leaves out, so that they are the only defaults.
 
 use floodgate::store::BreakerConfig;
-use floodgate_config::redis::{RedisHashTag, RedisStoreConfig, RedisTarget, RedisTls};
+use floodgate_config::redis::{RedisCrossSlot, RedisHashTag, RedisStoreConfig, RedisTarget, RedisTls};
 use floodgate_config::tls::PemFile;
 use floodgate_config::{StoreConfig, Survival};
-use floodgate_redis::{HashTag, Pem, RedisConfig, Target, TlsConfig};
+use floodgate_redis::{CrossSlot, HashTag, Pem, RedisConfig, Target, TlsConfig};
 
 /// The Redis store's settings for `config`: each setting the file gives, and [`RedisConfig`]'s
 /// default for each it leaves out. The TLS files are the text read (and checked) at load, each
@@ -37,6 +37,11 @@ pub fn redis_config(config: &RedisStoreConfig) -> RedisConfig {
             None => defaults.hash_tag,
             Some(RedisHashTag::Key) => HashTag::Key,
             Some(RedisHashTag::Descriptor(name)) => HashTag::Descriptor(name.clone()),
+        },
+        cross_slot: match config.cross_slot {
+            None => defaults.cross_slot,
+            Some(RedisCrossSlot::DeniedFirst) => CrossSlot::DeniedFirst,
+            Some(RedisCrossSlot::AtOnce) => CrossSlot::AtOnce,
         },
         tls: config.tls.as_ref().map(tls_config),
     }
@@ -105,8 +110,12 @@ mod tests {
         );
         assert_eq!((c.connect_timeout, c.max_in_flight), (Duration::from_millis(250), 64));
         assert_eq!(c.hash_tag, HashTag::Descriptor("tenant".into()));
-        let (whole, _) = opened("store: {kind: redis_cluster, urls: ['redis://a:1'], hash_tag: key}\n");
+        assert_eq!(c.cross_slot, CrossSlot::DeniedFirst, "the default");
+        let (whole, _) = opened(
+            "store: {kind: redis_cluster, urls: ['redis://a:1'], hash_tag: key, cross_slot: at_once}\n",
+        );
         assert_eq!(whole.hash_tag, HashTag::Key);
+        assert_eq!(whole.cross_slot, CrossSlot::AtOnce);
     }
 
     #[test]

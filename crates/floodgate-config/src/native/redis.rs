@@ -32,6 +32,8 @@ pub struct RedisStoreConfig {
     pub max_in_flight: Option<usize>,
     /// `hash_tag` (clusters): which part of a key picks its slot.
     pub hash_tag: Option<RedisHashTag>,
+    /// `cross_slot` (clusters): how a check whose keys span slots orders its calls.
+    pub cross_slot: Option<RedisCrossSlot>,
     /// `tls`: the PEM files of a `rediss://` connection, read at load.
     pub tls: Option<RedisTls>,
 }
@@ -59,6 +61,7 @@ impl RedisStoreConfig {
             connect_timeout: None,
             max_in_flight: None,
             hash_tag: None,
+            cross_slot: None,
             tls: None,
         }
     }
@@ -90,6 +93,15 @@ pub enum RedisHashTag {
     Key,
     /// A descriptor's name (`tenant`): its value, for keys made with it.
     Descriptor(String),
+}
+
+/// `cross_slot`: how a check whose keys span cluster slots orders its calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisCrossSlot {
+    /// `denied_first`: the slots of keys that denied lately first, the others once they admit.
+    DeniedFirst,
+    /// `at_once`: every slot at once.
+    AtOnce,
 }
 
 /// `tls: {ca, cert, key}`: the PEM files of a TLS connection, each optional; a certificate comes
@@ -143,6 +155,17 @@ pub(super) fn compile(
             descriptor => {
                 vocabulary.check(descriptor, h.clone())?;
                 RedisHashTag::Descriptor(descriptor.to_owned())
+            }
+        });
+    }
+    if let Some(c) = fields.get("cross_slot") {
+        config.cross_slot = Some(match c.str("denied_first or at_once")? {
+            "denied_first" => RedisCrossSlot::DeniedFirst,
+            "at_once" => RedisCrossSlot::AtOnce,
+            other => {
+                return Err(c.error(format!(
+                    "invalid cross_slot {other:?}: expected denied_first (the default) or at_once"
+                )));
             }
         });
     }

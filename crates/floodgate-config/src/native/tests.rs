@@ -10,7 +10,7 @@ use jiff::civil::Weekday;
 use super::{DEFAULT_LEASE, Native, compile};
 use crate::StoreConfig;
 use crate::error::Invalid;
-use crate::redis::{RedisHashTag, RedisStoreConfig, RedisTls};
+use crate::redis::{RedisCrossSlot, RedisHashTag, RedisStoreConfig, RedisTls};
 use crate::yaml::{Item, parse_document};
 
 fn compile_text(text: &str) -> Result<Native, Invalid> {
@@ -88,6 +88,15 @@ fn redis_connection_settings_and_hash_tags_are_settable() {
     assert!(e.message.contains("did you mean \"tenant\""), "{}", e.message);
     let e = error("store: {kind: redis, url: 'redis://a:1', hash_tag: tenant}\n");
     assert!(e.message.contains("does not apply to store kind redis"), "{}", e.message);
+    let e = error("store: {kind: redis, url: 'redis://a:1', cross_slot: at_once}\n");
+    assert!(e.message.contains("does not apply to store kind redis"), "{}", e.message);
+    let e = error("store: {kind: redis_cluster, urls: ['redis://a:1'], cross_slot: denied}\n");
+    assert_eq!(e.field.as_deref(), Some("store.cross_slot"));
+    assert!(e.message.contains("invalid cross_slot \"denied\": expected denied_first"), "{}", e.message);
+    let at_once =
+        compile_text("store: {kind: redis_cluster, urls: ['redis://a:1'], cross_slot: at_once}\n").unwrap();
+    let StoreConfig::Redis(c) = &at_once.store else { panic!("a Redis store") };
+    assert_eq!(c.cross_slot, Some(RedisCrossSlot::AtOnce));
     let e = error("store: {kind: redis, url: 'redis://a:1', max_in_flight: 0}\n");
     assert!(e.message.contains("invalid max_in_flight 0"), "{}", e.message);
     let e = error("store: {kind: redis, url: 'redis://a:1', connect_timeout: 0s}\n");

@@ -62,12 +62,12 @@ async fn cluster_store() -> RedisStore {
 }
 
 async fn cluster_store_with(hash_tag: HashTag) -> RedisStore {
-    let config = RedisConfig {
-        deadline: SHARED_DEADLINE,
-        connect_timeout: CONNECT,
-        hash_tag,
-        ..RedisConfig::cluster(RedisCluster::shared().urls())
-    };
+    cluster_store_of(RedisConfig { hash_tag, ..RedisConfig::cluster(RedisCluster::shared().urls()) }).await
+}
+
+/// A store on the process's shared cluster with `config`'s settings, on the shared deadlines.
+async fn cluster_store_of(config: RedisConfig) -> RedisStore {
+    let config = RedisConfig { deadline: SHARED_DEADLINE, connect_timeout: CONNECT, ..config };
     RedisStore::connect(config).await.expect("connect to the shared cluster")
 }
 

@@ -9,7 +9,6 @@ use floodgate::store::{
 };
 use floodgate::{Limit, OnStoreError};
 use floodgate_core::{Clock, Decision, Grant, SystemClock, Timestamp};
-use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterConfig;
 use redis::cluster_async::ClusterConnection;
@@ -18,10 +17,15 @@ use smallvec::SmallVec;
 use tokio::sync::Semaphore;
 
 use crate::error::classify;
+use crate::hints::Hints;
 use crate::key::{ALGORITHM_TAGS, algorithm_tag, redis_key, tag};
 use crate::probe::{Probe, Readiness};
 use crate::script::{self, ONE_BUCKET, ONE_WINDOW, Reply, Row, SCRIPT, ScriptMode, ScriptOp, Timing};
-use crate::{HashTag, RedisConfig, Target, tls};
+use crate::{CrossSlot, HashTag, RedisConfig, Target, tls};
+
+mod cross_slot;
+
+pub use cross_slot::GiveBacks;
 
 /// Slack added to every expiry under a test clock: Redis expires keys on its own clock, which does
 /// not follow the test's.
@@ -92,6 +96,15 @@ struct Shared {
     /// Whether the decision connection has been made and the scripts loaded once
     /// ([`RedisStore::warm`]).
     warmed: AtomicBool,
+    /// How a check across slots orders its calls, and the keys that denied lately, for it.
+    cross_slot: CrossSlot,
+    hints: Hints,
+    /// What became of the cross-slot give-backs, and the numbers of their notes.
+    give_backs: cross_slot::Counts,
+    /// Held by each give-back being tried again (at most [`cross_slot::BACKLOG`]).
+    give_back_backlog: Semaphore,
+    /// Names this store's give-back notes apart from every other store's.
+    seed: u64,
 }
 
 /// One op, ready for the script.
@@ -247,6 +260,11 @@ impl RedisStore {
                 in_flight: Semaphore::new(config.max_in_flight),
                 connect_timeout: config.connect_timeout,
                 warmed: AtomicBool::new(false),
+                cross_slot: config.cross_slot,
+                hints: Hints::new(),
+                give_backs: cross_slot::Counts::default(),
+                give_back_backlog: Semaphore::new(cross_slot::BACKLOG),
+                seed: seed(),
             }),
             time: Time::Redis,
             local: Arc::new(SystemClock::new()),
@@ -294,6 +312,12 @@ impl RedisStore {
             return Readiness::Failed(format!("cannot connect and load the scripts: {e}"));
         }
         self.shared.probe.ready().await
+    }
+
+    /// What became of the give-backs of checks across cluster slots so far (see the crate docs,
+    /// "Redis Cluster").
+    pub fn give_backs(&self) -> GiveBacks {
+        self.shared.give_backs.read()
     }
 
     /// Whether this store talks to a cluster.
@@ -488,111 +512,18 @@ impl RedisStore {
             self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
         let prepared = self.prepare(ops);
         let groups = self.groups(&prepared);
-        let script_mode = match mode {
-            Mode::Check => ScriptMode::Check,
-            Mode::Peek => ScriptMode::Peek,
-            Mode::Report => ScriptMode::Report,
-        };
         if let [group] = &groups[..] {
+            let script_mode = match mode {
+                Mode::Check => ScriptMode::Check,
+                Mode::Peek => ScriptMode::Peek,
+                Mode::Report => ScriptMode::Report,
+            };
             let answer = self.call(&prepared, group, script_mode, None, not_after, None).await?;
             let admitted = mode != Mode::Peek && answer.admitted(ops, group);
             fill(out, ops, mode, admitted, &[(group, &answer)]);
             return Ok(());
         }
-
-        // Keys in several slots: each slot applies its ops all-or-nothing, all slots at once; then
-        // the slots that consumed give it back unless every slot admitted. Never over-admits; see
-        // the crate docs for the worst case.
-        let results =
-            join_all(groups.iter().map(|g| self.call(&prepared, g, script_mode, None, not_after, None)))
-                .await;
-        if results.iter().any(Result::is_err) {
-            if mode == Mode::Check {
-                // Slots that answered that they admitted consumed: give it back in the background,
-                // answer now. Only they: a slot that failed — stale, timed out, in error — gives
-                // nothing back, since it may not have taken anything (when it did, that stays
-                // charged until it replenishes: an under-admission, never an over-admission).
-                for (g, r) in groups.iter().zip(&results) {
-                    if let Ok(a) = r {
-                        self.undo_later(&prepared, ops, g, a);
-                    }
-                }
-            }
-            let mut errors = results.into_iter().filter_map(Result::err);
-            return Err(errors.next().unwrap_or(StoreError::Timeout(self.shared.deadline)));
-        }
-        let answers: SmallVec<[Answer; 2]> = results.into_iter().filter_map(Result::ok).collect();
-        let local: SmallVec<[bool; 2]> =
-            groups.iter().zip(&answers).map(|(g, a)| a.admitted(ops, g)).collect();
-        let admitted = local.iter().all(|a| *a);
-        let pairs: SmallVec<[(&Group, &Answer); 2]> = groups.iter().zip(answers.iter()).collect();
-        if mode == Mode::Report || admitted {
-            fill(out, ops, mode, mode != Mode::Peek && admitted, &pairs);
-            return Ok(());
-        }
-        // Denied: nothing is granted. The slots that admitted on their own consumed (check) or
-        // answered as if admitted (peek): undo, or ask again as denied, for the state as it stays.
-        fill(out, ops, Mode::Peek, false, &pairs);
-        let prepared = &prepared[..];
-        let redo =
-            groups.iter().zip(&answers).zip(&local).filter(|(_, l)| **l).map(|((g, a), _)| async move {
-                let allowed: Group =
-                    g.iter().enumerate().filter(|(k, _)| a.row(*k)[0] == 1).map(|(_, &i)| i).collect();
-                // Neither is guarded: the undo gives back what this slot's answer says it took, and
-                // is right however late it lands; the peek writes nothing.
-                let r = match mode {
-                    Mode::Check => {
-                        let grants = grants_of(ops, g, a);
-                        self.call(prepared, &allowed, ScriptMode::Undo, Some(&grants), None, None).await
-                    }
-                    _ => self.call(prepared, &allowed, ScriptMode::PeekDenied, None, None, None).await,
-                };
-                (allowed, r)
-            });
-        for (allowed, r) in join_all(redo).await {
-            // An undo that failed leaves its capacity consumed until it replenishes (the documented
-            // worst case); the request is denied all the same, with the numbers of its first answer.
-            let Ok(a) = r else { continue };
-            for (k, &i) in allowed.iter().enumerate() {
-                let row = a.row(k);
-                let d = &mut out.results[i].decision;
-                if d.allowed && row[0] == 1 {
-                    d.remaining = micros(row[1]);
-                    d.reset_after = Duration::from_micros(micros(row[2]));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Gives back, in a task of its own, what a slot that admitted took in a cross-slot check that
-    /// failed elsewhere. Best effort: what it cannot give back replenishes by itself. Not guarded:
-    /// the grants were taken (the slot's answer says so), so giving them back is right whenever it
-    /// lands.
-    fn undo_later(&self, prepared: &[Prepared<'_>], ops: &[Op<'_>], group: &[usize], answer: &Answer) {
-        if !answer.admitted(ops, group) {
-            return;
-        }
-        let grants = grants_of(ops, group, answer);
-        let items = group.iter().filter_map(|&i| {
-            let p = &prepared[i];
-            let grant = grants[i]?;
-            Some(ScriptOp {
-                key: &p.key,
-                limit: p.op.limit,
-                cost: grant.cost,
-                enforce: p.op.enforce,
-                grant: Some((grant.at, grant.lease)),
-            })
-        });
-        let Ok(inv) = script::invocation(ScriptMode::Undo, self.timing(None), self.estimate(), items, None)
-        else {
-            return;
-        };
-        let store = self.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(store.shared.deadline * 4, store.invoke(&inv)).await;
-        });
+        self.across_slots(&prepared, ops, &groups, mode, not_after, out).await
     }
 
     async fn refund_within(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {
@@ -670,16 +601,13 @@ impl RedisStore {
     }
 }
 
-/// The grants a slot's check took, indexed like the ops (`None` elsewhere).
-fn grants_of(ops: &[Op<'_>], group: &[usize], answer: &Answer) -> SmallVec<[Option<Grant>; 4]> {
-    let mut grants: SmallVec<[Option<Grant>; 4]> = SmallVec::from_elem(None, ops.len());
-    for (k, &i) in group.iter().enumerate() {
-        let row = answer.row(k);
-        if row[0] == 1 {
-            grants[i] = Some(Grant { at: answer.now, cost: ops[i].cost, lease: micros(row[4]) });
-        }
-    }
-    grants
+/// A number no other store is likely to draw: the standard library's per-process random hash keys,
+/// with the process id.
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 fn micros(x: i64) -> u64 {
@@ -726,7 +654,7 @@ fn fill(out: &mut Applied, ops: &[Op<'_>], mode: Mode, admitted: bool, answers: 
 
 /// The reservation records' script: the contract is at the top of `lua/record.lua`.
 static RECORD: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/record.lua")));
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../lua/record.lua")));
 
 impl RedisStore {
     /// The key of reservation record `id`: `<prefix>{r<id>}R` — a tag of its own (limit keys' tags
