@@ -11,7 +11,7 @@
 //!   ([`Policy::evaluate`](floodgate::Policy::evaluate)): when one is over, nothing is consumed for
 //!   any of them — no check-then-refund, no transient under-admission, one round trip to the store
 //!   (on a Redis Cluster, descriptors whose keys live in different slots are still one call of the
-//!   store, which applies them slot by slot with consume-then-refund: see `floodgate-redis`).
+//!   store, which applies them slot by slot, given back on denial: see `floodgate-redis`).
 //!   Descriptors of one request that make the same key (the same rule and values) are charged
 //!   their summed cost once.
 //! - The response: `overall_code`; one status per descriptor with `code` (`OVER_LIMIT` for a

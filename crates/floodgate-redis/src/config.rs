@@ -19,7 +19,7 @@ pub enum Target {
 /// Which part of a key picks its cluster slot.
 ///
 /// Keys in one slot are applied by one atomic script call; a request whose keys span slots goes
-/// through the consume-then-refund protocol (see the crate docs). On a single node the tag changes
+/// slot by slot, given back on denial (see the crate docs). On a single node the tag changes
 /// nothing but the key's bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum HashTag {

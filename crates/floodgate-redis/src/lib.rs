@@ -90,7 +90,7 @@
 //!   margin** (NTP does, by far); a node ahead by more turns calls it runs in time into timeouts.
 //!
 //!   Not guarded: peeks (they write nothing); give-backs — a refund, a release, the cross-slot
-//!   undo — which return what a check's answer says it took and are right however late they land
+//!   give-back — which return what a check's answer says it took and are right however late they land
 //!   (and are sent only for answered checks, so what a stale check never took is never given
 //!   back); resets (a `DEL`: a late one forgets the key a moment later, charging nothing); the
 //!   first calls of a store, before a reply has given the offset; and calls on a test clock
@@ -114,19 +114,30 @@
 //! A key's slot is picked by its hash tag ([`HashTag::Key`] by default, or one descriptor's value
 //! with [`HashTag::Descriptor`] so that all the limits of, say, one tenant share a slot). `MOVED`
 //! and `ASK` (resharding, failover) are followed by the `redis` crate's cluster client. A request
-//! whose keys share a slot is one atomic call. A request whose keys span slots uses
-//! **consume-then-refund**: every slot applies its own keys all-or-nothing, all slots at once; if
-//! one slot denies, the slots that admitted give back what they took (one more parallel round trip)
-//! and the request is denied. It never over-admits: no limit ever holds more than it would without
-//! the denied request. Its worst case is transient **under**-admission: between the two round
-//! trips another request may see the limits of the admitting slots charged with the denied
-//! request's cost and be denied; and if the refund is lost (the process dies, Redis times out or
-//! fails over in between) that cost stays charged until it replenishes by itself — the rest of the
-//! window for windows and logs, `cost × interval` for buckets, the lease for concurrency, the rest
-//! of the period for quotas. Only slots that answered that they admitted give back: a slot that
-//! timed out or was stale gives nothing back, since it may have taken nothing (and if Redis ran
-//! it in time after all, its cost stays charged: the same under-admission). The tests measure
-//! it.
+//! whose keys share a slot is one atomic call. A request whose keys span slots is **applied slot
+//! by slot** (`store/cross_slot.rs`): every slot applies its own keys all-or-nothing; if one slot
+//! denies, the slots that consumed give back what they took and the request is denied. It never
+//! over-admits: no limit ever holds more than it would without the denied request.
+//!
+//! - **The order** ([`CrossSlot`]). By default the slots of keys that denied lately — a hint per
+//!   key, kept for the time the denial said to retry after (50 ms to 1 min) in a fixed lock-free
+//!   table — are asked first, while the other slots are only read (writing nothing); those consume
+//!   once the first admit. A request such a key denies charges nothing elsewhere, in one round
+//!   trip; one it admits takes two. Requests with no such key, and every request with
+//!   [`CrossSlot::AtOnce`], go to every slot at once.
+//! - **The give-back** is made at most once — a note in its slot, as the reservations' settlement
+//!   steps — so it is tried again, in a task of its own that outlives the request, while it fails
+//!   for a transient reason, for up to 30 s; [`RedisStore::give_backs`] counts what became of each.
+//! - **The worst case** is a transient **under**-admission: for one round trip, a limit may hold
+//!   the cost of cross-slot requests in flight that another slot is denying (a key's first denial,
+//!   or a denial by a slot not asked first), and another request may be refused for it. A
+//!   give-back lost for good (the process dies, Redis unreachable for 30 s, 4,096 give-backs
+//!   already retrying) leaves that cost charged until it replenishes by itself — the rest of the
+//!   window for windows and logs, `cost × interval` for buckets, the lease for concurrency, the
+//!   rest of the period for quotas. Only slots that answered that they admitted give back: a slot
+//!   that timed out or was stale may have taken nothing (if Redis ran it in time after all, its
+//!   cost stays charged: the same under-admission). `docs/redis.md` states the bound and the
+//!   figures; the tests and `floodgate-bench cross-slot` measure it.
 
 mod config;
 mod error;

@@ -144,6 +144,7 @@ async fn metrics(State(app): State<App>) -> Response {
         breaker: store.breaker(),
         fallback: store.fallback().map(|f| f.stats()),
         prefetch: store.prefetch().map(|p| p.stats()),
+        give_backs: store.redis().filter(|r| r.is_cluster()).map(|r| r.give_backs()),
     };
     let text = app.metrics().render(status);
     ([(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"))], text)

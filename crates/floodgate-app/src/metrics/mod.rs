@@ -22,6 +22,7 @@
 //! | `floodgate_prefetch_decisions_total` | counter: checks decided from a `prefetch` lease (`source` = `lease`: a batch taken earlier, or a denial remembered), and the calls that went to the store for checks no lease decided, of any rule (`source` = `store`; near the limit a prefetch check may make two) (Redis stores) | `store`, `source` |
 //! | `floodgate_prefetch_units_total` | counter: unspent leased units, by `outcome` = `returned` (refunded to the store) or `expired` (their window ended first) (Redis stores) | `store`, `outcome` |
 //! | `floodgate_fallback_units_total` | counter: units admitted locally, by `outcome` = `charged` (to the store, on recovery), `expired`, `dropped` (Redis stores) | `store`, `outcome` |
+//! | `floodgate_store_give_backs_total` | counter: what a check across Redis Cluster slots took in the slots that admitted, given back because another slot denied or failed, by `result` = `started`, `retried` (a first attempt failed), `landed`, `lost` (never landed: stays charged until it replenishes) (Redis Cluster stores) | `store`, `result` |
 //! | `floodgate_keys` | gauge, read from the store on each scrape (memory store only: Redis is not scanned) | `store` |
 //! | `floodgate_keys_fill_ratio` | gauge: `floodgate_keys` / `max_keys` (memory store) | `store` |
 //! | `floodgate_overflow_counters` | gauge: overflow counters held, over all rules (memory store; not in `floodgate_keys`) | `store` |
@@ -85,6 +86,8 @@ pub const FALLBACK_UNITS_TOTAL: &str = "floodgate_fallback_units_total";
 pub const PREFETCH_DECISIONS_TOTAL: &str = "floodgate_prefetch_decisions_total";
 /// `floodgate_prefetch_units_total`.
 pub const PREFETCH_UNITS_TOTAL: &str = "floodgate_prefetch_units_total";
+/// `floodgate_store_give_backs_total`.
+pub const GIVE_BACKS_TOTAL: &str = "floodgate_store_give_backs_total";
 /// `floodgate_config_version`.
 pub const CONFIG_VERSION: &str = "floodgate_config_version";
 /// `floodgate_config_reloads_total`.
@@ -164,6 +167,8 @@ struct Inner {
     rule_metrics: Mutex<Vec<Weak<RuleCounts>>>,
     /// A Redis store's breaker and fallback series, registered on the first scrape that has them.
     survival: OnceLock<SurvivalSeries>,
+    /// `floodgate_store_give_backs_total` by result: started, retried, landed, lost.
+    give_backs: OnceLock<[Counter; 4]>,
     /// The reservation series of every rule named so far.
     reservations: Reservations,
 }
@@ -193,6 +198,8 @@ pub struct StoreStatus {
     pub fallback: Option<FallbackStats>,
     /// A Redis store's prefetch leases.
     pub prefetch: Option<PrefetchStats>,
+    /// A Redis Cluster store's give-backs across slots.
+    pub give_backs: Option<floodgate_redis::GiveBacks>,
 }
 
 /// The front doors counted in `floodgate_requests_total{api}`.
@@ -366,6 +373,7 @@ impl Metrics {
             clients: Mutex::new(Vec::new()),
             rule_metrics: Mutex::new(Vec::new()),
             survival: OnceLock::new(),
+            give_backs: OnceLock::new(),
             reservations: Reservations::new(Arc::clone(&recorder), reports.expiries),
             store,
             handle,
@@ -417,6 +425,20 @@ impl Metrics {
                 series.prefetch_lease.absolute(prefetch.local_decisions);
                 series.prefetch_returned.absolute(prefetch.returned_units);
                 series.prefetch_expired.absolute(prefetch.expired_units);
+            }
+        }
+        if let Some(g) = store.give_backs {
+            let series = self.inner.give_backs.get_or_init(|| {
+                let r = &*self.inner.recorder;
+                ["started", "retried", "landed", "lost"].map(|result| {
+                    let labels = vec![Label::new("store", self.inner.store), Label::new("result", result)];
+                    let counter = r.register_counter(&Key::from_parts(GIVE_BACKS_TOTAL, labels), &METADATA);
+                    counter.increment(0);
+                    counter
+                })
+            });
+            for (counter, value) in series.iter().zip([g.started, g.retried, g.landed, g.lost]) {
+                counter.absolute(value);
             }
         }
         self.flush(store.fallback.is_some_and(|f| f.degraded));
@@ -777,6 +799,11 @@ fn describe(r: &PrometheusRecorder) {
         PREFETCH_UNITS_TOTAL,
         None,
         "Unspent leased units of prefetch rules: returned to the store, or expired with their window.",
+    );
+    d(
+        GIVE_BACKS_TOTAL,
+        None,
+        "Give-backs of what a check across cluster slots took in the slots that admitted, because another slot denied or failed: started, retried, landed, lost.",
     );
     d(REQUESTS_TOTAL, None, "API requests by API and response code.");
     d(

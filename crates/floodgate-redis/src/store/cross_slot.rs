@@ -39,7 +39,7 @@ pub struct GiveBacks {
     pub retried: u64,
     /// Of them, those that landed (on their first attempt or a later one).
     pub landed: u64,
-    /// Of them, those that never landed (an error that is not transient, [`RETRIED_FOR`] passed,
+    /// Of them, those that never landed (an error that is not transient, 30 s of attempts passed,
     /// or the backlog full): their cost stays charged until it replenishes by itself.
     pub lost: u64,
 }

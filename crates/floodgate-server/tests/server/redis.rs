@@ -316,3 +316,49 @@ async fn twelve_requests_on_a_redis_cluster() {
     assert_eq!(metric(&server, r#"floodgate_store_errors_total{store="redis_cluster"}"#).await, Some(0.0));
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn give_backs_across_cluster_slots_are_counted_on_metrics() {
+    let cluster = blocking(RedisCluster::start);
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let config = format!(
+        "store: {{ kind: redis_cluster, urls: [{}], deadline: 1s }}
+rules:
+  - name: per-user
+    key: [user]
+    algorithm: fixed_window
+    limit: 1
+    window: 1h
+  - name: per-tenant
+    key: [tenant]
+    algorithm: fixed_window
+    limit: 100
+    window: 1h
+",
+        urls.join(", ")
+    );
+    let server = TestServer::start(parse(&config)).await;
+    assert!(
+        eventually(|| async { server.get("/readyz").await.status == 200 }).await,
+        "ready once every master answers PING"
+    );
+    let series = |result: &str| {
+        format!(r#"floodgate_store_give_backs_total{{store="redis_cluster",result="{result}"}}"#)
+    };
+    let request = [("user", "u1"), ("tenant", "t1")];
+    assert_eq!(server.check(&request).await.status, 200);
+    // The user's limit denies; the tenant's slot, asked at once, took a unit and gives it back.
+    assert_eq!(server.check(&request).await.status, 429);
+    assert!(
+        eventually(|| async { metric(&server, &series("landed")).await == Some(1.0) }).await,
+        "the give-back landed"
+    );
+    // Denied lately, the user's slot is asked first: the tenant's is only read.
+    let third = server.check(&request).await;
+    assert_eq!(third.status, 429);
+    assert_eq!(outcome(&third, "per-tenant"), "allowed", "{:?}", third.json());
+    for (result, n) in [("started", 1.0), ("retried", 0.0), ("landed", 1.0), ("lost", 0.0)] {
+        assert_eq!(metric(&server, &series(result)).await, Some(n), "{result}");
+    }
+    server.stop().await;
+}
