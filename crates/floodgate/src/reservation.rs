@@ -133,6 +133,13 @@ pub enum SettleError {
     /// The id names the concurrency permits of a check, which can only be released.
     #[error("the reservation holds the concurrency permits of a check: release it")]
     PermitsOnly,
+    /// The reservation was made on another policy: the one of `namespace` (an Envoy domain; `None`:
+    /// the policy with no namespace). Settle it there; this policy changed nothing.
+    #[error("the reservation was made under {}", namespace.as_deref().map_or_else(|| "no domain".to_owned(), |n| format!("domain {n:?}")))]
+    OtherPolicy {
+        /// The namespace of the policy the reservation was made on.
+        namespace: Option<Box<str>>,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -155,7 +162,7 @@ impl Policy {
         ttl: Duration,
         kind: Kind,
     ) -> Result<Reservation, StoreError> {
-        let body = encode(hit, verdict, kind);
+        let body = encode(self.namespace(), hit, verdict, kind);
         let id = new_id();
         match store.put_record(id.as_bytes(), &body, ttl, ttl + kept_after_expiry(ttl)).await {
             Ok(expires_at) => Ok(Reservation { id, expires_at }),
@@ -178,6 +185,11 @@ impl Policy {
         let wanted = encode_settlement(settlement);
         let record = store.get_record(id.as_bytes()).await?.ok_or(SettleError::NotFound)?;
         let held = decode(&record.body).ok_or(SettleError::NotFound)?;
+        // Its rules and keys are another policy's: settled here, its grants would go back to the
+        // keys of this policy's rules of the same names.
+        if held.namespace.as_deref() != self.namespace() {
+            return Err(SettleError::OtherPolicy { namespace: held.namespace });
+        }
         // Already settled: the same settlement gets the same answer, and also finishes what the
         // first one may have left undone — its instance crashed, or the store failed, between
         // marking the record and giving back — each step being made at most once
@@ -364,9 +376,11 @@ fn new_id() -> String {
 
 // === the record's bytes ===
 
-/// The record format written: version 2 adds each grant's shard. Records of version 1 are still
-/// read (a rolling upgrade, a persisted store): what they hold goes back to a shard their id picks.
-const VERSION: u8 = 2;
+/// The record format written: version 2 adds each grant's shard, version 3 the policy's namespace
+/// (an Envoy domain). Older records are still read (a rolling upgrade, a persisted store): what
+/// records of version 1 hold goes back to a shard their id picks; records before version 3 were
+/// made on the policy with no namespace.
+const VERSION: u8 = 3;
 const COMMIT: u8 = 1;
 const RELEASE: u8 = 2;
 
@@ -383,6 +397,8 @@ struct HeldLimit {
 /// A decoded record.
 #[derive(Debug)]
 struct Held {
+    /// The namespace of the policy the reservation was made on.
+    namespace: Option<Box<str>>,
     kind: Kind,
     descriptors: Descriptors,
     estimate: Costs,
@@ -423,8 +439,8 @@ fn encode_costs(out: &mut Vec<u8>, costs: &Costs) {
     }
 }
 
-/// A record: what `verdict` took for `hit`.
-fn encode(hit: Hit<'_>, verdict: &Verdict, kind: Kind) -> Vec<u8> {
+/// A record: what `verdict` took for `hit`, on the policy of `namespace`.
+fn encode(namespace: Option<&str>, hit: Hit<'_>, verdict: &Verdict, kind: Kind) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.push(VERSION);
     out.push(match kind {
@@ -458,6 +474,13 @@ fn encode(hit: Hit<'_>, verdict: &Verdict, kind: Kind) -> Vec<u8> {
             }
             None => out.push(0),
         }
+    }
+    match namespace {
+        Some(n) => {
+            out.push(1);
+            put_bytes(&mut out, n.as_bytes());
+        }
+        None => out.push(0),
     }
     out
 }
@@ -552,7 +575,14 @@ fn decode(body: &[u8]) -> Option<Held> {
         };
         limits.push(HeldLimit { rule, grant: Grant { at, cost, lease }, permit, shard });
     }
-    Some(Held { kind, descriptors, estimate, limits })
+    let namespace = match version {
+        1 | 2 => None,
+        _ => match r.u8()? {
+            0 => None,
+            _ => Some(r.text()?.into()),
+        },
+    };
+    Some(Held { namespace, kind, descriptors, estimate, limits })
 }
 
 // === impl Engine ===
@@ -633,7 +663,7 @@ mod tests {
             limits: [outcome("tpm", Some(3), false), outcome("in-flight", None, true)].into_iter().collect(),
             ..Verdict::default()
         };
-        let body = encode(Hit::with_costs(&descriptors, &costs), &verdict, Kind::Reserve);
+        let body = encode(None, Hit::with_costs(&descriptors, &costs), &verdict, Kind::Reserve);
         let held = decode(&body).expect("decodes");
         assert_eq!(held.kind, Kind::Reserve);
         assert_eq!(held.estimate, costs);
@@ -661,7 +691,30 @@ mod tests {
         let held = decode(&body).expect("decodes");
         assert_eq!(held.limits.len(), 1);
         assert_eq!((held.limits[0].grant.cost, held.limits[0].shard), (1, None));
-        body[0] = 3;
+        assert_eq!(held.namespace, None, "made on the policy with no namespace");
+        body[0] = 4;
         assert!(decode(&body).is_none(), "a version this build does not know");
+    }
+
+    #[test]
+    fn a_record_keeps_the_namespace_of_its_policy_and_one_of_version_2_has_none() {
+        let descriptors = Descriptors::new().with("tenant", "t1");
+        let verdict = Verdict {
+            allowed: true,
+            limits: [outcome("tpm", None, false)].into_iter().collect(),
+            ..Verdict::default()
+        };
+        let hit = Hit::new(&descriptors, 1);
+        let body = encode(Some("edge"), hit, &verdict, Kind::Reserve);
+        assert_eq!(decode(&body).expect("decodes").namespace.as_deref(), Some("edge"));
+        for end in 0..body.len() {
+            assert!(decode(&body[..end]).is_none(), "cut at {end}");
+        }
+        // Version 2 ended after the limits.
+        let mut v2 = encode(None, hit, &verdict, Kind::Reserve);
+        assert_eq!(v2.pop(), Some(0), "no namespace: one byte");
+        v2[0] = 2;
+        let held = decode(&v2).expect("a record of version 2 decodes");
+        assert_eq!((held.namespace, held.limits.len()), (None, 1));
     }
 }

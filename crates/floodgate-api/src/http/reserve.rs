@@ -326,7 +326,26 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
 
 async fn settle(app: &App, id: &str, settlement: Settlement<'_>) -> Response {
     let running = app.control().load();
-    match app.decisions().settle(running.domain(None), id, settlement).await {
+    let mut result = app.decisions().settle(running.domain(None), id, settlement).await;
+    // Made under an Envoy domain: settled on that domain's policy, its rules and keys.
+    if let Err(SettleError::OtherPolicy { namespace }) = &result {
+        result = match running.policy_of(namespace.as_deref()) {
+            Some(domain) => app.decisions().settle(domain, id, settlement).await,
+            None => {
+                return problem(Problem::new(
+                    StatusCode::NOT_FOUND,
+                    NOT_FOUND_TYPE,
+                    "Not Found",
+                    format!(
+                        "Reservation {id:?} was made under domain {:?}, which is no longer configured: \
+                         what it holds stays charged until its ttl ends.",
+                        namespace.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+        };
+    }
+    match result {
         Ok(settled) => json(StatusCode::OK, &body(id, &settled)),
         Err(SettleError::NotFound) => problem(Problem::new(
             StatusCode::NOT_FOUND,
@@ -335,14 +354,17 @@ async fn settle(app: &App, id: &str, settlement: Settlement<'_>) -> Response {
             format!("No such reservation: {id:?}."),
         )),
         Err(SettleError::Store(error)) => unavailable(&error.to_string()),
-        Err(error @ (SettleError::Expired(_) | SettleError::Conflict { .. } | SettleError::PermitsOnly)) => {
-            problem(Problem::new(
-                StatusCode::CONFLICT,
-                RESERVATION_SETTLED_TYPE,
-                "Reservation Already Settled",
-                format!("Reservation {id:?}: {error}."),
-            ))
-        }
+        Err(
+            error @ (SettleError::Expired(_)
+            | SettleError::Conflict { .. }
+            | SettleError::PermitsOnly
+            | SettleError::OtherPolicy { .. }),
+        ) => problem(Problem::new(
+            StatusCode::CONFLICT,
+            RESERVATION_SETTLED_TYPE,
+            "Reservation Already Settled",
+            format!("Reservation {id:?}: {error}."),
+        )),
     }
 }
 

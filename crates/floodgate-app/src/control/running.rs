@@ -81,6 +81,19 @@ impl Running {
         domain.and_then(|d| self.domains.get(d)).unwrap_or(&self.native)
     }
 
+    /// The policy whose namespace is `namespace` (`None`: the native policy), if one is in force:
+    /// where a reservation made on it is settled.
+    pub fn policy_of(&self, namespace: Option<&str>) -> Option<&Domain> {
+        match namespace {
+            None => Some(&self.native),
+            Some(d) => self
+                .domains
+                .get(d)
+                .map(|domain| &**domain)
+                .filter(|domain| domain.policy.namespace() == Some(d)),
+        }
+    }
+
     /// Whether every rule in force, over all policies, decides on a local share when the store
     /// fails (and there is at least one rule).
     pub fn all_local(&self) -> bool {

@@ -314,3 +314,52 @@ async fn on_redis_late_settlements_are_counted_and_expiries_have_no_series() {
     assert_eq!(counted(&text, "tph", "expired"), (None, None), "Redis does not report expiries:\n{text}");
     server.stop().await;
 }
+
+/// A reservation made under an Envoy domain is settled on that domain's policy — its rules and
+/// keys — though `/v1/commit` and `/v1/release` take no domain, and though the native policy has a
+/// rule of the same name.
+#[tokio::test]
+async fn a_reservation_made_under_a_domain_is_settled_on_that_domains_rules() {
+    use floodgate::Rule;
+    let tokens = || {
+        Rule::new(
+            "tph",
+            floodgate_core::FixedWindow::try_new(
+                1000.try_into().unwrap(),
+                std::time::Duration::from_secs(3600),
+            )
+            .unwrap(),
+        )
+        .key(["tenant"])
+        .cost("tokens")
+    };
+    let config = crate::support::with_domains([tokens()], [("edge", vec![tokens()])]);
+    let server = TestServer::start(config).await;
+    let body = |domain: Option<&str>, tokens: u64| {
+        let mut body = json!({"descriptors": {"tenant": "t1"}, "costs": {"tokens": tokens}});
+        if let Some(d) = domain {
+            body["domain"] = json!(d);
+        }
+        body.to_string()
+    };
+    let tokens_left = |reply: &Reply| reply.json()["limits"][0]["remaining"].as_u64().unwrap() + 1;
+
+    let reserved = server.post("/v1/reserve", body(Some("edge"), 600)).await;
+    assert_eq!(reserved.status, 200, "{}", reserved.body);
+    let id = reserved.json()["reservation"].as_str().unwrap().to_owned();
+    let commit =
+        server.post("/v1/commit", json!({"reservation": id, "costs": {"tokens": 100}}).to_string()).await;
+    assert_eq!(commit.status, 200, "{}", commit.body);
+    assert_eq!(commit.json()["refunded"]["tokens"], 500, "{}", commit.body);
+
+    let edge = server.post("/v1/peek", body(Some("edge"), 1)).await;
+    assert_eq!(tokens_left(&edge), 900, "the domain's counter holds what was committed: {}", edge.body);
+    let native = server.post("/v1/peek", body(None, 1)).await;
+    assert_eq!(tokens_left(&native), 1000, "the native rule of the same name is untouched: {}", native.body);
+    // Retried, the same answer, given back once.
+    let again =
+        server.post("/v1/commit", json!({"reservation": id, "costs": {"tokens": 100}}).to_string()).await;
+    assert_eq!((again.status, again.json()["refunded"]["tokens"].as_u64()), (200, Some(500)));
+    assert_eq!(tokens_left(&server.post("/v1/peek", body(Some("edge"), 1)).await), 900);
+    server.stop().await;
+}
