@@ -1,7 +1,8 @@
 //! What the audit log records about admin changes: for a configuration change, what triggered
-//! it, what it changed (rules added, removed, changed, by fingerprint), and whether it was applied;
-//! for a change of the gateway's switches, what changed; for a key reset (`DELETE /admin/keys`),
-//! the key, who asked (`by`), and what became of it.
+//! it, who asked (`by`, for a change made through the admin API), what it changed (rules added,
+//! removed, changed, by fingerprint), and whether it was applied; for a change of the gateway's
+//! switches, what changed and who asked; for a key reset (`DELETE /admin/keys`), the key, who
+//! asked, and what became of it.
 
 use std::collections::BTreeMap;
 
@@ -133,9 +134,11 @@ pub struct AuditRecord {
     pub error: Option<ErrorReport>,
     /// For a rollback: the version whose configuration it restored.
     pub restored: Option<u64>,
-    /// Who asked, when the record says (key resets): `admin_token` (the server's admin token),
-    /// `client:<name>` (an `auth` client with the `admin` scope) or `loopback` (a loopback peer of a
-    /// server that requires no token).
+    /// Who asked through the admin API — a configuration applied, reloaded or rolled back
+    /// (`admin`, `file`, `rollback`: applied or rejected), a switch change, a key reset:
+    /// `admin_token` (the server's admin token), `client:<name>` (an `auth` client with the `admin`
+    /// scope) or `loopback` (a loopback peer of a server that requires no token). `null` for the
+    /// changes no caller asked for: the start, the file watcher, `SIGHUP`.
     #[serde(default)]
     pub by: Option<String>,
     /// For a key reset: the key, and whether it had state.

@@ -181,7 +181,7 @@ pub async fn watch_token_files(app: App, mut stop: watch::Receiver<bool>) {
 
 /// Reloads `app`'s configuration file (for the watcher and `SIGHUP`), logging the result.
 pub async fn reload_logged(app: &App, trigger: Trigger) {
-    match app.control().reload(trigger).await {
+    match app.control().reload(trigger, None).await {
         Ok(applied) if applied.changed => {}
         Ok(_) => tracing::debug!(source = trigger.as_str(), "configuration unchanged"),
         Err(error) => tracing::debug!(source = trigger.as_str(), %error, "reload rejected"),

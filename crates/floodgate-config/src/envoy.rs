@@ -66,6 +66,7 @@ use std::time::Duration;
 use floodgate::{Action, Condition, Limit, Pattern, Rule};
 use floodgate_core::FixedWindow;
 
+use crate::doubles::InexactRule;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
 use crate::yaml::{Item, did_you_mean};
@@ -83,6 +84,9 @@ pub(crate) struct Domain {
     pub(crate) fingerprints: Vec<(String, u64)>,
     /// The rules counted per value of their key too (`detailed_metric`, `value_to_metric`).
     pub(crate) detailed: Vec<String>,
+    /// The first rule whose limit a Redis store could not decide (`requests_per_unit` of 2^52 or
+    /// more): refused when the directory's store is Redis.
+    pub(crate) inexact: Option<Box<InexactRule>>,
 }
 
 const TOP_FIELDS: &[&str] = &["domain", "descriptors"];
@@ -148,6 +152,8 @@ enum Spec<'a> {
         at: Item<'a>,
         window: Duration,
         per_unit: NonZeroU64,
+        /// Where `requests_per_unit` is written.
+        per_unit_at: Item<'a>,
         name: Option<(String, Item<'a>)>,
         replaces: Vec<(String, Item<'a>)>,
     },
@@ -177,6 +183,7 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Domain, Invalid> {
         rules,
         fingerprints: compiled.fingerprints,
         detailed: compiled.detailed,
+        inexact: compiled.inexact,
     })
 }
 
@@ -306,6 +313,7 @@ fn spec<'a>(item: &Item<'a>) -> Result<Spec<'a>, Invalid> {
         at: item.clone(),
         window: Duration::from_secs(*secs),
         per_unit: NonZeroU64::new(per_unit).unwrap_or(NonZeroU64::MIN),
+        per_unit_at: per_unit_item,
         name,
         replaces,
     })
@@ -315,6 +323,8 @@ fn spec<'a>(item: &Item<'a>) -> Result<Spec<'a>, Invalid> {
 #[derive(Debug, Default)]
 struct Compiled<'a> {
     rules: Vec<Rule>,
+    /// The first rule a store computing in doubles could not decide.
+    inexact: Option<Box<InexactRule>>,
     fingerprints: Vec<(String, u64)>,
     /// `(name, line)` of every rule so far, to point a duplicate at the first.
     seen: Vec<(String, usize)>,
@@ -334,9 +344,12 @@ fn walk<'t, 'a>(
 ) -> Result<(), Invalid> {
     for entry in level {
         path.push((entry, level));
-        if let Some(Spec::Limited { at, window, per_unit, name, replaces }) = &entry.limit {
+        if let Some(Spec::Limited { at, window, per_unit, per_unit_at, name, replaces }) = &entry.limit {
             let (rule, fingerprint) =
                 rule(path, domain, at, *window, *per_unit, name.as_ref(), replaces, &mut out.seen)?;
+            if out.inexact.is_none() {
+                out.inexact = InexactRule::of(&rule, per_unit_at).map(Box::new);
+            }
             if let Some((explicit, _)) = name {
                 out.explicit.push(explicit.clone());
             }

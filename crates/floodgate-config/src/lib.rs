@@ -8,7 +8,9 @@
 //!   the server, `floodgate-bench` and the docs read them from here. The store settings are the
 //!   stores' own: the memory store's [`MemoryConfig`], and for Redis
 //!   what the file says ([`redis::RedisStoreConfig`]), each setting left out taking the Redis
-//!   store's own default when `floodgate-app` opens it.
+//!   store's own default when `floodgate-app` opens it. With a Redis store, a rule whose limit its
+//!   Lua scripts could not compute exactly ([`floodgate::Limit::exact_in_doubles`]) is refused at
+//!   load, at the parameter out of range.
 //! - The native format is DESIGN.md §3; `docs/configuration.md` is the full reference. A file
 //!   whose top level has `domain` is an envoyproxy/ratelimit file (see the `envoy` module docs and
 //!   `docs/configuration.md`, "Envoy configuration files").
@@ -32,6 +34,7 @@
 //!   `OK` with no `current_limit`.
 
 pub mod algorithm;
+mod doubles;
 pub mod duration;
 mod envoy;
 mod error;
@@ -359,6 +362,8 @@ fn assemble(
     let mut domain_files: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut fingerprints = BTreeMap::new();
     let mut detailed = BTreeSet::new();
+    // The first Envoy rule a Redis store could not decide, and its file.
+    let mut inexact = None;
     for (file, document) in documents {
         let file_ref = Some(file.as_path()).filter(|f| !f.as_os_str().is_empty());
         match document {
@@ -393,6 +398,9 @@ fn assemble(
                     fingerprints.insert(format!("{}/{rule}", domain.name), *fingerprint);
                 }
                 detailed.extend(domain.detailed.iter().map(|rule| format!("{}/{rule}", domain.name)));
+                if inexact.is_none() {
+                    inexact = domain.inexact.map(|rule| (file.clone(), rule));
+                }
                 let policy = Policy::in_namespace(domain.name.clone(), domain.rules).map_err(|e| {
                     Invalid { field: Some("descriptors".into()), ..Invalid::unlocated(e.to_string()) }
                         .in_file(file_ref)
@@ -425,6 +433,10 @@ fn assemble(
         }
         None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),
     };
+    if let (StoreConfig::Redis(_), Some((file, rule))) = (&store, inexact) {
+        let file_ref = Some(file.as_path()).filter(|f| !f.as_os_str().is_empty());
+        return Err(rule.refused(store.kind()).in_file(file_ref));
+    }
     Ok(Config {
         store,
         survival,

@@ -53,9 +53,11 @@
 //!   Keys are `<prefix>{<tag>}<algorithm letter><engine key>` (see [`HashTag`]).
 //! - **Exact arithmetic in doubles.** Lua numbers are doubles, exact to 2^53. Times are µs since the
 //!   epoch (2^53 µs is the year 2255); costs are clamped to 2^52 (the memory store saturates at
-//!   2^64 — only reports of absurd costs can tell the difference); a limit's windows, leases and
-//!   bucket spans must stay below 2^52 µs (142 years) and a sliding window's `limit × window µs`
-//!   below 2^53 (e.g. 10^6 per hour, or 10^5 per day), or the store answers with a permanent error.
+//!   2^64 — only reports of absurd costs can tell the difference); a limit's counts (limits,
+//!   bursts) must stay below 2^52, its windows, leases, ttls and bucket fill times below 2^52 µs
+//!   (142 years), and a sliding window's `limit × window µs` below 2^53 (e.g. 10^6 per hour, or
+//!   10^5 per day) — [`Limit::exact_in_doubles`](floodgate::Limit::exact_in_doubles), which a
+//!   server's configuration checks at load — or the store answers with a permanent error.
 //!   Divisions are corrected to be exact.
 //! - **Deadline and errors.** Every call (waiting for one of the `max_in_flight` slots included)
 //!   ends within [`RedisConfig::deadline`] (default 50 ms) or fails with

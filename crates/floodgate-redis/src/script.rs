@@ -5,6 +5,7 @@ use std::sync::LazyLock;
 
 use floodgate::Limit;
 use floodgate::StoreError;
+use floodgate::doubles::Inexact;
 use floodgate_core::Timestamp;
 use redis::{Script, ScriptInvocation};
 
@@ -41,12 +42,12 @@ pub(crate) static ONE_BUCKET: LazyLock<Script> = LazyLock::new(|| Script::new(ON
 pub(crate) static ONE_WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_WINDOW_SOURCE));
 
 /// Values at or above this are not exact in a Lua double: 2^53.
-pub(crate) const LUA_EXACT: u64 = 1 << 53;
+pub(crate) const LUA_EXACT: u64 = floodgate::doubles::EXACT;
 /// The single-limit scripts' `not_after` for calls that are never stale (2^53 µs, the year 2255).
 const NEVER: u64 = LUA_EXACT;
-/// Costs and lengths are clamped (costs) or limited (parameters) to 2^52, leaving headroom for sums
-/// with timestamps.
-pub(crate) const LUA_MAX: u64 = 1 << 52;
+/// Costs and lengths are clamped (costs) or limited (parameters, see `Limit::exact_in_doubles`) to
+/// 2^52, leaving headroom for sums with timestamps.
+pub(crate) const LUA_MAX: u64 = floodgate::doubles::HEADROOM;
 
 /// What the script does with the ops (`ARGV[1]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,16 +114,15 @@ pub(crate) struct ScriptOp<'a> {
     pub(crate) grant: Option<(Timestamp, u64)>,
 }
 
-/// A limit whose arithmetic the script cannot do exactly.
-fn out_of_range(limit: &Limit, what: &str) -> StoreError {
+/// A limit whose arithmetic the script cannot do exactly (its configuration refuses it at load).
+fn out_of_range(limit: &Limit, why: Inexact) -> StoreError {
     StoreError::Backend {
         message: format!(
-            "{} limit out of the Redis store's range: {what} must stay below 2^52 (2^53 for \
-             sliding_window's limit × window µs)",
+            "{} limit out of the Redis store's range (its scripts compute in Lua doubles): {why}",
             limit.algorithm_name()
         ),
         transient: false,
-        source: None,
+        source: Some(Box::new(why)),
     }
 }
 
@@ -211,7 +211,7 @@ pub(crate) fn invocation_one(
     let mut inv = script.prepare_invoke();
     inv.key(op.key).arg(mode);
     match op.limit {
-        // interval, span = interval × burst (below 2^52: checked by `params`)
+        // interval, span = interval × burst (the fill time, below 2^52: checked by `params`)
         Limit::TokenBucket(_) | Limit::Gcra(_) => inv.arg(p1).arg(p1 * p2),
         // limit, window
         _ => inv.arg(p1).arg(p2),
@@ -229,44 +229,24 @@ pub(crate) fn invocation_one(
     Some(Ok(inv))
 }
 
-/// `(algorithm, p1, p2, p3)` of a limit, as the script's contract names them.
+/// `(algorithm, p1, p2, p3)` of a limit, as the script's contract names them; an error for a limit
+/// whose arithmetic is not exact in doubles.
 fn params(limit: &Limit, now: Timestamp) -> Result<(&'static str, u64, u64, Option<u64>), StoreError> {
+    limit.exact_in_doubles().map_err(|why| out_of_range(limit, why))?;
     let capacity = limit.capacity();
-    if capacity >= LUA_MAX {
-        return Err(out_of_range(limit, "the limit"));
-    }
     Ok(match limit {
-        Limit::FixedWindow(a) => ("f", capacity, window(limit, micros(a.window()))?, None),
-        Limit::SlidingLog(a) => ("l", capacity, window(limit, micros(a.window()))?, None),
-        Limit::Concurrency(a) => ("c", capacity, window(limit, micros(a.lease()))?, None),
-        Limit::Budget(a) => ("n", capacity, window(limit, micros(a.ttl()))?, None),
-        Limit::SlidingWindow(a) => {
-            let w = window(limit, micros(a.window()))?;
-            if u128::from(capacity) * u128::from(w) >= u128::from(LUA_EXACT) {
-                return Err(out_of_range(limit, "limit × window"));
-            }
-            ("s", capacity, w, None)
-        }
-        Limit::TokenBucket(_) | Limit::Gcra(_) => {
-            let (interval, span) = match limit {
-                Limit::TokenBucket(a) => (a.rate().interval_us(), micros(a.fill_time())),
-                Limit::Gcra(a) => (a.rate().interval_us(), micros(a.fill_time())),
-                _ => unreachable!("matched above"),
-            };
-            if span >= LUA_MAX {
-                return Err(out_of_range(limit, "burst × interval"));
-            }
-            ("b", interval, capacity, None)
-        }
+        Limit::FixedWindow(a) => ("f", capacity, micros(a.window()), None),
+        Limit::SlidingLog(a) => ("l", capacity, micros(a.window()), None),
+        Limit::Concurrency(a) => ("c", capacity, micros(a.lease()), None),
+        Limit::Budget(a) => ("n", capacity, micros(a.ttl()), None),
+        Limit::SlidingWindow(a) => ("s", capacity, micros(a.window()), None),
+        Limit::TokenBucket(a) => ("b", a.rate().interval_us(), capacity, None),
+        Limit::Gcra(a) => ("b", a.rate().interval_us(), capacity, None),
         Limit::Quota(q) => {
             let (start, end) = q.calendar().bounds(now);
             ("q", capacity, start.as_micros(), Some(end.as_micros().min(LUA_EXACT)))
         }
     })
-}
-
-fn window(limit: &Limit, w: u64) -> Result<u64, StoreError> {
-    if w >= LUA_MAX { Err(out_of_range(limit, "the window")) } else { Ok(w) }
 }
 
 /// The script's answer.

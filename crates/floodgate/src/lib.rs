@@ -47,6 +47,8 @@
 //!   is and what it costs, what a rule applies, a quota's calendar read from descriptors, client
 //!   addresses grouped by network.
 //! - [`key`]: the collision-free encoding of the keys a store sees.
+//! - [`doubles`]: whether a limit's arithmetic stays exact in doubles
+//!   ([`Limit::exact_in_doubles`]), the range of a store that computes in them (Redis's Lua).
 //! - [`store`]: the [`Store`] trait and the reservation records every store keeps
 //!   ([`Records`](store::Records)), the embedded [`MemoryStore`], and the stores that wrap a store
 //!   ([`Breaker`](store::Breaker), [`Fallback`](store::Fallback), [`Prefetch`](store::Prefetch)),
@@ -59,6 +61,7 @@ mod calendar;
 pub mod cost;
 pub mod delay;
 mod descriptors;
+pub mod doubles;
 mod engine;
 mod ip;
 pub mod key;

@@ -108,6 +108,14 @@ struct History {
     file_hash: String,
 }
 
+/// What asked for a configuration change: its trigger, and the admin caller who asked
+/// ([`AdminCaller::label`](crate::auth::AdminCaller::label)), if one did.
+#[derive(Debug)]
+struct Change {
+    trigger: Trigger,
+    by: Option<String>,
+}
+
 /// A version kept for rollback.
 #[derive(Debug)]
 struct Kept {
@@ -318,8 +326,10 @@ impl Control {
         self.history.lock().await.versions.iter().map(|k| k.version).collect()
     }
 
-    /// Reloads from the configuration file.
-    pub async fn reload(&self, trigger: Trigger) -> Result<Applied, ApplyError> {
+    /// Reloads from the configuration file, as asked `by` an admin caller
+    /// ([`AdminCaller::label`](crate::auth::AdminCaller::label), the audit record's `by`), or by
+    /// no one (`None`: the file watcher, `SIGHUP`).
+    pub async fn reload(&self, trigger: Trigger, by: Option<String>) -> Result<Applied, ApplyError> {
         let Some(path) = self.path.clone() else { return Err(ApplyError::NoFile) };
         let mut history = self.history.lock().await;
         let loaded = tokio::task::spawn_blocking(move || config::load(&path)).await;
@@ -332,13 +342,14 @@ impl Control {
                 field: None,
             })
         });
-        self.apply_loaded(&mut history, loaded, trigger).await
+        self.apply_loaded(&mut history, loaded, trigger, by).await
     }
 
-    /// Validates and applies a YAML body (`POST /admin/config`).
-    pub async fn apply_text(&self, text: &str) -> Result<Applied, ApplyError> {
+    /// Validates and applies a YAML body (`POST /admin/config`), as asked `by` the caller
+    /// ([`AdminCaller::label`](crate::auth::AdminCaller::label), the audit record's `by`).
+    pub async fn apply_text(&self, text: &str, by: String) -> Result<Applied, ApplyError> {
         let mut history = self.history.lock().await;
-        self.apply_loaded(&mut history, config::parse("admin", text), Trigger::Admin).await
+        self.apply_loaded(&mut history, config::parse("admin", text), Trigger::Admin, Some(by)).await
     }
 
     /// Validates a YAML body without applying it; also refuses what a reload would refuse.
@@ -351,8 +362,9 @@ impl Control {
     /// Puts the configuration of `version` back in force as a new version, or that of the version
     /// applied before the current one when `version` is `None`. A version read back from the state
     /// directory is read again from its kept texts, and refused ([`ApplyError::Refused`]) when they
-    /// no longer make a valid configuration or would change what is fixed at start.
-    pub async fn rollback(&self, version: Option<u64>) -> Result<Applied, ApplyError> {
+    /// no longer make a valid configuration or would change what is fixed at start. Asked `by` the
+    /// caller ([`AdminCaller::label`](crate::auth::AdminCaller::label), the audit record's `by`).
+    pub async fn rollback(&self, version: Option<u64>, by: String) -> Result<Applied, ApplyError> {
         let mut history = self.history.lock().await;
         let current = self.current.load_full();
         let target = match version {
@@ -396,7 +408,8 @@ impl Control {
             }
         };
         let diff = Diff::between(&current.fingerprints, &running.fingerprints);
-        self.install(&mut history, running, source, diff, Trigger::Rollback, Some(target_version)).await
+        let change = Change { trigger: Trigger::Rollback, by: Some(by) };
+        self.install(&mut history, running, source, diff, change, Some(target_version)).await
     }
 
     async fn apply_loaded(
@@ -404,7 +417,9 @@ impl Control {
         history: &mut History,
         loaded: Result<Config, ConfigError>,
         trigger: Trigger,
+        by: Option<String>,
     ) -> Result<Applied, ApplyError> {
+        let change = Change { trigger, by };
         let current = self.current.load_full();
         let checked = loaded
             .map_err(ApplyError::Invalid)
@@ -412,7 +427,7 @@ impl Control {
         let config = match checked {
             Ok(config) => config,
             Err(error) => {
-                self.reject(history, &error, trigger).await;
+                self.reject(history, &error, change).await;
                 return Err(error);
             }
         };
@@ -434,7 +449,7 @@ impl Control {
         diff.changed.extend(tokens);
         let source = Arc::new(StoredSource::of(&config.source, "admin"));
         let running = build(current.version + 1, config, &self.metrics);
-        self.install(history, running, source, diff, trigger, None).await
+        self.install(history, running, source, diff, change, None).await
     }
 
     async fn install(
@@ -443,9 +458,10 @@ impl Control {
         running: Running,
         source: Arc<StoredSource>,
         diff: Diff,
-        trigger: Trigger,
+        change: Change,
         restored: Option<u64>,
     ) -> Result<Applied, ApplyError> {
+        let Change { trigger, by } = change;
         let record = AuditRecord {
             version: Some(running.version),
             time: rfc3339(&self.clock),
@@ -458,7 +474,7 @@ impl Control {
             result: Outcome::Applied,
             error: None,
             restored,
-            by: None,
+            by,
             key: None,
         };
         let file_hash = match trigger {
@@ -525,6 +541,7 @@ impl Control {
             event = "config_applied",
             version = running.version,
             source = trigger.as_str(),
+            by = record.by.as_deref(),
             restored,
             hash = %running.source.hash,
             added = ?diff.added,
@@ -536,7 +553,8 @@ impl Control {
         Ok(Applied { version: running.version, hash: running.source.hash.clone(), changed: true, diff })
     }
 
-    async fn reject(&self, history: &mut History, error: &ApplyError, trigger: Trigger) {
+    async fn reject(&self, history: &mut History, error: &ApplyError, change: Change) {
+        let Change { trigger, by } = change;
         let report = error.report();
         if trigger == Trigger::Watch {
             // An editor may touch the file several times with the same mistake: record it once.
@@ -550,6 +568,7 @@ impl Control {
             event = "config_rejected",
             version = self.current.load().version,
             source = trigger.as_str(),
+            by = by.as_deref(),
             error = %report.message,
             "configuration rejected; the running one stays"
         );
@@ -569,7 +588,7 @@ impl Control {
             result: Outcome::Rejected,
             error: Some(report),
             restored: None,
-            by: None,
+            by,
             key: None,
         };
         // The rejection is answered whether or not its record is kept: nothing changed.

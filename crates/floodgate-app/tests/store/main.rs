@@ -1,5 +1,8 @@
 //! [`AnyStore`], the store the server and the bench run on, through the store conformance suite:
-//! on the memory store and on a real `redis-server` (started by the test, on a test clock).
+//! on the memory store and on a real `redis-server` (started by the test, on a test clock); and
+//! the largest limits a Redis store takes (`doubles`).
+
+mod doubles;
 
 use std::time::Duration;
 

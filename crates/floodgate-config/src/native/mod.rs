@@ -98,9 +98,11 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
     let mut fingerprints = Vec::new();
     // (name, line) of every rule so far, to point a duplicate at the first.
     let mut seen: Vec<(String, usize)> = Vec::new();
+    // A Redis store computes in Lua doubles: rules whose arithmetic would not be exact are refused.
+    let in_doubles = matches!(store, StoreConfig::Redis(_)).then(|| store.kind());
     if let Some(list) = fields.get("rules").filter(|i| !i.is_null()) {
         for item in list.elements("a list of rules")? {
-            let (rule, fingerprint) = rules::compile(item, &vocabulary, &mut seen)?;
+            let (rule, fingerprint) = rules::compile(item, &vocabulary, &mut seen, in_doubles)?;
             fingerprints.push((rule.name().to_owned(), fingerprint));
             rules.push(rule);
         }

@@ -11,6 +11,7 @@ use super::descriptors::Vocabulary;
 use super::limits::{Shape, bucket, count, counted, shape};
 use super::positive_duration;
 use crate::algorithm::{self, Algorithm};
+use crate::doubles;
 use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
@@ -34,11 +35,13 @@ static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
     fields
 });
 
-/// Validates one rule; returns it with its fingerprint.
+/// Validates one rule; returns it with its fingerprint. `in_doubles` is the kind of a store that
+/// computes in doubles (`redis`, `redis_cluster`), which refuses limits out of their exact range.
 pub(crate) fn compile(
     item: Item<'_>,
     vocabulary: &Vocabulary,
     seen: &mut Vec<(String, usize)>,
+    in_doubles: Option<&str>,
 ) -> Result<(Rule, u64), Invalid> {
     let fields = item.fields("a rule", Some(&RULE_FIELDS))?;
     let mut canonical = Canonical::default();
@@ -205,6 +208,10 @@ pub(crate) fn compile(
         let prefix = ip_prefix(&item, &rule)?;
         canonical.field("ip_prefix", (prefix.v4(), prefix.v6()));
         rule = rule.ip_prefix(prefix);
+    }
+
+    if let Some(kind) = in_doubles {
+        doubles::check_native(&rule, &item, &fields, kind)?;
     }
 
     Ok((rule, canonical.hash()))

@@ -5,6 +5,7 @@
 mod calendars;
 mod cost;
 mod directory;
+mod doubles;
 mod envoy;
 mod errors;
 mod garbage;

@@ -148,6 +148,52 @@ async fn apply_audit_and_rollback() {
     assert_eq!(records[3]["restored"], 1);
     assert!(records.iter().all(|r| r["time"].as_str().unwrap().ends_with('Z')));
     assert_eq!(records[1]["hash"].as_str().unwrap().len(), 16);
+    // No token configured: the admin API's changes are a loopback peer's; the start is no one's.
+    let by: Vec<&Value> = records.iter().map(|r| &r["by"]).collect();
+    assert_eq!(
+        by,
+        [&Value::Null, &json!("loopback"), &json!("loopback"), &json!("loopback"), &json!("loopback")]
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn configuration_changes_through_the_admin_api_are_audited_with_who_asked() {
+    let dir = TempDir::new("admin-by");
+    let path = dir.write_atomic("floodgate.yaml", V1);
+    let config = floodgate_config::load(&path).unwrap();
+    let options = ServeOptions::default().admin_token("s3cret").config_path(&path);
+    let server = TestServer::with_options(config, options).await;
+    let token = [("authorization", "Bearer s3cret")];
+    let post = |path: &'static str, body: &str| server.request(Method::POST, path, body.to_owned(), &token);
+    assert_eq!(post("/admin/config", V2).await.status, 200);
+    assert_eq!(post("/admin/config", INVALID).await.status, 422);
+    assert_eq!(post("/admin/rollback", "").await.status, 200);
+    dir.write_atomic("floodgate.yaml", V2);
+    assert_eq!(post("/admin/reload", "").await.status, 200);
+    dir.write_atomic("floodgate.yaml", INVALID);
+    assert_eq!(post("/admin/reload", "").await.status, 422);
+
+    let audit = server.request(Method::GET, "/admin/audit", "", &token).await.json();
+    let records: Vec<(Value, Value, Value)> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["source"].clone(), r["result"].clone(), r["by"].clone()))
+        .collect();
+    let record = |source: &str, result: &str, by: Value| (json!(source), json!(result), by);
+    assert_eq!(
+        records,
+        [
+            record("startup", "applied", Value::Null),
+            record("admin", "applied", json!("admin_token")),
+            record("admin", "rejected", json!("admin_token")),
+            record("rollback", "applied", json!("admin_token")),
+            record("file", "applied", json!("admin_token")),
+            record("file", "rejected", json!("admin_token")),
+        ],
+        "{audit}"
+    );
     server.stop().await;
 }
 

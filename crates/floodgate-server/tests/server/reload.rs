@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use floodgate_app::ServeOptions;
+use floodgate_app::auth::AdminCaller;
 use http::Method;
 use serde_json::Value;
 
@@ -185,7 +186,7 @@ async fn a_tower_layer_on_the_servers_engine_follows_reloads_and_rollbacks() {
         [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
     );
 
-    let applied = app.control().apply_text(&config(5)).await.unwrap();
+    let applied = app.control().apply_text(&config(5), AdminCaller::audit_name(None)).await.unwrap();
     assert!(applied.changed);
     assert_eq!(call().await, StatusCode::OK, "the new limit, the old counter: 3 of 5");
     assert_eq!(
@@ -193,6 +194,6 @@ async fn a_tower_layer_on_the_servers_engine_follows_reloads_and_rollbacks() {
         [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS]
     );
 
-    app.control().rollback(None).await.unwrap();
+    app.control().rollback(None, AdminCaller::audit_name(None)).await.unwrap();
     assert_eq!(call().await, StatusCode::TOO_MANY_REQUESTS, "back to 2 a minute, 5 already used");
 }

@@ -3,6 +3,7 @@
 //! log (`GET /admin/audit`), which also holds the other admin changes (gateway switches, key
 //! resets).
 
+use axum::Extension;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use floodgate_http::wire::Cost;
@@ -14,6 +15,7 @@ use crate::http::responses::{AdminAccess, BodyProblems, ConfigDocument, JsonProb
 use crate::http::{MAX_ADMIN_BODY, invalid, json, malformed, read_body};
 use floodgate_app::App;
 use floodgate_app::audit::{Applied, AuditRecord, Diff, ErrorReport, Trigger};
+use floodgate_app::auth::AdminCaller;
 use floodgate_app::control::ApplyError;
 
 /// The running configuration.
@@ -233,9 +235,14 @@ fn apply_response(result: Result<Applied, ApplyError>) -> Response {
         AdminAccess,
     ),
 )]
-pub(super) async fn apply_config(State(app): State<App>, request: Request) -> Response {
+pub(super) async fn apply_config(
+    State(app): State<App>,
+    caller: Option<Extension<AdminCaller>>,
+    request: Request,
+) -> Response {
+    let by = AdminCaller::audit_name(caller.as_deref());
     match config_text(request).await {
-        Ok(text) => apply_response(app.control().apply_text(&text).await),
+        Ok(text) => apply_response(app.control().apply_text(&text, by).await),
         Err(response) => response,
     }
 }
@@ -255,8 +262,9 @@ pub(super) async fn apply_config(State(app): State<App>, request: Request) -> Re
         AdminAccess,
     ),
 )]
-pub(super) async fn reload(State(app): State<App>) -> Response {
-    apply_response(app.control().reload(Trigger::File).await)
+pub(super) async fn reload(State(app): State<App>, caller: Option<Extension<AdminCaller>>) -> Response {
+    let by = AdminCaller::audit_name(caller.as_deref());
+    apply_response(app.control().reload(Trigger::File, Some(by)).await)
 }
 
 /// Which version to put back.
@@ -286,7 +294,11 @@ pub(super) struct RollbackBody {
         AdminAccess,
     ),
 )]
-pub(super) async fn rollback(State(app): State<App>, request: Request) -> Response {
+pub(super) async fn rollback(
+    State(app): State<App>,
+    caller: Option<Extension<AdminCaller>>,
+    request: Request,
+) -> Response {
     let body = match read_body(request, crate::http::MAX_BODY).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -301,7 +313,8 @@ pub(super) async fn rollback(State(app): State<App>, request: Request) -> Respon
             Err(e) => return malformed(format!("The body is not valid JSON: {e}.")),
         }
     };
-    apply_response(app.control().rollback(target.version.map(|Cost(v)| v)).await)
+    let by = AdminCaller::audit_name(caller.as_deref());
+    apply_response(app.control().rollback(target.version.map(|Cost(v)| v), by).await)
 }
 
 /// The audit log.

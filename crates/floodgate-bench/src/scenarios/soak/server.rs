@@ -27,7 +27,7 @@ pub(super) const REDIS_DEADLINE: Duration = Duration::from_secs(1);
 
 /// A limit no share of the offered load can reach in a window of `window_s` seconds: ten times
 /// the whole rate over it, so that a stall caught up with stays under it too. (On Redis a sliding
-/// window's `limit × window µs` must stay below 2^53, or every call on it is a store error: the
+/// window's `limit × window µs` must stay below 2^53, or the configuration is refused at load: the
 /// sliding windows here are of one second, at most 10^9 tokens.)
 fn far(rate: f64, window_s: f64) -> u64 {
     ((rate * window_s * 10.0).ceil() as u64).max(1000)
@@ -224,9 +224,8 @@ mod tests {
         }
     }
 
-    /// On Redis a sliding window whose `limit × window µs` reaches 2^53 is a store error on every
-    /// call (its Lua arithmetic is exact in doubles only below it): at the highest rate too, none
-    /// of these does.
+    /// On Redis a sliding window whose `limit × window µs` reaches 2^53 is refused at load (its Lua
+    /// arithmetic is exact in doubles only below it): at the highest rate too, none of these does.
     #[test]
     fn the_sliding_windows_stay_exact_on_redis_at_the_highest_rate() {
         let store = redis::store_yaml("redis://127.0.0.1:6379", None);
