@@ -226,6 +226,26 @@ def tables():
         rows,
     )
 
+    rows = []
+    for d in runs("cross-slot")[:1]:
+        for name in ["at_once", "denied_first", "co_located"]:
+            o = d.get(name)
+            if not o:
+                continue
+            gb = o["give_backs"]
+            rows.append(
+                f"| {name} | {o['sent']:,} | {o['normal_sent']:,} | {o['normal_admitted']:,} | {o['normal_refused']:,} | "
+                f"{o['under_admitted_per_10k_requests']:.2f} | {o['tenant_remaining']:,} | {'yes' if o['exact'] else 'no'} | "
+                f"{'yes' if o['never_over_admitted'] else 'no'} | {gb['started']:,} / {gb['retried']:,} / {gb['landed']:,} / {gb['lost']:,} | "
+                f"{us(o['admitted_p50_us'])} / {us(o['admitted_p99_us'])} | {us(o['denied_p50_us'])} / {us(o['denied_p99_us'])} |"
+            )
+    t += section(
+        "#### Redis Cluster across slots: under-admission per 10,000 (`cross-slot`, in process, 3 masters)",
+        "| variant | sent | normal sent | normal admitted | normal refused | under-admitted /10k | tenant remaining | exact | never over-admitted | give-backs started / retried / landed / lost | admitted p50 / p99 | denied p50 / p99 |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|",
+        rows,
+    )
+
     # Peers.
     t += throughput_table(
         "POST /chat behind (mixed: 10/min per user)",

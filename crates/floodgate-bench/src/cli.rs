@@ -77,6 +77,10 @@ scenarios! {
     /// One hot key through M in-process engines sharing a Redis, without and with batch leases
     /// (`prefetch`): store calls per decision, and the most admitted in any window versus the limit.
     Prefetch(scenarios::prefetch::PrefetchArgs),
+    /// On a 3-master Redis Cluster this run starts, requests their own limit denies beside
+    /// requests that exactly fill a shared one: the fitting requests refused (under-admission per
+    /// 10,000) for each cross-slot order, `at_once` and `denied_first`, beside keys in one slot.
+    CrossSlot(scenarios::cross_slot::CrossSlotArgs),
     /// Floodgate's gateway beside nginx (`limit_req` + `proxy_pass`) in front of the same upstream:
     /// the latency each adds over the upstream, throughput on the allowed path, and what each admits
     /// at the limit (a bursty client under it, a flood over it).

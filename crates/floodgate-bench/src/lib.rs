@@ -17,6 +17,9 @@
 //! - [`prefetch`](scenarios::prefetch): one hot key through M engines sharing a Redis, without and
 //!   with batch leases; store calls per decision and the most admitted in any window versus the
 //!   limit.
+//! - [`cross_slot`](scenarios::cross_slot): on a Redis Cluster the run starts, requests their own
+//!   limit denies beside requests that exactly fill a shared one; the fitting requests refused
+//!   (under-admission per 10,000) for each cross-slot order, beside keys in one slot.
 //! - [`replay`](scenarios::replay): access logs replayed against a policy (and a second one to
 //!   compare) by the real engine on the log's clock; what each rule would have denied, and limits
 //!   suggested from the keys' peaks. The command line of the `floodgate-replay` crate.

@@ -1,8 +1,8 @@
-//! The `redis-server`s a run starts for itself (`outage`, `flood`, `reserve`): the testkit's
-//! launcher ([`floodgate_testkit::redis`]) — loopback, a free port, no persistence, a directory of
-//! their own, held by a watchdog that kills the server and removes its directory however the run
-//! ends — run off the runtime's workers, its failures said the bench's way; and the `store`
-//! sections of configurations on them.
+//! The `redis-server`s a run starts for itself (`outage`, `flood`, `reserve`, `soak`,
+//! `cross-slot`): the testkit's launcher ([`floodgate_testkit::redis`]) — loopback, a free port, no
+//! persistence, a directory of their own, held by a watchdog that kills the server and removes its
+//! directory however the run ends — run off the runtime's workers, its failures said the bench's
+//! way; and the `store` sections of configurations on them.
 
 use std::path::Path;
 use std::time::Duration;
@@ -94,4 +94,9 @@ fn with_deadline(mut yaml: String, deadline: Option<Duration>) -> String {
         yaml.push_str(&format!("  deadline: {}ms\n", deadline.as_millis().max(1)));
     }
     yaml
+}
+
+/// The master that serves `slot` in `cluster` (`CLUSTER SLOTS`, off the runtime's workers).
+pub(crate) fn node_of_slot(cluster: &RedisCluster, slot: u16) -> &RedisServer {
+    blocking(|| cluster.node_of_slot(slot))
 }

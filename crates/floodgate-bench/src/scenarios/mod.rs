@@ -2,6 +2,7 @@
 //! (`<Name>Args`) and what runs them (`Run`). `cli.rs` lists them as subcommands.
 
 pub mod boundary;
+pub mod cross_slot;
 pub mod durability;
 pub mod fairness;
 pub mod flood;

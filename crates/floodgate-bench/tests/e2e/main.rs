@@ -2,8 +2,10 @@
 //! port 0), checking that the JSON report's fields are present and consistent; `outage` on a
 //! `redis-server` of its own ([`outage`]); `flood` on the memory store ([`flood`]); `reserve` on
 //! `floodgate` processes ([`reserve`]); `timeouts` on a `floodgate` process and nginx
-//! ([`timeouts`]); a short `soak` on a `floodgate` process ([`soak`]).
+//! ([`timeouts`]); a short `soak` on a `floodgate` process ([`soak`]); `cross-slot` on a Redis
+//! Cluster of its own ([`cross_slot`]).
 
+mod cross_slot;
 mod flood;
 mod outage;
 mod reserve;
