@@ -94,24 +94,24 @@ async fn cross_slot_failures_give_back_and_a_live_reshard_keeps_counts() {
     let paused_at = std::time::Instant::now();
     let err = store.apply(&ops, Mode::Check, &mut out).await.expect_err("b is paused");
     assert!(err.is_transient(), "{err}");
-    // The give-back runs in a task of its own, tried again until it lands (made at most once by a
-    // note in `a`'s slot): `a` holds the first request's unit and nothing of the failed one's.
-    let store_ = store.clone();
-    let a_ = a.clone();
-    let limit_ = limit.clone();
-    floodgate_testkit::wait::until("a's unit given back", || {
-        let (store, a, limit) = (store_.clone(), a_.clone(), limit_.clone());
-        async move {
-            let mut out = Applied::default();
-            store.apply(&[a.op(&limit, 1)], Mode::Peek, &mut out).await.ok()?;
-            (store.give_backs().landed == 1).then_some(())
-        }
+    // `a`'s slot answered that it admitted (unless its call timed out too, on a busy machine): what
+    // it took is given back in a task of its own, tried again until it lands (made at most once
+    // by a note in `a`'s slot). Then `a` holds the first request's unit and nothing of the failed
+    // one's. Had `a`'s call timed out as well, nothing is given back — it may have taken nothing —
+    // and `a` holds one unit or two: the documented worst case, an under-admission.
+    let settled = floodgate_testkit::wait::until("a's give-back settled", || {
+        let gb = store.give_backs();
+        std::future::ready((gb.landed + gb.lost == gb.started).then_some(gb))
     })
     .await;
+    assert_eq!(settled.lost, 0, "a give-back to a node that answers is never lost: {settled:?}");
     store.apply(&[a.op(&limit, 1)], Mode::Peek, &mut out).await.expect("a peek on a");
     // A peek answers as if it took its cost: 10, less the first request's unit, less the peek's.
-    assert_eq!(out.results[0].decision.remaining, 8, "a holds the first request's unit only");
-    assert_eq!(store.give_backs(), GiveBacks { started: 1, retried: 0, landed: 1, lost: 0 });
+    let remaining = out.results[0].decision.remaining;
+    match settled.landed {
+        1 => assert_eq!(remaining, 8, "a holds the first request's unit only: {settled:?}"),
+        _ => assert!(remaining == 8 || remaining == 7, "a holds {} units: {settled:?}", 10 - remaining),
+    }
     // `b`'s node runs the queued check when it resumes, past the check's not-after time (deadline
     // + 2 × 500 ms at most after it was sent): it takes nothing — and, having answered nothing,
     // nothing is given back to it either. `b` holds the first request's unit, no more, no less.
