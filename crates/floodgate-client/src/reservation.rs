@@ -80,6 +80,9 @@ pub(crate) enum Settle {
 /// use floodgate_client::{Client, Request};
 ///
 /// let floodgate = Client::builder(url).deadline(Duration::from_secs(1)).build()?;
+/// # // A debug build's first call may take longer than the deadline on a busy machine: made once
+/// # // here, with time to spare.
+/// # floodgate.peek(&Request::new().deadline(Duration::from_secs(30))).await?;
 /// let tenant = || Request::new().descriptor("tenant", "t1");
 /// let estimate = tenant().costs("requests", 1).costs("tokens", 4300).ttl(Duration::from_secs(120));
 /// let reserved = floodgate.reserve(&estimate).await?;
