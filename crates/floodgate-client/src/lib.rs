@@ -5,10 +5,17 @@
 //! - a **fail mode** for a check without a verdict — service down, late or failing —
 //!   ([`FailMode::Open`] allows, [`FailMode::Closed`] denies with a `Retry-After`), counted in
 //!   [`Client::stats`];
-//! - **safe retries** ([`retry`]): at most `attempts` retries with exponential backoff and full
-//!   jitter, only of calls that surely did not run (a refused connection, a 429, waiting at least
-//!   its `Retry-After`); never a deadline miss, whose outcome is unknown, unless the call is
-//!   idempotent.
+//! - a **circuit breaker** ([`ClientBuilder::breaker`], on by default): after 10 failures in a row
+//!   (no answer, a deadline missed, a 5xx) it opens, and for 2 s calls are not sent — the fail
+//!   mode decides at once ([`FailureReason::BreakerOpen`]); then one probe is sent, whose success
+//!   closes it and whose failure opens it again. Its transitions are counted in [`Stats`];
+//! - **safe retries** ([`Client::retry`]): at most `attempts` retries with exponential backoff and
+//!   full jitter, only of calls that surely did not run (a refused connection, a 429, waiting at
+//!   least its `Retry-After`); never a deadline miss, whose outcome is unknown, unless the call is
+//!   idempotent;
+//! - a **retry budget** ([`ClientBuilder::retry_budget`], on by default) over those retries and
+//!   those of commit and release: at most 10 % of the calls of the last 10 s, plus 1 a second, so
+//!   that a failing service is not sent a wave of retries on top of its traffic.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -19,20 +26,23 @@
 //! # let url = format!("http://{}", server.http_addr());
 //! # tokio::spawn(server.run(std::future::pending()));
 //! use std::time::Duration;
-//! use floodgate_client::{Client, FailMode, Request, RetryPolicy, retry};
+//! use floodgate_client::{BreakerConfig, Client, FailMode, Request, RetryBudgetConfig, RetryPolicy};
 //!
 //! let floodgate = Client::builder(url) // e.g. "http://127.0.0.1:8080"
 //!     .deadline(Duration::from_millis(50))
 //!     .fail_mode(FailMode::Open)
+//!     .breaker(BreakerConfig { consecutive_failures: 5, open_for: Duration::from_secs(5), ..Default::default() })
+//!     .retry_budget(RetryBudgetConfig { ratio: 0.2, ..Default::default() })
 //!     .build()?;
 //! let request = Request::new().descriptor("user", "u1").descriptor("route", "POST /chat");
 //! let decision = floodgate.check(&request).await?;
 //! if !decision.allowed {
 //!     println!("retry in {} s", decision.retry_after_secs().unwrap_or(1));
 //! }
-//! // Tokens known once the answer is done; retried only if the connection was refused.
+//! // Tokens known once the answer is done; retried only if the connection was refused, and as the
+//! // retry budget allows.
 //! let usage = Request::new().descriptor("user", "u1").cost(2);
-//! retry(RetryPolicy::default(), |_| floodgate.report(&usage)).await?;
+//! floodgate.retry(RetryPolicy::default(), |_| floodgate.report(&usage)).await?;
 //! println!("{:?}", floodgate.stats());
 //! # Ok(()) }
 //! ```
@@ -42,25 +52,39 @@
 //! or [`release`](Reservation::release); dropped unsettled, it is released by a task spawned on the
 //! current Tokio runtime — outside one, nothing is sent and the estimate stays charged), and
 //! [`Client::usage`]. [`Client::commit`] and [`Client::release`] are idempotent on the server, so
-//! an attempt that got no answer is retried (twice at most); 404 and 409 are
-//! [`Error::NotFound`] and [`Error::ReservationSettled`].
+//! an attempt that got no answer is retried (twice at most, within the retry budget); 404 and 409
+//! are [`Error::NotFound`] and [`Error::ReservationSettled`].
+//!
+//! The breaker's open time and the budget's window are read from a
+//! [`Clock`](floodgate_core::Clock) ([`ClientBuilder::clock`]), so that tests move them by hand.
 //!
 //! Feature `grpc`: [`grpc::RlsClient`], Envoy's rate limit service (RLS v3) over gRPC, with the
-//! same deadline, fail mode and counters.
+//! same deadline, fail mode and counters (no breaker or budget).
 //!
-//! The tests (`tests/client`) run against the real server, started in the test process.
+//! The tests (`tests/client`) run against the real server, started in the test process: the
+//! breaker against a stopped and a black-holed server, the budget against a stopped server and one
+//! answering 503.
 
+mod breaker;
+mod budget;
+mod builder;
 mod client;
+mod clock;
 mod decision;
 mod error;
 mod reservation;
 mod retry;
+mod stats;
 
 #[cfg(feature = "grpc")]
 pub mod grpc;
 
-pub use client::{Client, ClientBuilder, Stats};
+pub use budget::RetryBudgetConfig;
+pub use builder::ClientBuilder;
+pub use client::Client;
 pub use decision::{Decision, FailMode, LimitStatus, Request};
 pub use error::{Error, FailureReason};
+pub use floodgate::breaker::{BreakerConfig, BreakerState};
 pub use reservation::{Reservation, Reserved, Settled, Usage};
 pub use retry::{RetryPolicy, Retryable, retry};
+pub use stats::Stats;
