@@ -2,8 +2,8 @@
 //! ([`floodgate::breaker::CircuitBreaker`], the store's and the gateway's), around every call the
 //! client sends.
 //!
-//! - **Closed**: calls are sent. A call that gets no answer (refused, cut, past its deadline) or
-//!   a 5xx is a failure; any other answer — a verdict, a 4xx problem — a success.
+//! - **Closed**: calls are sent. A call that gets no answer (refused, cut, TLS refused, past its
+//!   deadline) or a 5xx is a failure; any other answer — a verdict, a 4xx problem — a success.
 //!   `consecutive_failures` failures in a row open the breaker, as does a failure rate of
 //!   `failure_rate` over `window` once `min_calls` were made in it.
 //! - **Open** for `open_for`: calls are not sent; checks, peeks and reserves get the fail mode at
@@ -197,6 +197,7 @@ mod tests {
         assert!(failed(&answered(503)));
         assert!(failed(&unavailable(FailureReason::Deadline)));
         assert!(failed(&unavailable(FailureReason::Unreachable)));
+        assert!(failed(&unavailable(FailureReason::Tls)));
         for status in [200, 404, 409, 422, 429] {
             assert!(!failed(&answered(status)), "{status}");
         }

@@ -17,6 +17,7 @@ use crate::clock::SharedClock;
 use crate::decision::FailMode;
 use crate::error::Error;
 use crate::stats::Counters;
+use crate::tls::{Connector, Pem, TlsSettings};
 
 /// Builds a [`Client`]: `Client::builder("http://127.0.0.1:8080").deadline(..).fail_mode(..).build()`.
 #[derive(Debug, Clone)]
@@ -29,6 +30,7 @@ pub struct ClientBuilder {
     pool_idle_timeout: Duration,
     breaker: Option<BreakerConfig>,
     retry_budget: Option<RetryBudgetConfig>,
+    tls: TlsSettings,
     clock: SharedClock,
 }
 
@@ -43,6 +45,7 @@ impl ClientBuilder {
             pool_idle_timeout: Duration::from_secs(60),
             breaker: Some(BreakerConfig::default()),
             retry_budget: Some(RetryBudgetConfig::default()),
+            tls: TlsSettings::default(),
             clock: SharedClock::new(SystemClock::new()),
         }
     }
@@ -106,6 +109,21 @@ impl ClientBuilder {
         self
     }
 
+    /// The CA bundle (PEM, one or more certificates) that the server's certificate must chain to;
+    /// needed by an `https://` URL. For a server with a publicly trusted certificate, the system's
+    /// bundle (e.g. `Pem::file("/etc/ssl/certs/ca-certificates.crt")`).
+    pub fn tls_ca(mut self, bundle: Pem) -> ClientBuilder {
+        self.tls.ca = Some(bundle);
+        self
+    }
+
+    /// The client certificate (PEM, then its chain) and its private key (PEM: PKCS#8, PKCS#1 or
+    /// SEC1) presented to a server that asks for one: mutual TLS.
+    pub fn tls_client_cert(mut self, cert: Pem, key: Pem) -> ClientBuilder {
+        self.tls.identity = Some((cert, key));
+        self
+    }
+
     /// The clock of the breaker's open time and of the retry budget's window. Default the process
     /// clock; a [`ManualClock`](floodgate_core::ManualClock) moves them by hand in tests. Deadlines
     /// and backoffs are timers of the Tokio runtime.
@@ -115,20 +133,28 @@ impl ClientBuilder {
     }
 
     /// The client; [`Error::Config`] names the setting that cannot be used: the URL, the deadline,
-    /// a breaker or budget setting.
+    /// a breaker or budget setting, a TLS file that cannot be read or holds no usable certificate
+    /// or key.
     pub fn build(self) -> Result<Client, Error> {
         let base = self.url.trim_end_matches('/');
         let uri: Uri = base.parse().map_err(|e| Error::Config {
             field: "url",
             reason: format!("{:?} is not a URL: {e}", self.url),
         })?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(Error::Config {
+                    field: "url",
+                    reason: format!("{:?} must be http://host:port or https://host:port", self.url),
+                });
+            }
+        };
+        if uri.authority().is_none() {
             return Err(Error::Config {
                 field: "url",
-                reason: format!(
-                    "{:?} must be http://host:port (https is not supported by this client)",
-                    self.url
-                ),
+                reason: format!("{:?} must be http://host:port or https://host:port", self.url),
             });
         }
         if self.deadline.is_zero() {
@@ -140,6 +166,20 @@ impl ClientBuilder {
         if let Some(config) = &self.retry_budget {
             config.validate()?;
         }
+        let (tls, identity) = if https {
+            let (config, identity) = self.tls.client_config()?;
+            (Some(config), Some(identity))
+        } else if !self.tls.is_empty() {
+            return Err(Error::Config {
+                field: "url",
+                reason: format!(
+                    "TLS settings (tls_ca, tls_client_cert) need an https:// URL, not {:?}",
+                    self.url
+                ),
+            });
+        } else {
+            (None, None)
+        };
         let endpoint = |call: &str| -> Result<Uri, Error> {
             format!("{base}/v1/{call}")
                 .parse()
@@ -149,7 +189,7 @@ impl ClientBuilder {
         connector.set_nodelay(true);
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(self.pool_idle_timeout)
-            .build(connector);
+            .build(Connector::new(connector, tls));
         Ok(Client {
             inner: Arc::new(Inner {
                 endpoints: Endpoints {
@@ -166,6 +206,7 @@ impl ClientBuilder {
                 fail_closed_retry_after: self.fail_closed_retry_after,
                 headers: self.headers,
                 http,
+                identity,
                 breaker: self.breaker.map(|config| Breaker::new(config, self.clock.clone())),
                 budget: self.retry_budget.map(|config| RetryBudget::new(&config, self.clock.clone())),
                 stats: Counters::default(),

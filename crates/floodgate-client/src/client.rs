@@ -11,7 +11,6 @@ use floodgate::breaker::BreakerState;
 use http::{HeaderMap, HeaderValue, Method, Uri, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::breaker::{self, Breaker, Pass};
 use crate::budget::RetryBudget;
@@ -20,11 +19,12 @@ use crate::decision::{Decision, FailMode, Request, WireVerdict, failed, passed_h
 use crate::error::{Error, FailureReason};
 use crate::retry::{RetryPolicy, Retryable, retry_granted};
 use crate::stats::{Counters, Stats};
+use crate::tls::{Connector, Identity};
 
 /// A client of Floodgate's HTTP API (`/v1/check`, `/v1/peek`, `/v1/report`…): keep-alive
-/// connections (hyper), a deadline on every call, a fail mode for checks without a verdict, a
-/// circuit breaker, a retry budget, and counters of those. Cheap to clone (one pool, one breaker,
-/// one budget).
+/// connections (hyper) over TCP or TLS, a deadline on every call, a fail mode for checks without a
+/// verdict, a circuit breaker, a retry budget, and counters of those. Cheap to clone (one pool,
+/// one breaker, one budget).
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
@@ -38,7 +38,9 @@ pub(crate) struct Inner {
     pub(crate) fail_mode: FailMode,
     pub(crate) fail_closed_retry_after: Duration,
     pub(crate) headers: HeaderMap,
-    pub(crate) http: HyperClient<HttpConnector, Full<Bytes>>,
+    pub(crate) http: HyperClient<Connector, Full<Bytes>>,
+    /// The client certificate of an `https://` client, and what explains a TLS failure.
+    pub(crate) identity: Option<Arc<Identity>>,
     pub(crate) breaker: Option<Breaker>,
     pub(crate) budget: Option<RetryBudget>,
     pub(crate) stats: Counters,
@@ -243,13 +245,21 @@ impl Client {
         outcome
     }
 
-    /// The error of a call that got no answer.
+    /// The error of a call that got no answer: TLS, when TLS explains it, or unreachable.
     fn unavailable(
         &self,
         not_sent: bool,
         context: &str,
         error: Box<dyn std::error::Error + Send + Sync>,
     ) -> Error {
+        if let Some(why) = self.inner.identity.as_ref().and_then(|identity| identity.explain(&*error)) {
+            return Error::Unavailable {
+                reason: FailureReason::Tls,
+                not_sent,
+                message: why,
+                source: Some(error),
+            };
+        }
         let message = match error.source() {
             Some(source) => format!("{context}{error}: {source}"),
             None => format!("{context}{error}"),

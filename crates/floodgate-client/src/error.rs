@@ -14,17 +14,21 @@ pub enum FailureReason {
     /// The circuit breaker is open: the service failed lately, so the call was not sent (see
     /// [`ClientBuilder::breaker`](crate::ClientBuilder::breaker)).
     BreakerOpen,
+    /// The TLS handshake failed: a server certificate the CA bundle does not verify, or a client
+    /// certificate the server requires and refused or did not get.
+    Tls,
 }
 
 impl FailureReason {
     /// The reason's name as `stats` and logs write it: `unreachable`, `deadline`, `server_error`,
-    /// `breaker_open`.
+    /// `breaker_open`, `tls`.
     pub const fn as_str(self) -> &'static str {
         match self {
             FailureReason::Unreachable => "unreachable",
             FailureReason::Deadline => "deadline",
             FailureReason::ServerError => "server_error",
             FailureReason::BreakerOpen => "breaker_open",
+            FailureReason::Tls => "tls",
         }
     }
 }
@@ -80,7 +84,7 @@ pub enum Error {
     InvalidRequest(String),
     /// The client's configuration cannot be used (from [`ClientBuilder::build`](crate::ClientBuilder::build)):
     /// `field` names the setting (`url`, `deadline`, `breaker.consecutive_failures`,
-    /// `retry_budget.ratio`…), `reason` says what is wrong with it.
+    /// `retry_budget.ratio`, `tls_ca`…), `reason` says what is wrong with it.
     #[error("invalid client configuration: {field}: {reason}")]
     Config {
         /// The setting.

@@ -1,5 +1,5 @@
 //! A client of [Floodgate](https://github.com/floodgate-rs/floodgate)'s HTTP API: `check`, `peek`
-//! and `report` over keep-alive HTTP/1.1 connections (hyper), with
+//! and `report` over keep-alive HTTP/1.1 connections (hyper), plain or TLS (rustls), with
 //!
 //! - a **deadline** on every call (default 50 ms);
 //! - a **fail mode** for a check without a verdict — service down, late or failing —
@@ -47,6 +47,42 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **TLS**: an `https://` URL needs the CA bundle the server's certificate chains to
+//! ([`ClientBuilder::tls_ca`]); [`ClientBuilder::tls_client_cert`] presents a client certificate
+//! to a server that requires one (mutual TLS). The files are read and checked by
+//! [`ClientBuilder::build`] ([`Error::Config`] names the setting and the file); a handshake that
+//! fails later is [`FailureReason::Tls`], its message saying why (a server certificate the bundle
+//! does not verify, a client certificate the server requires or refused).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let certs = floodgate_testkit::tls::TestCerts::generate();
+//! # let yaml = format!(
+//! #     "tls: {{cert: {}, key: {}, client_ca: {}}}\nstore: {{kind: memory}}\nrules: [{{name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 60s}}]\n",
+//! #     certs.server_cert().display(), certs.server_key().display(), certs.ca().display(),
+//! # );
+//! # let app = floodgate_app::App::new(floodgate_config::parse("doc.yaml", &yaml)?, Default::default())?;
+//! # let server = floodgate_server::Server::new(app, tokio::net::TcpListener::bind("127.0.0.1:0").await?, None)?;
+//! # let url = format!("https://localhost:{}", server.http_addr().port());
+//! # let (ca, cert, key) = (certs.ca(), certs.client_cert(), certs.client_key());
+//! # tokio::spawn(server.run(std::future::pending()));
+//! use std::time::Duration;
+//! use floodgate_client::{Client, Pem, Request};
+//!
+//! let floodgate = Client::builder(url) // e.g. "https://floodgate.internal:8443"
+//!     .deadline(Duration::from_secs(1))
+//!     .tls_ca(Pem::file(ca)) // e.g. "/etc/floodgate/tls/ca.pem"
+//!     .tls_client_cert(Pem::file(cert), Pem::file(key))
+//!     .build()?;
+//! # // A debug build's first call (its TLS handshake, the server's first request) may take longer
+//! # // than the deadline on a busy machine: made once here, with time to spare.
+//! # floodgate.peek(&Request::new().deadline(Duration::from_secs(30))).await?;
+//! let decision = floodgate.check(&Request::new().descriptor("user", "u1")).await?;
+//! assert!(decision.allowed && decision.failure.is_none());
+//! # Ok(()) }
+//! ```
+//!
 //! Costs per dimension ([`Request::costs`]: requests and tokens in one call), reservations
 //! ([`Client::reserve`] → a [`Reservation`] guard: [`commit`](Reservation::commit) the actual cost,
 //! or [`release`](Reservation::release); dropped unsettled, it is released by a task spawned on the
@@ -59,11 +95,11 @@
 //! [`Clock`](floodgate_core::Clock) ([`ClientBuilder::clock`]), so that tests move them by hand.
 //!
 //! Feature `grpc`: [`grpc::RlsClient`], Envoy's rate limit service (RLS v3) over gRPC, with the
-//! same deadline, fail mode and counters (no breaker or budget).
+//! same deadline, fail mode and counters (no breaker, budget or TLS).
 //!
 //! The tests (`tests/client`) run against the real server, started in the test process: the
 //! breaker against a stopped and a black-holed server, the budget against a stopped server and one
-//! answering 503.
+//! answering 503, TLS and mutual TLS against the server's TLS listener.
 
 mod breaker;
 mod budget;
@@ -75,6 +111,7 @@ mod error;
 mod reservation;
 mod retry;
 mod stats;
+mod tls;
 
 #[cfg(feature = "grpc")]
 pub mod grpc;
@@ -88,3 +125,4 @@ pub use floodgate::breaker::{BreakerConfig, BreakerState};
 pub use reservation::{Reservation, Reserved, Settled, Usage};
 pub use retry::{RetryPolicy, Retryable, retry};
 pub use stats::Stats;
+pub use tls::Pem;

@@ -162,7 +162,7 @@ impl Client {
     /// reserved (`&[]`: all of it); concurrency permits are freed. Idempotent on the server — the
     /// same commit again answers the same and charges nothing more — so an attempt that got no
     /// answer (refused, late, cut, 5xx) is retried, twice at most, as the client's retry budget
-    /// allows (not when the breaker is open). [`Error::NotFound`] for an
+    /// allows (not when the breaker is open, nor after a TLS failure). [`Error::NotFound`] for an
     /// unknown id; [`Error::ReservationSettled`] for one released, committed with other costs or
     /// expired; [`Error::Unavailable`] when no attempt got an answer.
     pub async fn commit(&self, reservation: &str, costs: &[(&str, u64)]) -> Result<Settled, Error> {
@@ -242,7 +242,7 @@ impl Client {
             match outcome {
                 Err(Error::Unavailable { reason, .. })
                     if attempt < SETTLE_RETRIES
-                        && reason != FailureReason::BreakerOpen
+                        && !matches!(reason, FailureReason::BreakerOpen | FailureReason::Tls)
                         && self.grant_retry() =>
                 {
                     attempt += 1;

@@ -51,12 +51,14 @@ pub trait Retryable {
 }
 
 /// A call the open breaker refused did not run, but is not retried: the breaker decides when the
-/// service is tried again.
+/// service is tried again. Nor is a TLS failure, which a retry would meet again.
 impl Retryable for Error {
     fn surely_not_run(&self) -> bool {
         match self {
             Error::RateLimited { .. } => true,
-            Error::Unavailable { not_sent: true, reason, .. } => *reason != FailureReason::BreakerOpen,
+            Error::Unavailable { not_sent: true, reason, .. } => {
+                !matches!(reason, FailureReason::BreakerOpen | FailureReason::Tls)
+            }
             _ => false,
         }
     }

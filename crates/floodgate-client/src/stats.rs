@@ -21,6 +21,8 @@ pub struct Stats {
     pub deadline: u64,
     /// Calls answered with a 5xx or no verdict.
     pub server_error: u64,
+    /// Calls without a verdict because the TLS handshake failed.
+    pub tls: u64,
     /// Calls not sent because the circuit breaker was open (or half-open with its probe in flight).
     pub breaker_open: u64,
     /// Times the breaker opened (after failures, or after a failed probe).
@@ -43,6 +45,7 @@ pub(crate) struct Counters {
     unreachable: AtomicU64,
     deadline: AtomicU64,
     server_error: AtomicU64,
+    tls: AtomicU64,
     breaker_open: AtomicU64,
 }
 
@@ -56,6 +59,7 @@ impl Counters {
             FailureReason::Unreachable => &self.unreachable,
             FailureReason::Deadline => &self.deadline,
             FailureReason::ServerError => &self.server_error,
+            FailureReason::Tls => &self.tls,
             FailureReason::BreakerOpen => &self.breaker_open,
         }
         .fetch_add(1, Ordering::Relaxed);
@@ -75,6 +79,7 @@ impl Counters {
             unreachable: self.unreachable.load(Ordering::Relaxed),
             deadline: self.deadline.load(Ordering::Relaxed),
             server_error: self.server_error.load(Ordering::Relaxed),
+            tls: self.tls.load(Ordering::Relaxed),
             breaker_open: self.breaker_open.load(Ordering::Relaxed),
             ..Stats::default()
         }

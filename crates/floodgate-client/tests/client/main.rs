@@ -39,6 +39,7 @@ mod budget;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod reservations;
+mod tls;
 
 struct Running {
     addr: SocketAddr,
