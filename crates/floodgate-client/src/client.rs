@@ -1,184 +1,60 @@
-//! The client and its builder.
+//! The client: its calls, each within its deadline and through the breaker, and the fail mode
+//! deciding a check without a verdict.
 
-use std::error::Error as _;
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
+use floodgate::breaker::BreakerState;
+use http::{HeaderMap, HeaderValue, Method, Uri, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
+use crate::breaker::{self, Breaker, Pass};
+use crate::budget::RetryBudget;
+use crate::builder::ClientBuilder;
 use crate::decision::{Decision, FailMode, Request, WireVerdict, failed, passed_header};
 use crate::error::{Error, FailureReason};
+use crate::retry::{RetryPolicy, Retryable, retry_granted};
+use crate::stats::{Counters, Stats};
+use crate::tls::{Connector, Identity};
 
-/// Builds a [`Client`]: `Client::builder("http://127.0.0.1:8080").deadline(..).fail_mode(..).build()`.
-#[derive(Debug, Clone)]
-pub struct ClientBuilder {
-    url: String,
-    deadline: Duration,
-    fail_mode: FailMode,
-    fail_closed_retry_after: Duration,
-    headers: HeaderMap,
-    pool_idle_timeout: Duration,
-}
-
-impl ClientBuilder {
-    /// How long a call may take before the fail mode decides. Default 50 ms.
-    pub fn deadline(mut self, deadline: Duration) -> ClientBuilder {
-        self.deadline = deadline;
-        self
-    }
-
-    /// What a check decides without a verdict. Default [`FailMode::Open`].
-    pub fn fail_mode(mut self, mode: FailMode) -> ClientBuilder {
-        self.fail_mode = mode;
-        self
-    }
-
-    /// `Retry-After` of a request denied by [`FailMode::Closed`]. Default 1 s.
-    pub fn fail_closed_retry_after(mut self, retry_after: Duration) -> ClientBuilder {
-        self.fail_closed_retry_after = retry_after;
-        self
-    }
-
-    /// A header sent with every call (e.g. `authorization`).
-    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> ClientBuilder {
-        self.headers.insert(name, value);
-        self
-    }
-
-    /// How long an idle kept-alive connection stays in the pool. Default 60 s.
-    pub fn pool_idle_timeout(mut self, timeout: Duration) -> ClientBuilder {
-        self.pool_idle_timeout = timeout;
-        self
-    }
-
-    /// The client; an error names what is wrong with the URL or the deadline.
-    pub fn build(self) -> Result<Client, Error> {
-        let base = self.url.trim_end_matches('/');
-        let uri: Uri = base
-            .parse()
-            .map_err(|e| Error::InvalidRequest(format!("url {:?} is not a URL: {e}", self.url)))?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-            return Err(Error::InvalidRequest(format!(
-                "url {:?} must be http://host:port (https is not supported by this client)",
-                self.url
-            )));
-        }
-        if self.deadline.is_zero() {
-            return Err(Error::InvalidRequest("deadline must be longer than 0".into()));
-        }
-        let endpoint = |call: &str| -> Uri { format!("{base}/v1/{call}").parse().expect("a valid base URL") };
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let http = HyperClient::builder(TokioExecutor::new())
-            .pool_idle_timeout(self.pool_idle_timeout)
-            .build(connector);
-        Ok(Client {
-            inner: Arc::new(Inner {
-                check: endpoint("check"),
-                peek: endpoint("peek"),
-                report: endpoint("report"),
-                reserve: endpoint("reserve"),
-                commit: endpoint("commit"),
-                release: endpoint("release"),
-                base: base.to_owned(),
-                deadline: self.deadline,
-                fail_mode: self.fail_mode,
-                fail_closed_retry_after: self.fail_closed_retry_after,
-                headers: self.headers,
-                http,
-                stats: Counters::default(),
-            }),
-        })
-    }
-}
-
-/// A client of Floodgate's HTTP API (`/v1/check`, `/v1/peek`, `/v1/report`): keep-alive
-/// connections (hyper), a deadline on every call, a fail mode for checks without a verdict, and
-/// counters of those. Cheap to clone (one pool).
+/// A client of Floodgate's HTTP API (`/v1/check`, `/v1/peek`, `/v1/report`…): keep-alive
+/// connections (hyper) over TCP or TLS, a deadline on every call, a fail mode for checks without a
+/// verdict, a circuit breaker, a retry budget, and counters of those. Cheap to clone (one pool,
+/// one breaker, one budget).
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    check: Uri,
-    peek: Uri,
-    report: Uri,
-    reserve: Uri,
-    commit: Uri,
-    release: Uri,
-    base: String,
-    deadline: Duration,
-    fail_mode: FailMode,
-    fail_closed_retry_after: Duration,
-    headers: HeaderMap,
-    http: HyperClient<HttpConnector, Full<Bytes>>,
-    stats: Counters,
+pub(crate) struct Inner {
+    pub(crate) endpoints: Endpoints,
+    pub(crate) base: String,
+    pub(crate) deadline: Duration,
+    pub(crate) fail_mode: FailMode,
+    pub(crate) fail_closed_retry_after: Duration,
+    pub(crate) headers: HeaderMap,
+    pub(crate) http: HyperClient<Connector, Full<Bytes>>,
+    /// The client certificate of an `https://` client, and what explains a TLS failure.
+    pub(crate) identity: Option<Arc<Identity>>,
+    pub(crate) breaker: Option<Breaker>,
+    pub(crate) budget: Option<RetryBudget>,
+    pub(crate) stats: Counters,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    calls: AtomicU64,
-    failed_open: AtomicU64,
-    failed_closed: AtomicU64,
-    unreachable: AtomicU64,
-    deadline: AtomicU64,
-    server_error: AtomicU64,
-}
-
-/// What a client counted since it was built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Stats {
-    /// Calls made.
-    pub calls: u64,
-    /// Checks and peeks allowed by [`FailMode::Open`].
-    pub failed_open: u64,
-    /// Checks and peeks denied by [`FailMode::Closed`].
-    pub failed_closed: u64,
-    /// Calls without a verdict because the service was unreachable.
-    pub unreachable: u64,
-    /// Calls without a verdict within the deadline.
-    pub deadline: u64,
-    /// Calls answered with a 5xx or no verdict.
-    pub server_error: u64,
-}
-
-impl Counters {
-    pub(crate) fn call(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count(&self, reason: FailureReason, mode: Option<FailMode>) {
-        match reason {
-            FailureReason::Unreachable => &self.unreachable,
-            FailureReason::Deadline => &self.deadline,
-            FailureReason::ServerError => &self.server_error,
-        }
-        .fetch_add(1, Ordering::Relaxed);
-        match mode {
-            Some(FailMode::Open) => self.failed_open.fetch_add(1, Ordering::Relaxed),
-            Some(FailMode::Closed) => self.failed_closed.fetch_add(1, Ordering::Relaxed),
-            None => 0,
-        };
-    }
-
-    pub(crate) fn snapshot(&self) -> Stats {
-        Stats {
-            calls: self.calls.load(Ordering::Relaxed),
-            failed_open: self.failed_open.load(Ordering::Relaxed),
-            failed_closed: self.failed_closed.load(Ordering::Relaxed),
-            unreachable: self.unreachable.load(Ordering::Relaxed),
-            deadline: self.deadline.load(Ordering::Relaxed),
-            server_error: self.server_error.load(Ordering::Relaxed),
-        }
-    }
+/// The URLs of the calls.
+#[derive(Debug)]
+pub(crate) struct Endpoints {
+    pub(crate) check: Uri,
+    pub(crate) peek: Uri,
+    pub(crate) report: Uri,
+    pub(crate) reserve: Uri,
+    pub(crate) commit: Uri,
+    pub(crate) release: Uri,
 }
 
 #[derive(Clone, Copy)]
@@ -192,14 +68,7 @@ pub(crate) enum Call {
 impl Client {
     /// A builder for the server at `url` (e.g. `http://127.0.0.1:8080`).
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
-        ClientBuilder {
-            url: url.into(),
-            deadline: Duration::from_millis(50),
-            fail_mode: FailMode::Open,
-            fail_closed_retry_after: Duration::from_secs(1),
-            headers: HeaderMap::new(),
-            pool_idle_timeout: Duration::from_secs(60),
-        }
+        ClientBuilder::new(url.into())
     }
 
     /// Checks a request: consumes its cost from every rule that applies when all allow. Without a
@@ -230,7 +99,49 @@ impl Client {
 
     /// Counters since the client was built.
     pub fn stats(&self) -> Stats {
-        self.inner.stats.snapshot()
+        let inner = &*self.inner;
+        let mut stats = inner.stats.snapshot();
+        if let Some(breaker) = &inner.breaker {
+            let t = breaker.transitions();
+            stats.breaker_opened = t.opened.load(Ordering::Relaxed);
+            stats.breaker_half_opened = t.half_opened.load(Ordering::Relaxed);
+            stats.breaker_closed = t.closed.load(Ordering::Relaxed);
+        }
+        if let Some(budget) = &inner.budget {
+            (stats.retries, stats.retries_refused) = budget.counts();
+        }
+        stats
+    }
+
+    /// Where the circuit breaker is; `None` when the client has none
+    /// ([`ClientBuilder::no_breaker`]).
+    pub fn breaker_state(&self) -> Option<BreakerState> {
+        self.inner.breaker.as_ref().map(Breaker::state)
+    }
+
+    /// Calls `call` and retries it as `policy` says (as the free [`retry`](crate::retry)) and as
+    /// the client's retry budget allows: a retry the budget refuses returns the error of the
+    /// attempt it would have repeated. A call refused by the open breaker is not retried.
+    ///
+    /// ```no_run
+    /// # async fn f(floodgate: floodgate_client::Client) -> Result<(), floodgate_client::Error> {
+    /// use floodgate_client::{Request, RetryPolicy};
+    /// let usage = Request::new().descriptor("tenant", "t1").cost(812);
+    /// floodgate.retry(RetryPolicy::default(), |_| floodgate.report(&usage)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn retry<T, E, F, Fut>(&self, policy: RetryPolicy, call: F) -> Result<T, E>
+    where
+        E: Retryable,
+        F: FnMut(u32) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        retry_granted(policy, call, || self.grant_retry()).await
+    }
+
+    /// Whether the retry budget grants one more retry (always, without a budget).
+    pub(crate) fn grant_retry(&self) -> bool {
+        self.inner.budget.as_ref().is_none_or(RetryBudget::withdraw)
     }
 
     pub(crate) async fn decide(&self, call: Call, request: &Request) -> Result<Decision, Error> {
@@ -269,16 +180,17 @@ impl Client {
         let inner = &*self.inner;
         let body = request.body(matches!(call, Call::Reserve))?;
         let uri = match call {
-            Call::Check => &inner.check,
-            Call::Peek => &inner.peek,
-            Call::Report => &inner.report,
-            Call::Reserve => &inner.reserve,
+            Call::Check => &inner.endpoints.check,
+            Call::Peek => &inner.endpoints.peek,
+            Call::Report => &inner.endpoints.report,
+            Call::Reserve => &inner.endpoints.reserve,
         };
         let (parts, bytes) = self.exchange(Method::POST, uri.clone(), Some(body), request.deadline).await?;
         render(parts.status.as_u16(), &parts.headers, &bytes)
     }
 
-    /// One request with the deadline: the answer's head and body, or [`Error::Unavailable`].
+    /// One request with the deadline, as the breaker allows: the answer's head and body, or
+    /// [`Error::Unavailable`] (reason `breaker_open` when the breaker refused it unsent).
     pub(crate) async fn exchange(
         &self,
         method: Method,
@@ -291,7 +203,6 @@ impl Client {
         if deadline.is_zero() {
             return Err(Error::InvalidRequest("deadline must be longer than 0".into()));
         }
-        inner.stats.call();
         let mut builder = http::Request::builder().method(method).uri(uri);
         if let Some(headers) = builder.headers_mut() {
             headers.extend(inner.headers.iter().map(|(n, v)| (n.clone(), v.clone())));
@@ -300,29 +211,28 @@ impl Client {
         let http_request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| Error::InvalidRequest(e.to_string()))?;
+        let pass = match &inner.breaker {
+            Some(breaker) => breaker.pass()?,
+            None => Pass::free(),
+        };
+        inner.stats.call();
+        if let Some(budget) = &inner.budget {
+            budget.deposit();
+        }
         let exchange = async {
-            let response = inner.http.request(http_request).await.map_err(|e| {
-                let not_sent = e.is_connect();
-                Error::Unavailable {
-                    reason: FailureReason::Unreachable,
-                    not_sent,
-                    message: match e.source() {
-                        Some(source) => format!("{e}: {source}"),
-                        None => e.to_string(),
-                    },
-                    source: Some(Box::new(e)),
-                }
-            })?;
+            let response = inner
+                .http
+                .request(http_request)
+                .await
+                .map_err(|e| self.unavailable(e.is_connect(), "", Box::new(e)))?;
             let (parts, body) = response.into_parts();
-            let bytes = body.collect().await.map_err(|e| Error::Unavailable {
-                reason: FailureReason::Unreachable,
-                not_sent: false,
-                message: format!("the answer was cut: {e}"),
-                source: Some(Box::new(e)),
-            })?;
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|e| self.unavailable(false, "the answer was cut: ", Box::new(e)))?;
             Ok::<_, Error>((parts, bytes.to_bytes()))
         };
-        match tokio::time::timeout(deadline, exchange).await {
+        let outcome = match tokio::time::timeout(deadline, exchange).await {
             Ok(result) => result,
             Err(_) => Err(Error::Unavailable {
                 reason: FailureReason::Deadline,
@@ -330,17 +240,41 @@ impl Client {
                 message: format!("no answer within {} ms", deadline.as_millis()),
                 source: None,
             }),
+        };
+        pass.finish(breaker::failed(&outcome));
+        outcome
+    }
+
+    /// The error of a call that got no answer: TLS, when TLS explains it, or unreachable.
+    fn unavailable(
+        &self,
+        not_sent: bool,
+        context: &str,
+        error: Box<dyn std::error::Error + Send + Sync>,
+    ) -> Error {
+        if let Some(why) = self.inner.identity.as_ref().and_then(|identity| identity.explain(&*error)) {
+            return Error::Unavailable {
+                reason: FailureReason::Tls,
+                not_sent,
+                message: why,
+                source: Some(error),
+            };
         }
+        let message = match error.source() {
+            Some(source) => format!("{context}{error}: {source}"),
+            None => format!("{context}{error}"),
+        };
+        Error::Unavailable { reason: FailureReason::Unreachable, not_sent, message, source: Some(error) }
     }
 
     /// The URL of `POST /v1/commit`.
     pub(crate) fn commit_uri(&self) -> &Uri {
-        &self.inner.commit
+        &self.inner.endpoints.commit
     }
 
     /// The URL of `POST /v1/release`.
     pub(crate) fn release_uri(&self) -> &Uri {
-        &self.inner.release
+        &self.inner.endpoints.release
     }
 
     pub(crate) fn base(&self) -> &str {

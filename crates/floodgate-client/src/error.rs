@@ -11,15 +11,24 @@ pub enum FailureReason {
     Deadline,
     /// The service answered with a 5xx or a body that is no verdict.
     ServerError,
+    /// The circuit breaker is open: the service failed lately, so the call was not sent (see
+    /// [`ClientBuilder::breaker`](crate::ClientBuilder::breaker)).
+    BreakerOpen,
+    /// The TLS handshake failed: a server certificate the CA bundle does not verify, or a client
+    /// certificate the server requires and refused or did not get.
+    Tls,
 }
 
 impl FailureReason {
-    /// The reason's name as `stats` and logs write it: `unreachable`, `deadline`, `server_error`.
+    /// The reason's name as `stats` and logs write it: `unreachable`, `deadline`, `server_error`,
+    /// `breaker_open`, `tls`.
     pub const fn as_str(self) -> &'static str {
         match self {
             FailureReason::Unreachable => "unreachable",
             FailureReason::Deadline => "deadline",
             FailureReason::ServerError => "server_error",
+            FailureReason::BreakerOpen => "breaker_open",
+            FailureReason::Tls => "tls",
         }
     }
 }
@@ -54,8 +63,9 @@ pub enum Error {
         /// The problem's `detail`.
         detail: String,
     },
-    /// No verdict: the service is down, late or failing. Only `report` returns it (checks and
-    /// peeks are decided by the fail mode instead).
+    /// No verdict: the service is down, late or failing, or the circuit breaker is open. Returned
+    /// by `report`, `commit`, `release` and `usage`; checks, peeks and reserves are decided by the
+    /// fail mode instead.
     #[error("floodgate gave no verdict ({}): {message}", reason.as_str())]
     Unavailable {
         /// Why.
@@ -72,6 +82,16 @@ pub enum Error {
     /// The request could not be built (a cost of 0, an invalid header value…).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The client's configuration cannot be used (from [`ClientBuilder::build`](crate::ClientBuilder::build)):
+    /// `field` names the setting (`url`, `deadline`, `breaker.consecutive_failures`,
+    /// `retry_budget.ratio`, `tls_ca`…), `reason` says what is wrong with it.
+    #[error("invalid client configuration: {field}: {reason}")]
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A denial turned into an error (by [`Decision::into_result`](crate::Decision::into_result)):
     /// retried by [`retry`](crate::retry) after `retry_after`, since a denied request consumed
     /// nothing and did not run.

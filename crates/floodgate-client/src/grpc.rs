@@ -11,9 +11,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::client::{Counters, Stats};
 use crate::decision::FailMode;
 use crate::error::{Error, FailureReason};
+use crate::stats::{Counters, Stats};
 
 /// A client of `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`. Cheap to clone
 /// (one HTTP/2 channel, connected lazily).

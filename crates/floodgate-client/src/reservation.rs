@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::client::{Call, Client};
 use crate::decision::{Decision, Request, failed};
-use crate::error::Error;
+use crate::error::{Error, FailureReason};
 
 /// What a commit or a release did; a retry of it answers the same. Each map is dimension → amount.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -80,6 +80,9 @@ pub(crate) enum Settle {
 /// use floodgate_client::{Client, Request};
 ///
 /// let floodgate = Client::builder(url).deadline(Duration::from_secs(1)).build()?;
+/// # // A debug build's first call may take longer than the deadline on a busy machine: made once
+/// # // here, with time to spare.
+/// # floodgate.peek(&Request::new().deadline(Duration::from_secs(30))).await?;
 /// let tenant = || Request::new().descriptor("tenant", "t1");
 /// let estimate = tenant().costs("requests", 1).costs("tokens", 4300).ttl(Duration::from_secs(120));
 /// let reserved = floodgate.reserve(&estimate).await?;
@@ -158,7 +161,8 @@ impl Client {
     /// back, what exceeds it is charged on top (never denied); a dimension left out stays as
     /// reserved (`&[]`: all of it); concurrency permits are freed. Idempotent on the server — the
     /// same commit again answers the same and charges nothing more — so an attempt that got no
-    /// answer (refused, late, cut, 5xx) is retried, twice at most. [`Error::NotFound`] for an
+    /// answer (refused, late, cut, 5xx) is retried, twice at most, as the client's retry budget
+    /// allows (not when the breaker is open, nor after a TLS failure). [`Error::NotFound`] for an
     /// unknown id; [`Error::ReservationSettled`] for one released, committed with other costs or
     /// expired; [`Error::Unavailable`] when no attempt got an answer.
     pub async fn commit(&self, reservation: &str, costs: &[(&str, u64)]) -> Result<Settled, Error> {
@@ -236,7 +240,11 @@ impl Client {
                 Err(error) => Err(error),
             };
             match outcome {
-                Err(Error::Unavailable { .. }) if attempt < SETTLE_RETRIES => {
+                Err(Error::Unavailable { reason, .. })
+                    if attempt < SETTLE_RETRIES
+                        && !matches!(reason, FailureReason::BreakerOpen | FailureReason::Tls)
+                        && self.grant_retry() =>
+                {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
                 }

@@ -1,4 +1,6 @@
-//! Retries of calls that surely did not run.
+//! Retries of calls that surely did not run: the policy (attempts, exponential backoff with full
+//! jitter, `Retry-After`), which [`Client::retry`](crate::Client::retry) runs within the client's
+//! retry budget.
 
 use std::future::Future;
 use std::time::Duration;
@@ -48,9 +50,17 @@ pub trait Retryable {
     fn retry_after(&self) -> Option<Duration>;
 }
 
+/// A call the open breaker refused did not run, but is not retried: the breaker decides when the
+/// service is tried again. Nor is a TLS failure, which a retry would meet again.
 impl Retryable for Error {
     fn surely_not_run(&self) -> bool {
-        matches!(self, Error::RateLimited { .. } | Error::Unavailable { not_sent: true, .. })
+        match self {
+            Error::RateLimited { .. } => true,
+            Error::Unavailable { not_sent: true, reason, .. } => {
+                !matches!(reason, FailureReason::BreakerOpen | FailureReason::Tls)
+            }
+            _ => false,
+        }
     }
 
     fn outcome_unknown(&self) -> bool {
@@ -74,7 +84,24 @@ impl Retryable for Error {
 
 /// Calls `call` and retries it as `policy` says, only when its error surely did not run (or, with
 /// `idempotent`, when its outcome is unknown). Any other error is returned at once.
-pub async fn retry<T, E, F, Fut>(policy: RetryPolicy, mut call: F) -> Result<T, E>
+///
+/// This knows no retry budget: [`Client::retry`](crate::Client::retry) is the same within the
+/// client's.
+pub async fn retry<T, E, F, Fut>(policy: RetryPolicy, call: F) -> Result<T, E>
+where
+    E: Retryable,
+    F: FnMut(u32) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    retry_granted(policy, call, || true).await
+}
+
+/// [`retry`], asking `grant` before each retry; a retry it refuses returns the error.
+pub(crate) async fn retry_granted<T, E, F, Fut>(
+    policy: RetryPolicy,
+    mut call: F,
+    mut grant: impl FnMut() -> bool,
+) -> Result<T, E>
 where
     E: Retryable,
     F: FnMut(u32) -> Fut,
@@ -90,7 +117,7 @@ where
                     return Err(error);
                 }
                 let asked = error.retry_after();
-                if asked.is_some_and(|d| d > policy.max_retry_after) {
+                if asked.is_some_and(|d| d > policy.max_retry_after) || !grant() {
                     return Err(error);
                 }
                 let wait = backoff(&policy, attempt).max(asked.unwrap_or_default());

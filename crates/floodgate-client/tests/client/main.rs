@@ -34,9 +34,12 @@ rules:
     window: 1s
 ";
 
+mod breaker;
+mod budget;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod reservations;
+mod tls;
 
 struct Running {
     addr: SocketAddr,
@@ -48,10 +51,15 @@ struct Running {
 
 impl Running {
     async fn start(yaml: &str) -> Running {
+        Running::start_at(yaml, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// A server listening at `addr` (port 0: any free port), e.g. where a stopped one listened.
+    async fn start_at(yaml: &str, addr: SocketAddr) -> Running {
         let yaml = yaml.replace("key: [caller]", "key: [api_key]");
         let config = floodgate_config::parse("test.yaml", &yaml).expect("config");
         let app = App::new(config, ServeOptions::default()).expect("app");
-        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = TcpListener::bind(addr).await.unwrap_or_else(|e| panic!("bind {addr}: {e}"));
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = Server::new(app, http, Some(grpc)).expect("server");
         let (addr, grpc) = (server.http_addr(), server.grpc_addr().unwrap());
@@ -99,6 +107,29 @@ async fn silent() -> (SocketAddr, Arc<AtomicU32>, JoinHandle<()>) {
         }
     });
     (addr, accepted, holder)
+}
+
+/// Reads one HTTP/1.1 message (head, and a `content-length` body) from `stream`; `None` at EOF.
+async fn read_message(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+            if buffer.len() >= end + 4 + length {
+                return Some(buffer.drain(..end + 4 + length).collect());
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.unwrap();
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
 }
 
 /// A port on which nothing listens.
@@ -164,14 +195,15 @@ async fn a_request_refused_as_malformed_is_an_error_whatever_the_fail_mode() {
 }
 
 #[tokio::test]
-async fn the_builder_refuses_a_bad_url_or_deadline() {
-    assert!(
-        matches!(Client::builder("nope").build(), Err(Error::InvalidRequest(m)) if m.contains("must be http://"))
-    );
-    assert!(matches!(Client::builder("https://x:1").build(), Err(Error::InvalidRequest(_))));
+async fn the_builder_refuses_a_bad_url_or_deadline_naming_the_field() {
+    assert!(matches!(
+        Client::builder("nope").build(),
+        Err(Error::Config { field: "url", reason }) if reason.contains("must be http://host:port")
+    ));
+    assert!(matches!(Client::builder("ftp://x:1").build(), Err(Error::Config { field: "url", .. })));
     assert!(matches!(
         Client::builder("http://127.0.0.1:1").deadline(Duration::ZERO).build(),
-        Err(Error::InvalidRequest(_))
+        Err(Error::Config { field: "deadline", .. })
     ));
 }
 

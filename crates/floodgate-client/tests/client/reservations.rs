@@ -5,7 +5,7 @@ use std::time::Duration;
 use floodgate_client::{Client, Error, Request};
 use floodgate_testkit::wait;
 
-use super::{Running, client, refusing_url};
+use super::{Running, client, read_message, refusing_url};
 
 const CONFIG: &str = "
 store: { kind: memory }
@@ -143,29 +143,6 @@ async fn settling_is_retried_when_no_answer_came_then_unavailable() {
     assert!(matches!(error, Error::Unavailable { .. }));
     assert_eq!(floodgate.stats().calls, 3, "the first attempt and two retries");
     assert_eq!(floodgate.stats().unreachable, 1);
-}
-
-/// Reads one HTTP/1.1 message (head, and a `content-length` body) from `stream`; `None` at EOF.
-async fn read_message(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> Option<Vec<u8>> {
-    use tokio::io::AsyncReadExt;
-    loop {
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-            let length = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-            if buffer.len() >= end + 4 + length {
-                return Some(buffer.drain(..end + 4 + length).collect());
-            }
-        }
-        let mut chunk = [0u8; 4096];
-        let n = stream.read(&mut chunk).await.unwrap();
-        if n == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-    }
 }
 
 /// A proxy that forwards every request to `upstream`, but cuts the connection instead of the first

@@ -1,3 +1,6 @@
+import { CircuitBreaker, processClock, type BreakerOptions, type BreakerState } from './breaker.js';
+import { RetryBudget, type RetryBudgetOptions } from './budget.js';
+import { retry, type RetryOptions } from './retry.js';
 import { Sessions, type SessionOptions } from './session.js';
 import {
   FloodgateProblemError,
@@ -51,6 +54,21 @@ export interface FloodgateClientOptions {
   fetch?: typeof fetch;
   /** Called once for every call that got no verdict, with why and what was decided. */
   onFailure?: (event: FailureEvent) => void;
+  /**
+   * The circuit breaker, on by default: after 10 failures in a row (no answer, a deadline missed,
+   * a 5xx), or half the calls of 10 s once 20 were made, it opens, and for `openForMs` (2 s) calls
+   * are not sent — the fail mode decides at once (`reason: 'breaker_open'`); then one probe is
+   * sent, whose success closes it and whose failure opens it again. `false` turns it off.
+   */
+  breaker?: BreakerOptions | false;
+  /**
+   * The retry budget of {@link FloodgateClient.retry} and of the retries of `commit` and
+   * `release`, on by default: at most `ratio` (10 %) of the calls of the last `windowMs` (10 s),
+   * plus `minPerSecond` (1) a second. `false` turns it off.
+   */
+  retryBudget?: RetryBudgetOptions | false;
+  /** The clock of the breaker's open time and the budget's window (ms, monotonic), for tests. */
+  clock?: () => number;
 }
 
 /** Cost per dimension, e.g. `{requests: 1, tokens: 1200}`: each rule counts its own (`cost:`). */
@@ -185,15 +203,33 @@ export interface Usage {
 
 /** What a client counted since it was made. */
 export interface ClientStats {
-  /** Calls made (check, peek, report). */
+  /** Calls sent (a call the open breaker refused is not). */
   calls: number;
-  /** Checks and peeks allowed by `failMode: 'open'`. */
+  /** Checks, peeks and reserves allowed by `failMode: 'open'`. */
   failedOpen: number;
-  /** Checks and peeks denied by `failMode: 'closed'`. */
+  /** Checks, peeks and reserves denied by `failMode: 'closed'`. */
   failedClosed: number;
-  /** Calls without a verdict, by reason. */
+  /** Calls without a verdict, by reason (`breaker_open`: refused by the breaker, not sent). */
   failures: Record<FailureReason, number>;
+  /** Times the breaker opened (after failures, or after a failed probe). */
+  breakerOpened: number;
+  /** Times it went half-open to send a probe. */
+  breakerHalfOpened: number;
+  /** Times a probe's success closed it. */
+  breakerClosed: number;
+  /** Retries the retry budget granted. */
+  retries: number;
+  /** Retries the retry budget refused (the error was thrown instead). */
+  retriesRefused: number;
 }
+
+/** A call the breaker let through: report whether it failed, or that its caller gave up. */
+interface Pass {
+  finish(failed: boolean): void;
+  abandon(): void;
+}
+
+const FREE_PASS: Pass = { finish: () => {}, abandon: () => {} };
 
 const PASSED_HEADERS = new Set(['retry-after', 'ratelimit', 'ratelimit-policy']);
 
@@ -296,11 +332,12 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /**
- * A client of Floodgate's HTTP API (`/v1/check`, `/v1/peek`, `/v1/report`).
+ * A client of Floodgate's HTTP API (`/v1/check`, `/v1/peek`, `/v1/report`…).
  *
  * Every call has a deadline; a check or peek that gets no verdict (service down, late, or failing)
- * is decided by the fail mode and counted ({@link FloodgateClient.stats}). Connections are kept
- * alive (Node's `fetch`).
+ * is decided by the fail mode and counted ({@link FloodgateClient.stats}). A circuit breaker stops
+ * sending calls to a service that keeps failing, and a retry budget bounds the retries.
+ * Connections are kept alive (Node's `fetch`).
  */
 export class FloodgateClient {
   readonly url: string;
@@ -311,11 +348,18 @@ export class FloodgateClient {
   private readonly fetchImpl: typeof fetch;
   private readonly onFailure: ((event: FailureEvent) => void) | undefined;
   private defaultSessions: Sessions | undefined;
-  private readonly counters: ClientStats = {
+  /** The circuit breaker; null when turned off. */
+  private readonly breaker: CircuitBreaker | null;
+  /** The retry budget; null when turned off. */
+  readonly retryBudget: RetryBudget | null;
+  private readonly counters = {
     calls: 0,
     failedOpen: 0,
     failedClosed: 0,
-    failures: { unreachable: 0, deadline: 0, server_error: 0 },
+    failures: { unreachable: 0, deadline: 0, server_error: 0, breaker_open: 0 } as Record<FailureReason, number>,
+    breakerOpened: 0,
+    breakerHalfOpened: 0,
+    breakerClosed: 0,
   };
 
   constructor(options: FloodgateClientOptions) {
@@ -338,6 +382,29 @@ export class FloodgateClient {
     this.headers = { 'content-type': 'application/json', ...options.headers };
     this.fetchImpl = options.fetch ?? globalThis.fetch;
     this.onFailure = options.onFailure;
+    const clock = options.clock ?? processClock;
+    this.breaker =
+      options.breaker === false
+        ? null
+        : new CircuitBreaker(options.breaker ?? {}, clock, (to) => {
+            if (to === 'open') this.counters.breakerOpened += 1;
+            if (to === 'half_open') this.counters.breakerHalfOpened += 1;
+            if (to === 'closed') this.counters.breakerClosed += 1;
+          });
+    this.retryBudget = options.retryBudget === false ? null : new RetryBudget(options.retryBudget ?? {}, clock);
+  }
+
+  /** Where the circuit breaker is; null when the client has none (`breaker: false`). */
+  get breakerState(): BreakerState | null {
+    return this.breaker?.state ?? null;
+  }
+
+  /**
+   * {@link retry} with the client's retry budget: a retry the budget refuses throws the error of
+   * the attempt it would have repeated. A call the open breaker refused is not retried.
+   */
+  retry<T>(fn: (attempt: number) => Promise<T>, options: Omit<RetryOptions, 'budget'> = {}): Promise<T> {
+    return retry(fn, this.retryBudget === null ? options : { ...options, budget: this.retryBudget });
   }
 
   /** Checks a request: consumes `cost` from every rule that applies when all allow. */
@@ -457,7 +524,36 @@ export class FloodgateClient {
 
   /** Counters since the client was made (a copy). */
   stats(): ClientStats {
-    return { ...this.counters, failures: { ...this.counters.failures } };
+    const budget = this.retryBudget?.counts() ?? { granted: 0, refused: 0 };
+    return {
+      ...this.counters,
+      failures: { ...this.counters.failures },
+      retries: budget.granted,
+      retriesRefused: budget.refused,
+    };
+  }
+
+  /**
+   * Whether the breaker lets a call go: a pass to report its outcome with. Throws the
+   * `breaker_open` error of a call it refuses.
+   */
+  private admit(call: Call): Pass {
+    const breaker = this.breaker;
+    if (breaker === null) return FREE_PASS;
+    const admission = breaker.admit();
+    if (admission.kind === 'probe') {
+      return { finish: (failed) => breaker.finishProbe(!failed), abandon: () => breaker.abandonProbe() };
+    }
+    if (admission.kind === 'call') {
+      return { finish: (failed) => breaker.record(failed, admission.sent), abandon: () => {} };
+    }
+    const left = breaker.openRemainingMs();
+    throw new FloodgateUnavailableError(
+      'breaker_open',
+      left === null
+        ? `the circuit breaker is half-open and another call is its probe: ${call} not sent`
+        : `the circuit breaker is open after failed calls: ${call} not sent; the next call probes in ${Math.ceil(left)} ms`,
+    );
   }
 
   private async settle(call: 'commit' | 'release', body: object, options: SettleOptions): Promise<Settled> {
@@ -472,7 +568,13 @@ export class FloodgateClient {
         if (status === 200 && typeof parsed?.state === 'string') return parsed;
         throw this.failed(call, status, text, parsed);
       } catch (error) {
-        if (!(error instanceof FloodgateUnavailableError) || attempt >= attempts || options.signal?.aborted) {
+        if (
+          !(error instanceof FloodgateUnavailableError) ||
+          attempt >= attempts ||
+          options.signal?.aborted ||
+          error.reason === 'breaker_open' ||
+          (this.retryBudget !== null && !this.retryBudget.withdraw())
+        ) {
           if (error instanceof FloodgateUnavailableError) this.count(call, error.reason, null, error);
           throw error;
         }
@@ -490,7 +592,9 @@ export class FloodgateClient {
     options: { deadline?: number; signal?: AbortSignal },
   ): Promise<{ status: number; text: string; response: Response }> {
     const deadline = options.deadline === undefined ? this.deadline : validateDeadline(options.deadline, call);
+    const pass = this.admit(call);
     this.counters.calls += 1;
+    this.retryBudget?.deposit();
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), deadline);
     const onAbort = (): void => controller.abort();
@@ -500,8 +604,11 @@ export class FloodgateClient {
       if (body !== undefined) init.body = body;
       const response = await this.fetchImpl(`${this.url}${path}`, init);
       const text = await response.text();
+      pass.finish(response.status >= 500);
       return { status: response.status, text, response };
     } catch (error) {
+      if (options.signal?.aborted) pass.abandon();
+      else pass.finish(true);
       if (controller.signal.aborted) {
         throw new FloodgateUnavailableError('deadline', `floodgate gave no answer to ${call} within ${deadline} ms`, {
           cause: error,
@@ -571,12 +678,21 @@ export class FloodgateClient {
     if (options.domain !== undefined) body.domain = options.domain;
     if (options.ttl !== undefined) body.ttl = options.ttl;
     const deadline = options.deadline === undefined ? this.deadline : validateDeadline(options.deadline, call);
+    let pass: Pass;
+    try {
+      pass = this.admit(call);
+    } catch (error) {
+      if (error instanceof FloodgateUnavailableError) return { reason: error.reason, error };
+      throw error;
+    }
     this.counters.calls += 1;
+    this.retryBudget?.deposit();
 
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), deadline);
     const onAbort = (): void => controller.abort();
     options.signal?.addEventListener('abort', onAbort, { once: true });
+    let answered = false;
     try {
       const response = await this.fetchImpl(`${this.url}/v1/${call}`, {
         method: 'POST',
@@ -585,8 +701,14 @@ export class FloodgateClient {
         signal: controller.signal,
       });
       const text = await response.text();
+      answered = true;
+      pass.finish(response.status >= 500);
       return { decision: this.render(response, text) };
     } catch (error) {
+      if (!answered) {
+        if (options.signal?.aborted) pass.abandon();
+        else pass.finish(true);
+      }
       if (error instanceof FloodgateProblemError) throw error;
       if (error instanceof FloodgateUnavailableError) return { reason: error.reason, error };
       if (controller.signal.aborted) {

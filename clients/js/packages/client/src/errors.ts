@@ -5,7 +5,9 @@ export type FailureReason =
   /** The service did not answer within the call's deadline. */
   | 'deadline'
   /** The service answered with a 5xx (e.g. `503 store-unavailable`) or a body that is no verdict. */
-  | 'server_error';
+  | 'server_error'
+  /** The circuit breaker is open: the service failed lately, so the call was not sent. */
+  | 'breaker_open';
 
 /**
  * A problem+json answer from Floodgate to a request it refused as malformed (400, 413, 422: a cost
@@ -48,9 +50,10 @@ export class ReservationSettledError extends FloodgateProblemError {
 }
 
 /**
- * Floodgate gave no verdict (down, late, or failing) and the fail mode is `closed`, or the call
- * has no fail mode to fall back on (`report`). `code` is `ECONNREFUSED` when the connection was
- * refused, so that {@link retry} knows the call surely did not run.
+ * Floodgate gave no verdict (down, late, or failing, or the circuit breaker is open) and the call
+ * has no fail mode to fall back on (`report`, `commit`, `release`, `usage`). `code` is
+ * `ECONNREFUSED` when the connection was refused, so that {@link retry} knows the call surely did
+ * not run; a call the open breaker refused has no code and is not retried.
  */
 export class FloodgateUnavailableError extends Error {
   override readonly name = 'FloodgateUnavailableError';

@@ -25,6 +25,8 @@ export {
   TimeoutError,
   type FailureReason,
 } from './errors.js';
+export { CircuitBreaker, type Admission, type BreakerOptions, type BreakerState } from './breaker.js';
+export { RetryBudget, type RetryBudgetOptions } from './budget.js';
 export { retry, retryAfterOf, surelyDidNotRun, outcomeUnknown, type RetryOptions } from './retry.js';
 export { withTimeout, timeouts, DEFAULT_TIERS, type Tier, type Timed } from './timeouts.js';
 export { Sessions, type SessionOptions, type Step } from './session.js';

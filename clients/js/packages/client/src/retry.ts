@@ -1,3 +1,4 @@
+import type { RetryBudget } from './budget.js';
 import { errorCode } from './client.js';
 
 /** Options of {@link retry}. */
@@ -21,6 +22,11 @@ export interface RetryOptions {
   onRetry?: (info: { attempt: number; delayMs: number; error: unknown }) => void;
   /** Random source in [0, 1), for tests. Default `Math.random`. */
   random?: () => number;
+  /**
+   * A retry budget asked before each retry: a retry it refuses throws the error at once.
+   * {@link FloodgateClient.retry} passes the client's.
+   */
+  budget?: RetryBudget;
 }
 
 /** Errors whose call surely did not run: the connection was refused. */
@@ -135,6 +141,7 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, options: Ret
       const backoff = jitter === 'full' ? Math.floor(random() * ceiling) : ceiling;
       const asked = retryAfterOf(error);
       if (asked !== undefined && asked > maxRetryAfter) throw error;
+      if (options.budget !== undefined && !options.budget.withdraw()) throw error;
       const delayMs = Math.max(backoff, asked ?? 0);
       options.onRetry?.({ attempt: attempt + 1, delayMs, error });
       await sleep(delayMs, options.signal);

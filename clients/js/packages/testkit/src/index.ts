@@ -50,15 +50,15 @@ export interface RunningFloodgate {
 }
 
 /**
- * Starts the real `floodgate serve` with `config` (YAML) on a free port and waits until
- * `/healthz` answers.
+ * Starts the real `floodgate serve` with `config` (YAML) on a free port (or on `options.port`,
+ * e.g. where another service listened) and waits until `/healthz` answers.
  */
-export async function startFloodgate(config: string): Promise<RunningFloodgate> {
+export async function startFloodgate(config: string, options: { port?: number } = {}): Promise<RunningFloodgate> {
   const binary = floodgateBinary();
   const dir = mkdtempSync(join(tmpdir(), 'floodgate-js-'));
   const path = join(dir, 'floodgate.yaml');
   writeFileSync(path, config);
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const grpc = await freePort();
   const url = `http://127.0.0.1:${port}`;
   let child: ChildProcess | undefined;
@@ -118,8 +118,10 @@ export async function startFloodgate(config: string): Promise<RunningFloodgate> 
 /** A TCP listener that accepts connections, reads, and never answers. */
 export interface SilentServer {
   url: string;
-  /** Connections accepted so far. */
+  /** Connections accepted so far (Node's `fetch` may open one ahead of its next request). */
   accepted(): number;
+  /** HTTP requests received so far (request lines read), none of them answered. */
+  requests(): number;
   close(): Promise<void>;
 }
 
@@ -127,10 +129,13 @@ export interface SilentServer {
 export async function startSilentServer(): Promise<SilentServer> {
   const sockets = new Set<Socket>();
   let accepted = 0;
+  let requests = 0;
   const server: Server = createServer((socket) => {
     accepted += 1;
     sockets.add(socket);
-    socket.on('data', () => {});
+    socket.on('data', (chunk: Buffer) => {
+      requests += chunk.toString('latin1').split(' HTTP/1.1\r\n').length - 1;
+    });
     socket.on('error', () => {});
     socket.on('close', () => sockets.delete(socket));
   });
@@ -140,6 +145,7 @@ export async function startSilentServer(): Promise<SilentServer> {
   return {
     url: `http://127.0.0.1:${address.port}`,
     accepted: () => accepted,
+    requests: () => requests,
     close: async () => {
       for (const socket of sockets) socket.destroy();
       await new Promise<void>((ok) => server.close(() => ok()));
