@@ -34,6 +34,7 @@
 //!         grant: None,
 //!         permit: false,
 //!         shard: None,
+//!         partition: None,
 //!     }]
 //!     .into_iter()
 //!     .collect(),

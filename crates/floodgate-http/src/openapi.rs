@@ -571,6 +571,7 @@ mod tests {
             grant: None,
             permit: false,
             shard: None,
+            partition: None,
         };
         Verdict { allowed: false, limits: [limit].into_iter().collect(), ..Verdict::default() }
     }

@@ -35,6 +35,7 @@ fn limit(rule: &str, outcome: Outcome, limit: u64, remaining: u64, reset_ms: u64
         grant: None,
         permit: false,
         shard: None,
+        partition: None,
     }
 }
 
