@@ -1,5 +1,7 @@
 //! The headers and problem bodies of verdicts, exactly.
 
+mod ietf;
+
 use std::sync::Arc;
 use std::time::Duration;
 
