@@ -10,6 +10,7 @@ mod errors;
 mod garbage;
 mod gateway;
 mod native;
+mod partition_keys;
 mod prefetch;
 mod shards;
 
