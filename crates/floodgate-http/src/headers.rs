@@ -34,6 +34,7 @@
 //!         grant: None,
 //!         permit: false,
 //!         shard: None,
+//!         partition: None,
 //!     }]
 //!     .into_iter()
 //!     .collect(),
@@ -55,6 +56,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use bytes::BytesMut;
 use floodgate::{LimitOutcome, Verdict};
 use floodgate_core::{Timestamp, ceil_secs_at_least_one};
@@ -259,10 +262,17 @@ impl std::fmt::Display for HeaderStyle {
 
 /// Writes the rate-limit headers of `verdict` into `out`, replacing any already there.
 ///
-/// - IETF draft ([`HeaderStyle::ietf`]): `RateLimit-Policy: "<rule>";q=<limit>;w=<window s>`
-///   listing every enforced limit, the most restrictive ([`Verdict::most_restrictive`]) first and
-///   the others in rule order; `RateLimit: "<rule>";r=<remaining>;t=<s until reset>` for the most
-///   restrictive. `w` is rounded up and at least 1; `t` is rounded up.
+/// - IETF draft ([`HeaderStyle::ietf`]; draft-ietf-httpapi-ratelimit-headers-11):
+///   `RateLimit-Policy: "<rule>";q=<limit>;w=<window s>` listing every enforced limit, the most
+///   restrictive ([`Verdict::most_restrictive`]) first and the others in rule order;
+///   `RateLimit: "<rule>";r=<remaining>;t=<s until reset>` for the most restrictive. `w` is
+///   rounded up and at least 1; `t` is rounded up. A policy item says its quota unit when it is
+///   not the draft's default, `requests`: `qu="concurrent-requests"` for a concurrency limit
+///   ([`LimitOutcome::permit`]), and for a rule counting another cost dimension
+///   ([`LimitOutcome::dimension`], e.g. `tokens`), which the draft's unit registry does not name,
+///   the vendor parameter [`VENDOR_QUOTA_UNIT`] (`floodgate-qu="tokens"`). A limit with a
+///   partition key ([`LimitOutcome::partition`]) carries it as `pk=:<base64>:` on its policy item
+///   and, when it is the most restrictive, on the `RateLimit` item.
 /// - Legacy ([`HeaderStyle::legacy`]): `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
 ///   `X-RateLimit-Reset` of the most restrictive limit, the reset in Unix seconds (`verdict.at` +
 ///   `reset_after`, rounded up).
@@ -282,7 +292,7 @@ impl std::fmt::Display for HeaderStyle {
 pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut HeaderMap) {
     // Every value is written into one buffer, then each header takes its slice of it: one
     // allocation for all the headers of a response, rather than one per header.
-    let mut buf = BytesMut::with_capacity(32 + 64 * verdict.limits.len());
+    let mut buf = BytesMut::with_capacity(64 + 96 * verdict.limits.len());
     let mut values: [(Option<HeaderName>, usize, usize); 12] = Default::default();
     let mut n = 0;
     let mut push = |buf: &mut BytesMut, name: HeaderName, write: &dyn Fn(&mut BytesMut)| {
@@ -311,6 +321,7 @@ pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut Heade
                 push_u64(b, decision.remaining);
                 b.extend_from_slice(b";t=");
                 push_u64(b, ceil_secs(decision.reset_after));
+                push_partition_key(b, first);
             });
         }
         if style.legacy() {
@@ -462,13 +473,66 @@ pub(crate) fn is_enforced(verdict: &Verdict, l: &LimitOutcome) -> bool {
     verdict.enforced().any(|e| std::ptr::eq(e, l))
 }
 
-/// `"<rule>";q=<limit>;w=<window>`.
+/// `"<rule>";q=<limit>[;qu="concurrent-requests"];w=<window>[;pk=:<base64>:][;floodgate-qu="<dimension>"]`,
+/// the parameters in the order of the draft's own examples, the vendor one last.
 fn push_policy_item(out: &mut BytesMut, l: &LimitOutcome) {
+    let unit = QuotaUnit::of(l);
     push_sf_string(out, &l.rule);
     out.extend_from_slice(b";q=");
     push_u64(out, l.decision.limit);
+    if let QuotaUnit::Registered(name) = unit {
+        out.extend_from_slice(b";qu=");
+        push_sf_string(out, name);
+    }
     out.extend_from_slice(b";w=");
     push_u64(out, ceil_secs_at_least_one(l.window));
+    push_partition_key(out, l);
+    if let QuotaUnit::Vendor(dimension) = unit {
+        out.extend_from_slice(b";");
+        out.extend_from_slice(VENDOR_QUOTA_UNIT.as_bytes());
+        out.extend_from_slice(b"=");
+        push_sf_string(out, dimension);
+    }
+}
+
+/// `;pk=:<base64>:` (an sf-binary: standard base64 with padding, between colons), when the limit
+/// carries a partition key.
+fn push_partition_key(out: &mut BytesMut, l: &LimitOutcome) {
+    let Some(pk) = l.partition else { return };
+    // 16 bytes are 24 base64 characters, padding included.
+    let mut text = [0u8; 24];
+    let len = STANDARD.encode_slice(pk.as_bytes(), &mut text).unwrap_or_default();
+    out.extend_from_slice(b";pk=:");
+    out.extend_from_slice(&text[..len]);
+    out.extend_from_slice(b":");
+}
+
+/// The parameter that names a quota unit the draft's registry does not (a cost dimension such as
+/// `tokens`): `floodgate-qu="tokens"`. The draft lets `qu` take only the registry's units and asks
+/// service-specific parameters to carry a vendor prefix.
+pub const VENDOR_QUOTA_UNIT: &str = "floodgate-qu";
+
+/// What a limit's quota counts, as `RateLimit-Policy` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QuotaUnit<'a> {
+    /// `requests`, the draft's default: no parameter.
+    Requests,
+    /// A unit of the draft's registry, in `qu` (`concurrent-requests`).
+    Registered(&'static str),
+    /// A cost dimension the registry does not name, in [`VENDOR_QUOTA_UNIT`].
+    Vendor(&'a str),
+}
+
+impl<'a> QuotaUnit<'a> {
+    fn of(l: &'a LimitOutcome) -> Self {
+        if l.permit {
+            QuotaUnit::Registered("concurrent-requests")
+        } else if &*l.dimension == floodgate::cost::REQUESTS {
+            QuotaUnit::Requests
+        } else {
+            QuotaUnit::Vendor(&l.dimension)
+        }
+    }
 }
 
 /// Appends `s` as an RFC 8941 sf-string: quoted, `"` and `\` escaped, anything outside printable

@@ -37,8 +37,8 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::headers::{
-    DEGRADE_HEADER, RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING,
+    DEGRADE_HEADER, RATELIMIT, RATELIMIT_POLICY, RESERVATION_HEADER, TAG_HEADER, VENDOR_QUOTA_UNIT,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING,
     X_RATELIMIT_REMAINING_REQUESTS, X_RATELIMIT_REMAINING_TOKENS, X_RATELIMIT_RESET,
     X_RATELIMIT_RESET_REQUESTS, X_RATELIMIT_RESET_TOKENS,
 };
@@ -397,6 +397,16 @@ fn documented(
 /// An RFC 8941 sf-string as the headers write a rule name: quoted, `"` and `\` escaped.
 const SF_STRING: &str = r#""(?:[^"\\]|\\.)*""#;
 
+/// A partition key parameter: 16 bytes as an sf-binary.
+const PARTITION_KEY: &str = ";pk=:[A-Za-z0-9+/]{22}==:";
+
+/// One item of `RateLimit-Policy`, with every parameter the renderer may add.
+fn policy_item() -> String {
+    format!(
+        r#"{SF_STRING};q=[0-9]+(;qu="concurrent-requests")?;w=[0-9]+({PARTITION_KEY})?(;{VENDOR_QUOTA_UNIT}="[a-z][a-z0-9_]*")?"#
+    )
+}
+
 /// A Go duration as the OpenAI-style headers write it: `0s`, `<n>ms`, or hours, minutes and
 /// seconds with up to three decimals.
 const GO_DURATION: &str =
@@ -411,18 +421,22 @@ pub fn decision_headers(denied: bool) -> Vec<DocumentedHeader> {
             RATELIMIT_POLICY,
             "RateLimit-Policy",
             false,
-            string()
-                .pattern(Some(format!("^{SF_STRING};q=[0-9]+;w=[0-9]+(, {SF_STRING};q=[0-9]+;w=[0-9]+)*$"))),
-            "IETF draft (`headers: ietf` or `both`): every enforced limit as `\"<rule>\";q=<limit>;w=<window \
-             seconds>`, the most restrictive first. Present when an enforced rule applied.",
+            string().pattern(Some(format!("^{item}(, {item})*$", item = policy_item()))),
+            "IETF draft (draft-ietf-httpapi-ratelimit-headers-11; `headers: ietf` or `both`): every enforced \
+             limit as `\"<rule>\";q=<limit>;w=<window seconds>`, the most restrictive first. A concurrency \
+             rule adds `qu=\"concurrent-requests\"` after `q`; a rule counting a cost dimension other than \
+             requests adds `floodgate-qu=\"<dimension>\"` (e.g. `\"tokens\"`) last; a rule with \
+             `headers: {partition_key: true}` adds `pk=:<base64>:` after `w`, a keyed hash of its key. \
+             Present when an enforced rule applied.",
         ),
         documented(
             RATELIMIT,
             "RateLimit",
             false,
-            string().pattern(Some(format!("^{SF_STRING};r=[0-9]+;t=[0-9]+$"))),
+            string().pattern(Some(format!("^{SF_STRING};r=[0-9]+;t=[0-9]+({PARTITION_KEY})?$"))),
             "IETF draft: the most restrictive limit as `\"<rule>\";r=<remaining>;t=<seconds until fully \
-             replenished>`. Present when an enforced rule applied.",
+             replenished>`, with `pk=:<base64>:` when its rule advertises a partition key. Present when an \
+             enforced rule applied.",
         ),
         documented(
             X_RATELIMIT_LIMIT,
@@ -571,6 +585,7 @@ mod tests {
             grant: None,
             permit: false,
             shard: None,
+            partition: None,
         };
         Verdict { allowed: false, limits: [limit].into_iter().collect(), ..Verdict::default() }
     }
@@ -591,6 +606,38 @@ mod tests {
         let mut expected = keys(&properties::<VerdictBody<'_>>());
         expected.retain(|k| k != "degrade_to");
         assert_eq!(keys(&denied), expected);
+    }
+
+    /// The patterns documented for `RateLimit-Policy` and `RateLimit` take what the renderer
+    /// writes for every kind of rule, side by side: requests, a concurrency limit, a tokens rule,
+    /// a partition key.
+    #[test]
+    fn the_documented_header_patterns_take_every_kind_of_rule() {
+        let pattern = |name: &str| {
+            let header = decision_headers(false).into_iter().find(|h| h.name == name).unwrap();
+            let schema = serde_json::to_value(&header.header).unwrap();
+            regex::Regex::new(schema["schema"]["pattern"].as_str().unwrap()).unwrap()
+        };
+        let mut verdict = denied();
+        let mut concurrency = verdict.limits[0].clone();
+        (concurrency.rule, concurrency.permit) = ("in-flight".into(), true);
+        concurrency.partition = Some(floodgate::PartitionKey::from_bytes([0xfb; 16]));
+        let mut tokens = verdict.limits[0].clone();
+        (tokens.rule, tokens.dimension) = ("tokens-per-min".into(), "input_tokens".into());
+        verdict.limits.extend([concurrency, tokens]);
+        for first in 0..verdict.limits.len() {
+            // Each kind of rule the most restrictive in turn, so `RateLimit` shows each.
+            let mut v = verdict.clone();
+            for (i, l) in v.limits.iter_mut().enumerate() {
+                l.decision.retry_after = Some(Duration::from_secs(if i == first { 9 } else { 1 }));
+            }
+            let mut out = http::HeaderMap::new();
+            crate::rate_limit_headers(&v, crate::HeaderStyle::Ietf, &mut out);
+            for (name, shown) in [("ratelimit-policy", "RateLimit-Policy"), ("ratelimit", "RateLimit")] {
+                let value = out[name].to_str().unwrap();
+                assert!(pattern(shown).is_match(value), "{shown}: {value}");
+            }
+        }
     }
 
     #[test]

@@ -623,6 +623,7 @@ mod tests {
                 grant: None,
                 permit: false,
                 shard: None,
+                partition: None,
             });
             let verdict = Verdict { allowed, limits: limits.collect(), ..Verdict::default() };
             let body = VerdictBody::from(&verdict);

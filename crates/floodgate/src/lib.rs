@@ -46,7 +46,8 @@
 //! - [`Descriptors`], [`Costs`] ([`cost`]), [`Limit`], [`CalendarBy`], [`IpPrefix`]: what a request
 //!   is and what it costs, what a rule applies, a quota's calendar read from descriptors, client
 //!   addresses grouped by network.
-//! - [`key`]: the collision-free encoding of the keys a store sees.
+//! - [`key`]: the collision-free encoding of the keys a store sees; [`partition`]: the keyed hash
+//!   of a key that a front door may show as a partition key.
 //! - [`doubles`]: whether a limit's arithmetic stays exact in doubles
 //!   ([`Limit::exact_in_doubles`]), the range of a store that computes in them (Redis's Lua).
 //! - [`store`]: the [`Store`] trait and the reservation records every store keeps
@@ -66,6 +67,7 @@ mod engine;
 mod ip;
 pub mod key;
 mod limit;
+pub mod partition;
 mod policy;
 pub mod reservation;
 mod rule;
@@ -80,6 +82,7 @@ pub use engine::{Engine, EngineError};
 pub use floodgate_core as core;
 pub use ip::{IpPrefix, NotAnAddress};
 pub use limit::{Limit, LimitKind};
+pub use partition::{PartitionKey, PartitionKeys, PartitionSecretError};
 pub use policy::{Hit, Impossible, Policy};
 pub use reservation::{
     Charge, Charges, Reservation, ReserveError, Reserved, SettleError, Settled, Settlement,

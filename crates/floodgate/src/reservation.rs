@@ -651,6 +651,7 @@ mod tests {
             grant: Some(Grant { at: Timestamp::from_micros(7), cost: 600, lease: 3 }),
             permit,
             shard,
+            partition: None,
         }
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::store::PrefetchBatch;
-use crate::{CalendarBy, IpPrefix, Limit};
+use crate::{CalendarBy, IpPrefix, Limit, PartitionKeys};
 
 /// The descriptor [`Rule::ip_prefix`] groups.
 pub(crate) const IP: &str = "ip";
@@ -316,6 +316,9 @@ pub struct Rule {
     pub(crate) cost: Arc<str>,
     /// A quota's time zone and anchor from descriptors (see [`Rule::calendar_by`]).
     pub(crate) calendar: Option<CalendarBy>,
+    /// What names the rule's keys to clients, when it advertises them (see
+    /// [`Rule::partition_key`]).
+    pub(crate) partition: Option<PartitionKeys>,
 }
 
 impl Rule {
@@ -337,7 +340,43 @@ impl Rule {
             ip_prefix: None,
             cost: Arc::from(crate::cost::REQUESTS),
             calendar: None,
+            partition: None,
         }
+    }
+
+    /// Gives each enforced limit of the rule in a verdict a [`PartitionKey`](crate::PartitionKey)
+    /// made by `keys` from the request's key ([`LimitOutcome::partition`](crate::LimitOutcome::partition)):
+    /// a stable, opaque name for the counter the request counts on, which front doors advertise
+    /// (`pk` in the IETF headers) so that a client acting for many users or keys can tell their
+    /// limits apart. Never the key itself: see [`partition`](crate::partition).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use std::num::NonZeroU64;
+    /// use std::time::Duration;
+    /// use floodgate::{Descriptors, Engine, PartitionKeys, Policy, Rule};
+    /// use floodgate_core::FixedWindow;
+    ///
+    /// let limit = FixedWindow::try_new(NonZeroU64::new(10).unwrap(), Duration::from_secs(60))?;
+    /// let keys = PartitionKeys::new(b"a secret of thirty-two bytes or more")?;
+    /// let engine = Engine::in_memory(Policy::new([Rule::new("per-user", limit).key(["user"]).partition_key(keys)])?);
+    /// let pk = |v: &floodgate::Verdict| v.limits[0].partition.expect("advertised");
+    /// let u1 = engine.check(&Descriptors::new().with("user", "u1"), 1).await?;
+    /// let again = engine.check(&Descriptors::new().with("user", "u1"), 1).await?;
+    /// let u2 = engine.check(&Descriptors::new().with("user", "u2"), 1).await?;
+    /// assert_eq!(pk(&u1), pk(&again));
+    /// assert_ne!(pk(&u1), pk(&u2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn partition_key(mut self, keys: PartitionKeys) -> Self {
+        self.partition = Some(keys);
+        self
+    }
+
+    /// What names the rule's keys to clients, if it advertises them (see [`Rule::partition_key`]).
+    pub fn partition_keys(&self) -> Option<&PartitionKeys> {
+        self.partition.as_ref()
     }
 
     /// Reads a quota's time zone, its anchor or both from the request's descriptors, so that one

@@ -6,6 +6,7 @@ use std::time::Duration;
 use floodgate_core::{Decision, Grant, Timestamp};
 use smallvec::SmallVec;
 
+use crate::PartitionKey;
 use crate::store::StoreError;
 
 /// What happened to one limit, as counted in metrics (`floodgate_decisions_total{result}`).
@@ -100,11 +101,15 @@ pub struct LimitOutcome {
     pub degrade_to: Option<Arc<str>>,
     /// What was consumed, to refund or release later.
     pub grant: Option<Grant>,
-    /// Whether the grant is a concurrency permit that must be released.
+    /// Whether the limit is a concurrency limit (of requests in flight): its grant, if any, is a
+    /// permit that must be released.
     pub permit: bool,
     /// The shard the grant was taken from, for a sharded rule (see
     /// [`Rule::shards`](crate::Rule::shards)): what is given back goes to the same shard.
     pub shard: Option<u16>,
+    /// The partition key of the request's key, for an enforced limit of a rule that advertises one
+    /// ([`Rule::partition_key`](crate::Rule::partition_key)).
+    pub partition: Option<PartitionKey>,
 }
 
 /// The answer for one request: allowed or not, and why, limit by limit.

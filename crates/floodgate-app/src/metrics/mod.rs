@@ -890,6 +890,7 @@ mod tests {
             grant: None,
             permit: false,
             shard: None,
+            partition: None,
         };
         let verdict = Verdict { allowed: true, limits: [limit].into_iter().collect(), ..Verdict::default() };
         for i in 0..DETAILED_VALUES + 5 {

@@ -1,8 +1,9 @@
 //! Floodgate's native YAML format (DESIGN.md §3; the reference is `docs/configuration.md`), one
 //! module per section: [`store`](self::store) (`store:`, with [`redis`] for a Redis store's
 //! connection), [`descriptors`] (`descriptors:`, the
-//! vocabulary rules may use), [`rules`] (`rules:`) and [`limits`] (a rule's algorithm and its
-//! parameters, read through the [algorithm registry](crate::algorithm)).
+//! vocabulary rules may use), [`rules`] (`rules:`), [`limits`] (a rule's algorithm and its
+//! parameters, read through the [algorithm registry](crate::algorithm)) and [`partition_keys`]
+//! (`partition_keys:`, the secret behind the rules' advertised partition keys).
 
 pub mod admin;
 pub mod auth;
@@ -10,6 +11,7 @@ mod descriptors;
 pub mod gateway;
 pub mod http_server;
 mod limits;
+mod partition_keys;
 pub mod redis;
 mod rules;
 mod store;
@@ -55,8 +57,18 @@ pub(crate) struct Native {
     pub(crate) admin: admin::AdminConfig,
 }
 
-const TOP_FIELDS: &[&str] =
-    &["store", "headers", "descriptors", "rules", "gateway", "auth", "http", "tls", "admin"];
+const TOP_FIELDS: &[&str] = &[
+    "store",
+    "headers",
+    "partition_keys",
+    "descriptors",
+    "rules",
+    "gateway",
+    "auth",
+    "http",
+    "tls",
+    "admin",
+];
 
 /// Validates a native configuration document (its root is a mapping without `domain`).
 pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
@@ -94,6 +106,10 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         }
         None => HeaderStyle::default(),
     };
+    let partition_keys = match fields.get("partition_keys").filter(|i| !i.is_null()) {
+        Some(item) => Some(partition_keys::compile(item)?),
+        None => None,
+    };
     let mut rules = Vec::new();
     let mut fingerprints = Vec::new();
     // (name, line) of every rule so far, to point a duplicate at the first.
@@ -102,7 +118,8 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
     let in_doubles = matches!(store, StoreConfig::Redis(_)).then(|| store.kind());
     if let Some(list) = fields.get("rules").filter(|i| !i.is_null()) {
         for item in list.elements("a list of rules")? {
-            let (rule, fingerprint) = rules::compile(item, &vocabulary, &mut seen, in_doubles)?;
+            let (rule, fingerprint) =
+                rules::compile(item, &vocabulary, partition_keys.as_ref(), &mut seen, in_doubles)?;
             fingerprints.push((rule.name().to_owned(), fingerprint));
             rules.push(rule);
         }

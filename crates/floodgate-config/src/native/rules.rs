@@ -1,10 +1,12 @@
-//! `rules:`: one rule's name, algorithm, `match`, `key`, action, rollout and store-failure policy.
+//! `rules:`: one rule's name, algorithm, `match`, `key`, action, rollout, store-failure policy and
+//! what its headers advertise.
 
 use std::sync::LazyLock;
 
 use floodgate::store::PrefetchBatch;
 use floodgate::{
-    Action, ByDescriptor, CalendarBy, Condition, IpPrefix, Limit, LimitKind, OnStoreError, Pattern, Rule,
+    Action, ByDescriptor, CalendarBy, Condition, IpPrefix, Limit, LimitKind, OnStoreError, PartitionKeys,
+    Pattern, Rule,
 };
 
 use super::descriptors::Vocabulary;
@@ -31,6 +33,7 @@ static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         "shards",
         "ip_prefix",
         "cost",
+        "headers",
     ]);
     fields
 });
@@ -40,6 +43,7 @@ static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
 pub(crate) fn compile(
     item: Item<'_>,
     vocabulary: &Vocabulary,
+    partition_keys: Option<&PartitionKeys>,
     seen: &mut Vec<(String, usize)>,
     in_doubles: Option<&str>,
 ) -> Result<(Rule, u64), Invalid> {
@@ -210,11 +214,40 @@ pub(crate) fn compile(
         rule = rule.ip_prefix(prefix);
     }
 
+    // What the rule's headers advertise: not part of its identity (its counters stay).
+    if let Some(item) = fields.get("headers").filter(|i| !i.is_null()) {
+        rule = headers(&item, rule, partition_keys)?;
+    }
+
     if let Some(kind) = in_doubles {
         doubles::check_native(&rule, &item, &fields, kind)?;
     }
 
     Ok((rule, canonical.hash()))
+}
+
+/// A rule's `headers: { partition_key: true }`: its limits carry a partition key, made with the
+/// top-level `partition_keys` secret.
+fn headers(item: &Item<'_>, rule: Rule, partition_keys: Option<&PartitionKeys>) -> Result<Rule, Invalid> {
+    if !item.is_map() {
+        return Err(item.error(
+            "a rule's headers is a mapping such as { partition_key: true }; which headers are sent (ietf, \
+             legacy, ...) is set once, at the top level (headers: both)",
+        ));
+    }
+    let fields =
+        item.fields("a rule's header settings (e.g. { partition_key: true })", Some(&["partition_key"]))?;
+    let Some(pk) = fields.get("partition_key") else { return Ok(rule) };
+    if !pk.bool()? {
+        return Ok(rule);
+    }
+    match partition_keys {
+        Some(keys) => Ok(rule.partition_key(keys.clone())),
+        None => Err(pk.error(
+            "partition_key needs the secret that keys it: add partition_keys: { secret_env: NAME } (or \
+             secret_file: PATH) at the top level, the same on every instance",
+        )),
+    }
 }
 
 /// What [`algorithm_limit`] reads.

@@ -11,6 +11,7 @@ mod errors;
 mod garbage;
 mod gateway;
 mod native;
+mod partition_keys;
 mod prefetch;
 mod shards;
 

@@ -12,6 +12,7 @@ mod costs;
 mod dashboard;
 mod durability;
 mod grpc;
+mod headers;
 mod limits;
 mod metrics;
 mod openapi;

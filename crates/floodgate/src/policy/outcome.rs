@@ -74,6 +74,7 @@ fn decided(
         grant,
         permit: p.limit.holds_permits(),
         shard: None,
+        partition: p.partition,
     }
 }
 
@@ -120,8 +121,9 @@ fn failed(p: &Planned<'_>) -> LimitOutcome {
         quota: false,
         degrade_to: None,
         grant: None,
-        permit: false,
+        permit: p.limit.holds_permits(),
         shard: None,
+        partition: p.partition,
     }
 }
 

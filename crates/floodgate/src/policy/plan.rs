@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use super::compiled::{CompiledRule, KeyBuf, Shards, build_key, matches, push_shard};
 use crate::store::{Applied, Mode, Op, PrefetchBatch};
-use crate::{Action, EngineError, Hit, Impossible, Limit, OnStoreError, Policy};
+use crate::{Action, EngineError, Hit, Impossible, Limit, OnStoreError, PartitionKey, Policy};
 
 /// One applied rule of a request being built.
 pub(super) struct Planned<'p> {
@@ -34,6 +34,8 @@ pub(super) struct Planned<'p> {
     /// Whether this is the first limit of its op: only that one carries the op's grant, so that a
     /// shared grant is given back once.
     pub(super) first_of_op: bool,
+    /// The key's partition key, when the rule advertises one and the limit is enforced.
+    pub(super) partition: Option<PartitionKey>,
 }
 
 /// One store op being planned: a distinct key, and the summed cost of the hits that share it.
@@ -181,6 +183,13 @@ impl Policy {
                     }
                 };
                 let enforce = action.enforces() && in_rollout(&buf[key.clone()], compiled.rollout_bp);
+                // Of the key without its shard: one name for the counter, whichever shard serves it.
+                let partition = compiled
+                    .rule
+                    .partition
+                    .as_ref()
+                    .filter(|_| enforce)
+                    .map(|keys| keys.of(&buf[key.clone()]));
                 // A sharded rule: the next shard's number ends the key, and its share is the limit.
                 let (limit, key, shard) = match &compiled.shards {
                     Some(shards) => {
@@ -218,6 +227,7 @@ impl Policy {
                     impossible: never.is_some(),
                     op: usize::MAX,
                     first_of_op: false,
+                    partition,
                 };
                 if let Some(source) = never {
                     if enforce {

@@ -11,6 +11,7 @@ mod hits;
 mod ip_prefix;
 mod matching;
 mod model;
+mod partition;
 mod protocol_free;
 mod reload;
 mod requests;

@@ -1,5 +1,7 @@
 //! The headers and problem bodies of verdicts, exactly.
 
+mod ietf;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +37,7 @@ fn limit(rule: &str, outcome: Outcome, limit: u64, remaining: u64, reset_ms: u64
         grant: None,
         permit: false,
         shard: None,
+        partition: None,
     }
 }
 
