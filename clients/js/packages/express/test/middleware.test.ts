@@ -119,7 +119,8 @@ describe('floodgate() middleware', () => {
       const took = performance.now() - started;
       assert.equal(closed.status, 429);
       assert.equal(closed.headers.get('retry-after'), '1');
-      assert.ok(took >= 95 && took < 500, `decided after ${took.toFixed(0)} ms`);
+      // Not before the deadline (a timer never fires early); how late on a busy machine is not asserted.
+      assert.ok(took >= 95, `decided after ${took.toFixed(0)} ms`);
       assert.equal((await fetch(`${http.url}/open`, { method: 'POST' })).status, 200);
     } finally {
       await http.close();
