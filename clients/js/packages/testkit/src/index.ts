@@ -7,11 +7,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, resolve } from 'node:path';
 
 /** The repository root: five levels above this file (`clients/js/packages/testkit/dist`). */
-const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../..');
+const REPO = resolve(__dirname, '../../../../..');
 
 /**
  * The `floodgate` binary: `$FLOODGATE_BIN`, else `target/debug/floodgate` of this repository.
