@@ -36,3 +36,4 @@ export {
   type IncomingLike,
   type RateLimitProblem,
 } from './incoming.js';
+export { releaseOnEnd, type EndEvent, type OutgoingLike } from './outgoing.js';
