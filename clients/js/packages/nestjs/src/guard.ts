@@ -10,7 +10,7 @@ import {
 } from '@floodgate/client';
 import { RATE_LIMIT_KEY, SKIP_RATE_LIMIT_KEY } from './decorators.js';
 import { DECISION_KEY } from './degrade.js';
-import { FloodgateRateLimitException } from './exception.js';
+import { FloodgateRateLimitException, PROBLEM_CONTENT_TYPE } from './exception.js';
 import { FLOODGATE_OPTIONS, type FloodgateModuleOptions, type RateLimitOptions } from './options.js';
 
 interface ResponseLike extends OutgoingLike {
@@ -58,7 +58,7 @@ export class FloodgateGuard implements CanActivate {
     }
     const denial = new FloodgateRateLimitException(decision);
     setHeaders(res, denial.headers);
-    res.setHeader('content-type', 'application/problem+json; charset=utf-8');
+    res.setHeader('content-type', PROBLEM_CONTENT_TYPE);
     throw denial;
   }
 }
