@@ -38,3 +38,4 @@ export {
   type IncomingLike,
   type RateLimitProblem,
 } from './incoming.js';
+export { releaseOnEnd, type EndEvent, type OutgoingLike } from './outgoing.js';

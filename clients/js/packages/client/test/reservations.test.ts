@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import {
@@ -7,8 +8,9 @@ import {
   FloodgateUnavailableError,
   ReservationNotFoundError,
   ReservationSettledError,
+  releaseOnEnd,
 } from '@floodgate/client';
-import { refusingUrl, startFloodgate, type RunningFloodgate } from '@floodgate/testkit';
+import { HANG_GUARD, refusingUrl, startFloodgate, watchReleases, type RunningFloodgate } from '@floodgate/testkit';
 
 const CONFIG = `
 store: { kind: memory }
@@ -139,6 +141,52 @@ describe('reserve, commit, release and usage against the real server', () => {
     assert.equal((await client.usage('tenant-requests', { tenant: 'usage' })).used, 3);
     await assert.rejects(client.usage('nope', { tenant: 'usage' }), (e: unknown) => e instanceof FloodgateProblemError && e.status === 404);
     await assert.rejects(client.usage('tenant-requests', {}), (e: unknown) => e instanceof FloodgateProblemError && e.status === 422);
+  });
+});
+
+describe('releaseOnEnd: a check\'s permits freed when the response ends', () => {
+  /** A response: an emitter of `finish`, `close` and `error`, as Node's `ServerResponse` is. */
+  class Response extends EventEmitter {
+    writableFinished = false;
+    destroyed = false;
+  }
+
+  it('on the first of finish, close or error, exactly once', HANG_GUARD, async (t) => {
+    const own = new FloodgateClient({ url: server.url, deadline: 2000 });
+    const releases = watchReleases(own, t.signal);
+    for (const [i, first] of (['finish', 'close', 'error'] as const).entries()) {
+      const stream = `ended-by-${first}`;
+      const d = await own.check({ stream });
+      assert.ok(d.allowed && d.reservation !== null);
+      assert.equal((await own.check({ stream })).allowed, false, 'the one permit is held');
+      const response = new Response();
+      response.on('error', () => {}); // the app's own handler
+      releaseOnEnd(own, d.reservation, response);
+      assert.equal(releases.ids.length, i, 'nothing released before the end');
+      response.emit(first, first === 'error' ? new Error('reset') : undefined);
+      for (const then of ['finish', 'close', 'error'] as const) response.emit(then, then === 'error' ? new Error('late') : undefined);
+      assert.equal(releases.ids.length, i + 1, 'released once, whatever followed');
+      await releases.answered(i + 1);
+      assert.equal((await own.check({ stream })).allowed, true, 'the permit is free again');
+    }
+  });
+
+  it('at once when the response has already ended; an error nobody else handles is still thrown', HANG_GUARD, async (t) => {
+    const own = new FloodgateClient({ url: server.url, deadline: 2000 });
+    const releases = watchReleases(own, t.signal);
+    const done = await own.check({ stream: 'already-sent' });
+    const sent = Object.assign(new Response(), { writableFinished: true });
+    releaseOnEnd(own, done.reservation!, sent);
+    assert.deepEqual(releases.ids, [done.reservation]);
+
+    const failing = await own.check({ stream: 'unhandled-error' });
+    const response = new Response();
+    releaseOnEnd(own, failing.reservation!, response);
+    assert.throws(() => response.emit('error', new Error('boom')), /boom/);
+    assert.deepEqual(releases.ids, [done.reservation, failing.reservation]);
+    await releases.answered(2);
+    assert.equal((await own.check({ stream: 'already-sent' })).allowed, true);
+    assert.equal((await own.check({ stream: 'unhandled-error' })).allowed, true);
   });
 });
 

@@ -7,6 +7,7 @@ import {
   FloodgateClient,
   describeRequest,
   problemFor,
+  releaseOnEnd,
   type Decision,
   type Descriptors,
   type FailMode,
@@ -49,7 +50,9 @@ export function decisionOf(res: Response): Decision | undefined {
 /**
  * The middleware. Mounted on a route (`app.post('/chat', floodgate(), handler)`), the `route`
  * descriptor is that route's template (`POST /chat`); mounted with `app.use`, no route has
- * matched yet, so there is no `route` descriptor unless `descriptors` adds one.
+ * matched yet, so there is no `route` descriptor unless `descriptors` adds one. Concurrency
+ * permits an allowed check took are released when the response ends (`finish`, `close` or
+ * `error`, once).
  */
 export function floodgate(options: FloodgateMiddlewareOptions): RequestHandler {
   const client = clientOf(options);
@@ -64,6 +67,7 @@ export function floodgate(options: FloodgateMiddlewareOptions): RequestHandler {
       const decision = await client.check(descriptors, cost === undefined ? {} : { cost });
       (res.locals as { floodgate?: Decision }).floodgate = decision;
       if (decision.allowed) {
+        if (decision.reservation !== null) releaseOnEnd(client, decision.reservation, res);
         if (headersOnAllowed) res.set(decision.headers);
         return next();
       }

@@ -4,7 +4,15 @@ import { after, before, describe, it } from 'node:test';
 import express, { type Express } from 'express';
 import { FloodgateClient } from '@floodgate/client';
 import { decisionOf, floodgate } from '@floodgate/express';
-import { startFloodgate, startSilentServer, type RunningFloodgate } from '@floodgate/testkit';
+import {
+  HANG_GUARD,
+  deferred,
+  startFloodgate,
+  startSilentServer,
+  watchReleases,
+  type Deferred,
+  type RunningFloodgate,
+} from '@floodgate/testkit';
 
 const CONFIG = `
 store: { kind: memory }
@@ -23,6 +31,12 @@ rules:
     algorithm: fixed_window
     limit: 10
     window: 60s
+  - name: in-flight
+    match: { rule: in-flight }
+    key: [user]
+    algorithm: concurrency
+    limit: 1
+    lease: 1h
 `;
 
 async function listen(app: Express): Promise<{ url: string; close: () => Promise<void> }> {
@@ -47,6 +61,13 @@ async function statuses(url: string, count: number, init: RequestInit): Promise<
     out.push(r);
   }
   return out;
+}
+
+/** A request the handler holds open: it says when it got in, waits for `go`, and sees `closed`. */
+interface Held {
+  entered: Deferred;
+  go: Deferred;
+  closed: Deferred;
 }
 
 let server: RunningFloodgate;
@@ -150,5 +171,70 @@ describe('floodgate() middleware', () => {
       () => floodgate({ client: new FloodgateClient({ url: server.url }), url: server.url }),
       /either a client, or url/,
     );
+  });
+
+  it('releases the permits of a concurrency rule when the response ends: a limit of 1 admits the next request at once', HANG_GUARD, async (t) => {
+    const client = new FloodgateClient({ url: server.url, deadline: 1000 });
+    const releases = watchReleases(client, t.signal);
+    const held = new Map<string, Held>();
+    const app = express();
+    app.get('/work', floodgate({ client, rule: 'in-flight' }), async (req, res) => {
+      const hold = held.get(String(req.query.hold));
+      res.once('close', () => hold?.closed.resolve());
+      hold?.entered.resolve();
+      await hold?.go.promise;
+      if (!res.destroyed) res.send('done');
+    });
+    const http = await listen(app);
+    const hold = (name: string): Held => {
+      const h = { entered: deferred(t.signal), go: deferred(t.signal), closed: deferred(t.signal) };
+      held.set(name, h);
+      return h;
+    };
+    const init = { headers: { 'x-user-id': 'worker' } };
+    try {
+      // Ended by `finish`: the response was sent.
+      const a = hold('a');
+      const first = fetch(`${http.url}/work?hold=a`, init);
+      await a.entered.promise;
+      const busy = await fetch(`${http.url}/work`, init);
+      assert.equal(busy.status, 429, 'the held request has the only permit');
+      await busy.arrayBuffer();
+      assert.deepEqual(releases.ids, [], 'nothing released while the response is open');
+      a.go.resolve();
+      const sent = await first;
+      assert.equal(sent.status, 200);
+      assert.equal(await sent.text(), 'done');
+      await releases.answered(1);
+      const next = await fetch(`${http.url}/work`, init);
+      assert.equal(next.status, 200, 'admitted once the previous response ended');
+      await next.arrayBuffer();
+      await a.closed.promise; // `close` follows `finish`: no second release
+      await releases.answered(2);
+      assert.equal(releases.ids.length, 2);
+      assert.equal(new Set(releases.ids).size, 2, 'each permit released exactly once');
+
+      // Ended by `close`: the client went away before an answer.
+      const b = hold('b');
+      const gone = new AbortController();
+      const abandoned = fetch(`${http.url}/work?hold=b`, { ...init, signal: gone.signal }).catch(() => undefined);
+      await b.entered.promise;
+      const busyAgain = await fetch(`${http.url}/work`, init);
+      assert.equal(busyAgain.status, 429);
+      await busyAgain.arrayBuffer();
+      gone.abort();
+      await abandoned;
+      await b.closed.promise;
+      await releases.answered(3);
+      b.go.resolve();
+      const after = await fetch(`${http.url}/work`, init);
+      assert.equal(after.status, 200, 'admitted once the abandoned response closed');
+      await after.arrayBuffer();
+      await releases.answered(4);
+      assert.equal(new Set(releases.ids).size, 4, 'each permit released exactly once');
+      assert.equal(client.stats().failures.server_error + client.stats().failures.unreachable, 0);
+    } finally {
+      await http.close();
+    }
   });
 });

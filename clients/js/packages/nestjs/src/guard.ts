@@ -1,12 +1,19 @@
 import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { FloodgateClient, describeRequest, type Decision, type IncomingLike } from '@floodgate/client';
+import {
+  FloodgateClient,
+  describeRequest,
+  releaseOnEnd,
+  type Decision,
+  type IncomingLike,
+  type OutgoingLike,
+} from '@floodgate/client';
 import { RATE_LIMIT_KEY, SKIP_RATE_LIMIT_KEY } from './decorators.js';
 import { DECISION_KEY } from './degrade.js';
-import { FloodgateRateLimitException } from './exception.js';
+import { FloodgateRateLimitException, PROBLEM_CONTENT_TYPE } from './exception.js';
 import { FLOODGATE_OPTIONS, type FloodgateModuleOptions, type RateLimitOptions } from './options.js';
 
-interface ResponseLike {
+interface ResponseLike extends OutgoingLike {
   setHeader(name: string, value: string): unknown;
   locals?: Record<string, unknown>;
 }
@@ -14,8 +21,9 @@ interface ResponseLike {
 /**
  * Checks each HTTP request against Floodgate: descriptors from the request (`method`, `route`,
  * `ip`, `user`, `tenant`), the module's and the route's `@RateLimit()`; the rate-limit headers on
- * the response; a {@link FloodgateRateLimitException} (429) when denied. Other contexts (RPC,
- * WebSocket) pass through.
+ * the response; a {@link FloodgateRateLimitException} (429) when denied. Concurrency permits an
+ * allowed check took are released when the response ends (`finish`, `close` or `error`, once).
+ * Other contexts (RPC, WebSocket) pass through.
  */
 @Injectable()
 export class FloodgateGuard implements CanActivate {
@@ -44,12 +52,13 @@ export class FloodgateGuard implements CanActivate {
     if (res.locals !== undefined) res.locals.floodgate = decision;
     (req as { [DECISION_KEY]?: Decision })[DECISION_KEY] = decision;
     if (decision.allowed) {
+      if (decision.reservation !== null) releaseOnEnd(this.client, decision.reservation, res);
       if (this.options.headersOnAllowed ?? true) setHeaders(res, decision.headers);
       return true;
     }
     const denial = new FloodgateRateLimitException(decision);
     setHeaders(res, denial.headers);
-    res.setHeader('content-type', 'application/problem+json; charset=utf-8');
+    res.setHeader('content-type', PROBLEM_CONTENT_TYPE);
     throw denial;
   }
 }

@@ -1,7 +1,7 @@
 export { FloodgateModule } from './module.js';
 export { FloodgateGuard } from './guard.js';
 export { RateLimit, SkipRateLimit, RATE_LIMIT_KEY, SKIP_RATE_LIMIT_KEY } from './decorators.js';
-export { FloodgateRateLimitException } from './exception.js';
+export { FloodgateRateLimitException, FloodgateRateLimitFilter } from './exception.js';
 export { degradedModel, floodgateDecision } from './degrade.js';
 export {
   FLOODGATE_OPTIONS,

@@ -1,6 +1,7 @@
 import { Inject, Module, type DynamicModule, type OnApplicationBootstrap, type Provider } from '@nestjs/common';
-import { APP_GUARD } from '@nestjs/core';
+import { APP_FILTER, APP_GUARD } from '@nestjs/core';
 import { FloodgateClient, type FloodgateClientOptions } from '@floodgate/client';
+import { FloodgateRateLimitFilter } from './exception.js';
 import { FloodgateGuard } from './guard.js';
 import {
   FLOODGATE_OPTIONS,
@@ -29,6 +30,7 @@ function providers(scope: GuardScope): Provider[] {
   const list: Provider[] = [
     { provide: FloodgateClient, useFactory: clientFor, inject: [FLOODGATE_OPTIONS] },
     FloodgateGuard,
+    { provide: APP_FILTER, useClass: FloodgateRateLimitFilter },
   ];
   if (scope === 'global') list.push({ provide: APP_GUARD, useExisting: FloodgateGuard });
   return list;
@@ -37,7 +39,8 @@ function providers(scope: GuardScope): Provider[] {
 /**
  * Floodgate in a Nest app: a {@link FloodgateClient} to inject, and the {@link FloodgateGuard} —
  * on every route (`guard: 'global'`, the default) or where `@UseGuards(FloodgateGuard)` puts it
- * (`guard: 'per-controller'`). The module is global: import it once, in the root module.
+ * (`guard: 'per-controller'`), and {@link FloodgateRateLimitFilter}, which sends its 429s. The
+ * module is global: import it once, in the root module.
  */
 @Module({})
 export class FloodgateModule implements OnApplicationBootstrap {

@@ -1,6 +1,9 @@
 import { FloodgateClient, type FloodgateClientOptions } from '@floodgate/client';
 
-/** What `ThrottlerStorage.increment` returns (`@nestjs/throttler` 6). */
+/**
+ * What `ThrottlerStorage.increment` returns: `@nestjs/throttler` 6 reads all four fields, 5 reads
+ * `totalHits` and `timeToExpire`.
+ */
 export interface ThrottlerStorageRecord {
   totalHits: number;
   timeToExpire: number;
@@ -43,8 +46,13 @@ export type FloodgateThrottlerStorageOptions = FloodgateClientOptions | { client
  * what the in-memory storage does, give or take the algorithm; a `blockDuration` longer than `ttl`
  * (a penalty box) is refused with an error, since no rule expresses it.
  *
- * It implements `ThrottlerStorage` structurally (this package does not import `@nestjs/throttler`,
- * an optional peer).
+ * It implements `ThrottlerStorage` of `@nestjs/throttler` 6 and 5 structurally (this package
+ * does not import `@nestjs/throttler`, an optional peer). Throttler 5 calls `increment(key, ttl)`
+ * with no limit or name and blocks when `totalHits` exceeds its own limit: the check then sends
+ * `throttler_key` and `throttler_ttl` only, so the rule matches `{ throttler_ttl: "60000" }` and
+ * must have the throttler's limit (the storage cannot compare them); `totalHits` counts the
+ * hits in the rule's window, and a hit Floodgate denies is reported as more than any limit, with
+ * `timeToExpire` = Floodgate's `Retry-After` (which throttler 5 sends as its own).
  *
  * When Floodgate gives no verdict in time, the client's fail mode decides: `open` lets the hit
  * through, `closed` blocks it for `failClosedRetryAfterMs`.
@@ -56,13 +64,20 @@ export class FloodgateThrottlerStorage {
     this.client = 'client' in options ? options.client : new FloodgateClient(options);
   }
 
+  /** `@nestjs/throttler` 6. */
+  increment(key: string, ttl: number, limit: number, blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord>;
+  /** `@nestjs/throttler` 5: no limit, block duration or throttler name. */
+  increment(key: string, ttl: number): Promise<ThrottlerStorageRecord>;
   async increment(
     key: string,
     ttl: number,
-    limit: number,
-    blockDuration: number,
-    throttlerName: string,
+    limit?: number,
+    blockDuration?: number,
+    throttlerName?: string,
   ): Promise<ThrottlerStorageRecord> {
+    if (limit === undefined || blockDuration === undefined || throttlerName === undefined) {
+      return this.incrementUnnamed(key, ttl);
+    }
     if (blockDuration > ttl) {
       throw new Error(
         `FloodgateThrottlerStorage: throttler "${throttlerName}" has blockDuration ${blockDuration} ms > ttl ${ttl} ms; ` +
@@ -103,6 +118,37 @@ export class FloodgateThrottlerStorage {
       timeToExpire,
       isBlocked: true,
       timeToBlockExpire: decision.retryAfterSeconds ?? 1,
+    };
+  }
+
+  /** `increment(key, ttl)` of `@nestjs/throttler` 5, whose guard compares `totalHits` with its limit. */
+  private async incrementUnnamed(key: string, ttl: number): Promise<ThrottlerStorageRecord> {
+    const decision = await this.client.check({ throttler_key: key, throttler_ttl: String(ttl) });
+    const blocked = (retryAfterSeconds: number): ThrottlerStorageRecord => ({
+      totalHits: Number.MAX_SAFE_INTEGER,
+      timeToExpire: retryAfterSeconds,
+      isBlocked: true,
+      timeToBlockExpire: retryAfterSeconds,
+    });
+    if (decision.failure !== null) {
+      return decision.allowed
+        ? { totalHits: 0, timeToExpire: Math.ceil(ttl / 1000), isBlocked: false, timeToBlockExpire: 0 }
+        : blocked(decision.retryAfterSeconds ?? 1);
+    }
+    if (!decision.allowed) return blocked(decision.retryAfterSeconds ?? 1);
+    if (decision.limits.length === 0) {
+      throw new Error(
+        `FloodgateThrottlerStorage: no Floodgate rule applies to a throttler with ttl ${ttl} ms ` +
+          `(@nestjs/throttler 5 names neither the throttler nor its limit). Add a rule matching ` +
+          `{ throttler_ttl: "${ttl}" } keyed on [throttler_key] with the throttler's limit and window ${ttl} ms`,
+      );
+    }
+    const tightest = decision.limits.reduce((a, b) => (b.remaining < a.remaining ? b : a));
+    return {
+      totalHits: tightest.limit - tightest.remaining,
+      timeToExpire: Math.max(0, Math.ceil(tightest.resetAfterMs / 1000)),
+      isBlocked: false,
+      timeToBlockExpire: 0,
     };
   }
 }

@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Controller, Get, Injectable, Module, Post, Req, UseGuards } from '@nestjs/common';
+import { Controller, Get, Injectable, Module, Post, Query, Req, Res, UseGuards } from '@nestjs/common';
 import {
   FloodgateClient,
   FloodgateGuard,
@@ -10,7 +10,15 @@ import {
   SkipRateLimit,
   type FloodgateModuleOptions,
 } from '@floodgate/nestjs';
-import { startFloodgate, startSilentServer, type RunningFloodgate } from '@floodgate/testkit';
+import {
+  HANG_GUARD,
+  deferred,
+  startFloodgate,
+  startSilentServer,
+  watchReleases,
+  type Deferred,
+  type RunningFloodgate,
+} from '@floodgate/testkit';
 import { send, startApp, type App } from './support.js';
 
 const CONFIG = `
@@ -42,6 +50,12 @@ rules:
     algorithm: fixed_window
     limit: 10
     window: 60s
+  - name: in-flight
+    match: { rule: in-flight }
+    key: [user]
+    algorithm: concurrency
+    limit: 1
+    lease: 1h
 `;
 
 @Controller()
@@ -265,5 +279,81 @@ describe('per-controller guard and forRootAsync', () => {
       () => FloodgateModule.forRoot({ url: floodgate.url, guard: 'everywhere' as 'global' }),
       /guard must be 'global' or 'per-controller'/,
     );
+  });
+});
+
+describe('concurrency permits', () => {
+  /** A request the handler holds open: it says when it got in, waits for `go`, and sees `closed`. */
+  interface Held {
+    entered: Deferred;
+    go: Deferred;
+    closed: Deferred;
+  }
+  const held = new Map<string, Held>();
+  const hold = (name: string, signal: AbortSignal): Held => {
+    const h = { entered: deferred(signal), go: deferred(signal), closed: deferred(signal) };
+    held.set(name, h);
+    return h;
+  };
+
+  @Controller()
+  class Work {
+    @Post('work')
+    @RateLimit({ rule: 'in-flight' })
+    async work(@Query('hold') name: string | undefined, @Res({ passthrough: true }) res: { once(e: 'close', f: () => void): void }) {
+      const h = name === undefined ? undefined : held.get(name);
+      res.once('close', () => h?.closed.resolve());
+      h?.entered.resolve();
+      await h?.go.promise;
+      return 'done';
+    }
+  }
+
+  it('are released when the response ends: a limit of 1 admits the next request at once', HANG_GUARD, async (t) => {
+    @Module({ imports: [FloodgateModule.forRoot({ url: floodgate.url, deadline: 1000 })], controllers: [Work] })
+    class WorkModule {}
+    let releases!: ReturnType<typeof watchReleases>;
+    const own = await startApp(WorkModule, (nest) => {
+      releases = watchReleases(nest.get(FloodgateClient), t.signal);
+    });
+    const init = post({ 'x-user-id': 'worker' });
+    try {
+      // Ended by `finish`: the response was sent.
+      const a = hold('a', t.signal);
+      const first = fetch(`${own.url}/work?hold=a`, init);
+      await a.entered.promise;
+      const [busy] = await send(`${own.url}/work`, 1, init);
+      assert.equal(busy!.status, 429, 'the held request has the only permit');
+      assert.deepEqual(releases.ids, [], 'nothing released while the response is open');
+      a.go.resolve();
+      const sent = await first;
+      assert.equal(sent.status, 201);
+      assert.equal(await sent.text(), 'done');
+      await releases.answered(1);
+      const [next] = await send(`${own.url}/work`, 1, init);
+      assert.equal(next!.status, 201, 'admitted once the previous response ended');
+      await a.closed.promise; // `close` follows `finish`: no second release
+      await releases.answered(2);
+      assert.equal(releases.ids.length, 2);
+      assert.equal(new Set(releases.ids).size, 2, 'each permit released exactly once');
+
+      // Ended by `close`: the client went away before an answer.
+      const b = hold('b', t.signal);
+      const gone = new AbortController();
+      const abandoned = fetch(`${own.url}/work?hold=b`, { ...init, signal: gone.signal }).catch(() => undefined);
+      await b.entered.promise;
+      assert.equal((await send(`${own.url}/work`, 1, init))[0]!.status, 429);
+      gone.abort();
+      await abandoned;
+      await b.closed.promise;
+      await releases.answered(3);
+      b.go.resolve();
+      const [after] = await send(`${own.url}/work`, 1, init);
+      assert.equal(after!.status, 201, 'admitted once the abandoned response closed');
+      await releases.answered(4);
+      assert.equal(new Set(releases.ids).size, 4, 'each permit released exactly once');
+    } finally {
+      await own.close();
+    }
   });
 });

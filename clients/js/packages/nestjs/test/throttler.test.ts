@@ -30,6 +30,12 @@ rules:
     algorithm: fixed_window
     limit: 2
     window: 1s
+  - name: throttler-5
+    match: { throttler_ttl: "30000" }
+    key: [throttler_key]
+    algorithm: fixed_window
+    limit: 2
+    window: 30s
 `;
 
 let floodgate: RunningFloodgate;
@@ -93,6 +99,27 @@ describe('FloodgateThrottlerStorage: the increment contract of @nestjs/throttler
     const shut = await closed.increment('k', 60_000, 3, 60_000, 'default');
     assert.deepEqual([shut.isBlocked, shut.timeToBlockExpire], [true, 1]);
     assert.equal(closed.client.stats().failedClosed, 1);
+  });
+});
+
+/** `ThrottlerStorage` of `@nestjs/throttler` 5, as it declares it. */
+interface ThrottlerStorage5 {
+  increment(key: string, ttl: number): Promise<{ totalHits: number; timeToExpire: number }>;
+}
+
+describe('FloodgateThrottlerStorage: the increment contract of @nestjs/throttler 5', () => {
+  it('counts the hits in the rule matching the ttl; a denied hit is more than any limit, to wait timeToExpire', async () => {
+    const storage: ThrottlerStorage5 = new FloodgateThrottlerStorage({ url: floodgate.url, deadline: 1000 });
+    const records = [];
+    for (let i = 0; i < 3; i++) records.push(await storage.increment('k5', 30_000));
+    assert.deepEqual(records.map((r) => r.totalHits), [1, 2, Number.MAX_SAFE_INTEGER]);
+    for (const r of records) assert.ok(r.timeToExpire >= 1 && r.timeToExpire <= 30, `timeToExpire ${r.timeToExpire}`);
+    assert.equal((await storage.increment('k5-other', 30_000)).totalHits, 1, 'keys are counted apart');
+  });
+
+  it('says which rule to add when none matches the ttl', async () => {
+    const storage: ThrottlerStorage5 = new FloodgateThrottlerStorage({ url: floodgate.url, deadline: 1000 });
+    await assert.rejects(storage.increment('k5', 12_345), /no Floodgate rule applies to a throttler with ttl 12345 ms/);
   });
 });
 

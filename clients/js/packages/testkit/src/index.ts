@@ -7,11 +7,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, resolve } from 'node:path';
 
 /** The repository root: five levels above this file (`clients/js/packages/testkit/dist`). */
-const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../../../../..');
+const REPO = resolve(__dirname, '../../../../..');
 
 /**
  * The `floodgate` binary: `$FLOODGATE_BIN`, else `target/debug/floodgate` of this repository.
@@ -157,3 +156,80 @@ export async function startSilentServer(): Promise<SilentServer> {
 export async function refusingUrl(): Promise<string> {
   return `http://127.0.0.1:${await freePort()}`;
 }
+
+/** The releases a client made, watched (see {@link watchReleases}). */
+export interface ReleaseWatch {
+  /** The reservation ids released so far, in the order the calls were made. */
+  readonly ids: string[];
+  /** Resolves once `count` releases have been made and answered (or failed). */
+  answered(count: number): Promise<void>;
+}
+
+/**
+ * Watches `client.release`: every call is recorded when it is made, and {@link ReleaseWatch.answered}
+ * waits for the answers, so a test waits on the release itself rather than on a clock. Waits
+ * reject when `signal` aborts (give it the test's `t.signal`, with {@link HANG_GUARD}).
+ */
+export function watchReleases<C extends { release(reservation: string, ...rest: any[]): Promise<unknown> }>(
+  client: C,
+  signal?: AbortSignal,
+): ReleaseWatch {
+  const ids: string[] = [];
+  const waiting: { count: number; done: Deferred }[] = [];
+  let settled = 0;
+  const release = client.release.bind(client);
+  client.release = (reservation: string, ...rest: unknown[]) => {
+    ids.push(reservation);
+    const answer = release(reservation, ...rest);
+    const done = (): void => {
+      settled += 1;
+      for (const waiter of waiting.filter((w) => w.count <= settled)) {
+        waiting.splice(waiting.indexOf(waiter), 1);
+        waiter.done.resolve();
+      }
+    };
+    answer.then(done, done);
+    return answer;
+  };
+  return {
+    ids,
+    answered: (count) => {
+      if (count <= settled) return Promise.resolve();
+      const done = deferred(signal);
+      waiting.push({ count, done });
+      return done.promise;
+    },
+  };
+}
+
+/** Something a test waits on and another part of it makes happen. */
+export interface Deferred {
+  promise: Promise<void>;
+  resolve(): void;
+}
+
+/**
+ * A {@link Deferred}: a promise and what resolves it. It rejects when `signal` aborts, so that a
+ * test whose event never comes fails at its {@link HANG_GUARD} and cleans up rather than hangs.
+ */
+export function deferred(signal?: AbortSignal): Deferred {
+  let resolve!: () => void;
+  let reject!: (reason: unknown) => void;
+  const promise = new Promise<void>((ok, fail) => {
+    resolve = ok;
+    reject = fail;
+  });
+  promise.catch(() => {}); // a rejection nobody awaits is no unhandled rejection
+  if (signal !== undefined) {
+    if (signal.aborted) reject(signal.reason);
+    else signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+  }
+  return { promise, resolve };
+}
+
+/**
+ * Options of a test that waits on events (`it(name, HANG_GUARD, async (t) => …)`, its waits given
+ * `t.signal`): when one never comes, the test fails after a minute instead of hanging the suite.
+ * It says nothing about how fast anything is.
+ */
+export const HANG_GUARD = { timeout: 60_000 } as const;
