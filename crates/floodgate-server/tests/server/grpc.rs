@@ -246,12 +246,13 @@ fn calls(redis: &RedisServer, command: &str) -> u64 {
 /// One round trip per request, and none to give anything back: a request whose second descriptor
 /// is over its limit takes nothing from the first, and Redis sees exactly one script call for it.
 /// (The deadline is far beyond any call's time, so that on a loaded machine no answer is a
-/// fail-open verdict while its script still runs after the counters are reset.)
+/// fail-open verdict while its script still runs after the counters are reset. `instances: 1`:
+/// no fleet heartbeat, itself a script call, runs beside the requests counted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_over_limit_on_its_second_descriptor_is_one_store_call_with_no_refund() {
     let redis = tokio::task::block_in_place(RedisServer::start);
     let config = parse(&format!(
-        "store: {{ kind: redis, url: \"{}\", deadline: 30s }}
+        "store: {{ kind: redis, url: \"{}\", deadline: 30s, instances: 1 }}
 descriptors: [path]
 rules:
   - name: per-user
