@@ -34,6 +34,13 @@ pub struct ClientBuilder {
     clock: SharedClock,
 }
 
+impl Client {
+    /// A builder for the server at `url` (e.g. `http://127.0.0.1:8080`).
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder::new(url.into())
+    }
+}
+
 impl ClientBuilder {
     pub(crate) fn new(url: String) -> ClientBuilder {
         ClientBuilder {

@@ -14,7 +14,6 @@ use hyper_util::client::legacy::Client as HyperClient;
 
 use crate::breaker::{self, Breaker, Pass};
 use crate::budget::RetryBudget;
-use crate::builder::ClientBuilder;
 use crate::decision::{Decision, FailMode, Request, WireVerdict, failed, passed_header};
 use crate::error::{Error, FailureReason};
 use crate::retry::{RetryPolicy, Retryable, retry_granted};
@@ -66,11 +65,6 @@ pub(crate) enum Call {
 }
 
 impl Client {
-    /// A builder for the server at `url` (e.g. `http://127.0.0.1:8080`).
-    pub fn builder(url: impl Into<String>) -> ClientBuilder {
-        ClientBuilder::new(url.into())
-    }
-
     /// Checks a request: consumes its cost from every rule that applies when all allow. Without a
     /// verdict in time, the fail mode decides ([`Decision::failure`] says why).
     pub async fn check(&self, request: &Request) -> Result<Decision, Error> {
@@ -114,7 +108,7 @@ impl Client {
     }
 
     /// Where the circuit breaker is; `None` when the client has none
-    /// ([`ClientBuilder::no_breaker`]).
+    /// ([`ClientBuilder::no_breaker`](crate::ClientBuilder::no_breaker)).
     pub fn breaker_state(&self) -> Option<BreakerState> {
         self.inner.breaker.as_ref().map(Breaker::state)
     }
