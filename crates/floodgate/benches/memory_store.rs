@@ -100,6 +100,7 @@ fn bytes_per_key() {
                 enforce: true,
                 on_error: OnStoreError::FailOpen,
                 prefetch: None,
+                block_for: None,
             };
             store.apply_now(&[op], Mode::Check, &mut out).unwrap();
         }
@@ -142,6 +143,7 @@ fn bench(c: &mut Criterion, sizes: &[usize]) {
                         enforce: true,
                         on_error: OnStoreError::FailOpen,
                         prefetch: None,
+                        block_for: None,
                     };
                     store.apply_now(&[op], Mode::Check, &mut out).unwrap();
                 }
@@ -157,6 +159,7 @@ fn bench(c: &mut Criterion, sizes: &[usize]) {
                         enforce: true,
                         on_error: OnStoreError::FailOpen,
                         prefetch: None,
+                        block_for: None,
                     };
                     store.apply_now(&[op], Mode::Check, &mut out).unwrap();
                     black_box(&out);

@@ -37,6 +37,22 @@ pub enum EngineError {
         /// What the rule needs, e.g. "an IP address".
         expected: &'static str,
     },
+    /// A value the request states for the rule is not allowed (see [`crate::stated`]).
+    #[error("rule {rule:?}: {source}")]
+    Stated {
+        /// The rule.
+        rule: Arc<str>,
+        /// What is wrong with it.
+        #[source]
+        source: crate::StatedError,
+    },
+    /// The request states a value that no rule applying to it takes from requests (see
+    /// [`Rule::statable`](crate::Rule::statable)).
+    #[error("the request states a {field}, and no rule that applies to it takes one from requests")]
+    Unclaimed {
+        /// `limit`, `window` or `block_for`.
+        field: &'static str,
+    },
     /// The request lacks a descriptor the rule needs and has no default for: the time zone or
     /// anchor of a quota whose calendar comes from a descriptor.
     #[error(

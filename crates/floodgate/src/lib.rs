@@ -54,6 +54,7 @@
 //!   ([`Records`](store::Records)), the embedded [`MemoryStore`], and the stores that wrap a store
 //!   ([`Breaker`](store::Breaker), [`Fallback`](store::Fallback), [`Prefetch`](store::Prefetch)),
 //!   which pass the record calls through ([`Wraps`](store::Wraps)).
+//! - [`stated`]: limits, windows and block durations a request states for a rule that takes them.
 //! - [`reservation`]: reserve an estimate now, settle it later; [`usage`]: what a rule's counter
 //!   holds; [`delay`]: waiting for capacity; [`breaker`]: the circuit breaker's state machine.
 
@@ -71,6 +72,7 @@ pub mod partition;
 mod policy;
 pub mod reservation;
 mod rule;
+pub mod stated;
 pub mod store;
 pub mod usage;
 mod verdict;
@@ -88,6 +90,7 @@ pub use reservation::{
     Charge, Charges, Reservation, ReserveError, Reserved, SettleError, Settled, Settlement,
 };
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Rule, RuleError};
+pub use stated::{Statable, Stated, StatedError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};
 pub use usage::{Usage, UsageError};
 pub use verdict::{LimitOutcome, Outcome, Verdict};

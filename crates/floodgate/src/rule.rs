@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use crate::store::PrefetchBatch;
-use crate::{CalendarBy, IpPrefix, Limit, PartitionKeys};
+use crate::{CalendarBy, IpPrefix, Limit, PartitionKeys, Statable};
 
 /// The descriptor [`Rule::ip_prefix`] groups.
 pub(crate) const IP: &str = "ip";
@@ -266,6 +268,23 @@ pub enum RuleError {
         /// Why not.
         reason: String,
     },
+    /// A rule takes from requests what its algorithm or its other settings cannot take (see
+    /// [`Rule::statable`]).
+    #[error("rule {rule:?}: stated limits: {reason}")]
+    Statable {
+        /// The rule.
+        rule: String,
+        /// Why not.
+        reason: String,
+    },
+    /// A rule's penalty box cannot be kept (see [`Rule::block_for`]).
+    #[error("rule {rule:?}: block_for: {reason}")]
+    BlockFor {
+        /// The rule.
+        rule: String,
+        /// Why not.
+        reason: String,
+    },
     /// A rule replaces a rule the policy does not have, or itself.
     #[error("rule {rule:?}: replaces {replaced:?}, which is not another rule of this policy")]
     UnknownReplaced {
@@ -319,6 +338,10 @@ pub struct Rule {
     /// What names the rule's keys to clients, when it advertises them (see
     /// [`Rule::partition_key`]).
     pub(crate) partition: Option<PartitionKeys>,
+    /// What requests may state (see [`Rule::statable`]).
+    pub(crate) statable: Option<Statable>,
+    /// The penalty box (see [`Rule::block_for`]).
+    pub(crate) block_for: Option<Duration>,
 }
 
 impl Rule {
@@ -341,7 +364,87 @@ impl Rule {
             cost: Arc::from(crate::cost::REQUESTS),
             calendar: None,
             partition: None,
+            statable: None,
+            block_for: None,
         }
+    }
+
+    /// Lets requests state the rule's limit, window or block duration, within `statable`'s
+    /// bounds ([`Hit::stating`](crate::Hit::stating); see [`crate::stated`]). What a request does
+    /// not state is the rule's own. A request stating a value the rule does not take, or one out of
+    /// its bounds, fails with [`EngineError::Stated`](crate::EngineError::Stated).
+    /// [`Policy::new`](crate::Policy::new) refuses a stated window on a concurrency limit or a
+    /// quota, a stated limit with limits that vary by a descriptor, and stated values with
+    /// [`Rule::shards`] or [`Rule::prefetch`].
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use std::num::NonZeroU64;
+    /// use std::time::Duration;
+    /// use floodgate::{Descriptors, Engine, Hit, Mode, Policy, Rule, Statable, Stated};
+    /// use floodgate_core::SlidingLog;
+    ///
+    /// let template = SlidingLog::try_new(NonZeroU64::new(100).unwrap(), Duration::from_secs(60))?;
+    /// let rule = Rule::new("throttle", template)
+    ///     .key(["route", "user"])
+    ///     .statable(Statable::new().limit(NonZeroU64::new(10_000).unwrap()).window(Duration::from_secs(86_400)));
+    /// let engine = Engine::in_memory(Policy::new([rule])?);
+    /// let request = Descriptors::new().with("route", "login").with("user", "u1");
+    /// let three_a_minute = Stated { limit: Some(3), window: Some(Duration::from_secs(60)), block_for: None };
+    /// for _ in 0..3 {
+    ///     assert!(engine.decide(Mode::Check, Hit::new(&request, 1).stating(&three_a_minute)).await?.allowed);
+    /// }
+    /// assert!(!engine.decide(Mode::Check, Hit::new(&request, 1).stating(&three_a_minute)).await?.allowed);
+    /// let too_many = Stated { limit: Some(20_000), ..Stated::default() };
+    /// assert!(engine.decide(Mode::Check, Hit::new(&request, 1).stating(&too_many)).await.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn statable(mut self, statable: Statable) -> Self {
+        self.statable = Some(statable);
+        self
+    }
+
+    /// What requests may state, if anything (see [`Rule::statable`]).
+    pub fn statable_values(&self) -> Option<&Statable> {
+        self.statable.as_ref()
+    }
+
+    /// A penalty box: after a request is denied by this rule's limit, its key is refused for
+    /// `duration` (longer or shorter than the window), with that exact `retry_after`; nothing
+    /// counts while it is refused, and when the time is up the key starts afresh, its count
+    /// forgotten — what `@nestjs/throttler`'s `blockDuration` does. Only enforced limits block
+    /// (a shadow or tag limit never does). A zero duration is no penalty box.
+    /// [`Policy::new`](crate::Policy::new) refuses it with [`Rule::prefetch`] (units spent locally
+    /// would not see the block) and on a concurrency limit (a permit is not a count that a block
+    /// could forget).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use std::num::NonZeroU64;
+    /// use std::time::Duration;
+    /// use floodgate::{Descriptors, Engine, Policy, Rule};
+    /// use floodgate_core::FixedWindow;
+    ///
+    /// let login = FixedWindow::try_new(NonZeroU64::new(2).unwrap(), Duration::from_secs(60))?;
+    /// let rule = Rule::new("login", login).key(["user"]).block_for(Duration::from_secs(900));
+    /// let engine = Engine::in_memory(Policy::new([rule])?);
+    /// let user = Descriptors::new().with("user", "u1");
+    /// engine.check(&user, 1).await?;
+    /// engine.check(&user, 1).await?;
+    /// let third = engine.check(&user, 1).await?;
+    /// assert_eq!(third.retry_after(), Some(Duration::from_secs(900)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.block_for = Some(duration).filter(|d| !d.is_zero());
+        self
+    }
+
+    /// The rule's own penalty box, if any (see [`Rule::block_for`]).
+    pub fn block_duration(&self) -> Option<Duration> {
+        self.block_for
     }
 
     /// Gives each enforced limit of the rule in a verdict a [`PartitionKey`](crate::PartitionKey)

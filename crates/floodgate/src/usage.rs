@@ -66,6 +66,18 @@ impl Policy {
         rule: &str,
         descriptors: &Descriptors,
     ) -> Result<Usage, UsageError> {
+        self.usage_stated(store, rule, descriptors, None).await
+    }
+
+    /// [`Policy::usage`] of the counter a request stating `stated` counts on (see
+    /// [`crate::stated`]): a rule's counter for a (limit, window) a caller stated.
+    pub async fn usage_stated<S: Store>(
+        &self,
+        store: &S,
+        rule: &str,
+        descriptors: &Descriptors,
+        stated: Option<&crate::Stated>,
+    ) -> Result<Usage, UsageError> {
         let compiled = self
             .rules
             .iter()
@@ -81,8 +93,9 @@ impl Policy {
                 missing: missing.unwrap_or_default(),
             });
         }
-        // A quota in the calendar the descriptors choose: the tenant's own period bounds.
-        let limit = compiled.in_calendar(limit, descriptors)?;
+        // As stated, and a quota in the calendar the descriptors choose: the tenant's own period
+        // bounds.
+        let (limit, _) = compiled.applied(limit, descriptors, stated, &mut buf)?;
         let limit = &*limit;
         // One op per key (one, or one per shard), each a peek of 1.
         let mut keys: SmallVec<[(std::ops::Range<usize>, &Limit); 4]> = SmallVec::new();
@@ -111,6 +124,7 @@ impl Policy {
                 enforce: true,
                 on_error: compiled.rule.on_store_error,
                 prefetch: None,
+                block_for: None,
             })
             .collect();
         let mut applied = Applied::default();

@@ -397,6 +397,7 @@ async fn restart(args: &DurabilityArgs, binary: &Path, dir: &Path) -> anyhow::Re
                 enforce: true,
                 on_error: OnStoreError::FailOpen,
                 prefetch: None,
+                block_for: None,
             };
             store.apply_now(&[op], Mode::Check, &mut out)?;
         }

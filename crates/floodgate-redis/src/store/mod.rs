@@ -537,6 +537,7 @@ impl RedisStore {
             enforce: true,
             on_error: OnStoreError::FailOpen,
             prefetch: None,
+            block_for: None,
         };
         let ops = [op];
         let prepared = self.prepare(&ops);

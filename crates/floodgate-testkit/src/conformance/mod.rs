@@ -17,6 +17,9 @@
 //! | [`every_algorithm_retry_after_is_exact_through_the_store`] | allowed at `retry_after`, denied 1µs before |
 //! | [`reset_after_is_when_the_limit_is_full_again`] | full capacity at `reset_after`, not 1µs before |
 //! | [`keys_of_different_rules_are_independent`] | distinct keys never share state |
+//! | [`penalty_box_refuses_for_exactly_block_for_then_forgets`] | a denial boxes the key for exactly `block_for`, then it starts afresh |
+//! | [`only_the_limits_that_deny_go_in_the_box`] | all-or-nothing with boxes; shadow limits never box |
+//! | [`a_peek_tells_of_the_box_without_closing_it`] | a peek says a check would box, and writes nothing |
 //!
 //! Every call also checks the answer's shape (see [`StoreUnderTest::apply`]): the store's time is
 //! the clock's, one result per op, `retry_after` exactly on denials, grants exactly for what was
@@ -29,6 +32,7 @@
 mod consume;
 mod give_back;
 mod keys;
+mod penalty;
 mod time;
 
 use floodgate::Store;
@@ -41,6 +45,10 @@ pub use consume::{
 };
 pub use give_back::{concurrency_permit_release, refund_gives_back, reset_forgets_key};
 pub use keys::keys_of_different_rules_are_independent;
+pub use penalty::{
+    a_peek_tells_of_the_box_without_closing_it, only_the_limits_that_deny_go_in_the_box,
+    penalty_box_refuses_for_exactly_block_for_then_forgets,
+};
 pub use time::{
     every_algorithm_retry_after_is_exact_through_the_store, reset_after_is_when_the_limit_is_full_again,
 };
@@ -79,6 +87,9 @@ macro_rules! conformance_tests {
             every_algorithm_retry_after_is_exact_through_the_store
             reset_after_is_when_the_limit_is_full_again
             keys_of_different_rules_are_independent
+            penalty_box_refuses_for_exactly_block_for_then_forgets
+            only_the_limits_that_deny_go_in_the_box
+            a_peek_tells_of_the_box_without_closing_it
         );
     };
     (@run ($make:expr) $($behaviour:ident)*) => {

@@ -61,7 +61,8 @@ impl Policy {
             let Some(compiled) = self.rules.iter().find(|c| *c.rule.name == *rule) else { continue };
             let start = request.buf.len();
             let seed = Some(seed.wrapping_add(k as u64));
-            let Some(limit) = self.give_back_to(compiled, descriptors, shard, seed, &mut request.buf) else {
+            let Some(limit) = self.give_back_to(compiled, descriptors, None, shard, seed, &mut request.buf)
+            else {
                 continue;
             };
             request.merged.push(Merged {
@@ -73,6 +74,7 @@ impl Policy {
                 on_error: compiled.rule.on_store_error,
                 prefetch: None,
                 shard: None,
+                block_for: None,
             });
             grants.push(grant);
         }
@@ -112,7 +114,9 @@ impl Policy {
             let Some(hit) = hits.get(l.hit) else { continue };
             let Some(compiled) = self.rule_of(l) else { continue };
             buf.clear();
-            let Some(limit) = self.give_back_to(compiled, hit.descriptors, l.shard, None, &mut buf) else {
+            let Some(limit) =
+                self.give_back_to(compiled, hit.descriptors, hit.stated, l.shard, None, &mut buf)
+            else {
                 continue;
             };
             store.refund(&buf, &limit, grant).await?;
@@ -120,7 +124,7 @@ impl Policy {
         Ok(())
     }
 
-    /// Appends to `buf` the key of `compiled` that a grant taken for `descriptors` is given back
+    /// Appends to `buf` the key of `compiled` that a grant taken for `descriptors` (stating `stated`) is given back
     /// to, and returns the limit to give it back under; `None` when the rule no longer applies to
     /// them. A sharded rule's grant goes back to `shard`, the one it was taken from; when that is
     /// not known (or no longer exists: a reload changed the rule's shards), to the shard `seed`
@@ -130,6 +134,7 @@ impl Policy {
         &'p self,
         compiled: &'p CompiledRule,
         descriptors: &Descriptors,
+        stated: Option<&crate::Stated>,
         shard: Option<u16>,
         seed: Option<u64>,
         buf: &mut KeyBuf,
@@ -140,8 +145,9 @@ impl Policy {
             buf.truncate(start);
             return None;
         }
-        // In the calendar it was taken in (the request's descriptors chose it).
-        let Ok(limit) = compiled.in_calendar(limit, descriptors) else {
+        // As the request stated it, in the calendar it was taken in (the request's descriptors
+        // chose it).
+        let Ok((limit, _)) = compiled.applied(limit, descriptors, stated, buf) else {
             buf.truncate(start);
             return None;
         };

@@ -3,13 +3,14 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
 use crate::calendar::Calendars;
 use crate::key::push_field;
 use crate::rule::IP;
-use crate::{Descriptors, EngineError, Limit, NotAnAddress, Rule, RuleError};
+use crate::{Descriptors, EngineError, Limit, NotAnAddress, Rule, RuleError, Stated};
 
 /// A sharded rule's keys: one limit per shard, and the next shard to take.
 #[derive(Debug)]
@@ -76,19 +77,31 @@ pub(crate) struct CompiledRule {
 }
 
 impl CompiledRule {
-    /// `limit` (one the rule selected) as it applies to `descriptors`: in their calendar, for a
-    /// quota whose calendar comes from descriptors.
-    pub(crate) fn in_calendar<'p>(
+    /// `limit` (one the rule selected) as it applies to a request of `descriptors` stating
+    /// `stated`, and its block duration: with what it states ([`crate::stated`]; a (limit,
+    /// window) other than the rule's own ends the key in `buf`, which holds the rule's key for
+    /// the request), in the request's calendar for a quota whose calendar comes from descriptors.
+    pub(crate) fn applied<'p>(
         &self,
         limit: &'p Limit,
         descriptors: &Descriptors,
-    ) -> Result<Cow<'p, Limit>, EngineError> {
-        match (&self.calendars, limit) {
-            (Some(calendars), Limit::Quota(q)) => {
-                Ok(Cow::Owned(Limit::Quota(calendars.quota(&self.rule.name, q, descriptors)?)))
-            }
-            _ => Ok(Cow::Borrowed(limit)),
+        stated: Option<&Stated>,
+        buf: &mut KeyBuf,
+    ) -> Result<(Cow<'p, Limit>, Option<Duration>), EngineError> {
+        let s = crate::stated::apply(limit, self.rule.statable.as_ref(), self.rule.block_for, stated)
+            .map_err(|source| EngineError::Stated { rule: self.rule.name.clone(), source })?;
+        if let Some(key) = s.key {
+            crate::stated::push_key(buf, key);
         }
+        let limit = match s.limit {
+            Some(own) => Cow::Owned(own),
+            None => Cow::Borrowed(limit),
+        };
+        if let (Some(calendars), Limit::Quota(q)) = (&self.calendars, &*limit) {
+            let q = calendars.quota(&self.rule.name, q, descriptors)?;
+            return Ok((Cow::Owned(Limit::Quota(q)), s.block_for));
+        }
+        Ok((limit, s.block_for))
     }
 }
 

@@ -18,7 +18,9 @@ use crate::calendar::Calendars;
 use crate::key::push_field;
 use crate::rule::IP;
 use crate::store::{Applied, Mode, Store};
-use crate::{Costs, Descriptors, EngineError, Limit, OnStoreError, Rule, RuleError, Verdict};
+use crate::{
+    Costs, Descriptors, EngineError, Limit, LimitKind, OnStoreError, Rule, RuleError, Stated, Verdict,
+};
 
 use compiled::compile_shards;
 pub(crate) use compiled::{CompiledRule, KeyBuf, build_key, push_shard};
@@ -75,6 +77,40 @@ impl Policy {
                     rule: rule.name.to_string(),
                     algorithm: limit.kind(),
                 });
+            }
+            if let Some(statable) = &rule.statable {
+                let refuse = |reason: String| RuleError::Statable { rule: rule.name.to_string(), reason };
+                if let Some(reason) = rule.limits().find_map(|l| statable.refusal(l.kind())) {
+                    return Err(refuse(reason));
+                }
+                if statable.limit.is_some() && rule.by.is_some() {
+                    return Err(refuse(
+                        "a limit that varies by a descriptor cannot also be stated by requests".into(),
+                    ));
+                }
+                if rule.shards.is_some() {
+                    return Err(refuse(
+                        "not available with shards (a stated limit could not be split)".into(),
+                    ));
+                }
+                if rule.prefetch.is_some() {
+                    return Err(refuse("not available with prefetch".into()));
+                }
+            }
+            let blocks = rule.block_for.is_some() || rule.statable.is_some_and(|s| s.block_for.is_some());
+            if blocks {
+                let refuse =
+                    |reason: &str| RuleError::BlockFor { rule: rule.name.to_string(), reason: reason.into() };
+                if rule.limits().any(|l| l.kind() == LimitKind::Concurrency) {
+                    return Err(refuse(
+                        "not available for the concurrency algorithm (a permit held is not a count a block could forget)",
+                    ));
+                }
+                if rule.prefetch.is_some() {
+                    return Err(refuse(
+                        "not available with prefetch (units spent locally would not see the block)",
+                    ));
+                }
             }
             if rule.ip_prefix.is_some() && !rule.key.iter().any(|d| d == IP) {
                 return Err(RuleError::IpPrefixWithoutIp { rule: rule.name.to_string() });
@@ -173,19 +209,31 @@ pub struct Hit<'a> {
     /// What it costs per dimension, when given: then each rule takes the cost of its own
     /// dimension ([`Rule::cost`](crate::Rule::cost)), and `cost` is the `requests` among them.
     pub costs: Option<&'a Costs>,
+    /// The limit, window or block duration it states for the rules that take them
+    /// ([`Hit::stating`]).
+    pub stated: Option<&'a Stated>,
 }
 
 impl<'a> Hit<'a> {
     /// A hit of `cost` requests for `descriptors`: rules counting another dimension do not apply.
     pub fn new(descriptors: &'a Descriptors, cost: u64) -> Self {
-        Hit { descriptors, cost, costs: None }
+        Hit { descriptors, cost, costs: None, stated: None }
+    }
+
+    /// This hit, stating `stated` to the rules that take it ([`Rule::statable`](crate::Rule::statable)):
+    /// a value out of a rule's bounds fails the request with
+    /// [`EngineError::Stated`], and one that no rule applying to the hit takes with
+    /// [`EngineError::Unclaimed`]. Nothing stated is the same as not stating.
+    pub fn stating(mut self, stated: &'a Stated) -> Self {
+        self.stated = Some(stated).filter(|s| !s.is_empty());
+        self
     }
 
     /// A hit costing `costs` for `descriptors`: each rule takes the cost of its own dimension, and
     /// a rule whose dimension costs 0 (or is not named) does not apply — it can neither deny nor
     /// consume. At least one dimension must cost 1 or more.
     pub fn with_costs(descriptors: &'a Descriptors, costs: &'a Costs) -> Self {
-        Hit { descriptors, cost: costs.get(crate::cost::REQUESTS), costs: Some(costs) }
+        Hit { descriptors, cost: costs.get(crate::cost::REQUESTS), costs: Some(costs), stated: None }
     }
 
     /// What the hit costs a rule that counts `dimension`.

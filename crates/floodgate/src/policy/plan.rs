@@ -49,6 +49,8 @@ pub(super) struct Merged<'p> {
     pub(super) prefetch: Option<PrefetchBatch>,
     /// A sharded rule's shards, and the one this op is on (the key's last two bytes).
     pub(super) shard: Option<(&'p Shards, u16)>,
+    /// The penalty box in force for the key (an enforced limit's only).
+    pub(super) block_for: Option<std::time::Duration>,
 }
 
 /// A request being decided: its keys, the limits that apply and the store ops they make.
@@ -76,6 +78,7 @@ impl<'p> Request<'p> {
                 enforce: m.enforce,
                 on_error: m.on_error,
                 prefetch: m.prefetch,
+                block_for: m.block_for,
             })
             .collect()
     }
@@ -154,6 +157,8 @@ impl Policy {
             if hit.costs_nothing() {
                 return Err(EngineError::Cost { rule: Arc::from(""), source: CostError::Zero });
             }
+            // What of the hit's statement the rules applying to it take.
+            let mut claimed = [false; 3];
             for (index, compiled) in self.rules.iter().enumerate() {
                 let hit_cost = hit.cost_for(compiled);
                 if hit_cost == 0 || replaced.contains(&index) || !matches(compiled, hit.descriptors) {
@@ -174,14 +179,18 @@ impl Policy {
                         return Err(error);
                     }
                 }
-                let key = start..buf.len();
-                let limit = match compiled.in_calendar(limit, hit.descriptors) {
-                    Ok(limit) => limit,
+                let (limit, block_for) = match compiled.applied(limit, hit.descriptors, hit.stated, buf) {
+                    Ok(applied) => applied,
                     Err(error) => {
                         buf.truncate(start);
                         return Err(error);
                     }
                 };
+                let takes = crate::stated::claims(compiled.rule.statable.as_ref());
+                for (c, t) in claimed.iter_mut().zip(takes) {
+                    *c |= t;
+                }
+                let key = start..buf.len();
                 let enforce = action.enforces() && in_rollout(&buf[key.clone()], compiled.rollout_bp);
                 // Of the key without its shard: one name for the counter, whichever shard serves it.
                 let partition = compiled
@@ -245,6 +254,9 @@ impl Policy {
                     Some(op) => {
                         ops[op].cost = cost;
                         ops[op].enforce |= enforce;
+                        if enforce && ops[op].block_for.is_none() {
+                            ops[op].block_for = block_for;
+                        }
                         p.op = op;
                     }
                     None => {
@@ -259,10 +271,14 @@ impl Policy {
                             on_error: compiled.rule.on_store_error,
                             prefetch: compiled.rule.prefetch,
                             shard,
+                            block_for: block_for.filter(|_| enforce),
                         });
                     }
                 }
                 planned.push(p);
+            }
+            if let Some(field) = hit.stated.and_then(|s| crate::stated::unclaimed(s, claimed)) {
+                return Err(EngineError::Unclaimed { field });
             }
         }
         Ok(denied)

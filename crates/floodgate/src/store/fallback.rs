@@ -347,6 +347,7 @@ impl<S: Store, C: Clock> Fallback<S, C> {
                     enforce: true,
                     on_error: OnStoreError::FailOpen,
                     prefetch: None,
+                    block_for: None,
                 })
                 .collect();
             if self.inner.apply(&ops, Mode::Report, &mut applied).await.is_err() {

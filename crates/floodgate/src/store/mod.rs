@@ -54,6 +54,9 @@ pub struct Op<'a> {
     /// The rule's batch leases: a [`Prefetch`] wrapper takes up to `batch` units in one store call
     /// and spends them locally for later requests on the same key. Other stores ignore it.
     pub prefetch: Option<PrefetchBatch>,
+    /// The rule's penalty box ([`Rule::block_for`](crate::Rule::block_for)): see [`Store`] for
+    /// what a store does with it.
+    pub block_for: Option<std::time::Duration>,
 }
 
 impl Op<'_> {

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use super::key::spilled;
 use super::lock::Locked;
 use super::persist::{Wal, encode_delete, encode_group, encode_key, encode_record};
-use super::slot::{BUCKET, Cell, Fresh, GCRA, Held, consume, decide, refund, report, status};
+use super::slot::{BUCKET, Cell, Fresh, GCRA, Held, block, blocked, consume, decide, refund, report, status};
 use super::{Kept, MemoryStore};
 use crate::Limit;
 use crate::limit::with_algorithm;
@@ -52,7 +52,10 @@ impl<C: Clock> MemoryStore<C> {
         let create = mode != Mode::Peek;
         out.at = now;
         out.results.clear();
-        if let [op] = ops {
+        // A penalty box is read and written under the key's lock, with the other keys'.
+        if let [op] = ops
+            && op.block_for.is_none()
+        {
             return self.apply_one(op, mode, now, create, &guard, &mut out.results);
         }
         loop {
@@ -63,10 +66,21 @@ impl<C: Clock> MemoryStore<C> {
             };
             let Locked { locks, lock_of, .. } = &mut locked;
             let results = &mut out.results;
+            // Ops whose key is in a penalty box: refused, and nothing counts for them.
+            let mut in_box: SmallVec<[bool; 4]> = SmallVec::new();
             if mode == Mode::Report {
                 for (i, op) in ops.iter().enumerate() {
                     // A report creates its keys, so every op has a slot.
                     if let Some(s) = &mut locks[lock_of[i]] {
+                        if let Some(until) = op.block_for.and_then(|_| s.state().blocked_at(now)) {
+                            let mut decision = with_algorithm!(op.limit, a => decide(a, s, now, op.cost));
+                            // A report never denies: it says nothing is left until the box ends.
+                            blocked(&mut decision, Duration::from_micros(until - now.as_micros()));
+                            decision.allowed = true;
+                            decision.retry_after = None;
+                            results.push(OpResult { decision, grant: None });
+                            continue;
+                        }
                         let (decision, grant) = with_algorithm!(op.limit, a => report(a, s, now, op.cost));
                         results.push(OpResult { decision, grant: Some(grant) });
                     }
@@ -82,10 +96,50 @@ impl<C: Clock> MemoryStore<C> {
                         fresh.parts()
                     }
                 };
-                let decision = with_algorithm!(op.limit, a => decide(a, &mut state, now, op.cost));
+                let until = op.block_for.and_then(|_| state.0.blocked_at(now));
+                in_box.push(until.is_some());
+                let decision = match until {
+                    Some(until) => {
+                        let mut d = with_algorithm!(op.limit, a => decide(a, &mut state, now, op.cost));
+                        blocked(&mut d, Duration::from_micros(until - now.as_micros()));
+                        d
+                    }
+                    None => with_algorithm!(op.limit, a => decide(a, &mut state, now, op.cost)),
+                };
                 results.push(OpResult { decision, grant: None });
             }
             let admitted = ops.iter().zip(results.iter()).all(|(op, r)| !op.enforce || r.decision.allowed);
+            if !admitted {
+                // Each enforced limit with a penalty box that denied by its count (not already in
+                // the box) goes into it; a peek says so without writing it.
+                let mut boxed = false;
+                for (i, op) in ops.iter().enumerate() {
+                    let Some(block_for) = op.block_for else { continue };
+                    if !op.enforce || in_box[i] || results[i].decision.allowed {
+                        continue;
+                    }
+                    match (&mut locks[lock_of[i]], mode) {
+                        (Some(s), Mode::Check) => {
+                            block(s, now, block_for, &mut results[i].decision);
+                            boxed = true;
+                        }
+                        _ => blocked(&mut results[i].decision, block_for),
+                    }
+                }
+                if boxed {
+                    // The boxes are written with the rest; the other ops report their status.
+                    for (i, op) in ops.iter().enumerate() {
+                        if results[i].decision.allowed
+                            && let Some(s) = &mut locks[lock_of[i]]
+                        {
+                            let (remaining, reset_after) = with_algorithm!(op.limit, a => status(a, s, now));
+                            results[i].decision.remaining = remaining;
+                            results[i].decision.reset_after = Duration::from_micros(reset_after);
+                        }
+                    }
+                    return Ok(self.log_locked(ops, &locked, &guard, None));
+                }
+            }
             for (i, op) in ops.iter().enumerate() {
                 let r = &mut results[i];
                 if !r.decision.allowed || (admitted && mode == Mode::Peek) {
@@ -151,6 +205,11 @@ impl<C: Clock> MemoryStore<C> {
             let Locked { locks, lock_of, .. } = &mut locked;
             for (i, op) in ops.iter().enumerate() {
                 let Some(s) = &mut locks[lock_of[i]] else { continue };
+                // A key in a penalty box has forgotten its count: nothing to give back, and
+                // nothing counts while it is there.
+                if s.state().blocked_at(now).is_some() {
+                    continue;
+                }
                 match grants {
                     None => {
                         with_algorithm!(op.limit, a => report(a, s, now, op.cost));
@@ -268,7 +327,8 @@ impl<C: Clock> MemoryStore<C> {
         let guard = self.inner.map.guard();
         if let Some(slot) = self.slot_holding(key, &guard) {
             let mut s = slot.lock();
-            if !s.state().is_gone() {
+            // A key in a penalty box has forgotten the count the grant was taken from.
+            if !s.state().is_gone() && s.state().blocked_at(now).is_none() {
                 with_algorithm!(limit, a => refund(a, &mut s, now, &grant));
                 if let Some(wal) = &self.inner.wal {
                     let key = self.held_key(key, slot, &guard);

@@ -48,6 +48,10 @@ pub(super) enum State {
     Sliding(SlidingState),
     Log(Box<LogState>),
     Lease(Box<LeaseState>),
+    /// A penalty box ([`Op::block_for`](crate::store::Op::block_for)): the key is refused until
+    /// this time (µs since the epoch), its count forgotten. Once the time has passed it reads as
+    /// no state at all, as another algorithm's state does.
+    Blocked(u64),
     /// Removed by the sweeper: whoever finds it looks the key up again.
     Dead,
     /// Just inserted, not yet counted against `max_keys`: whoever finds it waits and looks again.
@@ -55,6 +59,14 @@ pub(super) enum State {
 }
 
 impl State {
+    /// The time the key is refused until, when it is in a penalty box at `now`.
+    pub(super) fn blocked_at(&self, now: Timestamp) -> Option<u64> {
+        match self {
+            State::Blocked(until) if *until > now.as_micros() => Some(*until),
+            _ => None,
+        }
+    }
+
     /// Whether a request finding this state must look its key up again.
     pub(super) fn is_gone(&self) -> bool {
         matches!(self, State::Dead | State::Reserved)
@@ -283,11 +295,18 @@ impl Cell for Fresh {
 /// state (a rule whose algorithm changed on reload starts afresh).
 pub(super) trait Stateful: Algorithm {
     fn state(s: &mut State) -> &mut Self::State;
+    /// The state of a key never seen.
+    fn fresh() -> Self::State;
 }
 
 macro_rules! stateful {
     ($algo:ty, $variant:ident, $fresh:expr) => {
         impl Stateful for $algo {
+            #[inline]
+            fn fresh() -> Self::State {
+                Default::default()
+            }
+
             #[inline]
             fn state(s: &mut State) -> &mut Self::State {
                 if !matches!(s, State::$variant(_)) {
@@ -311,9 +330,14 @@ stateful!(TokenBucket, Tat, 0);
 stateful!(Gcra, Gcra, 0);
 stateful!(Concurrency, Lease, Box::default());
 
+/// Decides on the key's state; a key in a penalty box (or past it) is decided on as a key never
+/// seen, and stays as it is: only a change ends a box.
 #[inline]
 pub(super) fn decide<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, cost: u64) -> Decision {
-    a.decide(A::state(s.parts().0), now, cost)
+    match s.parts().0 {
+        State::Blocked(_) => a.decide(&A::fresh(), now, cost),
+        state => a.decide(A::state(state), now, cost),
+    }
 }
 
 #[inline]
@@ -336,7 +360,10 @@ pub(super) fn report<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, cost
 
 #[inline]
 pub(super) fn status<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp) -> (u64, u64) {
-    a.status(A::state(s.parts().0), now)
+    match s.parts().0 {
+        State::Blocked(_) => a.status(&A::fresh(), now),
+        state => a.status(A::state(state), now),
+    }
 }
 
 #[inline]
@@ -345,6 +372,30 @@ pub(super) fn refund<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, gran
     let state = A::state(state);
     a.refund(state, now, grant);
     *expires_secs = secs_up(a.expires_at(state));
+}
+
+/// Puts the key in a penalty box until `now + block_for`, forgetting its count: the decision of the
+/// op that denied says to retry after exactly `block_for`.
+pub(super) fn block(
+    s: &mut impl Cell,
+    now: Timestamp,
+    block_for: std::time::Duration,
+    decision: &mut Decision,
+) {
+    let (state, expires_secs) = s.parts();
+    let until = now.saturating_add(block_for);
+    *state = State::Blocked(until.as_micros());
+    *expires_secs = secs_up(until);
+    blocked(decision, block_for);
+}
+
+/// `decision` as a penalty box with `left` to go says it: denied, nothing remaining, retry after
+/// `left`.
+pub(super) fn blocked(decision: &mut Decision, left: std::time::Duration) {
+    decision.allowed = false;
+    decision.remaining = 0;
+    decision.reset_after = left;
+    decision.retry_after = Some(left);
 }
 
 #[inline]

@@ -26,7 +26,16 @@ fn store() -> (MemoryStore<ManualClock>, ManualClock) {
 }
 
 fn op<'a>(key: &'a [u8], limit: &'a Limit, cost: u64) -> Op<'a> {
-    Op { key, scope_len: 0, limit, cost, enforce: true, on_error: OnStoreError::FailOpen, prefetch: None }
+    Op {
+        key,
+        scope_len: 0,
+        limit,
+        cost,
+        enforce: true,
+        on_error: OnStoreError::FailOpen,
+        prefetch: None,
+        block_for: None,
+    }
 }
 
 fn apply<C: Clock>(store: &MemoryStore<C>, ops: &[Op<'_>], mode: Mode) -> Applied {

@@ -52,6 +52,7 @@ pub(crate) fn encode_key(buf: &mut Vec<u8>, key: &[u8], state: &State, expires_s
             State::Sliding(_) => 6,
             State::Log(_) => 7,
             State::Lease(_) => 8,
+            State::Blocked(_) => 9,
             State::Empty | State::Dead | State::Reserved => {
                 b.push(DELETE);
                 put_bytes(b, key);
@@ -63,7 +64,7 @@ pub(crate) fn encode_key(buf: &mut Vec<u8>, key: &[u8], state: &State, expires_s
         b.extend_from_slice(&expires_secs.to_le_bytes());
         b.push(tag);
         match state {
-            State::Tat(t) | State::Gcra(t) => put_u64(b, *t),
+            State::Tat(t) | State::Gcra(t) | State::Blocked(t) => put_u64(b, *t),
             State::Window(w) | State::Quota(w) | State::Budget(w) => {
                 put_u64(b, w.start);
                 put_u64(b, w.count);
@@ -219,6 +220,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<Entry> {
                     }
                     State::Lease(Box::new(LeaseState { leases, next_id }))
                 }
+                9 => State::Blocked(r.u64()?),
                 _ => return None,
             };
             Entry::Put(key, state, expires)

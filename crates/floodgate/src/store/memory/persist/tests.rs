@@ -50,7 +50,16 @@ fn open(dir: &TempDir, clock: &ManualClock) -> (MemoryStore<ManualClock>, Recove
 }
 
 fn op<'a>(key: &'a [u8], limit: &'a Limit, cost: u64) -> Op<'a> {
-    Op { key, scope_len: 0, limit, cost, enforce: true, on_error: OnStoreError::FailOpen, prefetch: None }
+    Op {
+        key,
+        scope_len: 0,
+        limit,
+        cost,
+        enforce: true,
+        on_error: OnStoreError::FailOpen,
+        prefetch: None,
+        block_for: None,
+    }
 }
 
 /// One limit of every algorithm, with its key.
