@@ -22,13 +22,20 @@
 //!   of the configuration, `Retry-After` when over limit).
 //! - A cost that a limit can never grant makes that descriptor, and so the request, `OVER_LIMIT`;
 //!   the other descriptors are then reported as a peek would (nothing is consumed). Descriptors
-//!   with `is_negative_hits` are answered `OK` without consuming; `limit` overrides are ignored.
+//!   with `is_negative_hits` are answered `OK` without consuming.
+//! - A descriptor's `limit` override (`requests_per_unit` per `unit`) is stated to the rules that
+//!   apply to it, within the domain's bound (`limit_override` in its file; see
+//!   `floodgate_config`'s Envoy docs): the decision and `current_limit` use it, on a counter of its
+//!   own when it differs from the rule's. An override above the bound, of an unknown unit or of 0,
+//!   or on a descriptor no rule applies to, is `INVALID_ARGUMENT` naming it; with `auth` clients
+//!   it needs the `state_limits` scope besides `check` (`PERMISSION_DENIED` otherwise).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
@@ -38,7 +45,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use floodgate::{Descriptors, Hit, LimitOutcome, Verdict};
+use floodgate::{Descriptors, Hit, LimitOutcome, Stated, Verdict};
 use floodgate_config::auth::Scope;
 use floodgate_http::envoy::envoy_descriptors;
 use floodgate_http::rate_limit_headers;
@@ -105,6 +112,10 @@ impl RateLimitService for Rls {
             running.authorize(authorization, Scope::Check).map_err(|refusal| self.refuse(&refusal))?;
         let request = request.into_inner();
         if let Some(client) = client {
+            // A limit override states a limit: it takes the `state_limits` scope too.
+            if request.descriptors.iter().any(|d| d.limit.is_some()) && !client.holds(Scope::StateLimits) {
+                return Err(self.refuse(&Refusal::Scope(client, Scope::StateLimits)));
+            }
             // Every descriptor must name the client's pinned descriptors, with their values.
             for descriptor in &request.descriptors {
                 let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
@@ -117,18 +128,19 @@ impl RateLimitService for Rls {
         let policy = running.domain(Some(&request.domain));
         let default_cost = u64::from(request.hits_addend.max(1));
 
-        // One hit per descriptor that counts (`is_negative_hits` ones are answered OK, untouched).
-        let descriptors: SmallVec<[(usize, Descriptors, u64); 4]> = request
-            .descriptors
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| !d.is_negative_hits)
-            .map(|(i, d)| {
-                (i, descriptors_of(d), d.hits_addend.as_ref().map_or(default_cost, |h| h.value.max(1)))
-            })
-            .collect();
+        // One hit per descriptor that counts (`is_negative_hits` ones are answered OK, untouched),
+        // stating its limit override when it has one.
+        let mut descriptors: SmallVec<[(usize, Descriptors, u64, Stated); 4]> = SmallVec::new();
+        for (i, d) in request.descriptors.iter().enumerate().filter(|(_, d)| !d.is_negative_hits) {
+            let stated = match &d.limit {
+                Some(o) => override_of(i, o)?,
+                None => Stated::default(),
+            };
+            let cost = d.hits_addend.as_ref().map_or(default_cost, |h| h.value.max(1));
+            descriptors.push((i, descriptors_of(d), cost, stated));
+        }
         let hits: SmallVec<[Hit<'_>; 4]> =
-            descriptors.iter().map(|(_, d, cost)| Hit::new(d, *cost)).collect();
+            descriptors.iter().map(|(_, d, cost, stated)| Hit::new(d, *cost).stating(stated)).collect();
         // With Impossible::Deny the engine errs on no cost (`max(1)` rules out a zero one), only on
         // a descriptor value a rule cannot key by.
         let verdict = match self.app.decisions().decide(policy, Api::Grpc, &hits).await {
@@ -140,7 +152,7 @@ impl RateLimitService for Rls {
             DescriptorStatus { code: Code::Ok as i32, ..DescriptorStatus::default() };
             request.descriptors.len()
         ];
-        for (hit, (index, _, _)) in descriptors.iter().enumerate() {
+        for (hit, (index, _, _, _)) in descriptors.iter().enumerate() {
             statuses[*index] = status(&verdict, hit);
         }
         let mut headers = http::HeaderMap::new();
@@ -194,6 +206,39 @@ fn status(verdict: &Verdict, hit: usize) -> DescriptorStatus {
         status.duration_until_reset = Some(proto_duration(limit.decision.reset_after));
     }
     status
+}
+
+/// Descriptor `index`'s limit override as stated values: `requests_per_unit` per `unit` (a
+/// month of 30 days and a year of 365, as envoyproxy/ratelimit counts them); INVALID_ARGUMENT for
+/// an unknown unit or a limit of 0.
+#[allow(clippy::result_large_err)] // a status is built only on the error path, and answered at once
+fn override_of(index: usize, o: &RateLimitOverride) -> Result<Stated, tonic::Status> {
+    const DAY: u64 = 86_400;
+    let secs = match Unit::try_from(o.unit) {
+        Ok(Unit::Second) => 1,
+        Ok(Unit::Minute) => 60,
+        Ok(Unit::Hour) => 3600,
+        Ok(Unit::Day) => DAY,
+        Ok(Unit::Week) => 7 * DAY,
+        Ok(Unit::Month) => 30 * DAY,
+        Ok(Unit::Year) => 365 * DAY,
+        _ => {
+            return Err(tonic::Status::invalid_argument(format!(
+                "descriptors[{index}].limit: unit {} is not a unit (SECOND to YEAR)",
+                o.unit
+            )));
+        }
+    };
+    if o.requests_per_unit == 0 {
+        return Err(tonic::Status::invalid_argument(format!(
+            "descriptors[{index}].limit: requests_per_unit is 0; it must be at least 1"
+        )));
+    }
+    Ok(Stated {
+        limit: Some(u64::from(o.requests_per_unit)),
+        window: Some(Duration::from_secs(secs)),
+        block_for: None,
+    })
 }
 
 /// The limit as Envoy's `RateLimit`, when its window is one of Envoy's units: a second, minute,

@@ -183,6 +183,11 @@ impl Clients {
 }
 
 impl Client {
+    /// Whether the client holds `scope`.
+    pub fn holds(&self, scope: Scope) -> bool {
+        self.scopes.contains(scope)
+    }
+
     /// Applies the descriptors pinned to this client to a request's: a value other than the
     /// pinned one is refused; a missing one is added (`native`: the native policy), or refused (an
     /// Envoy domain, whose rules match descriptors as entries in order, so adding one would change

@@ -58,7 +58,19 @@
 //! - `replaces` naming no limit of the domain (a no-op in envoyproxy/ratelimit, most likely a
 //!   typo): refused with an error; `replaces` on an `unlimited` rate_limit: refused.
 //! - `quota_mode`, `metadata`: refused as unknown fields.
-//! - Limits sent by Envoy in the request descriptor (`limit` override): ignored.
+//!
+//! # Envoy's limit override
+//!
+//! A descriptor Envoy sends with `limit` (a route's `RateLimitDescriptor.limit`:
+//! `requests_per_unit` and `unit`) states that limit and window to the rules that apply to it,
+//! as caller-stated limits ([`floodgate::stated`]): each rule of the domain takes them, up to the
+//! domain's bound, on a counter of its own when they differ from the rule's. The bound is
+//! Floodgate's own top-level field (envoyproxy/ratelimit has none):
+//!
+//! ```yaml
+//! limit_override: { max_requests_per_unit: 1000000, max_unit: day }   # the default
+//! limit_override: refuse                                               # overrides are an error
+//! ```
 
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -89,7 +101,54 @@ pub(crate) struct Domain {
     pub(crate) inexact: Option<Box<InexactRule>>,
 }
 
-const TOP_FIELDS: &[&str] = &["domain", "descriptors"];
+const TOP_FIELDS: &[&str] = &["domain", "descriptors", "limit_override"];
+
+/// The default bound on Envoy's limit override: a million requests per unit.
+pub(crate) const DEFAULT_MAX_OVERRIDE: u64 = 1_000_000;
+/// The default longest unit of Envoy's limit override: a day.
+pub(crate) const DEFAULT_MAX_OVERRIDE_UNIT: Duration = Duration::from_secs(86_400);
+
+/// `limit_override`: the domain's bound on Envoy's per-descriptor limits, or `refuse`.
+fn limit_override(item: Option<Item<'_>>) -> Result<Option<floodgate::Statable>, Invalid> {
+    let bound = |n: u64, unit: Duration| {
+        Some(floodgate::Statable::new().limit(NonZeroU64::new(n).unwrap_or(NonZeroU64::MIN)).window(unit))
+    };
+    let Some(item) = item.filter(|i| !i.is_null()) else {
+        return Ok(bound(DEFAULT_MAX_OVERRIDE, DEFAULT_MAX_OVERRIDE_UNIT));
+    };
+    if !item.is_map() {
+        let text = item.str("refuse, or {max_requests_per_unit: N, max_unit: UNIT}")?;
+        if text == "refuse" {
+            return Ok(None);
+        }
+        return Err(item.error(format!(
+            "unknown limit_override {text:?}: expected refuse, or {{max_requests_per_unit: N, max_unit: UNIT}}"
+        )));
+    }
+    let fields = item.fields(
+        "the bound on Envoy's limit override (e.g. {max_requests_per_unit: 1000000, max_unit: day})",
+        Some(&["max_requests_per_unit", "max_unit"]),
+    )?;
+    let max = match fields.get("max_requests_per_unit") {
+        Some(m) => m.u64_at_least("max_requests_per_unit", 1)?,
+        None => DEFAULT_MAX_OVERRIDE,
+    };
+    let unit = match fields.get("max_unit") {
+        Some(u) => {
+            let text = u.str("a unit")?.to_ascii_lowercase();
+            match UNITS.iter().find(|(name, _)| *name == text) {
+                Some((_, secs)) => Duration::from_secs(*secs),
+                None => {
+                    return Err(u.error(format!(
+                        "unknown unit {text:?}: expected second, minute, hour, day, week, month or year"
+                    )));
+                }
+            }
+        }
+        None => DEFAULT_MAX_OVERRIDE_UNIT,
+    };
+    Ok(bound(max, unit))
+}
 const DESCRIPTOR_FIELDS: &[&str] = &[
     "key",
     "value",
@@ -176,6 +235,10 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Domain, Invalid> {
     let mut path: Vec<(&Entry<'_>, &[Entry<'_>])> = Vec::new();
     walk(&tree, &mut path, &domain, &mut compiled)?;
     let rules = resolve_replaces(compiled.rules, &compiled.explicit, &compiled.replaces)?;
+    let rules = match limit_override(fields.get("limit_override"))? {
+        Some(bound) => rules.into_iter().map(|r| r.statable(bound)).collect(),
+        None => rules,
+    };
     Ok(Domain {
         name: domain,
         line: domain_item.node.line,

@@ -190,6 +190,10 @@ impl GatewayState {
                     Err(EngineError::Cost { .. }) => {
                         return Ok(Verdict { allowed: true, ..Verdict::default() });
                     }
+                    // A rule that needs a stated limit, which the gateway never states.
+                    Err(error @ (EngineError::Stated { .. } | EngineError::Unclaimed { .. })) => {
+                        return Err(respond::malformed(format!("{error}.")));
+                    }
                 };
             let wait = if verdict.allowed { None } else { next_wait(&domain.policy, &verdict, waited) };
             let Some(wait) = wait else {

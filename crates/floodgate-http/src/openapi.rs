@@ -46,7 +46,9 @@ use crate::problem::{
     FORBIDDEN_TYPE, INVALID_TYPE, MALFORMED_TYPE, NEVER_ALLOWED_TYPE, NOT_FOUND_TYPE, QUOTA_EXCEEDED_TYPE,
     RATE_LIMITED_TYPE, RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE,
 };
-use crate::wire::{CheckRequest, FIELDS, MAX_COST, MAX_COST_DIMENSIONS, MAX_DESCRIPTORS, VerdictBody};
+use crate::wire::{
+    CheckRequest, FIELDS, MAX_COST, MAX_COST_DIMENSIONS, MAX_DESCRIPTORS, STATED_FIELDS, VerdictBody,
+};
 use crate::{PROBLEM_CONTENT_TYPE, Problem};
 
 /// Every `outcome` a limit of a verdict can have, as [`Outcome::as_str`] names it.
@@ -121,7 +123,8 @@ impl ToSchema for crate::HeaderStyle {
 
 impl PartialSchema for CheckRequest {
     fn schema() -> RefOr<Schema> {
-        let [descriptors, cost, costs, domain] = FIELDS;
+        let [descriptors, cost, costs, domain, stated] = FIELDS;
+        let [stated_limit, window_ms, block_for_ms] = STATED_FIELDS;
         // `cost` with `costs` (not `null`) is refused: one or the other.
         let both = json!({"required": [cost, costs], "properties": {costs: {"type": "object"}}});
         with_keywords(ObjectBuilder::new(), [("not", both)])
@@ -183,6 +186,38 @@ impl PartialSchema for CheckRequest {
                      of the native rules; a domain no file defines gets the native rules. `null` \
                      is the same as leaving it out.",
                 )),
+            )
+            .property(
+                stated,
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::Object))
+                    .description(Some(
+                        "Caller-stated values, for the rules that take them from the request \
+                         (`limit: {from: request, max: N}`, `window: {from: request, max: D}`, \
+                         `block_for: {from: request, max: D}`; see docs/configuration.md): the \
+                         limit, the window and the block duration (0: no block) in milliseconds, \
+                         each optional. A value above a rule's bound, or one no rule applying to \
+                         the request takes, is refused (422 naming the rule, the field and the \
+                         bound); with `auth` clients, stating values needs the `state_limits` \
+                         scope. A stated (limit, window) other than the rule's own counts on a \
+                         counter of its own. `null` is the same as leaving it out.",
+                    ))
+                    .property(
+                        stated_limit,
+                        integer(1).maximum(Some(MAX_COST)).description(Some("The limit.")),
+                    )
+                    .property(
+                        window_ms,
+                        integer(1).maximum(Some(MAX_COST)).description(Some("The window, in ms.")),
+                    )
+                    .property(
+                        block_for_ms,
+                        integer(0)
+                            .maximum(Some(MAX_COST))
+                            .description(Some("How long a denial blocks, in ms.")),
+                    )
+                    .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+                    .examples([json!({"limit": 10, "window_ms": 60000, "block_for_ms": 300000})]),
             )
             .additional_properties(Some(AdditionalProperties::FreeForm(false)))
             .examples([

@@ -28,7 +28,7 @@ use std::fmt;
 use std::time::Duration;
 
 use floodgate::cost::{REQUESTS, valid_dimension};
-use floodgate::{Costs, Descriptors, Hit, Verdict};
+use floodgate::{Costs, Descriptors, Hit, Stated, Verdict};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -46,7 +46,10 @@ pub const MAX_COST: u64 = u64::MAX;
 pub const MAX_COST_DIMENSIONS: usize = 16;
 
 /// The fields a check body may have, in the order they are documented.
-pub const FIELDS: [&str; 4] = ["descriptors", "cost", "costs", "domain"];
+pub const FIELDS: [&str; 5] = ["descriptors", "cost", "costs", "domain", "stated"];
+
+/// The fields of a check body's `stated`, in the order they are documented.
+pub const STATED_FIELDS: [&str; 3] = ["limit", "window_ms", "block_for_ms"];
 
 // === the request body ===
 
@@ -63,15 +66,61 @@ pub struct CheckRequest {
     pub costs: Option<Costs>,
     /// The Envoy domain whose policy decides, if any.
     pub domain: Option<String>,
+    /// The limit, window and block duration it states for the rules that take them
+    /// (`{"limit": 10, "window_ms": 60000, "block_for_ms": 300000}`, each optional); empty when
+    /// the body states none.
+    pub stated: Stated,
 }
 
 impl CheckRequest {
     /// The hit this request asks the engine to decide.
     pub fn hit<'a>(&'a self, descriptors: &'a Descriptors) -> Hit<'a> {
-        match &self.costs {
+        let hit = match &self.costs {
             Some(costs) => Hit::with_costs(descriptors, costs),
             None => Hit::new(descriptors, self.cost),
+        };
+        hit.stating(&self.stated)
+    }
+}
+
+/// `stated`: an object of whole numbers, the durations in milliseconds (what is wrong with one is
+/// explained by [`explain`]).
+#[derive(Debug, Default)]
+struct StatedBody {
+    limit: Option<Cost>,
+    window_ms: Option<Cost>,
+    block_for_ms: Option<Cost>,
+}
+
+impl<'de> Deserialize<'de> for StatedBody {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StatedBody;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of stated values")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StatedBody, A::Error> {
+                let mut body = StatedBody::default();
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    let value: Option<Cost> = map.next_value()?;
+                    let field = match &*name {
+                        "limit" => &mut body.limit,
+                        "window_ms" => &mut body.window_ms,
+                        "block_for_ms" => &mut body.block_for_ms,
+                        other => return Err(de::Error::custom(format!("unknown field stated.{other:?}"))),
+                    };
+                    if field.is_some() {
+                        return Err(de::Error::custom(format!("stated.{name:?} appears twice")));
+                    }
+                    *field = value;
+                }
+                Ok(body)
+            }
         }
+        deserializer.deserialize_map(V)
     }
 }
 
@@ -85,6 +134,8 @@ struct Body {
     costs: Option<CostMap>,
     #[serde(default)]
     domain: Option<String>,
+    #[serde(default)]
+    stated: Option<StatedBody>,
 }
 
 fn some_cost<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
@@ -199,13 +250,24 @@ impl CheckRequest {
             Ok(Body { costs: Some(CostMap(costs)), .. }) if costs.is_zero() => Err(Problem::invalid(
                 "\"costs\" must give at least one dimension a cost of 1 or more, e.g. {\"requests\": 1}.",
             )),
-            Ok(Body { descriptors: DescriptorMap(descriptors), cost, costs, domain }) => {
+            Ok(Body { stated: Some(StatedBody { limit: Some(Cost(0)), .. }), .. }) => {
+                Err(Problem::invalid("stated.limit is 0; it must be at least 1."))
+            }
+            Ok(Body { stated: Some(StatedBody { window_ms: Some(Cost(0)), .. }), .. }) => {
+                Err(Problem::invalid("stated.window_ms is 0; it must be at least 1."))
+            }
+            Ok(Body { descriptors: DescriptorMap(descriptors), cost, costs, domain, stated }) => {
                 let costs = costs.map(|CostMap(c)| c);
                 let cost = match &costs {
                     Some(c) => c.get(REQUESTS),
                     None => cost.unwrap_or(1),
                 };
-                Ok(CheckRequest { descriptors, cost, costs, domain })
+                let stated = stated.map_or_else(Stated::default, |s| Stated {
+                    limit: s.limit.map(|Cost(n)| n),
+                    window: s.window_ms.map(|Cost(ms)| Duration::from_millis(ms)),
+                    block_for: s.block_for_ms.map(|Cost(ms)| Duration::from_millis(ms)),
+                });
+                Ok(CheckRequest { descriptors, cost, costs, domain, stated })
             }
             Err(e) if e.is_syntax() || e.is_eof() || e.is_io() => {
                 Err(Problem::malformed(if body.is_empty() {
@@ -301,7 +363,7 @@ fn explain(value: &Value) -> Option<String> {
     };
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Some(format!(
-            "Unknown field {unknown:?}: expected \"descriptors\", \"cost\", \"costs\" or \"domain\""
+            "Unknown field {unknown:?}: expected \"descriptors\", \"cost\", \"costs\", \"domain\" or \"stated\""
         ));
     }
     match fields.get("descriptors") {
@@ -374,6 +436,27 @@ fn explain(value: &Value) -> Option<String> {
         && !(domain.is_string() || domain.is_null())
     {
         return Some(format!("\"domain\" must be a string, not {}", kind(domain)));
+    }
+    match fields.get("stated") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(stated)) => {
+            if let Some(unknown) = stated.keys().find(|k| !STATED_FIELDS.contains(&k.as_str())) {
+                return Some(format!(
+                    "Unknown field stated.{unknown:?}: expected \"limit\", \"window_ms\" or \"block_for_ms\""
+                ));
+            }
+            for (name, value) in stated {
+                if value.as_u64().or_else(|| value.as_f64().and_then(whole)).is_none() && !value.is_null() {
+                    return Some(format!("stated.{name} must be a whole number, not {}", kind(value)));
+                }
+            }
+        }
+        Some(other) => {
+            return Some(format!(
+                "\"stated\" must be an object such as {{\"limit\": 10, \"window_ms\": 60000}}, not {}",
+                kind(other)
+            ));
+        }
     }
     None
 }

@@ -78,6 +78,10 @@ where
                                     ))
                                 }
                                 EngineError::Cost { .. } => Problem::never_allowed(),
+                                // A rule that needs a stated limit, which a layer never states.
+                                EngineError::Stated { .. } | EngineError::Unclaimed { .. } => {
+                                    Problem::invalid(format!("{error}."))
+                                }
                             };
                             let mut response = problem_response(&problem);
                             // For outer layers (logs): which rule, and why. Not in the body.

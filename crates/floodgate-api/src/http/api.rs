@@ -154,6 +154,14 @@ where
         Ok(request) => request,
         Err(p) => return problem(p),
     };
+    // Stating a limit takes a scope of its own: a client that may check may not by that alone
+    // raise its own limit.
+    if let Some(client) = client
+        && !request.stated.is_empty()
+        && !client.holds(Scope::StateLimits)
+    {
+        return refused(&Refusal::Scope(client, Scope::StateLimits));
+    }
 
     let domain = request.domain.take();
     let mut descriptors = std::mem::take(&mut request.descriptors);
@@ -173,7 +181,8 @@ where
     tag_header(&verdict, response.headers_mut());
     // A check that took concurrency permits: an id `/v1/release` frees them with, kept as long as
     // the longest of their leases. Without one (the store could not keep it), they end with it.
-    if api == Api::Check && verdict.allowed && verdict.holds_permits() {
+    // (Not for stated values: the record names the rule's own counters.)
+    if api == Api::Check && verdict.allowed && verdict.holds_permits() && request.stated.is_empty() {
         let lease = verdict.limits.iter().filter(|l| l.permit && l.grant.is_some()).map(|l| l.window).max();
         let store = app.control().store();
         let hit = request.hit(&descriptors);
@@ -202,7 +211,8 @@ pub(crate) fn as_domain_sees_them(
     }
 }
 
-/// 422 naming the rule that can never grant the cost, or that cannot key by a descriptor's value.
+/// 422 naming the rule that can never grant the cost, that cannot key by a descriptor's value, or
+/// whose bound a stated value breaks.
 pub(super) fn never_allowed(error: &EngineError) -> Response {
     problem(match error {
         EngineError::Cost { .. } => Problem::new(
@@ -213,6 +223,9 @@ pub(super) fn never_allowed(error: &EngineError) -> Response {
         ),
         EngineError::Descriptor { .. } | EngineError::MissingDescriptor { .. } => {
             Problem::invalid(format!("Invalid descriptor: {error}."))
+        }
+        EngineError::Stated { .. } | EngineError::Unclaimed { .. } => {
+            Problem::invalid(format!("Invalid stated value: {error}."))
         }
     })
 }

@@ -58,6 +58,8 @@ impl PartialSchema for ReserveRequest {
             .examples([json!("5m")])
             .build();
         body.properties.insert("ttl".into(), ttl.into());
+        // A reservation does not take stated values (see `parse_reserve`).
+        body.properties.remove("stated");
         body.description = Some(
             "As `/v1/check`'s body (the costs are the estimate), plus `ttl`. Any other field is refused (422)."
                 .into(),
@@ -244,10 +246,17 @@ fn parse_reserve(body: &[u8]) -> Result<(CheckRequest, Duration), Problem> {
             )));
         }
     };
+    // A reservation is settled on the counters its record names, which hold no stated values.
+    if value.as_object().is_some_and(|o| o.contains_key("stated")) {
+        return Err(Problem::invalid(
+            "Unknown field \"stated\": a reservation does not take stated values (state them with /v1/check); \
+             expected \"descriptors\", \"cost\", \"costs\", \"domain\" or \"ttl\".",
+        ));
+    }
     let rest = serde_json::to_vec(&value).map_err(|e| Problem::malformed(e.to_string()))?;
     let request = CheckRequest::parse(&rest).map_err(|mut p| {
         if p.detail.contains("Unknown field") {
-            p.detail = p.detail.replace("or \"domain\"", "\"domain\" or \"ttl\"");
+            p.detail = p.detail.replace("\"domain\" or \"stated\"", "\"domain\" or \"ttl\"");
         }
         p
     })?;

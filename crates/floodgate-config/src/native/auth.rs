@@ -89,19 +89,24 @@ pub enum Scope {
     Reserve = 4,
     /// The admin API under `/admin/`.
     Admin = 8,
+    /// Stating a limit, window or block duration with a check, peek or report (`stated`), for the
+    /// rules that take them from the request; on top of the endpoint's own scope.
+    StateLimits = 16,
 }
 
 impl Scope {
     /// Every scope, as configuration names it.
-    pub const ALL: [Scope; 4] = [Scope::Check, Scope::Report, Scope::Reserve, Scope::Admin];
+    pub const ALL: [Scope; 5] =
+        [Scope::Check, Scope::Report, Scope::Reserve, Scope::Admin, Scope::StateLimits];
 
-    /// Its name: `check`, `report`, `reserve` or `admin`.
+    /// Its name: `check`, `report`, `reserve`, `admin` or `state_limits`.
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Check => "check",
             Scope::Report => "report",
             Scope::Reserve => "reserve",
             Scope::Admin => "admin",
+            Scope::StateLimits => "state_limits",
         }
     }
 
@@ -226,7 +231,8 @@ fn client(item: &Item<'_>) -> Result<Client, Invalid> {
             (token(&f, &text, &format!("the token file {path:?}"))?, TokenSource::File(PathBuf::from(path)))
         }
     };
-    let scopes_item = fields.require("scopes", "what the client may call: check, report, reserve, admin")?;
+    let scopes_item =
+        fields.require("scopes", "what the client may call: check, report, reserve, admin, state_limits")?;
     let mut scopes = Scopes::default();
     for s in scopes_item.elements("a list of scopes")? {
         let text = s.str("a scope")?;

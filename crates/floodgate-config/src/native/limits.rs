@@ -14,6 +14,7 @@ use jiff::civil::Weekday;
 
 use super::descriptors::Vocabulary;
 use super::positive_duration;
+use super::stated::{self, Statements};
 use crate::duration;
 use crate::error::Invalid;
 use crate::fingerprint::Canonical;
@@ -197,6 +198,7 @@ pub(crate) fn shape(
     kind: LimitKind,
     vocabulary: &Vocabulary,
     canonical: &mut Canonical,
+    statements: &mut Statements,
 ) -> Result<Shape, Invalid> {
     match kind {
         LimitKind::Concurrency => {
@@ -210,7 +212,14 @@ pub(crate) fn shape(
         LimitKind::Budget => {
             let ttl_item =
                 fields.require("ttl", "how long a budget lasts from its first use, e.g. ttl: 24h")?;
-            let ttl = positive_duration(ttl_item, "ttl")?;
+            let ttl = if stated::is_from(&ttl_item) {
+                let w = stated::window(&ttl_item, "ttl")?;
+                let own = w.own();
+                statements.window = Some(w);
+                own
+            } else {
+                positive_duration(ttl_item, "ttl")?
+            };
             canonical.field("ttl", duration::format(ttl));
             Ok(Shape::Budget(ttl))
         }
@@ -291,7 +300,14 @@ pub(crate) fn shape(
         }
         _ => {
             let window_item = fields.require("window", "e.g. window: 60s")?;
-            let window = positive_duration(window_item, "window")?;
+            let window = if stated::is_from(&window_item) {
+                let w = stated::window(&window_item, "window")?;
+                let own = w.own();
+                statements.window = Some(w);
+                own
+            } else {
+                positive_duration(window_item, "window")?
+            };
             canonical.field("window", duration::format(window));
             Ok(Shape::Window(kind, window))
         }

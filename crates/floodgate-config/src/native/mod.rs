@@ -14,6 +14,7 @@ mod limits;
 mod partition_keys;
 pub mod redis;
 mod rules;
+mod stated;
 mod store;
 pub mod tls;
 

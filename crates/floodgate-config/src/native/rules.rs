@@ -10,8 +10,9 @@ use floodgate::{
 };
 
 use super::descriptors::Vocabulary;
-use super::limits::{Shape, bucket, count, counted, shape};
+use super::limits::{Count, Shape, bucket, count, counted, shape};
 use super::positive_duration;
+use super::stated::{self, Statements};
 use crate::algorithm::{self, Algorithm};
 use crate::doubles;
 use crate::duration;
@@ -34,6 +35,7 @@ static RULE_FIELDS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
         "ip_prefix",
         "cost",
         "headers",
+        "block_for",
     ]);
     fields
 });
@@ -64,7 +66,8 @@ pub(crate) fn compile(
     canonical.field("name", &name);
 
     // algorithm and its parameters
-    let (algorithm, limit, by, calendar) = algorithm_limit(&item, &fields, vocabulary, &mut canonical)?;
+    let (algorithm, limit, by, calendar, mut statements) =
+        algorithm_limit(&item, &fields, vocabulary, &mut canonical)?;
     let mut rule = Rule::new(name.as_ref(), limit);
     if let Some(by) = by {
         rule = rule.vary_by(by);
@@ -219,6 +222,40 @@ pub(crate) fn compile(
         rule = headers(&item, rule, partition_keys)?;
     }
 
+    // The penalty box, and what requests may state.
+    if let Some(item) = fields.get("block_for").filter(|i| !i.is_null()) {
+        let (own, bound) = stated::block_for(&item)?;
+        if algorithm.kind == LimitKind::Concurrency && (own.is_some() || bound.is_some()) {
+            return Err(item.error(
+                "block_for is not available for the concurrency algorithm: a permit held is not a count a block \
+                 could forget",
+            ));
+        }
+        if own.is_some() && rule.prefetch_batch().is_some() {
+            return Err(item.error(
+                "block_for is not available with prefetch: units spent locally would not see the block",
+            ));
+        }
+        if let Some(own) = own {
+            canonical.field("block_for", duration::format(own));
+            rule = rule.block_for(own);
+        }
+        statements.block_for = bound;
+    }
+    if let Some(statable) = statements.statable(&mut canonical) {
+        let refuse = |reason: &str| item.error(format!("stated limits: {reason}"));
+        if statements.limit.is_some() && rule.varies_by().is_some() {
+            return Err(refuse("a limit that varies by a descriptor cannot also be stated by requests"));
+        }
+        if rule.shard_count().is_some() {
+            return Err(refuse("not available with shards (a stated limit could not be split)"));
+        }
+        if rule.prefetch_batch().is_some() {
+            return Err(refuse("not available with prefetch"));
+        }
+        rule = rule.statable(statable);
+    }
+
     if let Some(kind) = in_doubles {
         doubles::check_native(&rule, &item, &fields, kind)?;
     }
@@ -251,7 +288,7 @@ fn headers(item: &Item<'_>, rule: Rule, partition_keys: Option<&PartitionKeys>) 
 }
 
 /// What [`algorithm_limit`] reads.
-type AlgorithmLimit = (&'static Algorithm, Limit, Option<ByDescriptor>, Option<CalendarBy>);
+type AlgorithmLimit = (&'static Algorithm, Limit, Option<ByDescriptor>, Option<CalendarBy>, Statements);
 
 /// A rule's algorithm and its parameters (`algorithm: token_bucket`, `rate: 2/s`, `burst: 8`):
 /// the algorithm, its limit, the limit's variants when it varies by a descriptor, and a quota's
@@ -276,19 +313,27 @@ pub(crate) fn algorithm_limit(
     check_parameters(item.clone(), fields, algorithm)?;
 
     let mut calendar = None;
+    let mut statements = Statements::default();
     let (limit, by) = match algorithm.kind {
         LimitKind::TokenBucket | LimitKind::Gcra => bucket(fields, algorithm.kind, vocabulary, canonical)?,
         _ => {
-            let shape = shape(fields, algorithm.kind, vocabulary, canonical)?;
+            let shape = shape(fields, algorithm.kind, vocabulary, canonical, &mut statements)?;
             if let Shape::Quota(_, by) = &shape {
                 calendar = by.clone();
             }
             let limit_item = fields.require("limit", "a limit is required")?;
-            let count = count(limit_item.clone(), vocabulary)?;
+            let count = if stated::is_from(&limit_item) {
+                let l = stated::limit(&limit_item)?;
+                let own = l.own();
+                statements.limit = Some(l);
+                Count::One(own)
+            } else {
+                count(limit_item.clone(), vocabulary)?
+            };
             counted(fields, &shape, &count, &limit_item, canonical)?
         }
     };
-    Ok((algorithm, limit, by, calendar))
+    Ok((algorithm, limit, by, calendar, statements))
 }
 
 /// An algorithm and its parameters alone, as a rule writes them (`{algorithm: token_bucket, rate:
@@ -305,8 +350,13 @@ pub(crate) fn limit_alone(root: Item<'_>, others: &[&str]) -> Result<Limit, Inva
              Europe/Berlin",
         ));
     }
-    let (_, limit, by, _) =
+    let (_, limit, by, _, statements) =
         algorithm_limit(&root, &fields, &Vocabulary::default(), &mut Canonical::default())?;
+    if statements.limit.is_some() || statements.window.is_some() {
+        return Err(
+            root.error("a limit or window from the request needs a request: give the values themselves")
+        );
+    }
     if let Some(burst) = fields.get("burst")
         && burst.u64_at_least("burst", 1)? > algorithm::MAX_BURST_AT_ANY_RATE
     {

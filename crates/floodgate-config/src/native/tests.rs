@@ -595,3 +595,61 @@ fn ip_prefixes() {
         assert!(e.field.as_deref().is_some_and(|f| f.contains("ip_prefix")), "{fields}: {:?}", e.field);
     }
 }
+
+#[test]
+fn a_template_rule_takes_its_limit_window_and_block_from_the_request() {
+    let native = one_rule(
+        "    key: [user]
+    algorithm: sliding_log
+    limit: { from: request, max: 10000 }
+    window: { from: request, max: 1d, default: 60s }
+    block_for: { from: request, max: 1h }
+",
+    )
+    .unwrap();
+    let rule = &native.rules[0];
+    let statable = rule.statable_values().expect("statable");
+    let limit = statable.limit_bound().unwrap();
+    assert_eq!((limit.max.get(), limit.required), (10_000, true));
+    let window = statable.window_bound().unwrap();
+    assert_eq!((window.max, window.required), (Duration::from_secs(86_400), false));
+    assert_eq!(statable.block_for_bound().map(|b| b.max), Some(Duration::from_secs(3600)));
+    assert_eq!(rule.block_duration(), None);
+    // The rule's own: the default window, and the bound as the placeholder of a required limit.
+    assert!(matches!(rule.limit(), Limit::SlidingLog(l) if l.window() == Duration::from_secs(60)));
+
+    let fixed =
+        one_rule("    algorithm: fixed_window\n    limit: 5\n    window: 1m\n    block_for: 15m\n").unwrap();
+    assert_eq!(fixed.rules[0].block_duration(), Some(Duration::from_secs(900)));
+    assert!(fixed.rules[0].statable_values().is_none());
+}
+
+#[test]
+fn stated_values_need_a_bound_and_a_known_source() {
+    let bad = |body: &str, says: &str| {
+        let e = one_rule(body).expect_err(body).message;
+        assert!(e.contains(says), "{body}: {e}");
+    };
+    bad("    algorithm: fixed_window\n    limit: { from: request }\n    window: 1m\n", "max");
+    bad(
+        "    algorithm: fixed_window\n    limit: { from: header, max: 5 }\n    window: 1m\n",
+        "unknown source \"header\"",
+    );
+    bad(
+        "    algorithm: fixed_window\n    limit: { from: request, max: 5, default: 9 }\n    window: 1m\n",
+        "default 9 is above max 5",
+    );
+    bad(
+        "    algorithm: fixed_window\n    limit: 5\n    window: { from: request, max: 0s }\n",
+        "longer than 0",
+    );
+    bad("    algorithm: concurrency\n    limit: 5\n    block_for: 1m\n", "concurrency");
+    bad(
+        "    algorithm: fixed_window\n    limit: 5\n    window: 1m\n    block_for: soon\n",
+        "invalid block_for",
+    );
+    bad(
+        "    algorithm: fixed_window\n    limit: { from: request, max: 5 }\n    window: 1m\n    shards: 2\n",
+        "shards",
+    );
+}

@@ -2,7 +2,9 @@
 //! pinned descriptors, the `client` label, and token rotation by reload — on the real server.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use floodgate_app::ServeOptions;
@@ -191,6 +193,20 @@ async fn grpc_needs_a_check_token_and_the_pinned_descriptor() {
     // says 3 would remain after one more).
     let peek = call(&server, "/v1/peek", &check_body(&shop, 1), Some(BFF_TOKEN)).await;
     assert_eq!(peek.json()["limits"][0]["remaining"], 3);
+    // A limit override states a limit: `check` alone does not allow it.
+    let mut rls =
+        RateLimitServiceClient::connect(format!("http://{}", server.grpc)).await.expect("gRPC connect");
+    let mut overriding = descriptor(&shop);
+    overriding.limit = Some(RateLimitOverride { requests_per_unit: 1000, unit: 2 });
+    let mut request = tonic::Request::new(RateLimitRequest {
+        domain: "anything".into(),
+        descriptors: vec![overriding],
+        hits_addend: 1,
+    });
+    request.metadata_mut().insert("authorization", format!("Bearer {BFF_TOKEN}").parse().unwrap());
+    let refused = rls.should_rate_limit(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("\"state_limits\" scope"), "{refused:?}");
     server.stop().await;
 }
 

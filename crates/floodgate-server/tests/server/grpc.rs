@@ -374,3 +374,69 @@ async fn an_ip_that_is_no_address_under_a_prefix_rule_is_an_invalid_argument_not
     assert!(status.message().contains("\"garbage\""), "{}", status.message());
     server.stop().await;
 }
+
+/// An envoyproxy/ratelimit file's domain, bounded by its own `limit_override`.
+const OVERRIDDEN: &str = "\
+domain: overrides
+limit_override: { max_requests_per_unit: 100, max_unit: hour }
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 50 }
+";
+
+fn overriding(ip: &str, requests_per_unit: u32, unit: Unit) -> RateLimitRequest {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    let mut d = descriptor(&[("remote_address", ip)]);
+    d.limit = Some(RateLimitOverride { requests_per_unit, unit: unit as i32 });
+    RateLimitRequest { domain: "overrides".into(), descriptors: vec![d], hits_addend: 0 }
+}
+
+#[tokio::test]
+async fn envoys_limit_override_is_honoured_within_the_domains_bound_and_reported() {
+    let dir = TempDir::new("envoy-override");
+    let path = dir.write_atomic("ratelimit.yaml", OVERRIDDEN);
+    let server = TestServer::start(floodgate_config::load(&path).unwrap_or_else(|e| panic!("{e}"))).await;
+    let mut rls = client(&server).await;
+    // Two an hour for this route, whatever the file says for the descriptor.
+    for remaining in [1u32, 0] {
+        let r = ask(&mut rls, overriding("192.0.2.9", 2, Unit::Hour)).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, remaining);
+        let limit = r.statuses[0].current_limit.as_ref().expect("current_limit");
+        assert_eq!((limit.requests_per_unit, limit.unit), (2, Unit::Hour as i32), "the override is reported");
+    }
+    let over = ask(&mut rls, overriding("192.0.2.9", 2, Unit::Hour)).await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    // Another route's override for the same address counts on its own counter, and so does the
+    // file's own limit.
+    let other = ask(&mut rls, overriding("192.0.2.9", 10, Unit::Minute)).await;
+    assert_eq!((other.overall_code, other.statuses[0].limit_remaining), (Code::Ok as i32, 9));
+    let own = ask(&mut rls, request("overrides", &[&[("remote_address", "192.0.2.9")]], 0)).await;
+    assert_eq!(own.statuses[0].limit_remaining, 49);
+    // Past the domain's bound, an unknown unit, a limit of 0: INVALID_ARGUMENT naming it.
+    for (bad, says) in [
+        (overriding("192.0.2.9", 101, Unit::Minute), "above the rule's bound 100"),
+        (overriding("192.0.2.9", 5, Unit::Day), "above the rule's bound 3600000ms"),
+        (overriding("192.0.2.9", 5, Unit::Unknown), "descriptors[0].limit: unit 0 is not a unit"),
+        (overriding("192.0.2.9", 0, Unit::Second), "descriptors[0].limit: requests_per_unit is 0"),
+    ] {
+        let status = rls.should_rate_limit(bad).await.expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains(says), "{says:?} not in {:?}", status.message());
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_domain_that_refuses_overrides_says_so() {
+    let dir = TempDir::new("envoy-override-refused");
+    let text = OVERRIDDEN
+        .replace("limit_override: { max_requests_per_unit: 100, max_unit: hour }", "limit_override: refuse");
+    let path = dir.write_atomic("ratelimit.yaml", &text);
+    let server = TestServer::start(floodgate_config::load(&path).unwrap_or_else(|e| panic!("{e}"))).await;
+    let mut rls = client(&server).await;
+    let status = rls.should_rate_limit(overriding("192.0.2.10", 5, Unit::Minute)).await.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("no rule that applies to it takes one"), "{}", status.message());
+    server.stop().await;
+}

@@ -21,6 +21,7 @@ mod redis;
 mod reload;
 mod reservations;
 mod simulate;
+mod stated;
 mod support;
 mod survival;
 mod tls;
