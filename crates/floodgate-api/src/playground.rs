@@ -109,6 +109,35 @@ pub fn simulate(
     requests: &[Request],
     sampling: Option<Sampling>,
 ) -> Result<Simulation, SimulateError> {
+    simulate_boxed(limit, None, requests, sampling)
+}
+
+/// [`simulate`] with a penalty box ([`Rule::block_for`](floodgate::Rule::block_for)): after a
+/// denial the limit refuses everything for `block_for` (retry exactly when it ends), nothing
+/// counts meanwhile, and then it starts afresh — as the stores do. A cost the limit never grants
+/// boxes nothing (the engine refuses it before any store).
+///
+/// ```
+/// use std::num::NonZeroU64;
+/// use std::time::Duration;
+/// use floodgate_core::FixedWindow;
+/// use floodgate_api::playground::{Request, simulate_boxed};
+///
+/// let window = FixedWindow::try_new(NonZeroU64::new(2).unwrap(), Duration::from_secs(60))?;
+/// let tries: Vec<Request> = [0, 0, 0, 100_000, 900_000].map(|at_ms| Request { at_ms, cost: 1 }).to_vec();
+/// let run = simulate_boxed(&window.into(), Some(Duration::from_secs(900)), &tries, None)?;
+/// let allowed: Vec<bool> = run.decisions.iter().map(|d| d.allowed).collect();
+/// assert_eq!(allowed, [true, true, false, false, true]); // boxed for 15 minutes, not the minute
+/// assert_eq!(run.decisions[3].retry_after, Some(Duration::from_secs(800)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn simulate_boxed(
+    limit: &Limit,
+    block_for: Option<Duration>,
+    requests: &[Request],
+    sampling: Option<Sampling>,
+) -> Result<Simulation, SimulateError> {
+    let block_for = block_for.filter(|d| !d.is_zero());
     if requests.len() > MAX_REQUESTS {
         return Err(SimulateError::TooManyRequests(requests.len()));
     }
@@ -129,21 +158,33 @@ pub fn simulate(
         None => None,
     };
     Ok(match limit {
-        Limit::FixedWindow(a) => run(a, requests, sampling),
-        Limit::SlidingWindow(a) => run(a, requests, sampling),
-        Limit::SlidingLog(a) => run(a, requests, sampling),
-        Limit::TokenBucket(a) => run(a, requests, sampling),
-        Limit::Gcra(a) => run(a, requests, sampling),
-        Limit::Concurrency(a) => run(a, requests, sampling),
-        Limit::Quota(a) => run(a, requests, sampling),
-        Limit::Budget(a) => run(a, requests, sampling),
+        Limit::FixedWindow(a) => run(a, block_for, requests, sampling),
+        Limit::SlidingWindow(a) => run(a, block_for, requests, sampling),
+        Limit::SlidingLog(a) => run(a, block_for, requests, sampling),
+        Limit::TokenBucket(a) => run(a, block_for, requests, sampling),
+        Limit::Gcra(a) => run(a, block_for, requests, sampling),
+        Limit::Concurrency(a) => run(a, block_for, requests, sampling),
+        Limit::Quota(a) => run(a, block_for, requests, sampling),
+        Limit::Budget(a) => run(a, block_for, requests, sampling),
     })
 }
 
 /// The simulation proper, on one algorithm's state; costs at least 1, sampling at most
 /// [`MAX_SAMPLES`] instants.
-fn run<A: Algorithm>(algorithm: &A, requests: &[Request], sampling: Option<Sampling>) -> Simulation {
+fn run<A: Algorithm>(
+    algorithm: &A,
+    block_for: Option<Duration>,
+    requests: &[Request],
+    sampling: Option<Sampling>,
+) -> Simulation {
     let mut state = A::State::default();
+    // The end of the penalty box, while the limit is in it.
+    let mut boxed_until: Option<Timestamp> = None;
+    let level = |state: &A::State, boxed_until: Option<Timestamp>, at: Timestamp| match boxed_until {
+        Some(until) if until > at => 0,
+        Some(_) => algorithm.status(&A::State::default(), at).0,
+        None => algorithm.status(state, at).0,
+    };
     let mut decisions = vec![None; requests.len()];
     let mut levels = Vec::new();
     let mut samples = sampling
@@ -159,9 +200,28 @@ fn run<A: Algorithm>(algorithm: &A, requests: &[Request], sampling: Option<Sampl
         let r = requests[i];
         // Samples strictly before this request see the state the requests before it left.
         while let Some(at_ms) = samples.next_if(|t| *t < r.at_ms) {
-            levels.push(Level { at_ms, remaining: algorithm.status(&state, instant(at_ms)).0 });
+            levels.push(Level { at_ms, remaining: level(&state, boxed_until, instant(at_ms)) });
         }
         let now = instant(r.at_ms);
+        match boxed_until {
+            Some(until) if until > now => {
+                let left = until.saturating_since(now);
+                decisions[i] = Some(Decision {
+                    allowed: false,
+                    limit: capacity,
+                    remaining: 0,
+                    reset_after: left,
+                    retry_after: Some(left),
+                });
+                continue;
+            }
+            // Out of the box: afresh.
+            Some(_) => {
+                state = A::State::default();
+                boxed_until = None;
+            }
+            None => {}
+        }
         let decision = if r.cost > capacity {
             // Never allowed, however long it waits: refused with no time to retry at.
             let (remaining, reset_after_us) = algorithm.status(&state, now);
@@ -173,7 +233,14 @@ fn run<A: Algorithm>(algorithm: &A, requests: &[Request], sampling: Option<Sampl
                 retry_after: None,
             }
         } else {
-            algorithm.decide(&state, now, r.cost)
+            let mut decision = algorithm.decide(&state, now, r.cost);
+            if let (false, Some(block_for)) = (decision.allowed, block_for) {
+                boxed_until = Some(now.saturating_add(block_for));
+                decision.remaining = 0;
+                decision.reset_after = block_for;
+                decision.retry_after = Some(block_for);
+            }
+            decision
         };
         if decision.allowed {
             algorithm.consume(&mut state, now, r.cost);
@@ -181,7 +248,7 @@ fn run<A: Algorithm>(algorithm: &A, requests: &[Request], sampling: Option<Sampl
         decisions[i] = Some(decision);
     }
     for at_ms in samples {
-        levels.push(Level { at_ms, remaining: algorithm.status(&state, instant(at_ms)).0 });
+        levels.push(Level { at_ms, remaining: level(&state, boxed_until, instant(at_ms)) });
     }
     Simulation { decisions: decisions.into_iter().flatten().collect(), levels }
 }

@@ -620,6 +620,10 @@ fn the_simulation_body_is_one_schema_per_algorithm_naming_exactly_its_parameters
                 takes.remove("anchor");
             }
             takes.extend(["algorithm", "requests", "sample_ms", "until_ms"]);
+            // A penalty box, for every algorithm that counts (not concurrency's permits).
+            if algorithm.kind != floodgate::LimitKind::Concurrency {
+                takes.insert("block_for");
+            }
             assert_eq!(documented, takes, "{name}: its parameters and the simulation's own, no other");
             let required: BTreeSet<&str> =
                 body["required"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();

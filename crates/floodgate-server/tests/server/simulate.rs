@@ -13,7 +13,7 @@ use floodgate_core::{
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use crate::support::TestServer;
+use crate::support::{TestServer, parse};
 
 fn nz(n: u64) -> NonZeroU64 {
     NonZeroU64::new(n).unwrap()
@@ -42,11 +42,19 @@ fn requests() -> impl Strategy<Value = Vec<(u64, u64)>> {
 
 /// The memory store's decisions for `requests` of one rule keyed globally, on a manual clock set to
 /// each request's instant.
-fn by_the_engine(limit: &Limit, requests: &[Request]) -> Vec<floodgate_core::Decision> {
+fn by_the_engine(
+    limit: &Limit,
+    block_for: Option<Duration>,
+    requests: &[Request],
+) -> Vec<floodgate_core::Decision> {
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let clock = ManualClock::new(Timestamp::EPOCH);
     let store = MemoryStore::with_config(MemoryConfig::default(), clock.clone());
-    let engine = Engine::new(Policy::new([Rule::new("sim", limit.clone())]).unwrap(), store);
+    let mut rule = Rule::new("sim", limit.clone());
+    if let Some(d) = block_for {
+        rule = rule.block_for(d);
+    }
+    let engine = Engine::new(Policy::new([rule]).unwrap(), store);
     let descriptors = Descriptors::new();
     requests
         .iter()
@@ -75,9 +83,62 @@ proptest! {
             })
             .collect();
         let simulated = playground::simulate(&limit, &requests, None).unwrap();
-        let engine = by_the_engine(&limit, &requests);
+        let engine = by_the_engine(&limit, None, &requests);
         prop_assert_eq!(simulated.decisions, engine);
     }
+
+    /// With a penalty box (longer or shorter than the window), too: the same refusals for the
+    /// same time, and the same fresh start after.
+    #[test]
+    fn the_playground_boxes_as_the_memory_store_does(
+        limit in limits().prop_filter("a box is for counts", |l| !l.holds_permits()),
+        block_ms in prop_oneof![1u64..50, 50u64..20_000],
+        gaps in requests(),
+    ) {
+        let mut at_ms = 0;
+        let requests: Vec<Request> = gaps
+            .iter()
+            .map(|(gap, cost)| {
+                at_ms += gap;
+                Request { at_ms, cost: (*cost).min(limit.capacity()) }
+            })
+            .collect();
+        let block_for = Some(Duration::from_millis(block_ms));
+        let simulated = playground::simulate_boxed(&limit, block_for, &requests, None).unwrap();
+        let engine = by_the_engine(&limit, block_for, &requests);
+        prop_assert_eq!(simulated.decisions, engine);
+    }
+}
+
+#[tokio::test]
+async fn a_simulated_penalty_box_refuses_until_it_ends() {
+    let server = TestServer::start(parse("rules: []\n")).await;
+    let body = r#"{"algorithm": "fixed_window", "limit": 2, "window": "1m", "block_for": "15m",
+        "requests": [{"at_ms": 0}, {"at_ms": 0}, {"at_ms": 0}, {"at_ms": 100000}, {"at_ms": 900000}]}"#;
+    let reply = server.post("/v1/simulate", body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let allowed: Vec<bool> = reply.json()["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["allowed"].as_bool().unwrap())
+        .collect();
+    assert_eq!(allowed, [true, true, false, false, true]);
+    assert_eq!(reply.json()["decisions"][3]["retry_after_ms"], 800_000);
+    for (bad, says) in [
+        (r#""block_for": "soon""#, "is not a duration"),
+        (r#""block_for": "0s""#, "must be longer than 0"),
+        (r#""block_for": 5"#, "must be a duration"),
+    ] {
+        let body =
+            format!(r#"{{"algorithm": "fixed_window", "limit": 2, "window": "1m", {bad}, "requests": []}}"#);
+        let reply = server.post("/v1/simulate", body).await;
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        assert!(reply.json()["detail"].as_str().unwrap().contains(says), "{}", reply.body);
+    }
+    let permits = r#"{"algorithm": "concurrency", "limit": 2, "block_for": "1m", "requests": []}"#;
+    assert_eq!(server.post("/v1/simulate", permits).await.status, 400);
+    server.stop().await;
 }
 
 #[tokio::test]

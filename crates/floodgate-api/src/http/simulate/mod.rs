@@ -30,7 +30,7 @@ use floodgate_app::auth::{Access, admin_access};
 mod body;
 
 /// The fields of the body besides the algorithm's.
-const FIELDS: [&str; 3] = ["requests", "sample_ms", "until_ms"];
+const FIELDS: [&str; 4] = ["requests", "sample_ms", "until_ms", "block_for"];
 
 /// The decisions.
 #[derive(Debug, Serialize, ToSchema)]
@@ -127,7 +127,23 @@ pub(super) async fn simulate(State(app): State<App>, request: Request) -> Respon
         Ok(sampling) => sampling,
         Err(message) => return bad(message),
     };
-    let run = match playground::simulate(&limit, &requests, sampling) {
+    let block_for = match object.get("block_for") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if limit.holds_permits() => {
+            return bad(format!("block_for {text:?}: not available for the concurrency algorithm."));
+        }
+        Some(Value::String(text)) => match floodgate_config::duration::parse(text) {
+            Ok(d) if d.is_zero() => {
+                return bad(format!(
+                    "block_for {text:?}: must be longer than 0 (leave it out for no block)."
+                ));
+            }
+            Ok(d) => Some(d),
+            Err(e) => return bad(format!("block_for {text:?} is not a duration: {e}.")),
+        },
+        Some(other) => return bad(format!("block_for must be a duration such as \"15m\", not {other}.")),
+    };
+    let run = match playground::simulate_boxed(&limit, block_for, &requests, sampling) {
         Ok(run) => run,
         Err(e) => return bad(e.to_string()),
     };
