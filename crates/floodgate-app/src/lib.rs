@@ -58,7 +58,7 @@ use crate::control::Control;
 use crate::decide::DecisionPath;
 use crate::live::{Live, LiveObserver};
 use crate::metrics::{Metrics, StoreReports};
-use crate::store::{AnyStore, Hooks};
+use crate::store::{AnyStore, Hooks, ServeClock};
 use crate::switches::Overrides;
 
 pub use crate::control::StartError;
@@ -86,6 +86,8 @@ struct Inner {
     switches: Overrides,
     /// The last readiness seen (0 unknown, else a [`Ready`]), to log each change once.
     readiness: AtomicU8,
+    /// The store's clock.
+    clock: ServeClock,
 }
 
 impl App {
@@ -95,7 +97,11 @@ impl App {
     /// configuration or an unusable state directory. Call it within a Tokio runtime.
     pub fn new(config: Config, options: ServeOptions) -> Result<App, StartError> {
         let hooks = Hooks { breaker: Some(survival::breaker_log(config.store.kind())), fallback: None };
-        let store = AnyStore::open_with(&config.store, &config.survival, hooks)?;
+        let clock = match options.manual_clock {
+            Some(start) => ServeClock::manual(start),
+            None => ServeClock::system(),
+        };
+        let store = AnyStore::open_on(&config.store, &config.survival, hooks, clock.clone())?;
         if let AnyStore::Memory(memory) = &store
             && let Some(r) = memory.recovered()
         {
@@ -138,6 +144,7 @@ impl App {
             admin_token: options.admin_token.clone().filter(|t| !t.is_empty()),
             options,
             draining: AtomicBool::new(false),
+            clock,
             switches,
             readiness: AtomicU8::new(0),
         };
@@ -167,6 +174,12 @@ impl App {
     /// The bearer token the admin API requires, if one is set (never empty).
     pub fn admin_token(&self) -> Option<&str> {
         self.inner.admin_token.as_deref()
+    }
+
+    /// The store's clock when it is a manual one (`--manual-clock`), which `POST /admin/clock`
+    /// moves.
+    pub fn manual_clock(&self) -> Option<&floodgate_core::ManualClock> {
+        self.inner.clock.as_manual()
     }
 
     /// How the app runs.

@@ -24,6 +24,10 @@ pub struct ServeOptions {
     /// Where the admin state is kept (`--state-dir`); the configuration's `admin.state_dir` when
     /// `None`. Giving both, different, is an error at start.
     pub state_dir: Option<PathBuf>,
+    /// The memory store's clock stands at this time and moves only when the admin API moves it
+    /// (`--manual-clock`, for tests; see [`ServeClock`](crate::store::ServeClock)); `None`: the
+    /// process clock.
+    pub manual_clock: Option<floodgate_core::Timestamp>,
 }
 
 impl ServeOptions {
@@ -48,6 +52,13 @@ impl ServeOptions {
     /// Reload on `SIGHUP`.
     pub fn sighup(mut self, sighup: bool) -> Self {
         self.sighup = sighup;
+        self
+    }
+
+    /// Run the memory store on a manual clock stopped at `start` (see
+    /// [`ServeOptions::manual_clock`]).
+    pub fn manual_clock(mut self, start: floodgate_core::Timestamp) -> Self {
+        self.manual_clock = Some(start);
         self
     }
 

@@ -94,6 +94,12 @@ pub struct ServeArgs {
     /// says the same).
     #[arg(long, value_name = "DIR", env = "FLOODGATE_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+    /// For tests: the memory store's clock stands at this time (milliseconds since the Unix epoch)
+    /// and moves only when `POST /admin/clock` moves it, so that a test drives windows, blocks and
+    /// expiries deterministically. Never in production: time stands still without it. Memory
+    /// store only.
+    #[arg(long, value_name = "MS")]
+    pub manual_clock: Option<u64>,
 }
 
 /// A share of decisions to log: a number from 0 to 1.
@@ -190,6 +196,7 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
     options.admin_token = args.admin_token.clone();
     options.decision_log_sample = args.decision_log_sample;
     options.state_dir = args.state_dir.clone();
+    options.manual_clock = args.manual_clock.map(floodgate_core::Timestamp::from_millis);
 
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -194,7 +194,7 @@ pub enum StatedError {
 
 /// A duration as a request writes it: whole milliseconds when it has no finer part.
 pub(crate) fn show(d: Duration) -> String {
-    if d.subsec_nanos() % 1_000_000 == 0 {
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", d.as_millis())
     } else {
         format!("{}µs", d.as_micros())

@@ -314,6 +314,36 @@ impl IntoResponses for KeyProblems {
     }
 }
 
+/// Problems of `/admin/clock`: a server on the process clock, a bad move.
+pub(super) struct ClockProblems;
+
+impl IntoResponses for ClockProblems {
+    fn responses() -> Responses {
+        BTreeMap::from([
+            (
+                "404".into(),
+                problem_response(
+                    404,
+                    "The server runs on the process clock (started without `--manual-clock`).",
+                    &[(
+                        NOT_FOUND_TYPE,
+                        "Not Found",
+                        "This server runs on the process clock: /admin/clock exists only with `floodgate serve --manual-clock`.",
+                    )],
+                ),
+            ),
+            (
+                "422".into(),
+                problem_response(
+                    422,
+                    "A body that is not one of `advance_ms` and `set_ms`, or a move backwards.",
+                    &[(INVALID_TYPE, "Invalid Request", "Give one of advance_ms and set_ms.")],
+                ),
+            ),
+        ])
+    }
+}
+
 /// Problems of `/v1/reserve`: as a check's, a bad `ttl`, and a store that could not keep it.
 pub(super) struct ReserveProblems;
 

@@ -15,29 +15,31 @@
 //! prefetch wrapper (to return ended leases, flush them on a reload). The memory store decides
 //! every request itself: `prefetch` has no effect on it.
 
+mod clock;
 mod open;
 mod redis;
 
-use floodgate::core::{Clock, Grant, SystemClock};
+use floodgate::core::{Clock, Grant};
 use floodgate::store::{
     Applied, Breaker, BreakerState, Fallback, MemoryStats, Mode, Op, OverflowStats, Prefetch, Records,
 };
 use floodgate::{Limit, MemoryConfig, MemoryStore, Store, StoreError};
 use floodgate_redis::{Readiness, RedisStore};
 
+pub use self::clock::ServeClock;
 pub use self::open::{Hooks, OpenError, guard};
 pub use self::redis::{redis_config, same_store};
 
 /// A Redis store inside its breaker and the local fallback.
-pub type FallbackStore<C = SystemClock> = Fallback<Breaker<RedisStore, C>, C>;
+pub type FallbackStore<C = ServeClock> = Fallback<Breaker<RedisStore, C>, C>;
 
 /// A Redis store as it is run: its breaker inside, then the local fallback, then prefetch outside
 /// (a batch is taken through the breaker and the fallback like any check).
-pub type Guarded<C = SystemClock> = Prefetch<FallbackStore<C>, C>;
+pub type Guarded<C = ServeClock> = Prefetch<FallbackStore<C>, C>;
 
 /// The configured store. Cheap to clone (clones share the store).
 #[derive(Debug, Clone)]
-pub enum AnyStore<C: Clock = SystemClock> {
+pub enum AnyStore<C: Clock = ServeClock> {
     /// The embedded memory store.
     Memory(MemoryStore<C>),
     /// A Redis node or a Redis Cluster, inside its breaker and fallback.

@@ -1,14 +1,14 @@
 //! Opening the store a [`StoreConfig`] describes: the memory store, or a Redis store inside its
 //! breaker, fallback and prefetch ([`guard`]).
 
-use floodgate::core::{Clock, SystemClock};
+use floodgate::core::Clock;
 use floodgate::store::{Breaker, Fallback, FallbackConfig, OnChange, OnFallback, Prefetch};
 use floodgate::{MemoryConfig, MemoryStore};
 use floodgate_config::{Instances, StoreConfig, Survival};
 use floodgate_redis::RedisStore;
 
 use super::redis::{probed_within_deadline, redis_config};
-use super::{AnyStore, Guarded};
+use super::{AnyStore, Guarded, ServeClock};
 
 /// Who to tell when a Redis store's breaker or fallback changes state (logs, metrics).
 #[derive(Default, Clone)]
@@ -51,7 +51,7 @@ pub enum OpenError {
     },
 }
 
-impl AnyStore<SystemClock> {
+impl AnyStore<ServeClock> {
     /// Opens the store `config` describes, on the process clock, a Redis store (with the settings
     /// [`redis_config`] gives) inside the breaker and fallback `survival` describes, a breaker's
     /// probe bounded by the store's deadline; memory stores' sweepers are started. A Redis store
@@ -63,9 +63,27 @@ impl AnyStore<SystemClock> {
 
     /// [`AnyStore::open`], telling `hooks` of the breaker's and the fallback's changes.
     pub fn open_with(config: &StoreConfig, survival: &Survival, hooks: Hooks) -> Result<AnyStore, OpenError> {
+        AnyStore::open_on(config, survival, hooks, ServeClock::system())
+    }
+
+    /// [`AnyStore::open_with`] on `clock`: a [manual clock](ServeClock::Manual) for the memory
+    /// store only (a Redis store keeps Redis's time).
+    pub fn open_on(
+        config: &StoreConfig,
+        survival: &Survival,
+        hooks: Hooks,
+        clock: ServeClock,
+    ) -> Result<AnyStore, OpenError> {
+        if clock.as_manual().is_some() && !matches!(config, StoreConfig::Memory(_)) {
+            return Err(OpenError::Invalid {
+                kind: config.kind(),
+                message: "a manual clock (--manual-clock) is for the memory store: Redis keeps its own time"
+                    .into(),
+            });
+        }
         match config {
             StoreConfig::Memory(memory) => {
-                let (store, _) = MemoryStore::open(memory.clone(), SystemClock::new())
+                let (store, _) = MemoryStore::open(memory.clone(), clock)
                     .map_err(|e| OpenError::Persist(e.to_string()))?;
                 store.start_sweeper();
                 Ok(AnyStore::Memory(store))
@@ -79,9 +97,9 @@ impl AnyStore<SystemClock> {
                 let survival = probed_within_deadline(survival, &redis);
                 let store = RedisStore::connect_lazy(redis)
                     .map_err(|e| OpenError::Invalid { kind, message: e.to_string() })?;
-                let local = MemoryStore::with_config(MemoryConfig::default(), SystemClock::new());
+                let local = MemoryStore::with_config(MemoryConfig::default(), clock.clone());
                 local.start_sweeper();
-                Ok(AnyStore::Redis(guard(store, &survival, local, SystemClock::new(), hooks)))
+                Ok(AnyStore::Redis(guard(store, &survival, local, clock, hooks)))
             }
         }
     }

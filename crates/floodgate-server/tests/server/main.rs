@@ -8,6 +8,7 @@ mod auth;
 mod bad_input;
 mod binary;
 mod calendars;
+mod clock;
 mod costs;
 mod dashboard;
 mod durability;

@@ -185,6 +185,11 @@ async fn the_document_has_every_route_and_no_other() {
             continue;
         }
         let reply = s.request(method.clone(), path, "{}", &[]).await;
+        if path == "/admin/clock" {
+            // On the process clock it answers its own documented 404, not the router's.
+            assert!(reply.body.contains("--manual-clock"), "{method} {path}: {}", reply.body);
+            continue;
+        }
         assert!(![404, 405].contains(&reply.status), "{method} {path}: {}", reply.status);
     }
     s.stop().await;

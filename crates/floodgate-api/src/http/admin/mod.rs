@@ -22,12 +22,14 @@
 //! | `GET /admin/stats` | the live view: decisions per rule, top offenders, store health ([`floodgate_app::live`]) |
 //! | `GET /admin/stats/stream` | the same as server-sent events, once a second, after 5 minutes of history |
 //! | `GET /dashboard` | the dashboard page (docs/dashboard.md), its assets under `/dashboard/` |
+//! | `GET`/`POST /admin/clock` | the store's manual clock, with `--manual-clock` only (tests; 404 otherwise) |
 //!
 //! In `/admin/keys`, `rule` and `domain` are reserved; every other query parameter is a
 //! descriptor (the rule's key descriptors, and those its `match` conditions need). With the
 //! `domain` of an Envoy file, the descriptors are one Envoy descriptor's entries in query order
 //! (`?domain=edge&rule=remote_address&remote_address=10.0.0.1`).
 
+pub(super) mod clock;
 pub(super) mod config;
 pub(super) mod keys;
 
@@ -59,6 +61,7 @@ pub(super) fn router(app: App) -> Router<App> {
         .route("/admin/gateway/switches", get(get_switches).put(set_switches).delete(clear_switches))
         .route("/admin/stats", get(stats::snapshot))
         .route("/admin/stats/stream", get(stats::stream))
+        .route("/admin/clock", get(clock::get_clock).post(clock::move_clock))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/dashboard.js", get(dashboard::script))
         .route("/dashboard/dashboard.css", get(dashboard::style))

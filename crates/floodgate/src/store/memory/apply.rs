@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use floodgate_core::{Clock, Grant, Timestamp};
+use floodgate_core::{Clock, Decision, Grant, Timestamp};
 use smallvec::SmallVec;
 
 use super::key::spilled;
@@ -73,11 +73,15 @@ impl<C: Clock> MemoryStore<C> {
                     // A report creates its keys, so every op has a slot.
                     if let Some(s) = &mut locks[lock_of[i]] {
                         if let Some(until) = op.block_for.and_then(|_| s.state().blocked_at(now)) {
-                            let mut decision = with_algorithm!(op.limit, a => decide(a, s, now, op.cost));
-                            // A report never denies: it says nothing is left until the box ends.
-                            blocked(&mut decision, Duration::from_micros(until - now.as_micros()));
-                            decision.allowed = true;
-                            decision.retry_after = None;
+                            // A report never denies: it says nothing is left until the box ends,
+                            // and takes nothing (whatever its cost: the algorithm is not asked).
+                            let decision = Decision {
+                                allowed: true,
+                                limit: op.limit.capacity(),
+                                remaining: 0,
+                                reset_after: Duration::from_micros(until - now.as_micros()),
+                                retry_after: None,
+                            };
                             results.push(OpResult { decision, grant: None });
                             continue;
                         }
