@@ -123,7 +123,7 @@ pub(crate) struct ScriptOp<'a> {
 }
 
 /// An op's penalty box ([`Op::block_for`](floodgate::store::Op::block_for)) as the script takes
-/// it: the box's key, in the op's slot, and for how long a denial closes it.
+/// it: the box's key, in the op's slot, and for how long a denial keeps the key in it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PenaltyBox<'a> {
     pub(crate) key: &'a [u8],
