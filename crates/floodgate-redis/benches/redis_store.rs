@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use floodgate::Limit;
-use floodgate::store::{Applied, Mode, Store};
+use floodgate::store::{Applied, Mode, Op, Store};
 use floodgate_core::calendar::Period;
 use floodgate_core::{
     Calendar, Concurrency, FixedWindow, Gcra, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
@@ -64,19 +64,26 @@ fn nz(n: u64) -> NonZeroU64 {
     NonZeroU64::new(n).expect("not zero")
 }
 
-/// The limits of each case: generous, so that the write path (an admitted decision) is measured.
-fn cases() -> Vec<(&'static str, Vec<Limit>)> {
+/// The limits of each case, and their penalty box: generous, so that the write path (an admitted
+/// decision) is measured — with a box, that of a key not in it, which reads its box first.
+fn cases() -> Vec<(&'static str, Vec<Limit>, Option<Duration>)> {
     let minute = Duration::from_secs(60);
     let big = nz(1_000_000);
     let rate = Rate::try_new(big, minute).expect("a rate");
+    let one = |name, limit: Limit| (name, vec![limit], None);
     vec![
-        ("gcra", vec![Gcra::try_new(rate, big).expect("valid").into()]),
-        ("token_bucket", vec![TokenBucket::try_new(rate, big).expect("valid").into()]),
-        ("fixed_window", vec![FixedWindow::try_new(big, minute).expect("valid").into()]),
-        ("sliding_window", vec![SlidingWindow::try_new(big, minute).expect("valid").into()]),
-        ("quota", vec![Quota::new(big, Calendar::utc(Period::Day)).into()]),
-        ("sliding_log (limit 1000)", vec![SlidingLog::try_new(nz(1_000), minute).expect("valid").into()]),
-        ("concurrency (limit 1000)", vec![Concurrency::try_new(nz(1_000), minute).expect("valid").into()]),
+        one("gcra", Gcra::try_new(rate, big).expect("valid").into()),
+        one("token_bucket", TokenBucket::try_new(rate, big).expect("valid").into()),
+        one("fixed_window", FixedWindow::try_new(big, minute).expect("valid").into()),
+        one("sliding_window", SlidingWindow::try_new(big, minute).expect("valid").into()),
+        one("quota", Quota::new(big, Calendar::utc(Period::Day)).into()),
+        one("sliding_log (limit 1000)", SlidingLog::try_new(nz(1_000), minute).expect("valid").into()),
+        one("concurrency (limit 1000)", Concurrency::try_new(nz(1_000), minute).expect("valid").into()),
+        (
+            "fixed_window with a penalty box (block_for 60 s)",
+            vec![FixedWindow::try_new(big, minute).expect("valid").into()],
+            Some(minute),
+        ),
         (
             "3 limits in one call (sliding window + token bucket + fixed window)",
             vec![
@@ -84,6 +91,7 @@ fn cases() -> Vec<(&'static str, Vec<Limit>)> {
                 TokenBucket::try_new(rate, big).expect("valid").into(),
                 FixedWindow::try_new(big, minute).expect("valid").into(),
             ],
+            None,
         ),
     ]
 }
@@ -164,7 +172,7 @@ async fn run(a: Args) {
     );
     println!("| case | decisions/s through the store | Redis µs per decision (usec_per_call) |");
     println!("|---|---:|---:|");
-    for (name, limits) in cases() {
+    for (name, limits, block_for) in cases() {
         let limits = Arc::new(limits);
         // Warm up (creates the keys), then measure.
         for round in 0..2 {
@@ -173,8 +181,11 @@ async fn run(a: Args) {
             let rate = drive(&a, move |i| {
                 let (store, limits, keys) = (store.clone(), Arc::clone(&limits), Arc::clone(&keys));
                 async move {
-                    let ops: Vec<_> =
-                        limits.iter().enumerate().map(|(r, l)| keys[r][i % n].op(l, 1)).collect();
+                    let ops: Vec<_> = limits
+                        .iter()
+                        .enumerate()
+                        .map(|(r, l)| Op { block_for, ..keys[r][i % n].op(l, 1) })
+                        .collect();
                     let mut out = Applied::default();
                     store.apply(&ops, Mode::Check, &mut out).await.expect("a decision");
                 }

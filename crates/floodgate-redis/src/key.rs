@@ -1,10 +1,13 @@
-//! Redis key layout: `<prefix>{<tag>}<algorithm><engine key>`.
+//! Redis key layout: `<prefix>{<tag>}<letter><engine key>`.
 //!
 //! - `<tag>` is 8 hex digits of a hash of the part of the key that picks the cluster slot (see
 //!   [`HashTag`]): Redis hashes only what is between the first `{` and the next `}`, and the prefix
 //!   holds no brace, so no byte of a user's value can move a key to another slot.
-//! - `<algorithm>` is one letter per algorithm (`f s l t g c q`): a rule whose algorithm changes on
-//!   reload starts afresh instead of misreading another algorithm's state, as in the memory store.
+//! - `<letter>` says what the key holds: one letter per algorithm (`f s l t g c q n`), so that a
+//!   rule whose algorithm changes on reload starts afresh instead of misreading another
+//!   algorithm's state, as in the memory store; `x` for the key's penalty box ([`BOX_TAG`]), which
+//!   shares the tag, hence the slot, of the key's state. (`o` begins the notes of changes made at
+//!   most once: `<prefix>{<tag>}o<id>`, with an id rather than an engine key.)
 //! - `<engine key>` is the engine's collision-free encoding, unchanged.
 
 use floodgate::{Limit, LimitKind};
@@ -22,6 +25,10 @@ pub(crate) const ALGORITHM_TAGS: [u8; 8] = {
     }
     tags
 };
+
+/// The letter of a key's penalty box ([`Op::block_for`](floodgate::store::Op::block_for)): its
+/// value is the time the box ends (µs since the epoch), and it expires then.
+pub(crate) const BOX_TAG: u8 = b'x';
 
 pub(crate) fn algorithm_tag(limit: &Limit) -> u8 {
     kind_tag(limit.kind())
@@ -107,6 +114,11 @@ mod tests {
     #[test]
     fn every_algorithm_has_its_letter_and_the_layout_stays() {
         assert_eq!(&ALGORITHM_TAGS, b"fsltgcqn", "keys written by earlier versions must stay readable");
+        assert_eq!(BOX_TAG, b'x', "boxes written by earlier versions must stay readable");
+        assert!(
+            !ALGORITHM_TAGS.contains(&BOX_TAG) && BOX_TAG != b'o',
+            "a penalty box never shares a key with an algorithm's state or a note"
+        );
     }
 
     #[test]

@@ -34,9 +34,10 @@
 //!   (a denied request consumes nothing); limits that allow but are not taken report their state as
 //!   it stays — the memory store's semantics, decision for decision (a differential test compares
 //!   the two on random traffic). A request of exactly one token bucket, GCRA or fixed window limit
-//!   — the common case — runs that algorithm's single-limit script instead (`one_bucket.lua`,
-//!   `one_window.lua`): the same state and answers without the driver's loop, with four arguments,
-//!   `TIME`, `GET` and at most one `SET`, so the same key may go through both in turn.
+//!   without a penalty box — the common case — runs that algorithm's single-limit script instead
+//!   (`one_bucket.lua`, `one_window.lua`): the same state and answers without the driver's loop,
+//!   with four arguments, `TIME`, `GET` and at most one `SET`, so the same key may go through both
+//!   in turn.
 //! - **Redis's clock.** The script reads `TIME`, so instances whose clocks disagree still agree on
 //!   every decision. Quota periods (calendar days and months in a time zone) cannot be computed in
 //!   Lua: the store sends the bounds of the period containing its best guess of Redis's time (the
@@ -51,6 +52,17 @@
 //!   an expiry no earlier than the moment its state is back to fresh (buckets round it up to whole
 //!   seconds so that a busy key refreshes its TTL about once a second: `SET … KEEPTTL` in between).
 //!   Keys are `<prefix>{<tag>}<algorithm letter><engine key>` (see [`HashTag`]).
+//! - **Penalty boxes** ([`Op::block_for`](floodgate::store::Op::block_for), a rule's
+//!   [`block_for`](floodgate::Rule::block_for)): the memory store's semantics. A key's box is a key
+//!   of its own, `<prefix>{<tag>}x<engine key>` — the same tag, hence the same cluster slot, as the
+//!   key's state ([`RedisStore::penalty_box_key`]) — holding the time the box ends, on the script's
+//!   clock, and expiring then. The script reads the boxes of the ops that have one before their
+//!   algorithms: an op whose key is in its box is refused (`retry_after` is the time left), and
+//!   counts nothing in a report. When a check is denied, each enforced op with a box that its own
+//!   count denied goes into it: its state key is deleted and its box key written, in the same
+//!   atomic call; a peek says so and writes nothing. So a box that has ended leaves a key never
+//!   seen, with nothing to clean up, and a refund or give-back to a boxed key finds no count to
+//!   give back to. A reset deletes the box with the state.
 //! - **Exact arithmetic in doubles.** Lua numbers are doubles, exact to 2^53. Times are µs since the
 //!   epoch (2^53 µs is the year 2255); costs are clamped to 2^52 (the memory store saturates at
 //!   2^64 — only reports of absurd costs can tell the difference); a limit's counts (limits,
@@ -123,10 +135,15 @@
 //!
 //! - **The order** ([`CrossSlot`]). By default the slots of keys that denied lately — a hint per
 //!   key, kept for the time the denial said to retry after (50 ms to 1 min) in a fixed lock-free
-//!   table — are asked first, while the other slots are only read (writing nothing); those consume
-//!   once the first admit. A request such a key denies charges nothing elsewhere, in one round
-//!   trip; one it admits takes two. Requests with no such key, and every request with
-//!   [`CrossSlot::AtOnce`], go to every slot at once.
+//!   table — are asked first, while the other slots are asked how they stand should the request be
+//!   denied (consuming nothing); those consume once the first admit. A request such a key denies
+//!   charges nothing elsewhere, in one round trip; one it admits takes two. Requests with no such
+//!   key, and every request with [`CrossSlot::AtOnce`], go to every slot at once.
+//! - **Penalty boxes across slots.** Each slot's script reads and writes the boxes of its own
+//!   ops (a box shares its key's slot). A slot asked how it stands in a denial boxes the ops its
+//!   counts deny, since they deny the request; a slot that checks boxes them when it denies. So
+//!   a request across slots boxes the limits a one-slot request would, in either order. A
+//!   give-back never touches a box: it only gives back to ops its slot admitted.
 //! - **The give-back** is made at most once — a note in its slot, as the reservations' settlement
 //!   steps — so it is tried again, in a task of its own that outlives the request, while it fails
 //!   for a transient reason, for up to 30 s; [`RedisStore::give_backs`] counts what became of each.

@@ -8,6 +8,7 @@ use floodgate::StoreError;
 use floodgate::doubles::Inexact;
 use floodgate_core::Timestamp;
 use redis::{Script, ScriptInvocation};
+use smallvec::SmallVec;
 
 /// The script's source: the contract is at the top of `lua/prelude.lua`.
 pub(crate) const SOURCE: &str = concat!(
@@ -56,6 +57,10 @@ pub(crate) enum ScriptMode {
     Peek,
     /// A peek whose request another slot denies: allowed ops report their status.
     PeekDenied,
+    /// A check of a request taken as denied — another slot decides it, or this slot is asked again
+    /// to consume: nothing is consumed, allowed ops report their status, and the ops that deny by
+    /// their count go into their penalty box, as in the request's denial.
+    CheckDenied,
     Report,
     /// Give grants back, report the status after.
     Undo,
@@ -78,6 +83,7 @@ impl ScriptMode {
             ScriptMode::Check => "c",
             ScriptMode::Peek => "p",
             ScriptMode::PeekDenied => "d",
+            ScriptMode::CheckDenied => "e",
             ScriptMode::Report => "r",
             ScriptMode::Undo => "u",
             ScriptMode::ReportOnce => "R",
@@ -112,6 +118,24 @@ pub(crate) struct ScriptOp<'a> {
     pub(crate) enforce: bool,
     /// For [`ScriptMode::Undo`]: the grant's time and lease id.
     pub(crate) grant: Option<(Timestamp, u64)>,
+    /// The op's penalty box, if it has one.
+    pub(crate) penalty: Option<PenaltyBox<'a>>,
+}
+
+/// An op's penalty box ([`Op::block_for`](floodgate::store::Op::block_for)) as the script takes
+/// it: the box's key, in the op's slot, and for how long a denial keeps the key in it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PenaltyBox<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) block_for: std::time::Duration,
+}
+
+impl PenaltyBox<'_> {
+    /// The block in µs: at least 1 (a box, however short, is one), at most [`LUA_MAX`] (142 years,
+    /// so that `now` plus it stays exact).
+    fn block_us(&self) -> u64 {
+        micros(self.block_for).clamp(1, LUA_MAX)
+    }
 }
 
 /// A limit whose arithmetic the script cannot do exactly (its configuration refuses it at load).
@@ -146,6 +170,8 @@ pub(crate) fn invocation<'a>(
         None => inv.arg(""),
     };
     inv.arg(timing.slack_ms);
+    // The boxes' keys follow the ops' keys.
+    let mut boxes: SmallVec<[&[u8]; 4]> = SmallVec::new();
     for op in ops {
         inv.key(op.key);
         let (algo, p1, p2, p3) = params(op.limit, estimate)?;
@@ -153,6 +179,13 @@ pub(crate) fn invocation<'a>(
         match p3 {
             Some(p3) => inv.arg(p3),
             None => inv.arg(""),
+        };
+        match op.penalty {
+            Some(penalty) => {
+                boxes.push(penalty.key);
+                inv.arg(penalty.block_us())
+            }
+            None => inv.arg(0),
         };
         if mode.gives_back() {
             let (at, lease) = op.grant.unwrap_or_default();
@@ -162,6 +195,9 @@ pub(crate) fn invocation<'a>(
             };
             inv.arg(at.as_micros()).arg(extra);
         }
+    }
+    for key in boxes {
+        inv.key(key);
     }
     // After the ops, so that a call without it keeps the layout of the contract.
     match (mode, once) {
@@ -185,8 +221,8 @@ pub(crate) fn invocation<'a>(
 }
 
 /// The invocation of one op alone in its request by its single-limit script, when its algorithm
-/// has one and `mode` is a plain check, peek or report (`None`: the driver takes it). The reply is
-/// read by [`parse_one`].
+/// has one, it has no penalty box and `mode` is a plain check, peek or report (`None`: the driver
+/// takes it). The reply is read by [`parse_one`].
 pub(crate) fn invocation_one(
     mode: ScriptMode,
     timing: Timing,
@@ -194,10 +230,17 @@ pub(crate) fn invocation_one(
 ) -> Option<Result<ScriptInvocation<'static>, StoreError>> {
     let mode = match mode {
         ScriptMode::Check | ScriptMode::Peek | ScriptMode::Report => mode.arg(),
-        ScriptMode::PeekDenied | ScriptMode::Undo | ScriptMode::ReportOnce | ScriptMode::UndoOnce => {
+        ScriptMode::PeekDenied
+        | ScriptMode::CheckDenied
+        | ScriptMode::Undo
+        | ScriptMode::ReportOnce
+        | ScriptMode::UndoOnce => {
             return None;
         }
     };
+    if op.penalty.is_some() {
+        return None;
+    }
     let script: &'static Script = match op.limit {
         Limit::TokenBucket(_) | Limit::Gcra(_) => &ONE_BUCKET,
         Limit::FixedWindow(_) => &ONE_WINDOW,
@@ -262,8 +305,13 @@ pub(crate) enum Reply {
     Made { now: Timestamp },
 }
 
-/// One op's numbers in a reply: allowed, remaining, reset_after µs, retry_after µs, lease id.
+/// One op's numbers in a reply: allowed, remaining, reset_after µs, retry_after µs, lease id — or
+/// [`NOTHING_TAKEN`] in place of the lease id.
 pub(crate) type Row = [i64; 5];
+
+/// The lease id of a row whose op consumed nothing in a mode that always consumes (a report on a
+/// key in its penalty box): the op has no grant.
+pub(crate) const NOTHING_TAKEN: i64 = -1;
 
 pub(crate) fn parse(reply: Vec<i64>, ops: usize) -> Result<Reply, StoreError> {
     let bad = || StoreError::Backend {

@@ -3,6 +3,7 @@
 -- SET). The state is bucket.lua's, so the same key may be touched by this script and by the driver
 -- in turn: the theoretical arrival time (TAT) in µs as a decimal string, expiring at its whole second
 -- plus one second (`SET … PX` when the TAT enters a new second, `SET … KEEPTTL` otherwise).
+-- A limit with a penalty box is not sent here: the driver reads and writes its box.
 --
 -- KEYS[1]  the limit's state key.
 -- ARGV[1]  mode: 'c' check, 'p' peek, 'r' report. With one limit, a check consumes exactly when the

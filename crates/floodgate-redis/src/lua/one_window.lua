@@ -3,6 +3,7 @@
 -- SET). The state is window.lua's, so the same key may be touched by this script and by the driver
 -- in turn: struct '<dd' (the window's start µs, its count), expiring at the window's end (`SET … PX`
 -- on the first write in a window, `SET … KEEPTTL` after). Windows are aligned to the Unix epoch.
+-- A limit with a penalty box is not sent here: the driver reads and writes its box.
 --
 -- KEYS[1]  the limit's state key.
 -- ARGV[1]  mode: 'c' check, 'p' peek, 'r' report. With one limit, a check consumes exactly when the

@@ -92,6 +92,9 @@ impl GiveBack {
             cost: g.grant.cost,
             enforce: g.enforce,
             grant: Some((g.grant.at, g.grant.lease)),
+            // A give-back never reads or writes a penalty box: a key boxed since has forgotten
+            // the count it would give back to.
+            penalty: None,
         });
         let keep_ms = u64::try_from(NOTE_KEEP.as_millis()).unwrap_or(u64::MAX);
         let once = script::Once { key: &self.note, keep_ms };
@@ -200,7 +203,11 @@ impl RedisStore {
     }
 
     /// The slots of keys that denied lately first; the others, which meanwhile only say how they
-    /// stand should the request be denied (writing nothing), consume once the first admit.
+    /// stand should the request be denied (consuming nothing), consume once the first admit.
+    ///
+    /// Meanwhile, an op of the other slots that denies by its own count denies the request: it
+    /// goes into its penalty box then, as in a one-slot check, so that a cross-slot request boxes
+    /// the limits a one-slot request would whichever slot denies it.
     async fn denied_first(
         &self,
         prepared: &[Prepared<'_>],
@@ -214,7 +221,8 @@ impl RedisStore {
             if h {
                 self.call(prepared, g, ScriptMode::Check, None, not_after, None)
             } else {
-                self.call(prepared, g, ScriptMode::PeekDenied, None, None, None)
+                // Guarded as a check: it may write penalty boxes.
+                self.call(prepared, g, ScriptMode::CheckDenied, None, not_after, None)
             }
         }))
         .await;

@@ -18,9 +18,11 @@ use tokio::sync::Semaphore;
 
 use crate::error::classify;
 use crate::hints::Hints;
-use crate::key::{ALGORITHM_TAGS, algorithm_tag, redis_key, tag};
+use crate::key::{ALGORITHM_TAGS, BOX_TAG, algorithm_tag, redis_key, tag};
 use crate::probe::{Probe, Readiness};
-use crate::script::{self, ONE_BUCKET, ONE_WINDOW, Reply, Row, SCRIPT, ScriptMode, ScriptOp, Timing};
+use crate::script::{
+    self, NOTHING_TAKEN, ONE_BUCKET, ONE_WINDOW, PenaltyBox, Reply, Row, SCRIPT, ScriptMode, ScriptOp, Timing,
+};
 use crate::{CrossSlot, HashTag, RedisConfig, Target, tls};
 
 mod cross_slot;
@@ -111,6 +113,8 @@ struct Shared {
 struct Prepared<'a> {
     op: &'a Op<'a>,
     key: Vec<u8>,
+    /// The key of the op's penalty box, when it has one ([`Op::block_for`]): in the slot of `key`.
+    box_key: Option<Vec<u8>>,
     slot: u16,
 }
 
@@ -334,6 +338,16 @@ impl RedisStore {
         out
     }
 
+    /// The Redis key that holds the penalty box of an engine `key` ([`Op::block_for`]), as this
+    /// store names it (for inspection and tests): while the key is in its box, this holds the time
+    /// the box ends (µs since the Unix epoch), and expires then.
+    pub fn penalty_box_key(&self, key: &[u8]) -> Vec<u8> {
+        let (t, _) = tag(key, &self.shared.hash_tag);
+        let mut out = Vec::new();
+        redis_key(&mut out, &self.shared.prefix, &t, BOX_TAG, key);
+        out
+    }
+
     /// The cluster slot of an engine `key`'s state.
     pub fn slot(&self, key: &[u8]) -> u16 {
         tag(key, &self.shared.hash_tag).1
@@ -426,7 +440,12 @@ impl RedisStore {
             let p = &prepared[i];
             let grant = grants.and_then(|g| g[i]).map(|g| (g.at, g.lease));
             let cost = grants.and_then(|g| g[i]).map_or(p.op.cost, |g| g.cost);
-            ScriptOp { key: &p.key, limit: p.op.limit, cost, enforce: p.op.enforce, grant }
+            let penalty = p
+                .box_key
+                .as_deref()
+                .zip(p.op.block_for)
+                .map(|(key, block_for)| PenaltyBox { key, block_for });
+            ScriptOp { key: &p.key, limit: p.op.limit, cost, enforce: p.op.enforce, grant, penalty }
         };
         for _ in 0..3 {
             // One op alone (the common request, or one slot's share of a cross-slot one): its
@@ -482,7 +501,12 @@ impl RedisStore {
                 let (t, slot) = tag(op.key, &self.shared.hash_tag);
                 let mut key = Vec::new();
                 redis_key(&mut key, &self.shared.prefix, &t, algorithm_tag(op.limit), op.key);
-                Prepared { op, key, slot }
+                let box_key = op.block_for.map(|_| {
+                    let mut key = Vec::new();
+                    redis_key(&mut key, &self.shared.prefix, &t, BOX_TAG, op.key);
+                    key
+                });
+                Prepared { op, key, box_key, slot }
             })
             .collect()
     }
@@ -576,15 +600,15 @@ impl RedisStore {
     }
 
     /// Not guarded (a plain `DEL`): a reset Redis runs late forgets the key as the caller asked,
-    /// only a moment later, and charges nothing.
+    /// only a moment later, and charges nothing. Its penalty box goes with its state.
     async fn reset_within(&self, key: &[u8]) -> Result<bool, StoreError> {
         let _permit =
             self.shared.in_flight.acquire().await.map_err(|_| config_error("store closed".into()))?;
         let (t, _) = tag(key, &self.shared.hash_tag);
         let mut cmd = redis::cmd("DEL");
         let mut buf = Vec::new();
-        for algorithm in ALGORITHM_TAGS {
-            redis_key(&mut buf, &self.shared.prefix, &t, algorithm, key);
+        for letter in ALGORITHM_TAGS.into_iter().chain([BOX_TAG]) {
+            redis_key(&mut buf, &self.shared.prefix, &t, letter, key);
             cmd.arg(&buf[..]);
         }
         let deleted: Result<u64, RedisError> = match self.shared.conn.clone() {
@@ -640,7 +664,8 @@ fn fill(out: &mut Applied, ops: &[Op<'_>], mode: Mode, admitted: bool, answers: 
             let op = &ops[i];
             let decision = decision(op.limit, row);
             let granted = match mode {
-                Mode::Report => true,
+                // A report takes from every op but one whose key is in its penalty box.
+                Mode::Report => row[4] != NOTHING_TAKEN,
                 Mode::Check => admitted && decision.allowed,
                 Mode::Peek => false,
             };

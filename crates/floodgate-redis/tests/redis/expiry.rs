@@ -63,7 +63,7 @@ async fn a_partial_give_back_of_a_sliding_logs_only_entry_keeps_an_expiry() {
 }
 
 /// Every key a mixed workload leaves on a Redis of its own — the limits of every algorithm (one
-/// limit per request and ten at once, one request of them denied), reports and refunds,
+/// limit per request and ten at once, one request of them denied), a penalty box, reports and refunds,
 /// reservations reserved, committed under and over their estimate, released and left to expire,
 /// the notes that make settlements once, and the fleet's heartbeat set — has an expiry, and none
 /// later than the docs say (README, "Every Redis key expires").
@@ -121,10 +121,15 @@ struct Workload {
     reservation_ttl: Duration,
     /// The fleet heartbeat's announcement.
     heartbeat: Duration,
+    /// The penalty box's block.
+    block_for: Duration,
 }
 
 /// The name of the rule that denies what the others admit.
 const TIGHT: &str = "tight";
+
+/// The name of the rule whose denial boxes its key.
+const BOXED: &str = "boxed";
 
 /// Every algorithm per user (windows and leases of a minute, a quota's UTC day), a budget of a
 /// minute, a sliding log of 10 a minute per user ([`TIGHT`]) below the others' 50, and tokens per
@@ -142,8 +147,9 @@ fn workload_policy() -> Policy {
 }
 
 /// Runs the workload on `store`: per user, checks, a check refunded, a report, and a request that
-/// only [`TIGHT`] denies (which leaves every count as it was); then reservations of a request and
-/// tokens, committed under and over their estimate, released, and left unsettled; and a heartbeat.
+/// only [`TIGHT`] denies (which leaves every count as it was); a user's key put in a penalty box
+/// ([`BOXED`]); then reservations of a request and tokens, committed under and over their estimate,
+/// released, and left unsettled; and a heartbeat.
 async fn run_workload(store: &RedisStore) -> Workload {
     let engine = Engine::new(workload_policy(), store.clone());
     let left = |verdict: floodgate::Verdict| -> Vec<(String, u64)> {
@@ -175,6 +181,16 @@ async fn run_workload(store: &RedisStore) -> Workload {
         }
     }
 
+    // A denial of a rule with a penalty box: the key's count gives way to its box.
+    let block_for = Duration::from_secs(20);
+    let once = FixedWindow::try_new(NonZeroU64::MIN, Duration::from_secs(60)).expect("a window");
+    let boxed = Policy::new([Rule::new(BOXED, once).key(["user"]).block_for(block_for)]).expect("a policy");
+    let boxed = Engine::new(boxed, store.clone());
+    let who = Descriptors::new().with("user", "b");
+    assert!(boxed.check(&who, 1).await.expect("a check").allowed);
+    let denied = boxed.check(&who, 1).await.expect("a check");
+    assert_eq!(denied.retry_after(), Some(block_for), "boxed: {denied:?}");
+
     let reserver = Descriptors::new().with("user", "r").with("tenant", "t");
     let reservation_ttl = Duration::from_secs(5);
     let estimate = Costs::new().with("requests", 1).with("tokens", 600);
@@ -192,7 +208,7 @@ async fn run_workload(store: &RedisStore) -> Workload {
     let _unsettled = reserve().await;
     let heartbeat = Duration::from_secs(5);
     store.heartbeat("a", heartbeat).await.expect("a heartbeat");
-    Workload { reservation_ttl, heartbeat }
+    Workload { reservation_ttl, heartbeat, block_for }
 }
 
 /// Every key `server` holds (`SCAN`), with its `PTTL`: −2 for a key that expired between the scan
@@ -217,6 +233,7 @@ struct Census {
     /// The settlement step (`<reservation id>:back`, `:more`) of each note.
     notes: Vec<String>,
     limits: usize,
+    boxes: usize,
 }
 
 impl Census {
@@ -226,6 +243,7 @@ impl Census {
         assert_eq!(self.records, 4, "one record per reservation among {keys:?}");
         assert!(self.notes.len() >= 4, "the settlements' notes among {keys:?}");
         assert!(self.limits >= 10, "every rule's keys among {keys:?}");
+        assert_eq!(self.boxes, 1, "the penalty box among {keys:?}");
     }
 
     /// The most notes one settlement step wrote.
@@ -241,11 +259,12 @@ impl Census {
 /// Tells each key apart by its name and checks its `PTTL` is within the documented bound for it,
 /// in ms (plus a second of rounding): a limit's key as its algorithm says; a reservation record its
 /// ttl, then kept as long again, at least a minute (the notes of its settlement live no longer);
-/// the fleet set twice a heartbeat's announcement.
+/// the fleet set twice a heartbeat's announcement; a penalty box its block.
 fn check_expiries(keys: &[(String, i64)], workload: &Workload) -> Census {
     let ttl = workload.reservation_ttl.as_millis();
     let record = (ttl + ttl.max(60_000)) as i64 + 1_000;
     let fleet = 2 * workload.heartbeat.as_millis() as i64 + 1_000;
+    let penalty = workload.block_for.as_millis() as i64 + 1_000;
     let limit_bound = |key: &str| -> i64 {
         let by = |name: &str, ms: i64| key.contains(name).then_some(ms);
         by("quota", 86_400_000 + 1_000)
@@ -262,6 +281,11 @@ fn check_expiries(keys: &[(String, i64)], workload: &Workload) -> Census {
         } else if key.ends_with('R') && key.contains("{r") {
             census.records += 1;
             ("a reservation record", record)
+        } else if key.split_once('}').is_some_and(|(_, rest)| rest.starts_with('x')) {
+            // `<prefix>{<tag>}x<engine key>`
+            assert!(key.contains(BOXED), "only {BOXED}'s key is boxed: {key:?}");
+            census.boxes += 1;
+            ("a penalty box", penalty)
         } else if key.ends_with(":back") || key.ends_with(":more") {
             // `<prefix>{<tag>}o<reservation id>:<step>`
             let step = key.split_once("}o").map_or(key.as_str(), |(_, step)| step);

@@ -1,6 +1,7 @@
 //! The Redis store against real `redis-server` processes: the conformance suite (single node and
 //! cluster), a differential test against the memory store, exactness under concurrency, clock skew,
-//! recovery, calls Redis runs after their deadline, the cross-slot protocol, key expiry, and TLS.
+//! recovery, calls Redis runs after their deadline, the cross-slot protocol, key expiry, penalty
+//! boxes, and TLS.
 
 // The cluster test waits out a node's `CLIENT PAUSE` on the process clock.
 #![allow(clippy::disallowed_methods)]
@@ -12,6 +13,7 @@ mod conformance;
 mod differential;
 mod expiry;
 mod fleet;
+mod penalty;
 mod prefetch;
 mod recovery;
 mod reservations;
