@@ -481,11 +481,14 @@ mod tests {
     fn the_builtin_example_is_valid_and_documented() {
         let config = builtin();
         let names: Vec<&str> = config.policy.rules().map(|r| r.name()).collect();
-        assert_eq!(names, ["chat-per-user", "tenant-hourly", "api-burst", "monthly-quota"]);
+        assert_eq!(
+            names,
+            ["chat-per-user", "tenant-hourly", "api-burst", "monthly-quota", "throttler", "throttler-expiry"]
+        );
         assert_eq!(config.store, StoreConfig::default());
         assert_eq!(config.source.path, None);
         assert_eq!(config.source.text, EXAMPLE_YAML);
-        assert_eq!(config.fingerprints.len(), 4);
+        assert_eq!(config.fingerprints.len(), 6);
         assert!(config.domains.is_empty());
     }
 

@@ -644,7 +644,15 @@ mod tests {
         assert_eq!(explained("[1]"), "The body must be a JSON object, not an array");
         assert_eq!(
             explained(r#"{"descriptors":{},"x":1}"#),
-            r#"Unknown field "x": expected "descriptors", "cost", "costs" or "domain""#
+            r#"Unknown field "x": expected "descriptors", "cost", "costs", "domain" or "stated""#
+        );
+        assert_eq!(
+            explained(r#"{"descriptors":{},"stated":{"limit":"5"}}"#),
+            r#"stated.limit must be a whole number, not a string ("5")"#
+        );
+        assert_eq!(
+            explained(r#"{"descriptors":{},"stated":{"window":5}}"#),
+            r#"Unknown field stated."window": expected "limit", "window_ms" or "block_for_ms""#
         );
         assert!(explained(r#"{"cost":1}"#).starts_with("Missing field \"descriptors\""));
         assert_eq!(
