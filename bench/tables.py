@@ -298,7 +298,34 @@ def tables():
         ]],
     )
     t += service_tables()
+    t += latency_tables()
     return t
+
+
+def latency_tables():
+    """floodgate-bench latency: each system at each offered rate, open loop."""
+    found = runs("latency")
+    if not found:
+        return []
+    d = found[-1]
+    out = ["#### Tail latency at equal offered load (open loop)"]
+    for comparison, peer, peak in d["peak"]:
+        what = "the gateway beside nginx, added over the upstream alone" if comparison == "gateway" else "the check API beside limitador-server"
+        rows = []
+        for p in d["points"]:
+            if p["comparison"] != comparison:
+                continue
+            added = [us(p[k]) if p.get(k) is not None else "–" for k in ("added_p50_us", "added_p99_us", "added_p999_us")]
+            cells = [p["system"], f"{p['fraction'] * 100:.0f} %", f"{p['offered_per_sec']:.0f}",
+                     us(p["p50_us"]), us(p["p99_us"]), us(p["p999_us"]), *added, str(p["errors"])]
+            rows.append("| " + " | ".join(cells) + " |")
+        out += section(
+            f"{what}; {peer} peaks at {peak:.0f}/s (closed loop, {d['connections']} callers):",
+            "| system | load | offered/s | p50 | p99 | p99.9 | added p50 | added p99 | added p99.9 | errors |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            rows,
+        )
+    return out
 
 
 # Service section (bench/service/run): every run is NAME.rK.json with its `round`.

@@ -64,6 +64,10 @@ scenarios! {
     /// Bursts just before and just after window boundaries: the most admitted in any window-length
     /// span versus the limit (the fixed-window 2× problem made visible).
     Boundary(scenarios::boundary::BoundaryArgs),
+    /// Tail latency at equal offered load (open loop, no coordinated omission): Floodgate's gateway
+    /// beside nginx and its check API beside limitador-server, at fractions of the peer's
+    /// closed-loop maximum.
+    Latency(scenarios::latency::LatencyArgs),
     /// Mixed traffic (human users, double-clicks, bursts, NAT, bots) on a simulated clock: the
     /// false-rejection rate of normal users and the rejection rate of bots.
     Fairness(scenarios::fairness::FairnessArgs),

@@ -64,6 +64,18 @@ pub enum Target {
         /// Per-request timeout.
         timeout: Duration,
     },
+    /// limitador-server's HTTP API, `POST {base}/check_and_report` (`{"namespace", "values",
+    /// "delta"}`): 200 allowed, 429 denied. The peer of the check API.
+    Limitador {
+        /// `http://127.0.0.1:8080`, without a trailing slash.
+        base: String,
+        /// The limits' namespace.
+        namespace: String,
+        /// The pooled client.
+        client: Box<Client>,
+        /// Per-request timeout.
+        timeout: Duration,
+    },
     /// Envoy RLS v3 `ShouldRateLimit` over a few HTTP/2 connections.
     Grpc {
         /// `127.0.0.1:8081`.
@@ -141,6 +153,20 @@ impl Target {
         })
     }
 
+    /// limitador-server's HTTP API at `base` (`http://127.0.0.1:PORT`), limits in `namespace`.
+    pub fn limitador(base: &str, namespace: &str, timeout: Duration) -> Result<Target, TargetError> {
+        let base = base.trim_end_matches('/').to_owned();
+        let uri: http::Uri = base.parse().map_err(|_| TargetError::BadAddress(base.clone()))?;
+        let host = uri.host().ok_or_else(|| TargetError::BadAddress(base.clone()))?;
+        check_loopback(host, &base, false)?;
+        Ok(Target::Limitador {
+            base,
+            namespace: namespace.to_owned(),
+            client: Box::new(client::pooled()),
+            timeout,
+        })
+    }
+
     /// A gRPC target at `addr` (`HOST:PORT`, an `http://` prefix is accepted).
     pub async fn grpc(addr: &str, timeout: Duration, allow_remote: bool) -> Result<Target, TargetError> {
         let addr = addr.trim_start_matches("http://").trim_end_matches('/').to_owned();
@@ -201,6 +227,7 @@ impl Target {
         match self {
             Target::Http { base, .. } => base.clone(),
             Target::Route { url, method, .. } => format!("{method} {url}"),
+            Target::Limitador { base, .. } => format!("{base}/check_and_report"),
             Target::Grpc { addr, .. } => format!("grpc://{addr}"),
             Target::InProcess(engine) => format!("in-process ({} store)", engine.store().kind()),
         }
@@ -238,6 +265,22 @@ impl Target {
                     .header(key_header, key)
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(body));
+                let Ok(request) = request else { return Outcome::Error("request") };
+                match client::exchange(client, request, *timeout).await {
+                    Err(no_answer) => Outcome::Error(no_answer.kind()),
+                    Ok((status, _)) => route_outcome(status),
+                }
+            }
+            Target::Limitador { base, namespace, client, timeout } => {
+                let mut values = serde_json::Map::new();
+                for (k, v) in &shape.with {
+                    values.insert(k.clone(), v.clone().into());
+                }
+                values.insert(shape.key_descriptor.clone(), key.into());
+                let body = serde_json::json!({"namespace": namespace, "values": values, "delta": cost});
+                let request = http::Request::post(format!("{base}/check_and_report"))
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Full::new(Bytes::from(body.to_string())));
                 let Ok(request) = request else { return Outcome::Error("request") };
                 match client::exchange(client, request, *timeout).await {
                     Err(no_answer) => Outcome::Error(no_answer.kind()),

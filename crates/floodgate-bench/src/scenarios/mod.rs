@@ -8,6 +8,7 @@ pub mod fairness;
 pub mod flood;
 pub mod gateway;
 pub mod instances;
+pub mod latency;
 pub mod outage;
 pub mod prefetch;
 pub mod replay;

@@ -169,16 +169,16 @@ pub async fn run(args: &ThroughputArgs) -> anyhow::Result<Report> {
 
 /// What every request of a run has in common.
 #[derive(Debug, Clone)]
-struct Load {
-    target: Target,
-    shape: Arc<Shape>,
-    keys: KeyDistribution,
-    cost: u64,
-    seed: u64,
+pub(crate) struct Load {
+    pub(crate) target: Target,
+    pub(crate) shape: Arc<Shape>,
+    pub(crate) keys: KeyDistribution,
+    pub(crate) cost: u64,
+    pub(crate) seed: u64,
 }
 
 /// `concurrency` callers for `duration` or `max_requests` in total: the tally and the wall time.
-async fn closed_loop(
+pub(crate) async fn closed_loop(
     load: &Load,
     concurrency: u64,
     duration: Duration,
@@ -241,7 +241,7 @@ struct Answer {
 }
 
 /// Requests on a fixed schedule of `rate` per second for `duration` (at most `max_requests`).
-async fn open_loop(
+pub(crate) async fn open_loop(
     load: &Load,
     rate: f64,
     max_in_flight: u64,

@@ -2,11 +2,13 @@
 //! port 0), checking that the JSON report's fields are present and consistent; `outage` on a
 //! `redis-server` of its own ([`outage`]); `flood` on the memory store ([`flood`]); `reserve` on
 //! `floodgate` processes ([`reserve`]); `timeouts` on a `floodgate` process and nginx
-//! ([`timeouts`]); a short `soak` on a `floodgate` process ([`soak`]); `cross-slot` on a Redis
+//! ([`timeouts`]); `latency` on a `floodgate` process, nginx and an upstream ([`latency`]); a short
+//! `soak` on a `floodgate` process ([`soak`]); `cross-slot` on a Redis
 //! Cluster of its own ([`cross_slot`]).
 
 mod cross_slot;
 mod flood;
+mod latency;
 mod outage;
 mod reserve;
 mod soak;

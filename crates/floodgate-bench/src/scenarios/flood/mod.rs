@@ -42,7 +42,7 @@
 //! series the server exports; on limitador, its live counters and its own resident memory.
 
 mod args;
-mod limitador;
+pub(crate) mod limitador;
 mod limited;
 mod load;
 mod plan;

@@ -1,0 +1,52 @@
+//! `latency --compare gateway` against a real `floodgate` process, nginx and the bench's upstream:
+//! the report has the peer's closed-loop peak and, at each offered rate, every system's
+//! percentiles and what each proxy adds over the upstream; what the figures are is the bench's
+//! business, not this test's.
+
+use super::{assert_common, bench, floodgate_binary};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_comparison_reports_every_system_at_every_offered_rate() {
+    let binary = floodgate_binary();
+    let v = bench(&[
+        "latency",
+        "--compare",
+        "gateway",
+        "--floodgate",
+        &binary,
+        "--fractions",
+        "0.1,0.2",
+        "-c",
+        "2",
+        "-d",
+        "300ms",
+    ])
+    .await;
+    assert_common(&v, "latency");
+    let peak = v["peak"].as_array().unwrap_or_else(|| panic!("peak: {v}"));
+    assert_eq!(peak.len(), 1, "{v}");
+    assert_eq!(peak[0][0], "gateway");
+    assert!(peak[0][2].as_f64().is_some_and(|p| p > 0.0), "{v}");
+    let points = v["points"].as_array().unwrap();
+    let rows: Vec<(&str, f64)> =
+        points.iter().map(|p| (p["system"].as_str().unwrap(), p["fraction"].as_f64().unwrap())).collect();
+    assert_eq!(
+        rows,
+        [
+            ("upstream alone", 0.1),
+            ("floodgate gateway", 0.1),
+            ("nginx limit_req", 0.1),
+            ("upstream alone", 0.2),
+            ("floodgate gateway", 0.2),
+            ("nginx limit_req", 0.2)
+        ]
+    );
+    for p in points {
+        assert!(p["p50_us"].as_f64().is_some() && p["p999_us"].as_f64().is_some(), "{p}");
+        // The same schedule for every system of one rate.
+        let same_rate = points.iter().filter(|o| o["fraction"] == p["fraction"]);
+        assert!(same_rate.clone().all(|o| o["offered_per_sec"] == p["offered_per_sec"]), "{v}");
+        let is_proxy = p["system"] != "upstream alone";
+        assert_eq!(p["added_p99_us"].is_number(), is_proxy, "{p}");
+    }
+}
