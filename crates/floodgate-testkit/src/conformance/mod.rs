@@ -20,6 +20,7 @@
 //! | [`penalty_box_refuses_for_exactly_block_for_then_forgets`] | a denial boxes the key for exactly `block_for`, then it starts afresh |
 //! | [`only_the_limits_that_deny_go_in_the_box`] | all-or-nothing with boxes; shadow limits never box |
 //! | [`a_peek_tells_of_the_box_without_closing_it`] | a peek says a check would box, and writes nothing |
+//! | [`stated_limits_count_per_statement`] | caller-stated limits through the engine: a counter per statement, bounds, a stated block |
 //!
 //! Every call also checks the answer's shape (see [`StoreUnderTest::apply`]): the store's time is
 //! the clock's, one result per op, `retry_after` exactly on denials, grants exactly for what was
@@ -33,6 +34,7 @@ mod consume;
 mod give_back;
 mod keys;
 mod penalty;
+mod stated;
 mod time;
 
 use floodgate::Store;
@@ -49,6 +51,7 @@ pub use penalty::{
     a_peek_tells_of_the_box_without_closing_it, only_the_limits_that_deny_go_in_the_box,
     penalty_box_refuses_for_exactly_block_for_then_forgets,
 };
+pub use stated::stated_limits_count_per_statement;
 pub use time::{
     every_algorithm_retry_after_is_exact_through_the_store, reset_after_is_when_the_limit_is_full_again,
 };
@@ -90,6 +93,7 @@ macro_rules! conformance_tests {
             penalty_box_refuses_for_exactly_block_for_then_forgets
             only_the_limits_that_deny_go_in_the_box
             a_peek_tells_of_the_box_without_closing_it
+            stated_limits_count_per_statement
         );
     };
     (@run ($make:expr) $($behaviour:ident)*) => {
