@@ -68,11 +68,23 @@ def main(url):
     assert never.parsed.type_.value == PROBLEMS + "never-allowed", never.parsed
     assert never.headers["content-type"] == "application/problem+json"
 
+    # Stated values, read from the document's schema: the template rule takes them within its bounds.
+    stated = CheckRequest.from_dict(
+        {"descriptors": {"user": "client-check-3"}, "stated": {"limit": 3, "window_ms": 60000}}
+    )
+    answer = check.sync_detailed(client=client, body=stated)
+    assert answer.status_code == 200, answer.content
+    rule = next(l for l in answer.parsed.limits if l.name == "stated-global")
+    assert (rule.limit, rule.remaining) == (3, 2), rule
+    above = CheckRequest.from_dict({"descriptors": {"user": "client-check-3"}, "stated": {"limit": 2000000}})
+    refused = check.sync_detailed(client=client, body=above)
+    assert refused.status_code == 422 and "above the rule's bound 1000000" in refused.parsed.detail, refused.content
+
     # The admin API needs the token.
     refused = get_config.sync_detailed(client=client)
     assert refused.status_code == 401 and refused.parsed.type_.value == PROBLEMS + "unauthorized"
     config = get_config.sync_detailed(client=admin)
-    assert config.status_code == 200 and config.parsed.rules == 6, config.content
+    assert config.status_code == 200 and config.parsed.rules == 7, config.content
     assert config.parsed.headers.value == "both"
 
     # The key's state, then its reset: the user may chat again.

@@ -5,6 +5,8 @@ request is refused only for what depends on the policy in force — not on the r
 
 - /v1/check, /v1/peek, /v1/reserve: a cost that an enforced rule that applies can never grant at
   once (422, problem type never-allowed);
+- /v1/check, /v1/peek, /v1/report: a stated value no rule of the policy takes, or one above a
+  rule's bound (422 invalid-request, "Invalid stated value");
 - /admin/keys: descriptors that do not make a key of the named rule (422 invalid-request);
 - /v1/usage: the same, and descriptors the rule's varying limit or quota calendar cannot use (422
   invalid-request); an unknown rule is a 404;
@@ -21,9 +23,13 @@ import schemathesis
 PROBLEMS = "https://floodgate.dev/problems/"
 
 # Per operation, what a policy's 422 says: (problem type, a phrase of its detail or None).
+# A stated limit, window or block duration that no rule of the policy takes, or one above the bound
+# of a rule that takes it (`stated`, docs/api.md "Caller-stated limits").
+STATED = (PROBLEMS + "invalid-request", "Invalid stated value")
 POLICY_REFUSALS = {
-    "/v1/check": [(PROBLEMS + "never-allowed", None)],
-    "/v1/peek": [(PROBLEMS + "never-allowed", None)],
+    "/v1/check": [(PROBLEMS + "never-allowed", None), STATED],
+    "/v1/peek": [(PROBLEMS + "never-allowed", None), STATED],
+    "/v1/report": [STATED],
     "/v1/reserve": [(PROBLEMS + "never-allowed", None)],
     "/admin/keys": [
         (PROBLEMS + "invalid-request", "does not apply to these descriptors"),

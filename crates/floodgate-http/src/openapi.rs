@@ -77,6 +77,15 @@ fn nullable(types: Type) -> SchemaType {
     SchemaType::from_iter([types, Type::Null])
 }
 
+/// A stated value of a check body: a whole number from `minimum`, or `null` (not stated).
+fn stated_whole(minimum: u64, what: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(nullable(Type::Integer))
+        .minimum(Some(minimum))
+        .maximum(Some(MAX_COST))
+        .description(Some(what.to_owned()))
+}
+
 fn string() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::String)
 }
@@ -202,19 +211,11 @@ impl PartialSchema for CheckRequest {
                          scope. A stated (limit, window) other than the rule's own counts on a \
                          counter of its own. `null` is the same as leaving it out.",
                     ))
-                    .property(
-                        stated_limit,
-                        integer(1).maximum(Some(MAX_COST)).description(Some("The limit.")),
-                    )
-                    .property(
-                        window_ms,
-                        integer(1).maximum(Some(MAX_COST)).description(Some("The window, in ms.")),
-                    )
+                    .property(stated_limit, stated_whole(1, "The limit; `null`: not stated."))
+                    .property(window_ms, stated_whole(1, "The window, in ms; `null`: not stated."))
                     .property(
                         block_for_ms,
-                        integer(0)
-                            .maximum(Some(MAX_COST))
-                            .description(Some("How long a denial blocks, in ms.")),
+                        stated_whole(0, "How long a denial blocks, in ms (0: no block); `null`: not stated."),
                     )
                     .additional_properties(Some(AdditionalProperties::FreeForm(false)))
                     .examples([json!({"limit": 10, "window_ms": 60000, "block_for_ms": 300000})]),

@@ -283,12 +283,14 @@ fn variant(algorithm: &Algorithm, period: Option<&str>) -> (Schema, Value) {
         }
     }
     if algorithm.kind != floodgate::LimitKind::Concurrency {
-        let RefOr::Ref(mut r) = component::<DurationText>() else { unreachable!("a reference") };
-        r.description =
-            "A penalty box (`block_for` of a rule): after a denial the limit refuses everything for this \
-                         long, then starts afresh. Absent: none."
-                .into();
-        object = object.property("block_for", RefOr::Ref(r));
+        let block_for = OneOfBuilder::new()
+            .item(component::<DurationText>())
+            .item(ObjectBuilder::new().schema_type(Type::Null))
+            .description(Some(
+                "A penalty box (`block_for` of a rule): after a denial the limit refuses everything for this long, \
+                 then starts afresh. Absent or `null`: none.",
+            ));
+        object = object.property("block_for", block_for);
         takes.push("block_for");
     }
     example["requests"] = json!([{"at_ms": 0}, {"at_ms": 0, "cost": 2}, {"at_ms": 1000}]);
