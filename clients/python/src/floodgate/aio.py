@@ -47,7 +47,7 @@ class AsyncFloodgate:
         self,
         url: str,
         *,
-        deadline: float = 0.05,
+        deadline: float | None = None,
         fail_mode: FailMode = "open",
         token: str | None = None,
         headers: Mapping[str, str] | None = None,

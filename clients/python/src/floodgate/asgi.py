@@ -169,7 +169,8 @@ class RateLimitMiddleware:
     or a coroutine function). ``cost`` is a number or a function of the request; ``skip(incoming)``
     lets a request through unchecked. Allowed responses carry the rate-limit headers unless
     ``headers_on_allowed`` is false; concurrency permits an allowed check took are released when
-    the app has answered.
+    the app has answered. A client the middleware made from ``url`` is closed when the app's
+    lifespan shuts down.
     """
 
     def __init__(
@@ -194,6 +195,7 @@ class RateLimitMiddleware:
     ) -> None:
         self.app = app
         self.client = client_of(client, url, deadline, fail_mode, token)
+        self._owns_client = client is None
         self.describe = Describe(
             trusted_proxies=tuple(trusted_proxies),
             forwarded_header=forwarded_header,
@@ -208,6 +210,9 @@ class RateLimitMiddleware:
         self.route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and self._owns_client:
+            await self.app(scope, receive, self._closing_at_shutdown(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -236,6 +241,16 @@ class RateLimitMiddleware:
         finally:
             if decision.reservation is not None:
                 await release_quietly(self.client, decision.reservation)
+
+    def _closing_at_shutdown(self, send: Send) -> Send:
+        """The lifespan's ``send``: the client the middleware made is closed as the app shuts down."""
+
+        async def sending(message: Message) -> None:
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self.client.aclose()
+            await send(message)
+
+        return sending
 
 
 def _with_headers(send: Send, decision: Decision) -> Send:
@@ -275,7 +290,7 @@ def client_of(
         raise ConfigError("url", "is required (or give a client)")
     return AsyncFloodgate(
         url,
-        deadline=0.05 if deadline is None else deadline,
+        deadline=deadline,
         fail_mode="open" if fail_mode is None else fail_mode,
         token=token,
     )

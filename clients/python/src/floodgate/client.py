@@ -40,7 +40,8 @@ class Floodgate:
     """A client of Floodgate's HTTP API, for threads (see :class:`~floodgate.AsyncFloodgate` for
     asyncio).
 
-    Every call has a deadline (``deadline`` seconds, default 50 ms): it never waits longer. A check,
+    Every call has a deadline (``deadline`` seconds, default 50 ms: ``floodgate.core.DEFAULT_DEADLINE``):
+    it never waits longer. A check,
     peek or reserve that gets no verdict in time — the service down, late or failing — is decided
     by the fail mode (``open`` allows, ``closed`` denies with ``Retry-After``), counted
     (:meth:`stats`) and told to ``on_failure``. A circuit breaker stops sending calls to a service
@@ -58,7 +59,7 @@ class Floodgate:
         self,
         url: str,
         *,
-        deadline: float = 0.05,
+        deadline: float | None = None,
         fail_mode: FailMode = "open",
         token: str | None = None,
         headers: Mapping[str, str] | None = None,

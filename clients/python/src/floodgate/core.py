@@ -110,7 +110,7 @@ def settings_of(
         raise ConfigError("max_connections", f"must be a whole number >= 1, got {max_connections!r}")
     return Settings(
         url=url.rstrip("/"),
-        deadline=seconds_of(deadline, "deadline"),
+        deadline=DEFAULT_DEADLINE if deadline is None else seconds_of(deadline, "deadline"),
         fail_mode=mode,
         fail_closed_retry_after=seconds_of(fail_closed_retry_after, "fail_closed_retry_after"),
         headers=sent,

@@ -17,7 +17,8 @@ pattern (``GET /items/<int:item_id>``); ``user`` is the authenticated user's pri
 decision is ``request.floodgate`` (``degraded_model(request.floodgate, "gpt-4o")``).
 
 The ``FLOODGATE`` keys: ``URL`` (required), ``DEADLINE`` (seconds), ``FAIL_MODE``, ``TOKEN``, ``CA``,
-``CLIENT_CERT``, ``CLIENT_KEY``, ``RULE``, ``COST`` (a number, or a function of the
+``CLIENT_CERT``, ``CLIENT_KEY`` — or instead ``CLIENT``, a :class:`~floodgate.Floodgate` to share
+(or its dotted path) —, ``RULE``, ``COST`` (a number, or a function of the
 :class:`~floodgate.incoming.Incoming`), ``DESCRIPTORS`` and ``SKIP`` (functions of it, or their
 dotted paths), ``TRUSTED_PROXIES``, ``FORWARDED_HEADER``, ``USER_HEADER``, ``TENANT_HEADER``,
 ``HEADERS_ON_ALLOWED``. Another key, or a value that cannot be used, is ``ImproperlyConfigured``.
@@ -43,6 +44,7 @@ __all__ = ["FloodgateMiddleware", "decision_of", "degraded_model"]
 
 _KEYS = frozenset(
     {
+        "CLIENT",
         "URL",
         "DEADLINE",
         "FAIL_MODE",
@@ -87,6 +89,34 @@ def _user(request: HttpRequest) -> str | None:
     return None if pk is None else str(pk)
 
 
+_CLIENT_SETTINGS = ("URL", "DEADLINE", "FAIL_MODE", "TOKEN", "CA", "CLIENT_CERT", "CLIENT_KEY")
+
+
+def _client(conf: Mapping[str, Any]) -> Floodgate:
+    """The client of ``CLIENT`` (a :class:`~floodgate.Floodgate` or its dotted path), or one made
+    from ``URL`` and the settings beside it."""
+    given = conf.get("CLIENT")
+    if given is not None:
+        mixed = sorted(key for key in _CLIENT_SETTINGS if key in conf)
+        if mixed:
+            raise ImproperlyConfigured(f"FLOODGATE: give CLIENT, or {mixed} to make one, not both")
+        client = import_string(given) if isinstance(given, str) else given
+        if not isinstance(client, Floodgate):
+            raise ImproperlyConfigured(f"FLOODGATE['CLIENT'] must be a floodgate.Floodgate, got {client!r}")
+        return client
+    if "URL" not in conf:
+        raise ImproperlyConfigured("FLOODGATE['URL'] is required, e.g. http://127.0.0.1:8080 (or give CLIENT)")
+    return Floodgate(
+        conf["URL"],
+        deadline=conf.get("DEADLINE"),
+        fail_mode=conf.get("FAIL_MODE", "open"),
+        token=conf.get("TOKEN"),
+        ca=conf.get("CA"),
+        client_cert=conf.get("CLIENT_CERT"),
+        client_key=conf.get("CLIENT_KEY"),
+    )
+
+
 class FloodgateMiddleware:
     """The middleware (see the module's documentation)."""
 
@@ -101,18 +131,8 @@ class FloodgateMiddleware:
         unknown = sorted(set(conf) - _KEYS)
         if unknown:
             raise ImproperlyConfigured(f"FLOODGATE has unknown keys {unknown}; the keys are {sorted(_KEYS)}")
-        if "URL" not in conf:
-            raise ImproperlyConfigured("FLOODGATE['URL'] is required, e.g. http://127.0.0.1:8080")
         try:
-            self.client = Floodgate(
-                conf["URL"],
-                deadline=conf.get("DEADLINE", 0.05),
-                fail_mode=conf.get("FAIL_MODE", "open"),
-                token=conf.get("TOKEN"),
-                ca=conf.get("CA"),
-                client_cert=conf.get("CLIENT_CERT"),
-                client_key=conf.get("CLIENT_KEY"),
-            )
+            self.client = _client(conf)
             cost = conf.get("COST", 1)
             self.describe = Describe(
                 trusted_proxies=tuple(conf.get("TRUSTED_PROXIES", ())),

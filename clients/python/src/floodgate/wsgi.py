@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from floodgate.client import Floodgate
 from floodgate.client_ip import ProxyHeader
@@ -77,25 +77,17 @@ def incoming_of(environ: Mapping[str, Any], describe: Describe, route: str | Non
     )
 
 
-class _UrlAdapter(Protocol):
-    def match(self, *, return_rule: bool) -> tuple[Any, Any]: ...
-
-
-class _UrlMap(Protocol):
-    def bind_to_environ(self, environ: Environ) -> _UrlAdapter: ...
-
-
-class _FlaskLike(Protocol):
-    url_map: _UrlMap
-
-
-def flask_route(app: _FlaskLike) -> RouteFn:
+def flask_route(app: object) -> RouteFn:
     """The route template of a Flask (Werkzeug) app's request, matched ahead of the app
-    (``/items/<int:item_id>``), or ``None`` when no rule matches."""
+    (``/items/<int:item_id>``), or ``None`` when no rule matches. ``app`` is a Flask app (anything
+    with Werkzeug's ``url_map``)."""
+    url_map: Any = getattr(app, "url_map", None)
+    if url_map is None or not callable(getattr(url_map, "bind_to_environ", None)):
+        raise ConfigError("route", f"flask_route needs a Flask app (with a url_map), got {type(app).__name__}")
 
     def route(environ: Environ) -> str | None:
         try:
-            rule, _ = app.url_map.bind_to_environ(environ).match(return_rule=True)
+            rule, _ = url_map.bind_to_environ(environ).match(return_rule=True)
         except Exception:  # Werkzeug's NotFound, MethodNotAllowed, RequestRedirect
             return None
         template = getattr(rule, "rule", None)
@@ -232,7 +224,7 @@ def sync_client_of(
         raise ConfigError("url", "is required (or give a client)")
     return Floodgate(
         url,
-        deadline=0.05 if deadline is None else deadline,
+        deadline=deadline,
         fail_mode="open" if fail_mode is None else fail_mode,
         token=token,
     )
