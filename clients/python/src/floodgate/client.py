@@ -31,7 +31,7 @@ from floodgate.reservation import Reservation
 from floodgate.retry import RetryEvent, RetryPolicy, retry
 from floodgate.session import Session
 from floodgate.simulate import simulate_body
-from floodgate.transport import Transport, deadline_scope
+from floodgate.transport import Transport, call_scope
 
 T = TypeVar("T")
 
@@ -86,12 +86,7 @@ class Floodgate:
             max_connections=max_connections,
         )
         self._core = Core(settings, breaker=breaker, retry_budget=retry_budget, on_failure=on_failure, clock=clock)
-        self._http = httpx.Client(
-            headers=dict(settings.headers),
-            transport=Transport(settings.tls, settings.limits),  # type: ignore[arg-type]
-            timeout=self._core.default_timeout,
-            trust_env=False,
-        )
+        self._transport = Transport(settings.tls, settings.limits)  # type: ignore[arg-type]
 
     @property
     def url(self) -> str:
@@ -160,10 +155,10 @@ class Floodgate:
         Raises :class:`~floodgate.Unavailable` when the service gave no answer (``not_sent`` when it
         surely did not run, so :meth:`retry` may retry it)."""
         core = self._core
-        seconds, timeout = core.deadline(deadline, "report")
+        seconds = core.deadline(deadline, "report")
         body = decide_body("report", descriptors, cost=cost, costs=costs, domain=domain)
         try:
-            response = self._send("report", "POST", core.urls["report"], body, None, seconds, timeout)
+            response = self._send("report", "POST", core.urls["report"], body, None, seconds)
             return wire.decision("report", response.status_code, response.headers.multi_items(), response.content)
         except Unavailable as error:
             core.count("report", error, None)
@@ -215,9 +210,9 @@ class Floodgate:
         :class:`~floodgate.InvalidRequest` for a missing key descriptor."""
         core = self._core
         query = usage_query(rule, descriptors)
-        seconds, timeout = core.deadline(deadline, "usage")
+        seconds = core.deadline(deadline, "usage")
         try:
-            response = self._send("usage", "GET", core.urls["usage"], None, query, seconds, timeout)
+            response = self._send("usage", "GET", core.urls["usage"], None, query, seconds)
             return wire.usage(response.status_code, response.headers, response.content)
         except Unavailable as error:
             core.count("usage", error, None)
@@ -239,9 +234,9 @@ class Floodgate:
         not take is the server's :class:`~floodgate.InvalidRequest`."""
         core = self._core
         body = simulate_body(algorithm, requests, params, sample_ms, until_ms)
-        seconds, timeout = core.deadline(deadline, "simulate")
+        seconds = core.deadline(deadline, "simulate")
         try:
-            response = self._send("simulate", "POST", core.urls["simulate"], body, None, seconds, timeout)
+            response = self._send("simulate", "POST", core.urls["simulate"], body, None, seconds)
             return wire.simulation(response.status_code, response.headers, response.content)
         except Unavailable as error:
             core.count("simulate", error, None)
@@ -274,16 +269,19 @@ class Floodgate:
     def warmup(self, timeout: float = 2.0) -> bool:
         """Opens a connection ahead of the first call (``GET /healthz``, not counted): whether the
         server answered healthy. Never raises: the fail mode covers an outage later."""
+        request = self._core.request("GET", httpx.URL(f"{self.url}/healthz"), None, None, timeout)
         try:
-            with deadline_scope(timeout):
-                response = self._http.get(f"{self.url}/healthz", timeout=timeout)
+            with call_scope(timeout):
+                response = self._transport.handle_request(request)
+                response.read()
+                response.close()
             return response.status_code == 200
         except httpx.HTTPError:
             return False
 
     def close(self) -> None:
         """Closes the pooled connections."""
-        self._http.close()
+        self._transport.close()
 
     def __enter__(self) -> Floodgate:
         return self
@@ -303,19 +301,23 @@ class Floodgate:
         body: bytes | None,
         params: Mapping[str, str] | None,
         deadline: float,
-        timeout: httpx.Timeout,
     ) -> httpx.Response:
         core = self._core
         admitted = core.admit(call)
-        try:
-            with deadline_scope(deadline):
-                response = self._http.request(method, url, content=body, params=params, timeout=timeout)
-        except httpx.HTTPError as error:
-            admitted.finish(True)
-            raise core.unavailable(call, error, deadline) from error
-        except BaseException:
-            admitted.abandon()
-            raise
+        request = core.request(method, url, body, params, deadline)
+        with call_scope(deadline) as state:
+            try:
+                response = self._transport.handle_request(request)
+                try:
+                    response.read()
+                finally:
+                    response.close()
+            except httpx.TransportError as error:
+                admitted.finish(True)
+                raise core.unavailable(call, error, deadline, state.sent) from error
+            except BaseException:
+                admitted.abandon()
+                raise
         admitted.finish(response.status_code >= 500)
         return response
 
@@ -332,10 +334,10 @@ class Floodgate:
     ) -> Decision:
         core = self._core
         mode = core.fail_mode(fail_mode, call)
-        seconds, timeout = core.deadline(deadline, call)
+        seconds = core.deadline(deadline, call)
         body = decide_body(call, descriptors, cost=cost, costs=costs, domain=domain, ttl=ttl)
         try:
-            response = self._send(call, "POST", core.urls[call], body, None, seconds, timeout)
+            response = self._send(call, "POST", core.urls[call], body, None, seconds)
             return wire.decision(call, response.status_code, response.headers.multi_items(), response.content)
         except Unavailable as error:
             return core.failed_decision(call, error, mode)
@@ -343,11 +345,11 @@ class Floodgate:
     def _settle(self, call: Call, body: bytes, deadline: float | None, attempts: int) -> Settled:
         core = self._core
         attempts = attempts_of(attempts, call)
-        seconds, timeout = core.deadline(deadline, call)
+        seconds = core.deadline(deadline, call)
         attempt = 0
         while True:
             try:
-                response = self._send(call, "POST", core.urls[call], body, None, seconds, timeout)
+                response = self._send(call, "POST", core.urls[call], body, None, seconds)
                 return wire.settled(call, response.status_code, response.headers, response.content)
             except Unavailable as error:
                 delay = core.settle_delay(error, attempt, attempts)

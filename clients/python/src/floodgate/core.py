@@ -149,7 +149,7 @@ class Core:
             call: httpx.URL(f"{settings.url}/v1/{call}")
             for call in ("check", "peek", "report", "reserve", "commit", "release", "usage", "simulate")
         }
-        self.default_timeout = httpx.Timeout(settings.deadline)
+        self.headers = httpx.Headers(dict(settings.headers))
 
     def _breaker_moved(self, to: BreakerState) -> None:
         self.transitions[to] += 1
@@ -158,12 +158,23 @@ class Core:
     def breaker_state(self) -> BreakerState | None:
         return None if self.breaker is None else self.breaker.state
 
-    def deadline(self, deadline: object, call: str) -> tuple[float, httpx.Timeout]:
-        """A call's deadline (the client's unless given) and httpx's timeout for it."""
-        if deadline is None:
-            return self.settings.deadline, self.default_timeout
-        seconds = deadline_of(deadline, call)
-        return seconds, httpx.Timeout(seconds)
+    def deadline(self, deadline: object, call: str) -> float:
+        """A call's deadline in seconds: the client's unless given."""
+        return self.settings.deadline if deadline is None else deadline_of(deadline, call)
+
+    def request(
+        self, method: str, url: httpx.URL, body: bytes | None, params: Mapping[str, str] | None, deadline: float
+    ) -> httpx.Request:
+        """The request of one call, each phase's timeout the call's deadline (which bounds them all:
+        :mod:`floodgate.transport`)."""
+        return httpx.Request(
+            method,
+            url,
+            params=params,
+            headers=self.headers,
+            content=body,
+            extensions={"timeout": {"connect": deadline, "read": deadline, "write": deadline, "pool": deadline}},
+        )
 
     def fail_mode(self, mode: object, call: str) -> FailMode:
         return self.settings.fail_mode if mode is None else fail_mode_of(mode, call)
@@ -194,20 +205,20 @@ class Core:
         if self.budget is not None:
             self.budget.deposit()
 
-    def unavailable(self, call: Call, error: httpx.HTTPError, deadline: float) -> Unavailable:
-        """The :class:`Unavailable` of a call httpx could not make or finish."""
+    def unavailable(self, call: Call, error: Exception, deadline: float, sent: bool) -> Unavailable:
+        """The :class:`Unavailable` of a call that could not be made or finished: ``error`` is
+        httpx's, or the :class:`TimeoutError` of the call's deadline; ``sent`` whether its request
+        was written (if not, it surely did not run)."""
         url = self.settings.url
         if tls_failure(error):
             return Unavailable(
                 "tls", f"the TLS handshake with floodgate at {url} failed: {_root(error)}", not_sent=True
             )
-        if isinstance(error, httpx.TimeoutException):
+        if isinstance(error, (httpx.TimeoutException, TimeoutError)):
             return Unavailable(
-                "deadline",
-                f"floodgate gave no answer to {call} within {deadline * 1000:g} ms",
-                not_sent=isinstance(error, (httpx.ConnectTimeout, httpx.PoolTimeout)),
+                "deadline", f"floodgate gave no answer to {call} within {deadline * 1000:g} ms", not_sent=not sent
             )
-        if isinstance(error, httpx.ConnectError):
+        if isinstance(error, httpx.ConnectError) or not sent:
             return Unavailable("unreachable", f"floodgate at {url} is unreachable ({_root(error)})", not_sent=True)
         return Unavailable(
             "unreachable", f"the connection to floodgate at {url} was lost during {call} ({_root(error)})"

@@ -1,17 +1,35 @@
-"""The HTTP connections under the clients: httpx's pooled keep-alive transports, with a deadline
-that bounds a whole call, and TLS.
+"""The HTTP connections under the clients: httpx's transports and httpcore's keep-alive pool, on a
+network backend of their own, with a deadline that bounds a whole call, and TLS.
 
-httpx's timeouts bound each phase of a request (getting a connection, connecting, each write, each
-read) on its own, so a call could take several times its timeout. Here the network backend under
-httpcore's pool gives every socket operation only what is left of the call's deadline — set for
-the duration of a call with :func:`deadline_scope` — so that no call waits longer, whatever the
-server does (silent, or answering a byte at a time).
+Three things differ from httpx's defaults, each for a measured reason (BENCHMARKS.md, "Python
+middleware overhead"):
+
+- **A deadline over the whole call.** httpx's timeouts bound each phase of a request on its own
+  (getting a connection, connecting, each write, each read), so a call could take several times its
+  timeout. Each call runs in a :func:`call_scope` that holds its deadline: the sync backend gives
+  every socket operation only what is left of it, so a server that is silent or answers a byte at
+  a time cannot hold a decision past it; the async client bounds the call with one timer (a timer
+  per socket operation, as httpcore's anyio backend sets, costs more than the call's network time).
+- **One write per request.** httpcore writes a request's head and its body separately; the
+  streams here hold writes until the connection next reads (a request is always followed by reading
+  its answer), so a request leaves in one segment and ``TCP_NODELAY`` is set.
+- **The asyncio streams directly** (the async backend), not through anyio, whose per-operation
+  cancel scopes and checkpoints cost more than the call's network time. (On Python 3.10, whose
+  asyncio streams cannot start TLS, an ``https://`` client uses httpcore's anyio backend, corked.)
+
+The scope also records whether a call's request was written at all, so that a call that ended
+before it was (refused, or no connection in time) is known not to have run: :func:`call_scope`'s
+``sent``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import select
+import socket
 import ssl
+import sys
 import time
 import typing
 from collections.abc import Iterable, Iterator
@@ -23,45 +41,97 @@ import httpx
 
 from floodgate.errors import ConfigError
 
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("floodgate_deadline", default=None)
-
 SocketOption = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
+_NODELAY: SocketOption = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class CallState:
+    """One call's deadline (monotonic seconds) and whether its request was written."""
+
+    __slots__ = ("deadline", "sent")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.sent = False
+
+
+_CALL: contextvars.ContextVar[CallState | None] = contextvars.ContextVar("floodgate_call", default=None)
 
 
 @contextmanager
-def deadline_scope(seconds: float) -> Iterator[None]:
-    """Every socket operation of the calls made inside gets at most what is left of ``seconds``."""
-    token = _DEADLINE.set(time.monotonic() + seconds)
+def call_scope(seconds: float) -> Iterator[CallState]:
+    """The calls made inside have ``seconds`` in all; the state says whether a request was sent."""
+    state = CallState(time.monotonic() + seconds)
+    token = _CALL.set(state)
     try:
-        yield
+        yield state
     finally:
-        _DEADLINE.reset(token)
+        _CALL.reset(token)
+
+
+T = typing.TypeVar("T")
+
+
+async def within(seconds: float, work: typing.Coroutine[typing.Any, typing.Any, T]) -> T:
+    """``work``, or :class:`TimeoutError` once ``seconds`` have passed (and ``work`` is cancelled):
+    one timer for the whole call."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await work
+    return await asyncio.wait_for(work, seconds)
 
 
 def _left(timeout: float | None, exc: type[Exception]) -> float | None:
-    deadline = _DEADLINE.get()
-    if deadline is None:
+    state = _CALL.get()
+    if state is None:
         return timeout
-    left = deadline - time.monotonic()
+    left = state.deadline - time.monotonic()
     if left <= 0:
         raise exc("the call's deadline has passed")
     return left if timeout is None else min(timeout, left)
+
+
+def _mark_sent() -> None:
+    state = _CALL.get()
+    if state is not None:
+        state.sent = True
+
+
+def _readable(sock: socket.socket | None) -> bool:
+    """Whether an idle connection's socket has something to read (data, or the peer closed it)."""
+    if sock is None or sock.fileno() < 0:
+        return True
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
 
 
 # === impl sync ===
 
 
 class _Stream(httpcore.NetworkStream):
+    """A socket stream whose writes wait for the next read, and whose every operation gets at
+    most what is left of the call's deadline."""
+
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
+        self._pending = bytearray()
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._pending:
+            self._flush(timeout)
         return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+        self._pending += buffer
+
+    def _flush(self, timeout: float | None) -> None:
+        pending = bytes(self._pending)
+        self._pending.clear()
+        self._inner.write(pending, _left(timeout, httpcore.WriteTimeout))
+        _mark_sent()
 
     def close(self) -> None:
+        self._pending.clear()
         self._inner.close()
 
     def start_tls(
@@ -89,29 +159,124 @@ class _Backend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(
-            host, port, _left(timeout, httpcore.ConnectTimeout), local_address, socket_options
-        )
+        options = [*(socket_options or ()), _NODELAY]
+        stream = self._inner.connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout), local_address, options)
         return _Stream(stream)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
 
 
-# === impl async ===
+# === impl async (asyncio streams) ===
 
 
-class _AsyncStream(httpcore.AsyncNetworkStream):
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
+class _AsyncioStream(httpcore.AsyncNetworkStream):
+    """An asyncio stream whose writes wait for the next read. Time is bounded by the call's one
+    timer (the client's), not here."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._pending = bytearray()
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
+        try:
+            if self._pending:
+                self._writer.write(bytes(self._pending))
+                self._pending.clear()
+                _mark_sent()
+            return await self._reader.read(max_bytes)
+        except OSError as error:
+            raise httpcore.ReadError(str(error) or type(error).__name__) from error
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, _left(timeout, httpcore.WriteTimeout))
+        self._pending += buffer
+        if len(self._pending) > 65536:
+            try:
+                self._writer.write(bytes(self._pending))
+                self._pending.clear()
+                _mark_sent()
+                await self._writer.drain()
+            except OSError as error:
+                raise httpcore.WriteError(str(error) or type(error).__name__) from error
 
     async def aclose(self) -> None:
+        self._pending.clear()
+        self._writer.close()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            await self._writer.start_tls(ssl_context, server_hostname=server_hostname)  # type: ignore[attr-defined,unused-ignore]
+        except (OSError, ssl.SSLError) as error:
+            self._writer.close()
+            raise httpcore.ConnectError(str(error) or type(error).__name__) from error
+        return self
+
+    def get_extra_info(self, info: str) -> typing.Any:
+        if info == "is_readable":
+            return self._reader.at_eof() or _readable(self._writer.get_extra_info("socket"))
+        if info == "server_addr":
+            return self._writer.get_extra_info("peername")
+        if info == "client_addr":
+            return self._writer.get_extra_info("sockname")
+        return self._writer.get_extra_info(info)
+
+
+class _AsyncioBackend(httpcore.AsyncNetworkBackend):
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            reader, writer = await asyncio.open_connection(
+                host, port, local_addr=None if local_address is None else (local_address, 0)
+            )
+        except OSError as error:
+            raise httpcore.ConnectError(str(error) or type(error).__name__) from error
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            for option in [*(socket_options or ()), _NODELAY]:
+                sock.setsockopt(*option)
+        return _AsyncioStream(reader, writer)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not supported")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _AnyIOStream(httpcore.AsyncNetworkStream):
+    """httpcore's anyio stream, its writes held until the next read (Python 3.10 with TLS)."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._pending = bytearray()
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._pending:
+            pending = bytes(self._pending)
+            self._pending.clear()
+            await self._inner.write(pending, timeout)
+            _mark_sent()
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._pending += buffer
+
+    async def aclose(self) -> None:
+        self._pending.clear()
         await self._inner.aclose()
 
     async def start_tls(
@@ -120,14 +285,13 @@ class _AsyncStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        inner = await self._inner.start_tls(ssl_context, server_hostname, _left(timeout, httpcore.ConnectTimeout))
-        return _AsyncStream(inner)
+        return _AnyIOStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
 
 
-class _AsyncBackend(httpcore.AsyncNetworkBackend):
+class _AnyIOBackend(httpcore.AsyncNetworkBackend):
     def __init__(self) -> None:
         self._inner = httpcore.AnyIOBackend()
 
@@ -139,10 +303,8 @@ class _AsyncBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        stream = await self._inner.connect_tcp(
-            host, port, _left(timeout, httpcore.ConnectTimeout), local_address, socket_options
-        )
-        return _AsyncStream(stream)
+        options = [*(socket_options or ()), _NODELAY]
+        return _AnyIOStream(await self._inner.connect_tcp(host, port, timeout, local_address, options))
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
@@ -190,18 +352,21 @@ def _pool_limits(limits: httpx.Limits) -> dict[str, typing.Any]:
 
 
 class Transport(httpx.HTTPTransport):
-    """httpx's transport whose pool runs on the deadline-bounded network backend."""
+    """httpx's transport, its pool on the corked, deadline-bounded backend."""
 
     def __init__(self, context: ssl.SSLContext | None, limits: httpx.Limits) -> None:
-        super().__init__(verify=context if context is not None else True, limits=limits, trust_env=False)
+        # The pool httpx makes here is replaced below, with `context` (so its `verify` is unused).
+        super().__init__(verify=False, limits=limits, trust_env=False)
         self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(), **_pool_limits(limits))
 
 
 class AsyncTransport(httpx.AsyncHTTPTransport):
-    """httpx's async transport whose pool runs on the deadline-bounded network backend."""
+    """httpx's async transport, its pool on asyncio streams (corked)."""
 
     def __init__(self, context: ssl.SSLContext | None, limits: httpx.Limits) -> None:
-        super().__init__(verify=context if context is not None else True, limits=limits, trust_env=False)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context, network_backend=_AsyncBackend(), **_pool_limits(limits)
+        # The pool httpx makes here is replaced below, with `context` (so its `verify` is unused).
+        super().__init__(verify=False, limits=limits, trust_env=False)
+        backend: httpcore.AsyncNetworkBackend = (
+            _AnyIOBackend() if context is not None and sys.version_info < (3, 11) else _AsyncioBackend()
         )
+        self._pool = httpcore.AsyncConnectionPool(ssl_context=context, network_backend=backend, **_pool_limits(limits))
