@@ -3,8 +3,9 @@
 - ``none``: no limiter;
 - ``slowapi``: slowapi 0.1.10's ``SlowAPIASGIMiddleware`` on its in-memory storage (``memory://``),
   a default limit keyed on the client address, headers on;
-- ``floodgate``: :class:`floodgate.asgi.RateLimitMiddleware` on an ``AsyncFloodgate`` with the
-  default 50 ms deadline, against the Floodgate server at ``FLOODGATE_URL``.
+- ``floodgate``: :class:`floodgate.asgi.RateLimitMiddleware` on an ``AsyncFloodgate`` against the
+  Floodgate server at ``FLOODGATE_URL``, its deadline ``FLOODGATE_BENCH_DEADLINE`` seconds (the
+  runner's ``--deadline``).
 
 Both limiters allow every request (limits far above the load, one key: the loopback address), so
 what is measured is what checking costs. ``GET /hello`` is what the load generator asks;
@@ -25,7 +26,10 @@ from floodgate import AsyncFloodgate
 from floodgate.asgi import RateLimitMiddleware
 
 variant = os.environ.get("FLOODGATE_BENCH_VARIANT", "none")
-floodgate = AsyncFloodgate(os.environ.get("FLOODGATE_URL", "http://127.0.0.1:8080"))
+floodgate = AsyncFloodgate(
+    os.environ.get("FLOODGATE_URL", "http://127.0.0.1:8080"),
+    deadline=float(os.environ.get("FLOODGATE_BENCH_DEADLINE", "0.05")),
+)
 
 
 @asynccontextmanager

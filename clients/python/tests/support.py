@@ -400,3 +400,44 @@ async def asgi(app: Any, peer: tuple[str, int] = ("127.0.0.1", 40000)) -> AsyncI
         await inbox.put({"type": "lifespan.shutdown"})
         assert (await outbox.get())["type"] == "lifespan.shutdown.complete"
         await running
+
+
+class RawServer(_Loop):
+    """Answers each HTTP request (its head and its Content-Length body read) with the next of
+    ``answers``, raw bytes, then with the last one; an answer given as ``(bytes, True)`` closes the
+    connection after it. Counts the connections it accepted and the requests it read."""
+
+    def __init__(self, answers: list[bytes | tuple[bytes, bool]]) -> None:
+        self.answers = list(answers)
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._buffers: dict[socket.socket, bytes] = {}
+        super().__init__()
+
+    def accepted(self, conn: socket.socket) -> None:
+        self.connections += 1
+
+    def received(self, conn: socket.socket, data: bytes) -> None:
+        buffer = self._buffers.get(conn, b"") + data
+        while True:
+            head, sep, rest = buffer.partition(b"\r\n\r\n")
+            if not sep:
+                break
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value.strip())
+            if len(rest) < length:
+                break
+            buffer = rest[length:]
+            self.requests.append(head.split(b"\r\n", 1)[0])
+            answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+            raw, close = answer if isinstance(answer, tuple) else (answer, False)
+            conn.setblocking(True)
+            conn.sendall(raw)
+            conn.setblocking(False)
+            if close:
+                self._drop(conn)
+                return
+        self._buffers[conn] = buffer

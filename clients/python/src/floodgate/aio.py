@@ -27,12 +27,13 @@ from floodgate.decision import (
     Usage,
 )
 from floodgate.errors import Unavailable
+from floodgate.http1 import AsyncHttp1Transport
 from floodgate.request import TTL, Costs, Descriptors, decide_body, settle_body, usage_query
 from floodgate.reservation import AsyncReservation, Reserving
 from floodgate.retry import RetryEvent, RetryPolicy, aretry
 from floodgate.session import AsyncSession
 from floodgate.simulate import simulate_body
-from floodgate.transport import AsyncTransport, call_scope, within
+from floodgate.transport import call_scope, within
 
 T = TypeVar("T")
 
@@ -74,7 +75,13 @@ class AsyncFloodgate:
             max_connections=max_connections,
         )
         self._core = Core(settings, breaker=breaker, retry_budget=retry_budget, on_failure=on_failure, clock=clock)
-        self._transport = AsyncTransport(settings.tls, settings.limits)  # type: ignore[arg-type]
+        self._transport = AsyncHttp1Transport(
+            settings.host,
+            settings.port,
+            settings.tls,  # type: ignore[arg-type]
+            max_connections=settings.limits.max_connections or 100,
+            keepalive_expiry=settings.limits.keepalive_expiry or 30.0,
+        )
 
     @property
     def url(self) -> str:
@@ -310,12 +317,7 @@ class AsyncFloodgate:
         return response
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
-        response = await self._transport.handle_async_request(request)
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
-        return response
+        return await self._transport.handle_async_request(request)
 
     async def _decide(
         self,

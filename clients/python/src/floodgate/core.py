@@ -59,6 +59,8 @@ class Settings:
     """A client's settings, checked (see :class:`~floodgate.Floodgate` for each)."""
 
     url: str
+    host: str
+    port: int
     deadline: float
     fail_mode: FailMode
     fail_closed_retry_after: float
@@ -110,6 +112,8 @@ def settings_of(
         raise ConfigError("max_connections", f"must be a whole number >= 1, got {max_connections!r}")
     return Settings(
         url=url.rstrip("/"),
+        host=parsed.host,
+        port=parsed.port or (443 if parsed.scheme == "https" else 80),
         deadline=DEFAULT_DEADLINE if deadline is None else seconds_of(deadline, "deadline"),
         fail_mode=mode,
         fail_closed_retry_after=seconds_of(fail_closed_retry_after, "fail_closed_retry_after"),

@@ -1,21 +1,16 @@
-"""The HTTP connections under the clients: httpx's transports and httpcore's keep-alive pool, on a
-network backend of their own, with a deadline that bounds a whole call, and TLS.
-
-Three things differ from httpx's defaults, each for a measured reason (BENCHMARKS.md, "Python
-middleware overhead"):
+"""The deadline of a call, and the sync client's connections: httpx's transport on httpcore's
+keep-alive pool, on a network backend of its own, and TLS. (The async client's transport is
+:mod:`floodgate.http1`.)
 
 - **A deadline over the whole call.** httpx's timeouts bound each phase of a request on its own
   (getting a connection, connecting, each write, each read), so a call could take several times its
   timeout. Each call runs in a :func:`call_scope` that holds its deadline: the sync backend gives
   every socket operation only what is left of it, so a server that is silent or answers a byte at
-  a time cannot hold a decision past it; the async client bounds the call with one timer (a timer
-  per socket operation, as httpcore's anyio backend sets, costs more than the call's network time).
+  a time cannot hold a decision past it; the async client bounds each call with one timer
+  (:func:`within`).
 - **One write per request.** httpcore writes a request's head and its body separately; the
-  streams here hold writes until the connection next reads (a request is always followed by reading
-  its answer), so a request leaves in one segment and ``TCP_NODELAY`` is set.
-- **The asyncio streams directly** (the async backend), not through anyio, whose per-operation
-  cancel scopes and checkpoints cost more than the call's network time. (On Python 3.10, whose
-  asyncio streams cannot start TLS, an ``https://`` client uses httpcore's anyio backend, corked.)
+  sync streams hold writes until the connection next reads (a request is always followed by
+  reading its answer), so a request leaves in one segment, and ``TCP_NODELAY`` is set.
 
 The scope also records whether a call's request was written at all, so that a call that ended
 before it was (refused, or no connection in time) is known not to have run: :func:`call_scope`'s
@@ -167,149 +162,6 @@ class _Backend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-# === impl async (asyncio streams) ===
-
-
-class _AsyncioStream(httpcore.AsyncNetworkStream):
-    """An asyncio stream whose writes wait for the next read. Time is bounded by the call's one
-    timer (the client's), not here."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._pending = bytearray()
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            if self._pending:
-                self._writer.write(bytes(self._pending))
-                self._pending.clear()
-                _mark_sent()
-            return await self._reader.read(max_bytes)
-        except OSError as error:
-            raise httpcore.ReadError(str(error) or type(error).__name__) from error
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._pending += buffer
-        if len(self._pending) > 65536:
-            try:
-                self._writer.write(bytes(self._pending))
-                self._pending.clear()
-                _mark_sent()
-                await self._writer.drain()
-            except OSError as error:
-                raise httpcore.WriteError(str(error) or type(error).__name__) from error
-
-    async def aclose(self) -> None:
-        self._pending.clear()
-        self._writer.close()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            await self._writer.start_tls(ssl_context, server_hostname=server_hostname)  # type: ignore[attr-defined,unused-ignore]
-        except (OSError, ssl.SSLError) as error:
-            self._writer.close()
-            raise httpcore.ConnectError(str(error) or type(error).__name__) from error
-        return self
-
-    def get_extra_info(self, info: str) -> typing.Any:
-        if info == "is_readable":
-            return self._reader.at_eof() or _readable(self._writer.get_extra_info("socket"))
-        if info == "server_addr":
-            return self._writer.get_extra_info("peername")
-        if info == "client_addr":
-            return self._writer.get_extra_info("sockname")
-        return self._writer.get_extra_info(info)
-
-
-class _AsyncioBackend(httpcore.AsyncNetworkBackend):
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[SocketOption] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            reader, writer = await asyncio.open_connection(
-                host, port, local_addr=None if local_address is None else (local_address, 0)
-            )
-        except OSError as error:
-            raise httpcore.ConnectError(str(error) or type(error).__name__) from error
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            for option in [*(socket_options or ()), _NODELAY]:
-                sock.setsockopt(*option)
-        return _AsyncioStream(reader, writer)
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[SocketOption] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("unix sockets are not supported")
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-class _AnyIOStream(httpcore.AsyncNetworkStream):
-    """httpcore's anyio stream, its writes held until the next read (Python 3.10 with TLS)."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
-        self._inner = inner
-        self._pending = bytearray()
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        if self._pending:
-            pending = bytes(self._pending)
-            self._pending.clear()
-            await self._inner.write(pending, timeout)
-            _mark_sent()
-        return await self._inner.read(max_bytes, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._pending += buffer
-
-    async def aclose(self) -> None:
-        self._pending.clear()
-        await self._inner.aclose()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _AnyIOStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> typing.Any:
-        return self._inner.get_extra_info(info)
-
-
-class _AnyIOBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self) -> None:
-        self._inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[SocketOption] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        options = [*(socket_options or ()), _NODELAY]
-        return _AnyIOStream(await self._inner.connect_tcp(host, port, timeout, local_address, options))
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
 # === TLS and the transports ===
 
 
@@ -358,15 +210,3 @@ class Transport(httpx.HTTPTransport):
         # The pool httpx makes here is replaced below, with `context` (so its `verify` is unused).
         super().__init__(verify=False, limits=limits, trust_env=False)
         self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(), **_pool_limits(limits))
-
-
-class AsyncTransport(httpx.AsyncHTTPTransport):
-    """httpx's async transport, its pool on asyncio streams (corked)."""
-
-    def __init__(self, context: ssl.SSLContext | None, limits: httpx.Limits) -> None:
-        # The pool httpx makes here is replaced below, with `context` (so its `verify` is unused).
-        super().__init__(verify=False, limits=limits, trust_env=False)
-        backend: httpcore.AsyncNetworkBackend = (
-            _AnyIOBackend() if context is not None and sys.version_info < (3, 11) else _AsyncioBackend()
-        )
-        self._pool = httpcore.AsyncConnectionPool(ssl_context=context, network_backend=backend, **_pool_limits(limits))
