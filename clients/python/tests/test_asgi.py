@@ -16,7 +16,7 @@ import uvicorn
 from fastapi import Depends, FastAPI, Request
 
 from floodgate import AsyncFloodgate, Decision, Floodgate
-from floodgate.asgi import RateLimitMiddleware, decision_of, degraded_model, route_template
+from floodgate.asgi import RateLimitMiddleware, RouteTemplates, decision_of, degraded_model, route_template
 from floodgate.fastapi import install, rate_limit
 from floodgate.incoming import Incoming
 from support import RunningFloodgate, asgi, free_port, wait_for
@@ -78,6 +78,10 @@ async def test_route_templates_are_matched_before_routing(server: RunningFloodga
     assert route_template(scope) == "/items/{item_id}"
     scope["path"] = "/nowhere"
     assert route_template(scope) is None
+    remembered = RouteTemplates(size=2)
+    for n in range(5):
+        assert remembered(dict(scope, path=f"/items/{n}")) == "/items/{item_id}"
+        assert len(remembered._known) <= 2
 
 
 @pytest.mark.anyio

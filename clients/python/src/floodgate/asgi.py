@@ -93,6 +93,28 @@ def route_template(scope: Scope) -> str | None:
     return _template(routes, scope, "")
 
 
+class RouteTemplates:
+    """:func:`route_template`, remembered per method and path (the router's matching is the same
+    each time for one app): at most ``size`` paths, forgotten all at once when full, so that paths
+    with ids in them cannot grow it without bound."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._known: dict[tuple[object, str, str, str], str | None] = {}
+
+    def __call__(self, scope: Scope) -> str | None:
+        key = (id(scope.get("app")), scope.get("method", "GET"), scope.get("root_path", ""), scope.get("path", "/"))
+        try:
+            return self._known[key]
+        except KeyError:
+            pass
+        found = route_template(scope)
+        if len(self._known) >= self._size:
+            self._known.clear()
+        self._known[key] = found
+        return found
+
+
 def _user(scope: Scope) -> str | None:
     user = scope.get("user")
     if user is None or not getattr(user, "is_authenticated", False):
@@ -107,8 +129,11 @@ def _user(scope: Scope) -> str | None:
     return None
 
 
-def incoming_of(scope: Scope, describe: Describe, route: bool = True) -> Incoming:
-    """The :class:`~floodgate.incoming.Incoming` of an HTTP scope."""
+def incoming_of(
+    scope: Scope, describe: Describe, route: bool = True, templates: Callable[[Scope], str | None] = route_template
+) -> Incoming:
+    """The :class:`~floodgate.incoming.Incoming` of an HTTP scope (its route's template found by
+    ``templates``, when ``route``)."""
     headers: dict[str, str] = {}
     forwarded: list[str] = []
     forwarded_name = describe.client_ip.header.encode()
@@ -126,7 +151,7 @@ def incoming_of(scope: Scope, describe: Describe, route: bool = True) -> Incomin
     return Incoming(
         method=scope.get("method", "GET"),
         path=scope.get("path", "/"),
-        route=route_template(scope) if route else None,
+        route=templates(scope) if route else None,
         headers=headers,
         client_ip=describe.client_ip.resolve(peer, forwarded),
         user=authenticated if authenticated is not None else user,
@@ -208,6 +233,7 @@ class RateLimitMiddleware:
         self.skip = skip
         self.headers_on_allowed = headers_on_allowed
         self.route = route
+        self._templates = RouteTemplates()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and self._owns_client:
@@ -217,7 +243,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         scope[CLIENT_KEY] = self.client
-        incoming = incoming_of(scope, self.describe, self.route)
+        incoming = incoming_of(scope, self.describe, self.route, self._templates)
         if self.skip is not None and self.skip(incoming):
             await self.app(scope, receive, send)
             return
