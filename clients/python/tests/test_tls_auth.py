@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from floodgate import ConfigError, Floodgate, Forbidden, Unauthorized, Unavailable
+from floodgate import AsyncFloodgate, ConfigError, Floodgate, Forbidden, Unauthorized, Unavailable
 from support import RunningFloodgate, floodgate
 
 RULES = """
@@ -133,3 +133,21 @@ def test_the_data_plane_token_and_its_refusals() -> None:
             assert bound.check({"user": "u1", "tenant": "shop"}).allowed
             with pytest.raises(Forbidden, match="tenant"):
                 bound.check({"user": "u1", "tenant": "other"})
+
+
+@pytest.mark.anyio
+async def test_async_https_and_mutual_tls(
+    tls_server: RunningFloodgate, mtls_server: RunningFloodgate, pki: Path
+) -> None:
+    async with AsyncFloodgate(tls_server.url, ca=pki / "ca.pem", deadline=5.0) as verified:
+        assert (await verified.check({"user": "u1"})).status == 200
+        assert (await verified.check({"user": "u1"})).status == 200  # on the kept-alive connection
+    async with AsyncFloodgate(tls_server.url, ca=pki / "other-ca.pem", deadline=5.0, breaker=False) as wrong:
+        decision = await wrong.check({"user": "u1"}, fail_mode="closed")
+        assert decision.failure is not None and decision.failure.reason == "tls"
+    mutual = {"client_cert": pki / "client.pem", "client_key": pki / "client.key"}
+    async with AsyncFloodgate(mtls_server.url, ca=pki / "ca.pem", deadline=5.0, **mutual) as admitted:  # type: ignore[arg-type]
+        assert (await admitted.check({"user": "u1"})).status == 200
+    async with AsyncFloodgate(mtls_server.url, ca=pki / "ca.pem", deadline=5.0, breaker=False) as refused:
+        decision = await refused.check({"user": "u1"}, fail_mode="closed")
+        assert decision.failure is not None and decision.failure.reason == "tls"
