@@ -166,6 +166,9 @@ def test_bad_settings_are_config_errors_naming_the_field(server: object) -> None
         ({"url": "http://127.0.0.1:1", "ca": "/nonexistent.pem"}, "ca"),
         ({"url": "https://127.0.0.1:1", "ca": "/nonexistent.pem"}, "ca"),
         ({"url": "http://127.0.0.1:1", "max_connections": 0}, "max_connections"),
+        ({"url": "http://127.0.0.1:1", "headers": {"x-tenant": "t1\r\nx-admin: yes"}}, "headers"),
+        ({"url": "http://127.0.0.1:1", "headers": {"bad name": "x"}}, "headers"),
+        ({"url": "http://127.0.0.1:1", "token": "abc\r\nx-admin: yes"}, "token"),
     ]
     for settings, field in cases:
         with pytest.raises(ConfigError) as refused:

@@ -14,7 +14,7 @@ import httpx
 from floodgate import wire
 from floodgate.breaker import BreakerConfig, BreakerState, Clock
 from floodgate.budget import RetryBudgetConfig
-from floodgate.core import SIMULATE_DEADLINE, Core, attempts_of, reserve_costs, settings_of
+from floodgate.core import SIMULATE_DEADLINE, Answer, Core, attempts_of, reserve_costs, settings_of
 from floodgate.decision import (
     Call,
     Decision,
@@ -153,8 +153,8 @@ class AsyncFloodgate:
         seconds = core.deadline(deadline, "report")
         body = decide_body("report", descriptors, cost=cost, costs=costs, domain=domain)
         try:
-            response = await self._send("report", "POST", core.urls["report"], body, None, seconds)
-            return wire.decision("report", response.status_code, response.headers.multi_items(), response.content)
+            answer = await self._send("report", "POST", "report", body, None, seconds)
+            return wire.decision("report", answer.status, answer.headers, answer.content)
         except Unavailable as error:
             core.count("report", error, None)
             raise
@@ -213,8 +213,8 @@ class AsyncFloodgate:
         query = usage_query(rule, descriptors)
         seconds = core.deadline(deadline, "usage")
         try:
-            response = await self._send("usage", "GET", core.urls["usage"], None, query, seconds)
-            return wire.usage(response.status_code, response.headers, response.content)
+            answer = await self._send("usage", "GET", "usage", None, query, seconds)
+            return wire.usage(answer.status, answer.header_map(), answer.content)
         except Unavailable as error:
             core.count("usage", error, None)
             raise
@@ -237,8 +237,8 @@ class AsyncFloodgate:
         body = simulate_body(algorithm, requests, params, sample_ms, until_ms)
         seconds = core.deadline(deadline, "simulate")
         try:
-            response = await self._send("simulate", "POST", core.urls["simulate"], body, None, seconds)
-            return wire.simulation(response.status_code, response.headers, response.content)
+            answer = await self._send("simulate", "POST", "simulate", body, None, seconds)
+            return wire.simulation(answer.status, answer.header_map(), answer.content)
         except Unavailable as error:
             core.count("simulate", error, None)
             raise
@@ -270,11 +270,11 @@ class AsyncFloodgate:
     async def warmup(self, timeout: float = 2.0) -> bool:
         """Opens a connection ahead of the first call (``GET /healthz``, not counted): whether the
         server answered healthy. Never raises: the fail mode covers an outage later."""
-        request = self._core.request("GET", httpx.URL(f"{self.url}/healthz"), None, None, timeout)
+        message = self._core.message("GET", "healthz", None, None)
         try:
             with call_scope(timeout):
-                response = await within(timeout, self._exchange(request))
-            return response.status_code == 200
+                status, _, _, _ = await within(timeout, self._transport.exchange(message))
+            return status == 200
         except (httpx.HTTPError, TimeoutError):
             return False
 
@@ -296,28 +296,25 @@ class AsyncFloodgate:
         self,
         call: Call,
         method: str,
-        url: httpx.URL,
+        target: Call,
         body: bytes | None,
         params: Mapping[str, str] | None,
         deadline: float,
-    ) -> httpx.Response:
+    ) -> Answer:
         core = self._core
         admitted = core.admit(call)
-        request = core.request(method, url, body, params, deadline)
+        message = core.message(method, target, body, params)
         with call_scope(deadline) as state:
             try:
-                response = await within(deadline, self._exchange(request))
+                status, _, raw, content = await within(deadline, self._transport.exchange(message))
             except (httpx.TransportError, TimeoutError) as error:
                 admitted.finish(True)
                 raise core.unavailable(call, error, deadline, state.sent) from error
             except BaseException:
                 admitted.abandon()
                 raise
-        admitted.finish(response.status_code >= 500)
-        return response
-
-    async def _exchange(self, request: httpx.Request) -> httpx.Response:
-        return await self._transport.handle_async_request(request)
+        admitted.finish(status >= 500)
+        return Answer(status, [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw], content)
 
     async def _decide(
         self,
@@ -335,8 +332,8 @@ class AsyncFloodgate:
         seconds = core.deadline(deadline, call)
         body = decide_body(call, descriptors, cost=cost, costs=costs, domain=domain, ttl=ttl)
         try:
-            response = await self._send(call, "POST", core.urls[call], body, None, seconds)
-            return wire.decision(call, response.status_code, response.headers.multi_items(), response.content)
+            answer = await self._send(call, "POST", call, body, None, seconds)
+            return wire.decision(call, answer.status, answer.headers, answer.content)
         except Unavailable as error:
             return core.failed_decision(call, error, mode)
 
@@ -347,8 +344,8 @@ class AsyncFloodgate:
         attempt = 0
         while True:
             try:
-                response = await self._send(call, "POST", core.urls[call], body, None, seconds)
-                return wire.settled(call, response.status_code, response.headers, response.content)
+                answer = await self._send(call, "POST", call, body, None, seconds)
+                return wire.settled(call, answer.status, answer.header_map(), answer.content)
             except Unavailable as error:
                 delay = core.settle_delay(error, attempt, attempts)
                 if delay is None:

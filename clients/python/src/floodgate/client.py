@@ -13,7 +13,7 @@ import httpx
 from floodgate import wire
 from floodgate.breaker import BreakerConfig, BreakerState, Clock
 from floodgate.budget import RetryBudgetConfig
-from floodgate.core import SIMULATE_DEADLINE, Core, attempts_of, reserve_costs, settings_of
+from floodgate.core import SIMULATE_DEADLINE, Answer, Core, attempts_of, reserve_costs, settings_of
 from floodgate.decision import (
     Call,
     Decision,
@@ -158,8 +158,8 @@ class Floodgate:
         seconds = core.deadline(deadline, "report")
         body = decide_body("report", descriptors, cost=cost, costs=costs, domain=domain)
         try:
-            response = self._send("report", "POST", core.urls["report"], body, None, seconds)
-            return wire.decision("report", response.status_code, response.headers.multi_items(), response.content)
+            answer = self._send("report", "POST", "report", body, None, seconds)
+            return wire.decision("report", answer.status, answer.headers, answer.content)
         except Unavailable as error:
             core.count("report", error, None)
             raise
@@ -212,8 +212,8 @@ class Floodgate:
         query = usage_query(rule, descriptors)
         seconds = core.deadline(deadline, "usage")
         try:
-            response = self._send("usage", "GET", core.urls["usage"], None, query, seconds)
-            return wire.usage(response.status_code, response.headers, response.content)
+            answer = self._send("usage", "GET", "usage", None, query, seconds)
+            return wire.usage(answer.status, answer.header_map(), answer.content)
         except Unavailable as error:
             core.count("usage", error, None)
             raise
@@ -236,8 +236,8 @@ class Floodgate:
         body = simulate_body(algorithm, requests, params, sample_ms, until_ms)
         seconds = core.deadline(deadline, "simulate")
         try:
-            response = self._send("simulate", "POST", core.urls["simulate"], body, None, seconds)
-            return wire.simulation(response.status_code, response.headers, response.content)
+            answer = self._send("simulate", "POST", "simulate", body, None, seconds)
+            return wire.simulation(answer.status, answer.header_map(), answer.content)
         except Unavailable as error:
             core.count("simulate", error, None)
             raise
@@ -297,14 +297,14 @@ class Floodgate:
         self,
         call: Call,
         method: str,
-        url: httpx.URL,
+        target: Call,
         body: bytes | None,
         params: Mapping[str, str] | None,
         deadline: float,
-    ) -> httpx.Response:
+    ) -> Answer:
         core = self._core
         admitted = core.admit(call)
-        request = core.request(method, url, body, params, deadline)
+        request = core.request(method, core.urls[target], body, params, deadline)
         with call_scope(deadline) as state:
             try:
                 response = self._transport.handle_request(request)
@@ -319,7 +319,7 @@ class Floodgate:
                 admitted.abandon()
                 raise
         admitted.finish(response.status_code >= 500)
-        return response
+        return Answer(response.status_code, response.headers.multi_items(), response.content)
 
     def _decide(
         self,
@@ -337,8 +337,8 @@ class Floodgate:
         seconds = core.deadline(deadline, call)
         body = decide_body(call, descriptors, cost=cost, costs=costs, domain=domain, ttl=ttl)
         try:
-            response = self._send(call, "POST", core.urls[call], body, None, seconds)
-            return wire.decision(call, response.status_code, response.headers.multi_items(), response.content)
+            answer = self._send(call, "POST", call, body, None, seconds)
+            return wire.decision(call, answer.status, answer.headers, answer.content)
         except Unavailable as error:
             return core.failed_decision(call, error, mode)
 
@@ -349,8 +349,8 @@ class Floodgate:
         attempt = 0
         while True:
             try:
-                response = self._send(call, "POST", core.urls[call], body, None, seconds)
-                return wire.settled(call, response.status_code, response.headers, response.content)
+                answer = self._send(call, "POST", call, body, None, seconds)
+                return wire.settled(call, answer.status, answer.header_map(), answer.content)
             except Unavailable as error:
                 delay = core.settle_delay(error, attempt, attempts)
                 if delay is None:

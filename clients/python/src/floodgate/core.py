@@ -5,10 +5,12 @@ clients are thin over this: admit, send, read the answer with :mod:`floodgate.wi
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from os import PathLike
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -26,6 +28,18 @@ DEFAULT_DEADLINE = 0.05
 """A call's deadline unless told otherwise: 50 ms."""
 SIMULATE_DEADLINE = 10.0
 """``simulate``'s deadline unless told otherwise: a playground call, never on a request's path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the server answered a call: the status, the headers (lowercase names), the body."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    content: bytes
+
+    def header_map(self) -> dict[str, str]:
+        return dict(self.headers)
 
 
 class Pass:
@@ -69,6 +83,17 @@ class Settings:
     limits: httpx.Limits
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def settings_of(
     url: object,
     *,
@@ -99,7 +124,7 @@ def settings_of(
         raise ConfigError("fail_mode", f"must be 'open' or 'closed', got {fail_mode!r}") from None
     sent: dict[str, str] = {"content-type": "application/json", "user-agent": f"floodgate-python/{__version__}"}
     if token is not None:
-        if not isinstance(token, str) or token.strip() == "" or not token.isprintable():
+        if not isinstance(token, str) or token.strip() == "" or not token.isprintable() or not _latin1(token):
             raise ConfigError("token", "must be a non-empty printable string (an auth client's bearer token)")
         sent["authorization"] = f"Bearer {token}"
     if headers is not None:
@@ -107,6 +132,9 @@ def settings_of(
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             raise ConfigError("headers", "must be a mapping of header name → string")
+        for name, value in headers.items():
+            if not _TOKEN.fullmatch(name) or any(ch in value for ch in "\r\n\0") or not _latin1(value):
+                raise ConfigError("headers", f"{name!r}: {value!r} is not a header a request can carry")
         sent.update({k.lower(): v for k, v in headers.items()})
     if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
         raise ConfigError("max_connections", f"must be a whole number >= 1, got {max_connections!r}")
@@ -153,6 +181,15 @@ class Core:
             call: httpx.URL(f"{settings.url}/v1/{call}")
             for call in ("check", "peek", "report", "reserve", "commit", "release", "usage", "simulate")
         }
+        self.urls["healthz"] = httpx.URL(f"{settings.url}/healthz")
+        self.targets = {call: url.raw_path for call, url in self.urls.items()}
+        netloc = httpx.URL(settings.url).netloc
+        self.head_block = (
+            b"Host: "
+            + netloc
+            + b"\r\n"
+            + b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in settings.headers.items())
+        )
         self.headers = httpx.Headers(dict(settings.headers))
 
     def _breaker_moved(self, to: BreakerState) -> None:
@@ -165,6 +202,20 @@ class Core:
     def deadline(self, deadline: object, call: str) -> float:
         """A call's deadline in seconds: the client's unless given."""
         return self.settings.deadline if deadline is None else deadline_of(deadline, call)
+
+    def message(self, method: str, target: str, body: bytes | None, params: Mapping[str, str] | None) -> bytes:
+        """The whole HTTP/1.1 request of one call (the async client's), head and body."""
+        path = self.targets[target]
+        if params:
+            path += b"?" + urlencode(params, quote_via=quote).encode("ascii")
+        content = body or b""
+        return b"%s %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+            method.encode("ascii"),
+            path,
+            self.head_block,
+            len(content),
+            content,
+        )
 
     def request(
         self, method: str, url: httpx.URL, body: bytes | None, params: Mapping[str, str] | None, deadline: float

@@ -99,26 +99,10 @@ class AsyncHttp1Transport(httpx.AsyncBaseTransport):
         self._closed = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._closed:
-            raise RuntimeError("the transport is closed")
         body = await request.aread()
-        message = _head(request, body) + body
-        connection = await self._acquire()
-        reusable = False
-        try:
-            connection.writer.write(message)
-            _mark_sent()
-            status, version, headers, content, reusable = await self._answer(connection, request)
-        except OSError as error:
-            raise httpx.ReadError(str(error) or type(error).__name__, request=request) from error
-        except asyncio.IncompleteReadError as error:
-            raise httpx.RemoteProtocolError(
-                "the server closed the connection before its answer was complete", request=request
-            ) from error
-        except asyncio.LimitOverrunError as error:
-            raise httpx.RemoteProtocolError("an answer's head was too large", request=request) from error
-        finally:
-            self._release(connection, reusable)
+        status, version, headers, content = await self.exchange(
+            _head(request, body) + body, head=request.method == "HEAD"
+        )
         return httpx.Response(
             status,
             headers=headers,
@@ -127,8 +111,36 @@ class AsyncHttp1Transport(httpx.AsyncBaseTransport):
             extensions={"http_version": version},
         )
 
+    async def exchange(
+        self, message: bytes, *, head: bool = False
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
+        """Sends ``message`` — a whole HTTP/1.1 request, head and body — on a kept-alive connection
+        and reads its answer: the status, the HTTP version, the headers (names lowercase) and the
+        body. The async client calls this directly, its requests' bytes made once for each call
+        (:meth:`handle_async_request` is the same for an ``httpx.Request``); ``head`` says the
+        request is a ``HEAD`` (its answer has no body)."""
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+        connection = await self._acquire()
+        reusable = False
+        try:
+            connection.writer.write(message)
+            _mark_sent()
+            status, version, headers, content, reusable = await self._answer(connection, head)
+        except OSError as error:
+            raise httpx.ReadError(str(error) or type(error).__name__) from error
+        except asyncio.IncompleteReadError as error:
+            raise httpx.RemoteProtocolError(
+                "the server closed the connection before its answer was complete"
+            ) from error
+        except asyncio.LimitOverrunError as error:
+            raise httpx.RemoteProtocolError("an answer's head was too large") from error
+        finally:
+            self._release(connection, reusable)
+        return status, version, headers, content
+
     async def _answer(
-        self, connection: _Connection, request: httpx.Request
+        self, connection: _Connection, head_request: bool
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes, bool]:
         reader = connection.reader
         while True:
@@ -136,26 +148,24 @@ class AsyncHttp1Transport(httpx.AsyncBaseTransport):
                 head = await reader.readuntil(b"\r\n\r\n")
             except asyncio.IncompleteReadError as error:
                 if not error.partial:
-                    raise httpx.RemoteProtocolError(
-                        "the server closed the connection without answering", request=request
-                    ) from error
+                    raise httpx.RemoteProtocolError("the server closed the connection without answering") from error
                 raise
             if len(head) > _MAX_HEAD:
-                raise httpx.RemoteProtocolError("an answer's head was too large", request=request)
+                raise httpx.RemoteProtocolError("an answer's head was too large")
             status, version, headers = _parse_head(head)
             if not 100 <= status < 200:
                 break
         fields = dict(headers)
         connection_header = fields.get(b"connection", b"").lower()
         keep = b"close" not in connection_header and (version == b"HTTP/1.1" or b"keep-alive" in connection_header)
-        if request.method == "HEAD" or status in (204, 304):
+        if head_request or status in (204, 304):
             return status, version, headers, b"", keep
         if b"chunked" in fields.get(b"transfer-encoding", b"").lower():
             return status, version, headers, await self._chunked(reader), keep
         length = fields.get(b"content-length")
         if length is not None:
             if not length.isdigit():
-                raise httpx.RemoteProtocolError(f"a Content-Length of {length[:40]!r}", request=request)
+                raise httpx.RemoteProtocolError(f"a Content-Length of {length[:40]!r}")
             return status, version, headers, await reader.readexactly(int(length)), keep
         return status, version, headers, await reader.read(), False
 
