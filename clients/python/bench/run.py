@@ -7,7 +7,9 @@ memory store, and the app of ``apps.py`` three times under uvicorn (one process 
 httptools): no limiter, slowapi in memory, Floodgate's ``RateLimitMiddleware``. wrk drives
 ``GET /hello`` of each in turn — at each connection count, for ``--seconds``, the variants in
 alternating order from round to round, after a 1 s warm-up — and reports requests per second and
-the p50 and p99 latency (wrk's, in microseconds); what a limiter adds is its figure less the
+the p50 and p99 latency (wrk's, in microseconds), and the CPU time the app's process (and the
+Floodgate server's) used per request, read from /proc — a figure a loaded machine disturbs less
+than latency; what a limiter adds is its figure less the
 no-limiter figure of the same round. The Floodgate client's deadline is ``--deadline`` (1 s by
 default, as the TypeScript benchmark's: what is measured is checking, not the fail mode), and the
 run reports how many of its decisions the fail mode made. Everything runs on this machine: the load generator, the
@@ -91,6 +93,12 @@ def wrk(url: str, connections: int, seconds: float) -> dict[str, Any]:
     return figures
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time a process used so far (user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -142,6 +150,7 @@ def main() -> None:
         wait_ok(f"{floodgate_url}/healthz", server, "floodgate")
 
         urls: dict[str, str] = {}
+        pids: dict[str, int] = {}
         for variant in VARIANTS:
             app_port = free_port()
             app = subprocess.Popen(
@@ -168,6 +177,7 @@ def main() -> None:
                 },
             )
             processes.append(app)
+            pids[variant] = app.pid
             urls[variant] = f"http://127.0.0.1:{app_port}"
             wait_ok(f"{urls[variant]}/hello", app, f"the {variant} app")
 
@@ -180,12 +190,17 @@ def main() -> None:
             order = VARIANTS if round_number % 2 == 0 else tuple(reversed(VARIANTS))
             for conns in connections:
                 for variant in order:
+                    app_cpu, server_cpu = cpu_seconds(pids[variant]), cpu_seconds(server.pid)
                     figures = wrk(f"{urls[variant]}/hello", conns, args.seconds)
+                    figures["app_cpu_us"] = (cpu_seconds(pids[variant]) - app_cpu) / figures["requests"] * 1e6
+                    figures["server_cpu_us"] = (cpu_seconds(server.pid) - server_cpu) / figures["requests"] * 1e6
                     figures.update(round=round_number, connections=conns, variant=variant)
                     runs.append(figures)
                     print(
                         f"round {round_number} c={conns:<3} {variant:<10} {figures['rps']:8.0f} req/s "
                         f"p50 {figures['p50_us']:6d} us p99 {figures['p99_us']:6d} us "
+                        f"app CPU {figures['app_cpu_us']:5.0f} us/req "
+                        f"server CPU {figures['server_cpu_us']:4.0f} us/req "
                         f"errors {figures['errors']} non-2xx {figures['non2xx']}",
                         file=sys.stderr,
                     )
@@ -222,8 +237,11 @@ def report(
     )
     for conns in sorted({r["connections"] for r in runs}):
         print(f"\n{conns} connection(s), {args.seconds:g} s per round, {args.rounds} rounds (means):\n")
-        print("| variant | req/s | p50 | p99 | p50 added | p99 added | req/s by round |")
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print(
+            "| variant | req/s | p50 | p99 | p50 added | p99 added | app CPU / request | "
+            "Floodgate server CPU / request | req/s by round |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
         base = {r["round"]: r for r in runs if r["connections"] == conns and r["variant"] == "none"}
         for variant in VARIANTS:
             mine = [r for r in runs if r["connections"] == conns and r["variant"] == variant]
@@ -233,9 +251,15 @@ def report(
             added50 = mean(r["p50_us"] - base[r["round"]]["p50_us"] for r in mine) / 1000
             added99 = mean(r["p99_us"] - base[r["round"]]["p99_us"] for r in mine) / 1000
             by_round = " → ".join(f"{r['rps']:.0f}" for r in mine)
+            app_cpu = mean(r["app_cpu_us"] for r in mine)
+            server_cpu = mean(r["server_cpu_us"] for r in mine)
+            server = "—" if variant != "floodgate" else f"{server_cpu:.0f} µs"
             added = "—" if variant == "none" else f"{added50:.3f} ms"
             added_tail = "—" if variant == "none" else f"{added99:.3f} ms"
-            print(f"| {variant} | {rps:,.0f} | {p50:.3f} ms | {p99:.3f} ms | {added} | {added_tail} | {by_round} |")
+            print(
+                f"| {variant} | {rps:,.0f} | {p50:.3f} ms | {p99:.3f} ms | {added} | {added_tail} | "
+                f"{app_cpu:.0f} µs | {server} | {by_round} |"
+            )
 
 
 if __name__ == "__main__":

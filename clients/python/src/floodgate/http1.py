@@ -11,9 +11,9 @@ and the reads of one answer.
 What it speaks: HTTP/1.1 requests with a body known in advance; answers with ``Content-Length``,
 ``Transfer-Encoding: chunked``, or neither (read to the end, the connection then closed); ``1xx``
 answers skipped; ``Connection: close`` honoured. A connection is reused only after an answer read
-in full; a call that fails or is cancelled midway closes its connection. An idle connection that
-has become readable (the server closed it) is dropped before reuse, and so is one idle longer than
-``keepalive_expiry``. TLS by the given ``ssl.SSLContext`` (ALPN ``http/1.1``). Time is the caller's
+in full; a call that fails or is cancelled midway closes its connection. An idle connection the
+server closed (its end read by the event loop) is dropped before reuse, and so is one idle longer
+than ``keepalive_expiry``. TLS by the given ``ssl.SSLContext`` (ALPN ``http/1.1``). Time is the caller's
 to bound (the client wraps each call in one timer); errors are httpx's (``ConnectError``,
 ``ReadError``, ``WriteError``, ``RemoteProtocolError``).
 """
@@ -28,7 +28,7 @@ import time
 
 import httpx
 
-from floodgate.transport import _mark_sent, _readable
+from floodgate.transport import _mark_sent
 
 _MAX_HEAD = 65536
 
@@ -42,9 +42,9 @@ class _Connection:
         self.idle_since = time.monotonic()
 
     def stale(self, expiry: float) -> bool:
-        if time.monotonic() - self.idle_since > expiry or self.reader.at_eof():
-            return True
-        return _readable(self.writer.get_extra_info("socket"))
+        # The event loop reads a connection's end as soon as the server closes it: no need to ask
+        # the socket (a system call per request).
+        return time.monotonic() - self.idle_since > expiry or self.reader.at_eof() or self.writer.is_closing()
 
     def close(self) -> None:
         self.writer.close()
