@@ -27,16 +27,14 @@ from floodgate.decision import (
 from floodgate.errors import Problem, ProblemError, Unavailable
 
 _PASSED_HEADERS = frozenset({"retry-after", "ratelimit", "ratelimit-policy"})
+_PASSED_PREFIXES = ("x-ratelimit-", "floodgate-")
+_RESERVATION_HEADER = "floodgate-reservation"
 
 
 def passed_header(name: str) -> bool:
     """Whether a response header (lowercase) is one to pass on: the rate-limit headers and
     ``floodgate-*`` (not ``floodgate-reservation``, an id for the caller alone)."""
-    return (
-        name in _PASSED_HEADERS
-        or name.startswith("x-ratelimit-")
-        or (name.startswith("floodgate-") and name != "floodgate-reservation")
-    )
+    return (name in _PASSED_HEADERS or name.startswith(_PASSED_PREFIXES)) and name != _RESERVATION_HEADER
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -94,35 +92,25 @@ def failed(call: str, status: int, content: bytes, headers: Mapping[str, str]) -
 
 
 def _limit(raw: object) -> Limit | None:
-    if not isinstance(raw, dict):
+    # `type(x) is int`: a JSON number read as an int, never a bool or a float.
+    if type(raw) is not dict:
         return None
-    data = cast(dict[str, Any], raw)
-    name, limit, remaining = data.get("name"), data.get("limit"), data.get("remaining")
-    reset, retry, allowed, outcome = (
-        data.get("reset_after_ms"),
-        data.get("retry_after_ms"),
-        data.get("allowed"),
-        data.get("outcome"),
-    )
+    try:
+        name, limit, remaining = raw["name"], raw["limit"], raw["remaining"]
+        reset, retry, allowed, outcome = raw["reset_after_ms"], raw["retry_after_ms"], raw["allowed"], raw["outcome"]
+    except KeyError:
+        return None
     if not (
-        isinstance(name, str)
-        and _is_int(limit)
-        and _is_int(remaining)
-        and _is_int(reset)
-        and (retry is None or _is_int(retry))
-        and isinstance(allowed, bool)
-        and isinstance(outcome, str)
+        type(name) is str
+        and type(limit) is int
+        and type(remaining) is int
+        and type(reset) is int
+        and (retry is None or type(retry) is int)
+        and type(allowed) is bool
+        and type(outcome) is str
     ):
         return None
-    return Limit(
-        name=name,
-        limit=limit,
-        remaining=remaining,
-        reset_after=reset / 1000,
-        retry_after=None if retry is None else retry / 1000,
-        allowed=allowed,
-        outcome=outcome,
-    )
+    return Limit(name, limit, remaining, reset / 1000, None if retry is None else retry / 1000, allowed, outcome)
 
 
 def deciding(allowed: bool, limits: Iterable[Limit]) -> Limit | None:
@@ -146,10 +134,11 @@ def decision(call: str, status: int, headers: Iterable[tuple[str, str]], content
     header_map: dict[str, str] = {}
     reservation_header: str | None = None
     for name, value in headers:
-        if passed_header(name):
-            header_map[name] = value
-        elif name == "floodgate-reservation":
-            reservation_header = value
+        if name in _PASSED_HEADERS or name.startswith(_PASSED_PREFIXES):
+            if name == _RESERVATION_HEADER:
+                reservation_header = value
+            else:
+                header_map[name] = value
     if status in (200, 429):
         body = _json(content)
         if isinstance(body, dict):
