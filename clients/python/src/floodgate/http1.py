@@ -28,7 +28,7 @@ import time
 
 import httpx
 
-from floodgate.transport import _mark_sent
+from floodgate.transport import mark_sent
 
 _MAX_HEAD = 65536
 
@@ -125,7 +125,7 @@ class AsyncHttp1Transport(httpx.AsyncBaseTransport):
         reusable = False
         try:
             connection.writer.write(message)
-            _mark_sent()
+            mark_sent()
             status, version, headers, content, reusable = await self._answer(connection, head)
         except OSError as error:
             raise httpx.ReadError(str(error) or type(error).__name__) from error

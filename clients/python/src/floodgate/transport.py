@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import select
 import socket
 import ssl
 import sys
@@ -86,18 +85,11 @@ def _left(timeout: float | None, exc: type[Exception]) -> float | None:
     return left if timeout is None else min(timeout, left)
 
 
-def _mark_sent() -> None:
+def mark_sent() -> None:
+    """Records that the current call's request was written."""
     state = _CALL.get()
     if state is not None:
         state.sent = True
-
-
-def _readable(sock: socket.socket | None) -> bool:
-    """Whether an idle connection's socket has something to read (data, or the peer closed it)."""
-    if sock is None or sock.fileno() < 0:
-        return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
 
 
 # === impl sync ===
@@ -123,7 +115,7 @@ class _Stream(httpcore.NetworkStream):
         pending = bytes(self._pending)
         self._pending.clear()
         self._inner.write(pending, _left(timeout, httpcore.WriteTimeout))
-        _mark_sent()
+        mark_sent()
 
     def close(self) -> None:
         self._pending.clear()
