@@ -32,7 +32,7 @@ import time
 import urllib.request
 from importlib import metadata
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -236,29 +236,36 @@ def report(
         f"failed open {client_stats['failed_open']}, failures {client_stats['failures']}"
     )
     for conns in sorted({r["connections"] for r in runs}):
-        print(f"\n{conns} connection(s), {args.seconds:g} s per round, {args.rounds} rounds (means):\n")
+        print(
+            f"\n{conns} connection(s), {args.seconds:g} s per round, {args.rounds} rounds "
+            "(req/s, p50, p99 and CPU: means; added: medians of the rounds):\n"
+        )
         print(
             "| variant | req/s | p50 | p99 | p50 added | p99 added | app CPU / request | "
-            "Floodgate server CPU / request | req/s by round |"
+            "Floodgate server CPU / request | req/s by round | p99 added by round |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
         base = {r["round"]: r for r in runs if r["connections"] == conns and r["variant"] == "none"}
         for variant in VARIANTS:
             mine = [r for r in runs if r["connections"] == conns and r["variant"] == variant]
             rps = mean(r["rps"] for r in mine)
             p50 = mean(r["p50_us"] for r in mine) / 1000
             p99 = mean(r["p99_us"] for r in mine) / 1000
-            added50 = mean(r["p50_us"] - base[r["round"]]["p50_us"] for r in mine) / 1000
-            added99 = mean(r["p99_us"] - base[r["round"]]["p99_us"] for r in mine) / 1000
+            # What a limiter adds: its figure less the no-limiter figure of the same round, the median
+            # of the rounds (one round the shared machine stalled does not make the figure).
+            added50 = median(r["p50_us"] - base[r["round"]]["p50_us"] for r in mine) / 1000
+            tails = [(r["p99_us"] - base[r["round"]]["p99_us"]) / 1000 for r in mine]
+            added99 = median(tails)
             by_round = " → ".join(f"{r['rps']:.0f}" for r in mine)
             app_cpu = mean(r["app_cpu_us"] for r in mine)
             server_cpu = mean(r["server_cpu_us"] for r in mine)
             server = "—" if variant != "floodgate" else f"{server_cpu:.0f} µs"
             added = "—" if variant == "none" else f"{added50:.3f} ms"
             added_tail = "—" if variant == "none" else f"{added99:.3f} ms"
+            tails_by_round = "—" if variant == "none" else " / ".join(f"{t:.2f}" for t in tails)
             print(
                 f"| {variant} | {rps:,.0f} | {p50:.3f} ms | {p99:.3f} ms | {added} | {added_tail} | "
-                f"{app_cpu:.0f} µs | {server} | {by_round} |"
+                f"{app_cpu:.0f} µs | {server} | {by_round} | {tails_by_round} |"
             )
 
 
