@@ -37,8 +37,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 STATE_KEY = "floodgate"
 """Where the decision is left in ``scope["state"]`` (``request.state.floodgate``)."""
-CLIENT_KEY = "floodgate.client"
-"""Where the middleware leaves its client in the scope, for :func:`floodgate.fastapi.rate_limit`."""
 
 __all__ = ["RateLimitMiddleware", "decision_of", "degraded_model", "incoming_of", "route_template"]
 
@@ -242,7 +240,6 @@ class RateLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        scope[CLIENT_KEY] = self.client
         incoming = incoming_of(scope, self.describe, self.route, self._templates)
         if self.skip is not None and self.skip(incoming):
             await self.app(scope, receive, send)

@@ -11,10 +11,10 @@
     FLOODGATE = {"URL": "http://127.0.0.1:8080", "DEADLINE": 0.05, "FAIL_MODE": "open"}
 
 Each request is checked once its URL is resolved (``process_view``), so that ``route`` is the URL
-pattern (``GET /items/<int:item_id>``); ``user`` is the authenticated user's primary key
-(``request.user``), else the ``x-user-id`` header. A denied request gets the 429 with
-``Retry-After`` and the problem+json body; allowed responses carry the rate-limit headers. The
-decision is ``request.floodgate`` (``degraded_model(request.floodgate, "gpt-4o")``).
+pattern (``GET /items/<int:item_id>``) — a request no pattern resolves (a 404) is not checked;
+``user`` is the authenticated user's primary key (``request.user``), else the ``x-user-id`` header.
+A denied request gets the 429 with ``Retry-After`` and the problem+json body; allowed responses
+carry the rate-limit headers. The decision is ``request.floodgate`` (``degraded_model(request.floodgate, "gpt-4o")``).
 
 The ``FLOODGATE`` keys: ``URL`` (required), ``DEADLINE`` (seconds), ``FAIL_MODE``, ``TOKEN``, ``CA``,
 ``CLIENT_CERT``, ``CLIENT_KEY`` — or instead ``CLIENT``, a :class:`~floodgate.Floodgate` to share
