@@ -1,4 +1,4 @@
-"""The async client's HTTP/1.1 transport against servers answering exactly what the test says:
+"""The clients' HTTP/1.1 transports (async, then sync) against servers answering exactly what the test says:
 chunked answers, answers read to the end, 1xx skipped, connections kept alive and dropped when the
 server closed them, garbage decided by the fail mode, a pool of one connection shared in turn."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from floodgate import AsyncFloodgate
+from floodgate import AsyncFloodgate, Floodgate
 from support import HANG_GUARD, RawServer, RunningFloodgate
 
 VERDICT = b'{"allowed":true,"retry_after_ms":null,"limits":[]}'
@@ -94,5 +95,45 @@ async def test_garbage_is_decided_by_the_fail_mode(raw: list[RawServer]) -> None
 async def test_a_pool_of_one_connection_serves_concurrent_calls_in_turn(server: RunningFloodgate, uid: str) -> None:
     async with AsyncFloodgate(server.url, deadline=5.0, max_connections=1) as client:
         decisions = await asyncio.gather(*(client.check({"suite": "tokens", "tenant": uid}) for _ in range(8)))
+        assert all(d.status == 200 for d in decisions)
+        assert len(client._transport._idle) == 1
+
+
+# === the sync transport, the same answers ===
+
+
+def test_sync_chunked_read_to_the_end_and_1xx(raw: list[RawServer]) -> None:
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(VERDICT), VERDICT)
+    kept = serve(raw, [answer(b"transfer-encoding: chunked\r\n", chunked)])
+    closing = serve(raw, [(answer(b"connection: close\r\n"), True)])
+    informational = serve(
+        raw, [b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n" + answer(b"content-length: %d\r\n" % len(VERDICT))]
+    )
+    for server, connections in ((kept, 1), (closing, 3), (informational, 1)):
+        with Floodgate(server.url, deadline=5.0) as client:
+            for _ in range(3):
+                assert client.check({"user": "u1"}).failure is None
+        assert server.connections == connections
+
+
+def test_sync_a_connection_the_server_closed_while_idle_is_not_reused(raw: list[RawServer]) -> None:
+    server = serve(raw, [(answer(b"content-length: %d\r\n" % len(VERDICT)), True)])
+    with Floodgate(server.url, deadline=5.0) as client:
+        for _ in range(3):
+            assert client.check({"user": "u1"}).failure is None
+    assert server.connections == 3
+
+
+def test_sync_garbage_is_decided_by_the_fail_mode(raw: list[RawServer]) -> None:
+    server = serve(raw, [(b"HTTP/1.1 banana\r\n\r\n", True)])
+    with Floodgate(server.url, deadline=5.0, fail_mode="closed", breaker=False) as client:
+        decision = client.check({"user": "u1"})
+        assert not decision.allowed and decision.failure is not None
+
+
+def test_sync_threads_share_a_pool_of_one_connection(server: RunningFloodgate, uid: str) -> None:
+    with Floodgate(server.url, deadline=5.0, max_connections=1) as client:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            decisions = list(pool.map(lambda _: client.check({"suite": "tokens", "tenant": uid}), range(12)))
         assert all(d.status == 200 for d in decisions)
         assert len(client._transport._idle) == 1

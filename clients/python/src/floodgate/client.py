@@ -26,12 +26,13 @@ from floodgate.decision import (
     Usage,
 )
 from floodgate.errors import Unavailable
+from floodgate.http1 import Http1Transport
 from floodgate.request import TTL, Costs, Descriptors, decide_body, settle_body, usage_query
 from floodgate.reservation import Reservation
 from floodgate.retry import RetryEvent, RetryPolicy, retry
 from floodgate.session import Session
 from floodgate.simulate import simulate_body
-from floodgate.transport import Transport, call_scope
+from floodgate.transport import call_scope
 
 T = TypeVar("T")
 
@@ -86,7 +87,13 @@ class Floodgate:
             max_connections=max_connections,
         )
         self._core = Core(settings, breaker=breaker, retry_budget=retry_budget, on_failure=on_failure, clock=clock)
-        self._transport = Transport(settings.tls, settings.limits)  # type: ignore[arg-type]
+        self._transport = Http1Transport(
+            settings.host,
+            settings.port,
+            settings.tls,  # type: ignore[arg-type]
+            max_connections=settings.limits.max_connections or 100,
+            keepalive_expiry=settings.limits.keepalive_expiry or 30.0,
+        )
 
     @property
     def url(self) -> str:
@@ -269,13 +276,11 @@ class Floodgate:
     def warmup(self, timeout: float = 2.0) -> bool:
         """Opens a connection ahead of the first call (``GET /healthz``, not counted): whether the
         server answered healthy. Never raises: the fail mode covers an outage later."""
-        request = self._core.request("GET", httpx.URL(f"{self.url}/healthz"), None, None, timeout)
+        message = self._core.message("GET", "healthz", None, None)
         try:
             with call_scope(timeout):
-                response = self._transport.handle_request(request)
-                response.read()
-                response.close()
-            return response.status_code == 200
+                status, _, _, _ = self._transport.exchange(message)
+            return status == 200
         except httpx.HTTPError:
             return False
 
@@ -304,22 +309,18 @@ class Floodgate:
     ) -> Answer:
         core = self._core
         admitted = core.admit(call)
-        request = core.request(method, core.urls[target], body, params, deadline)
+        message = core.message(method, target, body, params)
         with call_scope(deadline) as state:
             try:
-                response = self._transport.handle_request(request)
-                try:
-                    response.read()
-                finally:
-                    response.close()
+                status, _, raw, content = self._transport.exchange(message)
             except httpx.TransportError as error:
                 admitted.finish(True)
                 raise core.unavailable(call, error, deadline, state.sent) from error
             except BaseException:
                 admitted.abandon()
                 raise
-        admitted.finish(response.status_code >= 500)
-        return Answer(response.status_code, response.headers.multi_items(), response.content)
+        admitted.finish(status >= 500)
+        return Answer(status, [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw], content)
 
     def _decide(
         self,

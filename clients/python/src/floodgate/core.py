@@ -190,7 +190,6 @@ class Core:
             + b"\r\n"
             + b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in settings.headers.items())
         )
-        self.headers = httpx.Headers(dict(settings.headers))
 
     def _breaker_moved(self, to: BreakerState) -> None:
         self.transitions[to] += 1
@@ -217,21 +216,8 @@ class Core:
             content,
         )
 
-    def request(
-        self, method: str, url: httpx.URL, body: bytes | None, params: Mapping[str, str] | None, deadline: float
-    ) -> httpx.Request:
-        """The request of one call, each phase's timeout the call's deadline (which bounds them all:
-        :mod:`floodgate.transport`)."""
-        return httpx.Request(
-            method,
-            url,
-            params=params,
-            headers=self.headers,
-            content=body,
-            extensions={"timeout": {"connect": deadline, "read": deadline, "write": deadline, "pool": deadline}},
-        )
-
     def fail_mode(self, mode: object, call: str) -> FailMode:
+        """A call's fail mode: the client's unless given."""
         return self.settings.fail_mode if mode is None else fail_mode_of(mode, call)
 
     def admit(self, call: Call) -> Pass:

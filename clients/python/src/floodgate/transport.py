@@ -1,20 +1,12 @@
-"""The deadline of a call, and the sync client's connections: httpx's transport on httpcore's
-keep-alive pool, on a network backend of its own, and TLS. (The async client's transport is
-:mod:`floodgate.http1`.)
+"""What the clients' transports (:mod:`floodgate.http1`) share: the deadline of a call, and TLS.
 
-- **A deadline over the whole call.** httpx's timeouts bound each phase of a request on its own
-  (getting a connection, connecting, each write, each read), so a call could take several times its
-  timeout. Each call runs in a :func:`call_scope` that holds its deadline: the sync backend gives
-  every socket operation only what is left of it, so a server that is silent or answers a byte at
-  a time cannot hold a decision past it; the async client bounds each call with one timer
-  (:func:`within`).
-- **One write per request.** httpcore writes a request's head and its body separately; the
-  sync streams hold writes until the connection next reads (a request is always followed by
-  reading its answer), so a request leaves in one segment, and ``TCP_NODELAY`` is set.
-
-The scope also records whether a call's request was written at all, so that a call that ended
-before it was (refused, or no connection in time) is known not to have run: :func:`call_scope`'s
-``sent``.
+httpx's timeouts bound each phase of a request on its own (getting a connection, connecting, each
+write, each read), so a call could take several times its timeout. Each call here runs in a
+:func:`call_scope` holding its deadline: the sync transport gives every socket operation only what
+is left of it (:func:`seconds_left`), so a server that is silent or answers a byte at a time cannot
+hold a decision past it; the async client bounds each call with one timer (:func:`within`). The
+scope also records whether the call's request was written at all (:func:`mark_sent`), so that a
+call that ended before it was (refused, or no connection in time) is known not to have run.
 """
 
 from __future__ import annotations
@@ -26,12 +18,9 @@ import ssl
 import sys
 import time
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from os import PathLike
-
-import httpcore
-import httpx
 
 from floodgate.errors import ConfigError
 
@@ -85,6 +74,12 @@ def _left(timeout: float | None, exc: type[Exception]) -> float | None:
     return left if timeout is None else min(timeout, left)
 
 
+def seconds_left() -> float | None:
+    """What is left of the current call's deadline, seconds (``None`` outside a call)."""
+    state = _CALL.get()
+    return None if state is None else state.deadline - time.monotonic()
+
+
 def mark_sent() -> None:
     """Records that the current call's request was written."""
     state = _CALL.get()
@@ -92,69 +87,7 @@ def mark_sent() -> None:
         state.sent = True
 
 
-# === impl sync ===
-
-
-class _Stream(httpcore.NetworkStream):
-    """A socket stream whose writes wait for the next read, and whose every operation gets at
-    most what is left of the call's deadline."""
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-        self._pending = bytearray()
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        if self._pending:
-            self._flush(timeout)
-        return self._inner.read(max_bytes, _left(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._pending += buffer
-
-    def _flush(self, timeout: float | None) -> None:
-        pending = bytes(self._pending)
-        self._pending.clear()
-        self._inner.write(pending, _left(timeout, httpcore.WriteTimeout))
-        mark_sent()
-
-    def close(self) -> None:
-        self._pending.clear()
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        inner = self._inner.start_tls(ssl_context, server_hostname, _left(timeout, httpcore.ConnectTimeout))
-        return _Stream(inner)
-
-    def get_extra_info(self, info: str) -> typing.Any:
-        return self._inner.get_extra_info(info)
-
-
-class _Backend(httpcore.NetworkBackend):
-    def __init__(self) -> None:
-        self._inner = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[SocketOption] | None = None,
-    ) -> httpcore.NetworkStream:
-        options = [*(socket_options or ()), _NODELAY]
-        stream = self._inner.connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout), local_address, options)
-        return _Stream(stream)
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-# === TLS and the transports ===
+# === TLS ===
 
 
 def ssl_context(
@@ -185,20 +118,3 @@ def ssl_context(
             ) from error
     context.set_alpn_protocols(["http/1.1"])
     return context
-
-
-def _pool_limits(limits: httpx.Limits) -> dict[str, typing.Any]:
-    return {
-        "max_connections": limits.max_connections,
-        "max_keepalive_connections": limits.max_keepalive_connections,
-        "keepalive_expiry": limits.keepalive_expiry,
-    }
-
-
-class Transport(httpx.HTTPTransport):
-    """httpx's transport, its pool on the corked, deadline-bounded backend."""
-
-    def __init__(self, context: ssl.SSLContext | None, limits: httpx.Limits) -> None:
-        # The pool httpx makes here is replaced below, with `context` (so its `verify` is unused).
-        super().__init__(verify=False, limits=limits, trust_env=False)
-        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_Backend(), **_pool_limits(limits))
