@@ -5,13 +5,15 @@ server closed them, garbage decided by the fail mode, a pool of one connection s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import select
+import socket
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from floodgate import AsyncFloodgate, Floodgate
-from support import HANG_GUARD, RawServer, RunningFloodgate
+from support import HANG_GUARD, RawServer, RunningFloodgate, wait_for
 
 VERDICT = b'{"allowed":true,"retry_after_ms":null,"limits":[]}'
 
@@ -116,11 +118,17 @@ def test_sync_chunked_read_to_the_end_and_1xx(raw: list[RawServer]) -> None:
         assert server.connections == connections
 
 
+def closed_by_the_server(sock: socket.socket) -> Callable[[], bool]:
+    return lambda: bool(select.select([sock], [], [], 0)[0])
+
+
 def test_sync_a_connection_the_server_closed_while_idle_is_not_reused(raw: list[RawServer]) -> None:
     server = serve(raw, [(answer(b"content-length: %d\r\n" % len(VERDICT)), True)])
     with Floodgate(server.url, deadline=5.0) as client:
         for _ in range(3):
             assert client.check({"user": "u1"}).failure is None
+            # Until the server's close has reached this end (what the pool asks before reusing it).
+            wait_for(closed_by_the_server(client._transport._idle[0].sock), "the server's close")
     assert server.connections == 3
 
 
