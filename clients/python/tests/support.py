@@ -66,7 +66,13 @@ class RunningFloodgate:
     """``floodgate serve`` with a configuration, on a port that stays the same across restarts."""
 
     def __init__(
-        self, config: str, *, port: int | None = None, env: dict[str, str] | None = None, scheme: str = "http"
+        self,
+        config: str,
+        *,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        scheme: str = "http",
+        args: tuple[str, ...] = (),
     ) -> None:
         self.binary = floodgate_binary()
         self._dir = tempfile.TemporaryDirectory(prefix="floodgate-py-")
@@ -77,6 +83,7 @@ class RunningFloodgate:
         self.env = {**os.environ, "RUST_LOG": "warn", **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
         self.scheme = scheme
+        self.args = args
         self.start()
 
     @property
@@ -96,6 +103,7 @@ class RunningFloodgate:
                 "--grpc",
                 f"127.0.0.1:{self.grpc_port}",
                 "--no-watch",
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -125,6 +133,17 @@ class RunningFloodgate:
                 return False
 
         wait_for(up, f"floodgate to listen on port {self.port}")
+
+    def advance_clock(self, ms: int) -> None:
+        """Moves the store's manual clock (a server started with ``--manual-clock``) by ``ms``."""
+        request = urllib.request.Request(
+            f"{self.url}/admin/clock",
+            data=f'{{"advance_ms": {ms}}}'.encode(),
+            headers={"content-type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            assert answer.status == 200, answer.read()
 
     def log(self) -> str:
         return (Path(self._dir.name) / "floodgate.log").read_text(errors="replace")

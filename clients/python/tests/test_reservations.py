@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import POLICY
 from floodgate import (
     AsyncFloodgate,
     Conflict,
@@ -105,13 +106,19 @@ def test_the_context_manager_releases_on_an_exception_and_on_an_exit_without_com
 def test_unknown_and_expired_reservations_are_typed_errors(client: Floodgate, uid: str) -> None:
     with pytest.raises(NotFound):
         client.commit("0123456789abcdef0123456789abcdef", {"tokens": 1})
-    held = client.reserve({"suite": "tokens", "tenant": uid}, tokens=700, ttl=1)
-    assert held.decision.expires_at is not None
-    # Wait for the instant the server's clock (this machine's) passes its expiry.
-    time.sleep(max(0.0, held.decision.expires_at - time.time()) + 0.05)
-    with pytest.raises(Conflict, match="expired"):
-        held.commit(100)
-    assert tokens_used(client, uid) == 700  # an expired reservation stays charged its estimate
+    # On a server whose store's clock stands still until the test moves it: the reservation
+    # expires when the clock passes its ttl, not when this machine's does.
+    clocked = RunningFloodgate(POLICY, args=("--manual-clock", "1800000000000"))
+    try:
+        with Floodgate(clocked.url, deadline=5.0) as on_clock:
+            held = on_clock.reserve({"suite": "tokens", "tenant": uid}, tokens=700, ttl=1)
+            assert held.decision.expires_at is not None
+            clocked.advance_clock(1000)
+            with pytest.raises(Conflict, match="expired"):
+                held.commit(100)
+            assert tokens_used(on_clock, uid) == 700  # an expired reservation stays charged its estimate
+    finally:
+        clocked.close()
 
 
 def test_a_commit_whose_answer_was_lost_is_retried_and_settled_once(server: RunningFloodgate, uid: str) -> None:
