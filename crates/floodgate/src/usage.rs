@@ -15,7 +15,8 @@ pub struct Usage {
     /// The limit's capacity for this key (its plan's, for a limit that varies).
     pub limit: u64,
     /// What counts now: the current window's or period's count, a bucket's deficit, the permits
-    /// held.
+    /// held — at most `limit` (`limit - remaining`): a count reported past the limit shows as the
+    /// limit, not its overage.
     pub used: u64,
     /// What is left.
     pub remaining: u64,
