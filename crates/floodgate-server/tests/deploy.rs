@@ -531,7 +531,10 @@ fn the_rlqs_example_and_its_envoy_configuration_agree() {
     match &api.grant {
         floodgate_config::rlqs::Grant::Share { limit, .. } => {
             assert_eq!(limit.capacity(), 100);
-            assert_eq!(limit.policy_window(floodgate_core::Timestamp::from_secs(0)), std::time::Duration::from_secs(1));
+            assert_eq!(
+                limit.policy_window(floodgate_core::Timestamp::from_secs(0)),
+                std::time::Duration::from_secs(1)
+            );
         }
         other => panic!("a shared limit, not {other:?}"),
     }
@@ -540,7 +543,8 @@ fn the_rlqs_example_and_its_envoy_configuration_agree() {
     let listener = &envoy["static_resources"]["listeners"][0];
     let hcm = &listener["filter_chains"][0]["filters"][0]["typed_config"];
     let filters = hcm["http_filters"].as_array().expect("http_filters");
-    let quota = filters.iter().find(|f| f["name"] == "envoy.filters.http.rate_limit_quota").expect("the RLQS filter");
+    let quota =
+        filters.iter().find(|f| f["name"] == "envoy.filters.http.rate_limit_quota").expect("the RLQS filter");
     let filter = &quota["typed_config"];
     assert_eq!(
         filter["@type"],
@@ -548,7 +552,8 @@ fn the_rlqs_example_and_its_envoy_configuration_agree() {
     );
     assert_eq!(filter["domain"], "rlqs-example");
     assert_eq!(filters.last().unwrap()["name"], "envoy.filters.http.router", "the router comes last");
-    let cluster_name = filter["rlqs_server"]["envoy_grpc"]["cluster_name"].as_str().expect("rlqs_server cluster");
+    let cluster_name =
+        filter["rlqs_server"]["envoy_grpc"]["cluster_name"].as_str().expect("rlqs_server cluster");
     let clusters = envoy["static_resources"]["clusters"].as_array().unwrap();
     let cluster = clusters.iter().find(|c| c["name"] == cluster_name).expect("the RLQS cluster");
     let http2 = &cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];

@@ -153,6 +153,15 @@ async fn a_subscription_is_answered_and_shares_follow_demand() {
     let (i, _) = assignment(&mut idle, &api(), t).await;
     let (h, i) = (rate(&h).unwrap(), rate(&i).unwrap());
     assert!(h >= 67.0 && i >= 5.0 && h + i <= 100.0, "hot {h}, idle {i}");
+
+    // The admin view shows the group: both streams, their demand and share, the fleet's sum.
+    let view = server.get("/admin/rlqs").await.json();
+    let group = &view["groups"][0];
+    assert_eq!((group["domain"].as_str(), group["rule"].as_str()), (Some("rlqs-example"), Some("api")));
+    assert_eq!(group["limit"], 100.0);
+    assert_eq!(group["members"].as_array().unwrap().len(), 2);
+    let fleet = group["fleet_assigned"].as_f64().unwrap();
+    assert!((fleet - (h + i)).abs() < 1e-6 && fleet <= 100.0, "{view}");
     server.stop().await;
 }
 
