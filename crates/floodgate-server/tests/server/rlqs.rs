@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::r#type::v3::RateLimitStrategy;
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use floodgate_app::ServeOptions;
 use floodgate_core::Timestamp;
+use floodgate_testkit::redis::{RedisCluster, RedisServer};
 use floodgate_testkit::rlqs::{Expired, Filter, Id, Phase, Settings, id, proto};
 use floodgate_testkit::wait;
 use tonic::Code;
@@ -422,4 +423,75 @@ async fn streams_need_the_check_scope_when_clients_are_named() {
     edge.request(&api(), Duration::ZERO).await;
     assignment(&mut edge, &api(), Duration::ZERO).await;
     server.stop().await;
+}
+
+// === across a fleet ===
+
+/// The rule's share for two instances of one fleet on `store` (no manual clock: Redis keeps the
+/// time of the fleet's demand).
+fn fleet_config(store: &str) -> String {
+    let rlqs = &CONFIG[CONFIG.find("rlqs:").unwrap()..];
+    format!("store: {store}\n{rlqs}")
+}
+
+/// Reads `f`'s responses (applying them at `now`) until the last assignment of `bucket` has a rate
+/// that `done` accepts; returns that rate.
+async fn until_rate(f: &mut Filter, bucket: &Id, now: Duration, done: impl Fn(f64) -> bool) -> f64 {
+    loop {
+        let (s, _) = assignment(f, bucket, now).await;
+        let r = rate(&s).unwrap();
+        if done(r) {
+            return r;
+        }
+    }
+}
+
+/// Two Floodgate instances on one store, an Envoy on each: the instances exchange their streams'
+/// demand through the store and split the one limit over both.
+async fn two_instances_share_one_limit(store: String) {
+    let config = fleet_config(&store);
+    let one = TestServer::start(parse(&config)).await;
+    let two = TestServer::start(parse(&config)).await;
+    let mut a = filter(&one, Settings::default()).await;
+    let mut b = filter(&two, Settings::default()).await;
+    let t = Duration::ZERO;
+    a.request(&api(), t).await;
+    b.request(&api(), t).await;
+    // Each instance learns of the other's stream within an interval or so: half each.
+    let near_half = |r: f64| (r - 50.0).abs() < 1.0;
+    until_rate(&mut a, &api(), t, near_half).await;
+    until_rate(&mut b, &api(), t, near_half).await;
+
+    // A is hot (about 67 a second, on instance one); B idle (on instance two). Instance one gives A
+    // its demand at once; instance two reads A's demand from the store and shrinks B.
+    for i in 0..60u64 {
+        a.request(&api(), Duration::from_millis(i * 15)).await;
+    }
+    let t = Duration::from_millis(900);
+    b.report(t).await;
+    a.report(t).await;
+    let ra = until_rate(&mut a, &api(), t, |r| r >= 67.0).await;
+    let rb = until_rate(&mut b, &api(), t, |r| r < 50.0).await;
+    assert!(ra + rb <= 100.0 + 1e-9, "the fleet's shares sum to the limit: {ra} + {rb}");
+    let view = one.get("/admin/rlqs").await.json();
+    assert_eq!(view["groups"][0]["remote_streams"], 1, "{view}");
+    one.stop().await;
+    two.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_limit_on_redis() {
+    let redis = tokio::task::block_in_place(RedisServer::start);
+    two_instances_share_one_limit(format!("{{ kind: redis, url: \"{}\" }}", redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_limit_on_a_redis_cluster() {
+    let cluster = tokio::task::block_in_place(RedisCluster::start);
+    let urls: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    two_instances_share_one_limit(format!(
+        "{{ kind: redis_cluster, urls: [{}], deadline: 1s }}",
+        urls.join(", ")
+    ))
+    .await;
 }
