@@ -20,7 +20,6 @@ use metrics_exporter_prometheus::PrometheusRecorder;
 use parking_lot::Mutex;
 
 use super::METADATA;
-use crate::rlqs::GroupView;
 
 /// `floodgate_rlqs_streams`.
 pub const RLQS_STREAMS: &str = "floodgate_rlqs_streams";
@@ -89,18 +88,11 @@ impl RlqsSeries {
         series
     }
 
-    /// Sets the per-rule gauges from `groups` ([`Quotas::view`](crate::rlqs::Quotas::view)); a
-    /// rule with no group left reads 0.
-    pub fn record_groups(&self, groups: &[GroupView]) {
+    /// Sets the per-rule gauges: for each rule (`<domain>/<rule>`), this instance's streams'
+    /// demand, the rate assigned over the fleet and the limit, each summed over the rule's groups;
+    /// a rule not given reads 0.
+    pub fn record_rules(&self, sums: std::collections::BTreeMap<String, [f64; 3]>) {
         let Some(recorder) = &self.recorder else { return };
-        let mut sums: BTreeMap<String, [f64; 3]> = BTreeMap::new();
-        for g in groups {
-            let Some(limit) = g.limit else { continue };
-            let entry = sums.entry(format!("{}/{}", g.domain, g.rule)).or_default();
-            entry[0] += g.members.iter().map(|m| m.demand).sum::<f64>();
-            entry[1] += g.fleet_assigned;
-            entry[2] += limit;
-        }
         let mut rules = self.rules.lock();
         for gauges in rules.values() {
             for g in gauges {

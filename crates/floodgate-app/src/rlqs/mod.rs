@@ -50,7 +50,7 @@ pub async fn run(app: App, mut stop: watch::Receiver<bool>) {
                     exchange(app.rlqs(), redis, ttl).await;
                 }
                 app.rlqs().tick(config);
-                app.metrics().rlqs().record_groups(&app.rlqs().view());
+                app.metrics().rlqs().record_rules(rule_sums(&app.rlqs().view()));
                 let now = current_interval(&app);
                 if now != interval {
                     interval = now;
@@ -64,6 +64,20 @@ pub async fn run(app: App, mut stop: watch::Receiver<bool>) {
             }
         }
     }
+}
+
+/// Per rule (`<domain>/<rule>`): the demand of this instance's streams, the rate assigned over
+/// the fleet and the limit, each summed over the rule's groups (blanket rules left out).
+fn rule_sums(groups: &[GroupView]) -> std::collections::BTreeMap<String, [f64; 3]> {
+    let mut sums: std::collections::BTreeMap<String, [f64; 3]> = std::collections::BTreeMap::new();
+    for g in groups {
+        let Some(limit) = g.limit else { continue };
+        let entry = sums.entry(format!("{}/{}", g.domain, g.rule)).or_default();
+        entry[0] += g.members.iter().map(|m| m.demand).sum::<f64>();
+        entry[1] += g.fleet_assigned;
+        entry[2] += limit;
+    }
+    sums
 }
 
 fn current_interval(app: &App) -> Duration {

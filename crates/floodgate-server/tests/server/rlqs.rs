@@ -163,6 +163,19 @@ async fn a_subscription_is_answered_and_shares_follow_demand() {
     assert_eq!(group["members"].as_array().unwrap().len(), 2);
     let fleet = group["fleet_assigned"].as_f64().unwrap();
     assert!((fleet - (h + i)).abs() < 1e-6 && fleet <= 100.0, "{view}");
+
+    // And the metrics: streams, buckets, assignments; per rule (set each interval) the limit.
+    let metrics = server.get("/metrics").await.body;
+    for series in ["floodgate_rlqs_streams 2", "floodgate_rlqs_buckets 2", "floodgate_rlqs_abandoned_total 0"]
+    {
+        assert!(metrics.lines().any(|l| l == series), "{series} in\n{metrics}");
+    }
+    assert!(metrics.contains("floodgate_rlqs_assignments_total "), "{metrics}");
+    wait::until("the per-rule RLQS gauges", || async {
+        let metrics = server.get("/metrics").await.body;
+        metrics.lines().any(|l| l == r#"floodgate_rlqs_limit{rule="rlqs-example/api"} 100"#).then_some(())
+    })
+    .await;
     server.stop().await;
 }
 
