@@ -38,7 +38,7 @@ pub fn id(pairs: &[(&str, &str)]) -> Id {
 }
 
 /// What the filter does before an assignment, and after one expires.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settings {
     /// `no_assignment_behavior`: `None` allows every request.
     pub no_assignment: Option<RateLimitStrategy>,
@@ -53,12 +53,6 @@ pub struct Expired {
     pub fallback: Option<RateLimitStrategy>,
     /// `expired_assignment_behavior_timeout`: after it, the bucket is abandoned.
     pub timeout: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings { no_assignment: None, expired: None }
-    }
 }
 
 /// Where a bucket stands.
@@ -284,7 +278,7 @@ impl Filter {
                 }
                 Some(Kind::QuotaAssignmentAction(a)) => {
                     let Some(b) = self.buckets.get_mut(&id) else { continue };
-                    let strategy = a.rate_limit_strategy.clone().unwrap_or_default();
+                    let strategy = a.rate_limit_strategy.unwrap_or_default();
                     let expires = a.assignment_time_to_live.as_ref().map(|ttl| now + duration(ttl));
                     let same =
                         b.phase == Phase::Active && b.active.as_ref().is_some_and(|(s, _)| *s == strategy);

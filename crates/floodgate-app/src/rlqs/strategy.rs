@@ -102,7 +102,7 @@ impl Shared {
     /// `per_time_unit`, `requests_per_time_unit` of the share of the window's count, rounded down.
     /// A share of nothing denies.
     pub fn strategy(&self, rate: f64, per_time_unit: bool) -> Strategy {
-        if !(rate > 0.0) || !rate.is_finite() {
+        if !rate.is_finite() || rate <= 0.0 {
             return Strategy::DenyAll;
         }
         if per_time_unit && let Some(unit) = self.window.and_then(TimeUnit::of) {

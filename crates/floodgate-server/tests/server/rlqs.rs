@@ -93,10 +93,7 @@ fn assignments(r: &RateLimitQuotaResponse) -> HashMap<Id, (RateLimitStrategy, Du
                     let ttl = q.assignment_time_to_live.as_ref().unwrap();
                     Some((
                         id,
-                        (
-                            q.rate_limit_strategy.clone().unwrap(),
-                            Duration::new(ttl.seconds as u64, ttl.nanos as u32),
-                        ),
+                        (q.rate_limit_strategy.unwrap(), Duration::new(ttl.seconds as u64, ttl.nanos as u32)),
                     ))
                 }
                 Kind::AbandonAction(_) => None,
