@@ -227,6 +227,8 @@ impl GroupKey {
 
 #[derive(Debug)]
 struct Group {
+    /// The group's name across the fleet ([`GroupKey::fleet_name`]).
+    fleet_name: String,
     grant: Grant,
     shared: Option<Shared>,
     members: Vec<Member>,
@@ -431,8 +433,8 @@ impl<C: Clock> Quotas<C> {
             .groups
             .iter()
             .filter(|(_, g)| g.shared.is_some())
-            .map(|(key, g)| GroupDemand {
-                group: key.fleet_name(),
+            .map(|(_, g)| GroupDemand {
+                group: g.fleet_name.clone(),
                 members: g
                     .members
                     .iter()
@@ -456,7 +458,10 @@ impl<C: Clock> Quotas<C> {
         let mut state = self.state.lock();
         let state = &mut *state;
         let Some(config) = state.config.clone() else { return };
-        let Some(key) = state.groups.keys().find(|k| k.fleet_name() == group).cloned() else { return };
+        let Some(key) = state.groups.iter().find(|(_, g)| g.fleet_name == group).map(|(k, _)| k.clone())
+        else {
+            return;
+        };
         if let Some(g) = state.groups.get_mut(&key) {
             g.remote.clear();
             g.remote.extend(others.iter().map(|(d, _)| *d));
@@ -619,6 +624,10 @@ impl<C: Clock> Quotas<C> {
         state.config = config.cloned();
         let mut expire: HashMap<StreamId, Vec<Action>> = HashMap::new();
         let old: Vec<(GroupKey, Group)> = state.groups.drain().collect();
+        // The fleet's demand of each group, kept for the group of the same key under the new
+        // configuration: until the next exchange, the instance is not alone.
+        let fleet: HashMap<GroupKey, (Vec<f64>, f64)> =
+            old.iter().map(|(k, g)| (k.clone(), (g.remote.clone(), g.remote_assigned))).collect();
         for (key, mut group) in old {
             for m in group.members.drain(..) {
                 let Some(stream) = state.streams.get_mut(&m.stream) else { continue };
@@ -630,7 +639,12 @@ impl<C: Clock> Quotas<C> {
                             let c = config
                                 .map(|c| &**c)
                                 .unwrap_or_else(|| unreachable!("resolved without a config"));
-                            new_group(c, &new_key)
+                            let mut group = new_group(c, &new_key);
+                            if let Some((remote, assigned)) = fleet.get(&new_key) {
+                                group.remote.clone_from(remote);
+                                group.remote_assigned = *assigned;
+                            }
+                            group
                         });
                         let mut m = m;
                         if new_key != key {
@@ -695,7 +709,14 @@ fn new_group(config: &RlqsConfig, key: &GroupKey) -> Group {
         Grant::Share { limit, .. } => Shared::of(limit),
         _ => None,
     };
-    Group { grant, shared, members: Vec::new(), remote: Vec::new(), remote_assigned: 0.0 }
+    Group {
+        fleet_name: key.fleet_name(),
+        grant,
+        shared,
+        members: Vec::new(),
+        remote: Vec::new(),
+        remote_assigned: 0.0,
+    }
 }
 
 /// A name for a value that is the same on every instance (a fleet key's suffix).
