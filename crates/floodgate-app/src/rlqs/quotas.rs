@@ -631,14 +631,11 @@ impl<C: Clock> Quotas<C> {
         for (key, mut group) in old {
             for m in group.members.drain(..) {
                 let Some(stream) = state.streams.get_mut(&m.stream) else { continue };
-                let new_key = config.and_then(|c| resolve(c, &stream.domain, &m.bucket));
-                stream.buckets.insert(m.bucket.clone(), new_key.clone());
+                let new_key = config.and_then(|c| Some((c, resolve(c, &stream.domain, &m.bucket)?)));
+                stream.buckets.insert(m.bucket.clone(), new_key.as_ref().map(|(_, k)| k.clone()));
                 match new_key {
-                    Some(new_key) => {
+                    Some((c, new_key)) => {
                         let target = state.groups.entry(new_key.clone()).or_insert_with(|| {
-                            let c = config
-                                .map(|c| &**c)
-                                .unwrap_or_else(|| unreachable!("resolved without a config"));
                             let mut group = new_group(c, &new_key);
                             if let Some((remote, assigned)) = fleet.get(&new_key) {
                                 group.remote.clone_from(remote);
