@@ -3,7 +3,7 @@
 //! splits a group's global limit over the same streams.
 //!
 //! One hash per group, `<prefix>{rlqs:<16 hex digits>}` (a hash tag no limit key has), written and
-//! read in one script call per group and reporting interval by each instance; an instance's
+//! read in one script call per group and half reporting interval by each instance; an instance's
 //! entries expire unless it writes them again, so a dead instance's streams stop counting. The
 //! calls go on the readiness probe's connection, never taking a decision's in-flight slot.
 

@@ -1,6 +1,6 @@
 //! The RLQS series (`floodgate_rlqs_*`): streams and buckets held, assignments sent, buckets
 //! abandoned; and per rule (`<domain>/<rule>`), the demand this instance's streams report, the
-//! rate assigned over the fleet and the rule's limit, set once a reporting interval.
+//! rate assigned over the fleet and the rule's limit, set twice a reporting interval.
 //!
 //! | series | type | labels |
 //! |---|---|---|

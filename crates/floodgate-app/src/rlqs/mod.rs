@@ -6,7 +6,7 @@
 //! - [`Strategy`] and [`Shared`]: a share as what an Envoy applies (a token bucket, requests per
 //!   time unit, allow all or deny all).
 //! - [`Quotas`]: this instance's streams and groups; a report settles its group at once.
-//! - [`run`]: once a reporting interval, abandons idle buckets, renews assignments and, on a Redis
+//! - [`run`]: twice a reporting interval, abandons idle buckets, renews assignments and, on a Redis
 //!   store, exchanges each group's demand with the other instances (`floodgate-redis`'s `rlqs`),
 //!   so that shares sum to the limit over the fleet. On the memory store the fleet is this
 //!   instance.
@@ -33,8 +33,9 @@ use tokio::sync::watch;
 
 use crate::{App, stopped};
 
-/// Runs until `stop`: ticks every reporting interval ([`Quotas::tick`]) and, on a Redis store,
-/// exchanges demand with the fleet ([`exchange`]). On stop, every stream's assignments expire at
+/// Runs until `stop`: ticks twice a reporting interval ([`Quotas::tick`]) and, on a Redis store,
+/// exchanges demand with the fleet ([`exchange`]) on each tick and as soon as a report moves a
+/// stream's demand beyond the change threshold. On stop, every stream's assignments expire at
 /// once and the streams close ([`Quotas::shutdown`]).
 pub async fn run(app: App, mut stop: watch::Receiver<bool>) {
     let mut interval = current_interval(&app);
@@ -56,6 +57,13 @@ pub async fn run(app: App, mut stop: watch::Receiver<bool>) {
                     interval = now;
                     tick = tokio::time::interval(interval);
                     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+            }
+            () = app.rlqs().moved(), if app.control().store().redis().is_some() => {
+                let running = app.control().current();
+                if let Some(redis) = app.control().store().redis() {
+                    let ttl = running.rlqs.as_ref().map_or(Duration::from_secs(3), |c| c.reporting_interval * 3);
+                    exchange(app.rlqs(), redis, ttl).await;
                 }
             }
             () = stopped(&mut stop) => {
@@ -80,8 +88,10 @@ fn rule_sums(groups: &[GroupView]) -> std::collections::BTreeMap<String, [f64; 3
     sums
 }
 
+/// Half the reporting interval: a shift of demand reported to one instance reaches the others
+/// within about an interval (the writer's tick, then the reader's), rather than two.
 fn current_interval(app: &App) -> Duration {
-    app.control().current().rlqs.as_ref().map_or(Duration::from_secs(1), |c| c.reporting_interval)
+    app.control().current().rlqs.as_ref().map_or(Duration::from_secs(1), |c| c.reporting_interval) / 2
 }
 
 /// Writes every group's demand of `quotas` to the fleet on `redis` (entries live for `ttl`) and

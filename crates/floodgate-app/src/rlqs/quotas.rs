@@ -185,6 +185,9 @@ pub struct Quotas<C> {
     instance: String,
     state: Mutex<State>,
     series: RlqsSeries,
+    /// Notified when a report moves a stream's demand beyond the change threshold: the fleet
+    /// should hear of it before the next tick.
+    moved: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -264,7 +267,13 @@ impl<C: Clock> Quotas<C> {
     /// No streams yet; `series` records what happens.
     pub fn new(clock: C, series: RlqsSeries) -> Self {
         let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
-        Quotas { clock, instance: format!("{:016x}", random), state: Mutex::new(State::default()), series }
+        Quotas {
+            clock,
+            instance: format!("{:016x}", random),
+            state: Mutex::new(State::default()),
+            series,
+            moved: tokio::sync::Notify::new(),
+        }
     }
 
     /// This instance's name in the fleet's demand records.
@@ -309,6 +318,7 @@ impl<C: Clock> Quotas<C> {
         let Some(config) = state.config.clone() else { return Err(QuotaError::Closed) };
         let half = config.reporting_interval / 2;
         let mut touched: Vec<GroupKey> = Vec::new();
+        let mut moved = false;
         for report in reports {
             let Some(s) = state.streams.get_mut(&stream) else { return Err(QuotaError::Closed) };
             let group = match s.buckets.get(&report.bucket) {
@@ -349,7 +359,11 @@ impl<C: Clock> Quotas<C> {
             member.pending = member.pending.saturating_add(count);
             member.pending_elapsed += report.elapsed;
             if member.pending_elapsed >= half {
-                member.demand = member.pending as f64 / member.pending_elapsed.as_secs_f64();
+                let demand = member.pending as f64 / member.pending_elapsed.as_secs_f64();
+                if (demand - member.demand).abs() > config.change_threshold * member.demand.max(1.0) {
+                    moved = true;
+                }
+                member.demand = demand;
                 member.pending = 0;
                 member.pending_elapsed = Duration::ZERO;
             }
@@ -361,7 +375,16 @@ impl<C: Clock> Quotas<C> {
         for key in touched {
             self.settle(state, &config, &key, now);
         }
+        if moved {
+            self.moved.notify_one();
+        }
         Ok(())
+    }
+
+    /// Completes once a report has moved a stream's demand beyond the change threshold since the
+    /// last call (at once if one has).
+    pub async fn moved(&self) {
+        self.moved.notified().await;
     }
 
     /// Forgets `stream` (it ended): its buckets' shares go back to the other streams of their
@@ -386,7 +409,7 @@ impl<C: Clock> Quotas<C> {
         }
     }
 
-    /// Once an interval: follows a changed configuration, abandons the buckets idle for
+    /// Twice an interval ([`run`](super::run)): follows a changed configuration, abandons the buckets idle for
     /// `abandon_after`, settles every group (renewing the assignments whose TTL nears its end).
     pub fn tick(&self, config: Option<&Arc<RlqsConfig>>) {
         let now = self.clock.now();
