@@ -9,6 +9,7 @@ mod cross_slot;
 mod flood;
 mod outage;
 mod reserve;
+mod rlqs;
 mod soak;
 mod timeouts;
 
