@@ -150,7 +150,11 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         None => admin::AdminConfig::default(),
     };
     let rlqs = match fields.get("rlqs").filter(|i| !i.is_null()) {
-        Some(item) => Some(Box::new(rlqs::compile(item)?)),
+        Some(item) => {
+            let (rlqs, rule_fingerprints) = rlqs::compile(item)?;
+            fingerprints.extend(rule_fingerprints);
+            Some(Box::new(rlqs))
+        }
         None => None,
     };
     Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth, http, tls, admin, rlqs })

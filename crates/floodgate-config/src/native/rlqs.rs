@@ -37,6 +37,7 @@ use super::positive_duration;
 use super::rules;
 use crate::algorithm;
 use crate::error::Invalid;
+use crate::fingerprint::Canonical;
 use crate::yaml::{Item, alternatives, did_you_mean};
 
 /// The `rlqs` section.
@@ -123,8 +124,9 @@ const SHAREABLE: &[LimitKind] = &[
     LimitKind::Gcra,
 ];
 
-/// Validates the `rlqs` section.
-pub(crate) fn compile(item: Item<'_>) -> Result<RlqsConfig, Invalid> {
+/// Validates the `rlqs` section; returns it with a fingerprint per rule (`rlqs:<domain>/<rule>`)
+/// and one of its settings (`rlqs`), for the audit diff.
+pub(crate) fn compile(item: Item<'_>) -> Result<(RlqsConfig, Vec<(String, u64)>), Invalid> {
     let fields = item.fields("the rate limit quota service's settings", Some(FIELDS))?;
     let mut config = RlqsConfig::default();
     if let Some(i) = fields.get("reporting_interval") {
@@ -160,6 +162,14 @@ pub(crate) fn compile(item: Item<'_>) -> Result<RlqsConfig, Invalid> {
     if let Some(i) = fields.get("change_threshold") {
         config.change_threshold = fraction(&i, "change_threshold", 1.0)?;
     }
+    let mut settings = Canonical::default();
+    settings
+        .field("reporting_interval", config.reporting_interval)
+        .field("assignment_ttl", config.assignment_ttl)
+        .field("abandon_after", config.abandon_after)
+        .field("floor", config.floor)
+        .field("change_threshold", config.change_threshold);
+    let mut fingerprints = vec![("rlqs".to_owned(), settings.hash())];
     if let Some(domains) = fields.get("domains").filter(|i| !i.is_null()) {
         let entries = domains.fields("the domains, each a list of bucket rules", None)?;
         for (name, key, rules) in entries.iter() {
@@ -169,16 +179,18 @@ pub(crate) fn compile(item: Item<'_>) -> Result<RlqsConfig, Invalid> {
             let mut compiled = Vec::new();
             let mut seen: Vec<(String, usize)> = Vec::new();
             for rule in rules.elements("a list of bucket rules")? {
-                compiled.push(bucket_rule(rule, &mut seen)?);
+                let (rule, fingerprint) = bucket_rule(rule, &mut seen)?;
+                fingerprints.push((format!("rlqs:{name}/{}", rule.name), fingerprint));
+                compiled.push(rule);
             }
             config.domains.insert(name.to_owned(), compiled);
         }
     }
-    Ok(config)
+    Ok((config, fingerprints))
 }
 
-/// One bucket rule.
-fn bucket_rule(item: Item<'_>, seen: &mut Vec<(String, usize)>) -> Result<BucketRule, Invalid> {
+/// One bucket rule, with its fingerprint.
+fn bucket_rule(item: Item<'_>, seen: &mut Vec<(String, usize)>) -> Result<(BucketRule, u64), Invalid> {
     let mut allowed: Vec<&str> = RULE_FIELDS.to_vec();
     allowed.extend(algorithm::all_parameters());
     let fields = item.fields("a bucket rule", Some(&allowed))?;
@@ -223,11 +235,17 @@ fn bucket_rule(item: Item<'_>, seen: &mut Vec<(String, usize)>) -> Result<Bucket
             Some(k) => rules::key_of(k, &Vocabulary::open())?,
             None => Vec::new(),
         };
-        return Ok(BucketRule { name, conditions, key, grant });
+        let mut canonical = Canonical::default();
+        canonical
+            .field("name", &name)
+            .field("match", &conditions)
+            .field("key", &key)
+            .field("blanket", &grant);
+        return Ok((BucketRule { name, conditions, key, grant }, canonical.hash()));
     }
     // The rest as an ordinary rule reads it; `strategy` is ours.
     let strategy = fields.get("strategy");
-    let (rule, _) = rules::compile_with(item.clone(), &Vocabulary::open(), seen, &["strategy"])?;
+    let (rule, fingerprint) = rules::compile_with(item.clone(), &Vocabulary::open(), seen, &["strategy"])?;
     let limit_item = fields.get("algorithm");
     let limit = rule.limit().clone();
     let at = limit_item.unwrap_or_else(|| item.clone());
@@ -276,12 +294,15 @@ fn bucket_rule(item: Item<'_>, seen: &mut Vec<(String, usize)>) -> Result<Bucket
             }
         },
     };
-    Ok(BucketRule {
+    let mut canonical = Canonical::default();
+    canonical.field("rule", fingerprint).field("per_time_unit", per_time_unit);
+    let rule = BucketRule {
         name: rule.name().to_owned(),
         conditions: rule.conditions().to_vec(),
         key: rule.key_descriptors().to_vec(),
         grant: Grant::Share { limit, per_time_unit },
-    })
+    };
+    Ok((rule, canonical.hash()))
 }
 
 /// A fraction from 0 to `max`: `0.1`, `10%`.
@@ -309,7 +330,7 @@ mod tests {
 
     fn compiled(text: &str) -> Result<RlqsConfig, String> {
         let root = parse_document(text).expect("valid YAML");
-        compile(Item::root(&root)).map_err(|e| {
+        compile(Item::root(&root)).map(|(c, _)| c).map_err(|e| {
             format!(
                 "{}:{}: {}: {}",
                 e.line.unwrap_or(0),

@@ -289,6 +289,11 @@ async fn a_reload_that_removes_a_rule_expires_its_buckets() {
     let without = CONFIG.replace("match: { name: api }", "match: { name: gone }");
     let applied = server.post("/admin/config", without).await;
     assert_eq!(applied.status, 200, "{:?}", applied.json());
+    assert!(
+        applied.body.contains("rlqs:rlqs-example/api"),
+        "the audit diff names the rule: {}",
+        applied.body
+    );
     let (_, ttl) = assignment(&mut f, &api(), t).await;
     assert_eq!(ttl, Duration::ZERO);
     server.stop().await;
