@@ -11,18 +11,19 @@
 //!   so that shares sum to the limit over the fleet. On the memory store the fleet is this
 //!   instance.
 
+mod bucket;
 mod quotas;
 mod share;
 mod strategy;
 #[cfg(test)]
 mod tests;
+mod view;
 
-pub use self::quotas::{
-    Action, BucketId, GroupDemand, GroupView, MAX_BUCKETS_PER_STREAM, MemberView, Outbox, QuotaError, Quotas,
-    Report, StreamId,
-};
+pub use self::bucket::{Action, BucketId, MAX_BUCKETS_PER_STREAM, Outbox, QuotaError, Report, StreamId};
+pub use self::quotas::Quotas;
 pub use self::share::split;
 pub use self::strategy::{Shared, Strategy, TimeUnit};
+pub use self::view::{GroupDemand, GroupView, MemberView};
 
 use std::time::Duration;
 
