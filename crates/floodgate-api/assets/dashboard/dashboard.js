@@ -167,7 +167,7 @@ function renderStore() {
 async function loadRlqs() {
   const r = await api("GET", "/admin/rlqs"); if (!r.ok) return;
   const groups = r.json.groups, body = $("#rlqs tbody");
-  if (!groups.length) { body.replaceChildren(el("tr", {}, el("td", { colspan: "5", class: "muted", textContent: "No RLQS streams." }))); return; }
+  if (!groups.length) { body.replaceChildren(el("tr", {}, el("td", { colSpan: 5, class: "muted", textContent: "No RLQS streams." }))); return; }
   body.replaceChildren(...groups.map((g) => {
     const name = `${g.domain}/${g.rule}` + (g.key.length ? ` [${g.key.join(", ")}]` : "");
     const demand = g.members.reduce((a, m) => a + m.demand, 0) + g.remote_demand;
