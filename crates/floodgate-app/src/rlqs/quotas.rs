@@ -391,7 +391,7 @@ impl<C: Clock> Quotas<C> {
                         })
                         .collect(),
                     remote_streams: g.remote.len(),
-                    remote_demand: g.remote.iter().sum(),
+                    remote_demand: g.remote.iter().fold(0.0, |a, d| a + d),
                     remote_assigned: g.remote_assigned,
                     fleet_assigned: local + g.remote_assigned,
                 }
