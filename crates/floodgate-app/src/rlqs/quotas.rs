@@ -373,8 +373,12 @@ impl<C: Clock> Quotas<C> {
             .groups
             .iter()
             .map(|(key, g)| {
-                let local: f64 =
-                    g.members.iter().filter_map(|m| m.sent.map(|s| s.rate)).filter(|r| r.is_finite()).sum();
+                let local = g
+                    .members
+                    .iter()
+                    .filter_map(|m| m.sent.map(|s| s.rate))
+                    .filter(|r| r.is_finite())
+                    .fold(0.0, |a, r| a + r);
                 GroupView {
                     domain: key.domain.to_string(),
                     rule: key.rule.to_string(),
