@@ -66,7 +66,7 @@ pub(crate) fn service(app: App) -> RateLimitServer {
     RateLimitServiceServer::new(Rls { app })
 }
 
-/// Serves the RLS service on `listener` until `stop` turns true, then shuts down gracefully. The
+/// Serves the RLS and RLQS services ([`crate::rlqs`]) on `listener` until `stop` turns true, then shuts down gracefully. The
 /// limits of `http:` apply to the gRPC listener's connections too (see
 /// [`floodgate_app::listener`]); the header list's bound is the one in force at start.
 pub async fn serve(
@@ -78,11 +78,18 @@ pub async fn serve(
     let max_header_list = app.control().load().http.max_header_bytes;
     let builder = tonic::transport::Server::builder()
         .http2_max_header_list_size(u32::try_from(max_header_list).unwrap_or(u32::MAX))
-        .add_service(service(app.clone()));
+        .add_service(service(app.clone()))
+        .add_service(crate::rlqs::service(app.clone()));
+    let quotas = app.clone();
     let incoming = grpc_incoming(listener, app, tls, stop.clone());
     let mut stop = stop;
     builder
-        .serve_with_incoming_shutdown(incoming, async move { stopped(&mut stop).await })
+        .serve_with_incoming_shutdown(incoming, async move {
+            stopped(&mut stop).await;
+            // RLQS streams last as long as their Envoy: expire their assignments and end them, so
+            // that graceful shutdown does not wait for them.
+            quotas.rlqs().shutdown();
+        })
         .await
         .map_err(std::io::Error::other)
 }

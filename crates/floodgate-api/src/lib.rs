@@ -3,7 +3,9 @@
 //!   `/v1/commit`, `/v1/release`, `GET /v1/usage`, `POST /v1/simulate` (the playground:
 //!   [`playground`]), `GET /healthz`, `/readyz`, `/metrics`, `/openapi.json` (the API as OpenAPI
 //!   3.1: [`http::openapi`]), the admin API under `/admin/` and the dashboard ([`http`]);
-//! - **Envoy RLS v3** gRPC (tonic): `ShouldRateLimit` ([`grpc`]).
+//! - **Envoy RLS v3** gRPC (tonic): `ShouldRateLimit` ([`grpc`]);
+//! - **Envoy RLQS v3** gRPC on the same listener: `StreamRateLimitQuotas`, global limits shared
+//!   among Envoys by demand, with no call per request ([`rlqs`]).
 //!
 //! Each door turns its request into descriptors, decides them down the app's one decision path
 //! ([`floodgate_app::decide`]), and renders the verdict its own way; `floodgate-http` holds what
@@ -28,6 +30,7 @@
 pub mod grpc;
 pub mod http;
 pub mod playground;
+pub mod rlqs;
 
 use floodgate_app::App;
 
@@ -44,4 +47,9 @@ pub fn router(app: &App) -> axum::Router {
 /// The Envoy RLS v3 gRPC service.
 pub fn grpc_service(app: &App) -> grpc::RateLimitServer {
     crate::grpc::service(app.clone())
+}
+
+/// The Envoy RLQS v3 gRPC service.
+pub fn quota_service(app: &App) -> rlqs::RateLimitQuotaServer {
+    crate::rlqs::service(app.clone())
 }

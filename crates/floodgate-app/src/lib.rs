@@ -38,6 +38,7 @@ pub mod live;
 pub mod metrics;
 mod options;
 pub mod reload;
+pub mod rlqs;
 pub mod store;
 pub mod survival;
 pub mod switches;
@@ -88,6 +89,8 @@ struct Inner {
     readiness: AtomicU8,
     /// The store's clock.
     clock: ServeClock,
+    /// Envoy's rate limit quota service: its streams and shares.
+    rlqs: rlqs::Quotas<ServeClock>,
 }
 
 impl App {
@@ -128,6 +131,7 @@ impl App {
         };
         let control = Control::start(config, store, options.config_path.clone(), metrics.clone(), state)?;
         let live = Arc::new(Live::new());
+        let quotas = rlqs::Quotas::new(clock.clone(), metrics.rlqs().clone());
         let switches = Overrides::default();
         switches.restore(control.restored_switches());
         let decisions = DecisionPath::new(
@@ -147,6 +151,7 @@ impl App {
             clock,
             switches,
             readiness: AtomicU8::new(0),
+            rlqs: quotas,
         };
         Ok(App { inner: Arc::new(inner) })
     }
@@ -180,6 +185,11 @@ impl App {
     /// moves.
     pub fn manual_clock(&self) -> Option<&floodgate_core::ManualClock> {
         self.inner.clock.as_manual()
+    }
+
+    /// Envoy's rate limit quota service: its streams, buckets and shares ([`rlqs`]).
+    pub fn rlqs(&self) -> &rlqs::Quotas<ServeClock> {
+        &self.inner.rlqs
     }
 
     /// How the app runs.
@@ -296,6 +306,7 @@ impl App {
             tokio::spawn(upkeep(self.metrics().clone(), stop.clone())),
             tokio::spawn(live(self.clone(), stop.clone())),
             tokio::spawn(survival::run(self.clone(), stop.clone())),
+            tokio::spawn(rlqs::run(self.clone(), stop.clone())),
         ];
         if watcher.is_some() {
             handles.push(tokio::spawn(reload::watch_token_files(self.clone(), stop.clone())));

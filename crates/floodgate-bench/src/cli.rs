@@ -85,6 +85,11 @@ scenarios! {
     /// requests that exactly fill a shared one: the fitting requests refused (under-admission per
     /// 10,000) for each cross-slot order, `at_once` and `denied_first`, beside keys in one slot.
     CrossSlot(scenarios::cross_slot::CrossSlotArgs),
+    /// Simulated Envoys deciding locally from RLQS assignments against one global limit, on 1 and
+    /// N Floodgate instances over one Redis, beside a static equal split and RLS (a call per
+    /// request): fleet-wide admitted ÷ limit, the hot Envoy's share of its demand, re-convergence
+    /// after a shift, calls per decision.
+    Rlqs(scenarios::rlqs::RlqsArgs),
     /// Floodgate's gateway beside nginx (`limit_req` + `proxy_pass`) in front of the same upstream:
     /// the latency each adds over the upstream, throughput on the allowed path, and what each admits
     /// at the limit (a bursty client under it, a flood over it).

@@ -55,7 +55,7 @@ use self::redis::RedisTarget;
 use self::yaml::{Item, Value, parse_document};
 
 pub use self::native::{DEFAULT_LEASE, KNOWN_DESCRIPTORS};
-pub use self::native::{admin, auth, gateway, http_server, redis, tls};
+pub use self::native::{admin, auth, gateway, http_server, redis, rlqs, tls};
 
 /// Which store holds the counters. The memory store's settings are its own type, whose defaults are
 /// the only defaults ([`MemoryConfig`]); a Redis store's are what the file says, the rest left to
@@ -135,6 +135,9 @@ pub struct Config {
     pub tls: Option<tls::TlsConfig>,
     /// The admin API's settings (`admin:` section of the native file, else their defaults).
     pub admin: admin::AdminConfig,
+    /// Envoy's rate limit quota service (`rlqs:` section of the native file), if configured:
+    /// DESIGN.md §17.
+    pub rlqs: Option<rlqs::RlqsConfig>,
 }
 
 /// How a Redis store is survived when it fails (DESIGN §7; the `breaker`, `instances` and
@@ -415,6 +418,7 @@ fn assemble(
     let mut http = http_server::HttpConfig::default();
     let mut tls = None;
     let mut admin = admin::AdminConfig::default();
+    let mut rlqs = None;
     let (store, survival, headers, policy) = match native {
         Some((file, n)) => {
             for (rule, fingerprint) in &n.fingerprints {
@@ -429,6 +433,7 @@ fn assemble(
             http = n.http;
             tls = n.tls.map(|t| *t);
             admin = n.admin;
+            rlqs = n.rlqs.map(|r| *r);
             (n.store, n.survival, n.headers, policy)
         }
         None => (StoreConfig::default(), Survival::default(), HeaderStyle::default(), Policy::default()),
@@ -451,6 +456,7 @@ fn assemble(
         http,
         tls,
         admin,
+        rlqs,
     })
 }
 

@@ -62,7 +62,7 @@ impl RedisStore {
     }
 
     /// Runs `invocation` on the probe's connection, within its timeout.
-    async fn on_probe<T: redis::FromRedisValue>(
+    pub(crate) async fn on_probe<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {

@@ -164,6 +164,7 @@ mod fleet;
 mod hints;
 mod key;
 mod probe;
+pub mod rlqs;
 mod script;
 mod store;
 mod tls;

@@ -6,7 +6,9 @@
 //!   is unit-tested both firing (labels and annotations asserted) and silent;
 //! - the rules, their test series and the dashboard only use the metric names the server emits
 //!   (DESIGN.md §4), so a misspelt name cannot pass by being misspelt the same way in the tests;
-//! - the dashboard is valid JSON of the expected shape and each of its queries parses as PromQL.
+//! - the dashboard is valid JSON of the expected shape and each of its queries parses as PromQL;
+//! - the RLQS example (`examples/rlqs/floodgate.yaml`) and its Envoy configuration
+//!   (`deploy/envoy/rlqs.yaml`) agree on domain, bucket id, reporting interval and port.
 //!
 //! `promtool` comes with the Debian package `prometheus`. These tests fail without it (they never
 //! skip), saying how to install it.
@@ -505,4 +507,68 @@ fn grafana_dashboard_queries_parse_as_promql() {
     std::fs::write(&path, &file).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     let path = path.to_string_lossy().into_owned();
     promtool(&["check", "rules", &path]);
+}
+
+/// `examples/rlqs/floodgate.yaml` and `deploy/envoy/rlqs.yaml` agree: the Envoy filter is
+/// `rate_limit_quota` on the example's domain, reporting every second to a cluster on Floodgate's
+/// gRPC port over HTTP/2, and builds a bucket id with `name: api`, which the example's one rule
+/// (100 requests a second, fleet-wide) governs whatever the id's other keys.
+#[test]
+fn the_rlqs_example_and_its_envoy_configuration_agree() {
+    let config = floodgate_config::load(&root().join("examples/rlqs/floodgate.yaml"))
+        .unwrap_or_else(|e| panic!("examples/rlqs/floodgate.yaml: {e}"));
+    let rlqs = config.rlqs.expect("an rlqs section");
+    assert_eq!(rlqs.reporting_interval, std::time::Duration::from_secs(1));
+    let rules = &rlqs.domains["rlqs-example"];
+    assert_eq!(rules.len(), 1);
+    let api = &rules[0];
+    assert!(api.matches(|k| match k {
+        "name" => Some("api"),
+        "method" => Some("GET"),
+        _ => None,
+    }));
+    assert!(!api.matches(|k| (k == "name").then_some("web")));
+    match &api.grant {
+        floodgate_config::rlqs::Grant::Share { limit, .. } => {
+            assert_eq!(limit.capacity(), 100);
+            assert_eq!(
+                limit.policy_window(floodgate_core::Timestamp::from_secs(0)),
+                std::time::Duration::from_secs(1)
+            );
+        }
+        other => panic!("a shared limit, not {other:?}"),
+    }
+
+    let envoy = yaml("deploy/envoy/rlqs.yaml");
+    let listener = &envoy["static_resources"]["listeners"][0];
+    let hcm = &listener["filter_chains"][0]["filters"][0]["typed_config"];
+    let filters = hcm["http_filters"].as_array().expect("http_filters");
+    let quota =
+        filters.iter().find(|f| f["name"] == "envoy.filters.http.rate_limit_quota").expect("the RLQS filter");
+    let filter = &quota["typed_config"];
+    assert_eq!(
+        filter["@type"],
+        "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig"
+    );
+    assert_eq!(filter["domain"], "rlqs-example");
+    assert_eq!(filters.last().unwrap()["name"], "envoy.filters.http.router", "the router comes last");
+    let cluster_name =
+        filter["rlqs_server"]["envoy_grpc"]["cluster_name"].as_str().expect("rlqs_server cluster");
+    let clusters = envoy["static_resources"]["clusters"].as_array().unwrap();
+    let cluster = clusters.iter().find(|c| c["name"] == cluster_name).expect("the RLQS cluster");
+    let http2 = &cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+    assert!(http2["explicit_http_config"]["http2_protocol_options"].is_object(), "gRPC needs HTTP/2");
+    let endpoint = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+    assert_eq!(endpoint["port_value"], 8081, "Floodgate's gRPC port");
+    for matcher in filter["bucket_matchers"]["matcher_list"]["matchers"].as_array().expect("matchers") {
+        let settings = &matcher["on_match"]["action"]["typed_config"];
+        assert_eq!(
+            settings["@type"],
+            "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings"
+        );
+        assert_eq!(settings["reporting_interval"], "1s");
+        assert_eq!(settings["bucket_id_builder"]["bucket_id_builder"]["name"]["string_value"], "api");
+        let expired = &settings["expired_assignment_behavior"];
+        assert!(expired["reuse_last_assignment"].is_object() || expired["fallback_rate_limit"].is_object());
+    }
 }

@@ -33,6 +33,7 @@
 //! `redis-server` processes (TLS ones on certificates from [`tls`]), each held by a watchdog from
 //! [`process`], which also hands out free loopback ports ([`process::free_port`]).
 //! [`CountingStore`] wraps a real store and counts the calls made to it (round trips per request).
+//! With the `rlqs` feature, [`rlqs`] is a simulated Envoy `rate_limit_quota` filter.
 //! [`wait`] is how a test waits: for an event, with a clock only as a guard against a hang.
 //!
 //! [`Store`]: floodgate::Store
@@ -46,6 +47,8 @@ mod counting;
 mod flaky;
 pub mod process;
 pub mod redis;
+#[cfg(feature = "rlqs")]
+pub mod rlqs;
 mod subject;
 pub mod tls;
 pub mod wait;

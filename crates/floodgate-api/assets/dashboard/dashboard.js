@@ -164,6 +164,24 @@ function renderStore() {
   badge.className = "badge " + (bad ? "bad" : "ok");
 }
 
+async function loadRlqs() {
+  const r = await api("GET", "/admin/rlqs"); if (!r.ok) return;
+  const groups = r.json.groups, body = $("#rlqs tbody");
+  if (!groups.length) { body.replaceChildren(el("tr", {}, el("td", { colSpan: 5, class: "muted", textContent: "No RLQS streams." }))); return; }
+  body.replaceChildren(...groups.map((g) => {
+    const name = `${g.domain}/${g.rule}` + (g.key.length ? ` [${g.key.join(", ")}]` : "");
+    const demand = g.members.reduce((a, m) => a + m.demand, 0) + g.remote_demand;
+    const limit = g.limit == null ? "no limit" : `${fmt(g.fleet_assigned)} / ${fmt(g.limit)}`;
+    const ratio = g.limit ? g.fleet_assigned / g.limit : 0;
+    return el("tr", { "data-group": name },
+      el("td", {}, el("code", { textContent: name })),
+      el("td", { class: "num", textContent: `${g.members.length}${g.remote_streams ? ` + ${g.remote_streams} elsewhere` : ""}` }),
+      el("td", { class: "num", textContent: fmt(demand) }),
+      el("td", { class: "num" }, limit, el("div", { class: "fill" }, el("span", { style: `width:${Math.min(100, 100 * ratio)}%` }))),
+      el("td", {}, ...g.members.map((m) => el("div", { class: "muted", textContent: `#${m.stream} ${m.bucket}: ${fmt(m.demand)} → ${m.assigned == null ? "—" : fmt(m.assigned)}` }))));
+  }));
+}
+
 let shownVersion = null;
 function renderConfig() {
   const stats = live.stats; if (!stats) return;
@@ -390,4 +408,6 @@ window.addEventListener("DOMContentLoaded", () => {
   window.addEventListener("resize", () => { renderAll(); if (play.requests.length) simulateAll(); });
   api("GET", "/admin/stats").then((r) => { if (r.ok) { live.stats = r.json; renderAll(); } });
   stream();
+  loadRlqs();
+  setInterval(loadRlqs, 2000);
 });

@@ -12,6 +12,7 @@ mod dashboard;
 pub mod openapi;
 mod reserve;
 mod responses;
+mod rlqs;
 mod serve;
 mod simulate;
 mod stats;

@@ -57,6 +57,7 @@ use super::responses::{TAG_ADMIN, TAG_DECISIONS, TAG_OPERATIONS};
         super::switches::clear_switches,
         super::stats::snapshot,
         super::stats::stream,
+        super::rlqs::view,
         super::admin::clock::get_clock,
         super::admin::clock::move_clock,
         super::dashboard::page,

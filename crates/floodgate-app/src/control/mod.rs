@@ -395,6 +395,7 @@ impl Control {
                 http: target.http,
                 tls: target.tls.clone(),
                 admin: target.admin.clone(),
+                rlqs: target.rlqs.clone(),
             },
             None => {
                 let config = source.read().map_err(|e| {

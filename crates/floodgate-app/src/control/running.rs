@@ -58,6 +58,8 @@ pub struct Running {
     pub tls: Option<floodgate_config::tls::TlsConfig>,
     /// The admin API's settings (its state directory is opened at start).
     pub admin: floodgate_config::admin::AdminConfig,
+    /// Envoy's rate limit quota service (the `rlqs:` section), when configured.
+    pub rlqs: Option<Arc<floodgate_config::rlqs::RlqsConfig>>,
 }
 
 impl Domain {
@@ -145,6 +147,7 @@ pub(super) fn build(version: u64, config: Config, metrics: &Metrics) -> Running 
         http,
         tls,
         admin,
+        rlqs,
     } = config;
     let auth = auth.map(|a| Arc::new(Clients::new(a, metrics)));
     let gateway = gateway.map(Arc::new);
@@ -168,5 +171,6 @@ pub(super) fn build(version: u64, config: Config, metrics: &Metrics) -> Running 
         http,
         tls,
         admin,
+        rlqs: rlqs.map(Arc::new),
     }
 }

@@ -34,6 +34,8 @@
 //! | `floodgate_reservations_total` | counter: reservations, from a rule's first on ([`reservations`]) | `rule`, `result` = `granted`, `refused`, `committed`, `released`, `expired`, `late` |
 //! | `floodgate_reservation_units_total` | counter: the same in units of the rule's cost (or permits) | `rule`, `result` |
 //!
+//! The RLQS series (`floodgate_rlqs_*`) are listed in [`rlqs`].
+//!
 //! Rules of an Envoy domain are labelled `<domain>/<rule>`.
 
 use std::sync::{Arc, OnceLock};
@@ -44,12 +46,14 @@ use parking_lot::Mutex;
 use self::sharded::Sharded;
 
 pub mod reservations;
+pub mod rlqs;
 pub mod sharded;
 
 use self::reservations::Reservations;
 pub use self::reservations::{
     RESERVATION_UNITS_TOTAL, RESERVATIONS_TOTAL, ReservationResult, RuleReservations,
 };
+pub use self::rlqs::RlqsSeries;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -171,6 +175,8 @@ struct Inner {
     give_backs: OnceLock<[Counter; 4]>,
     /// The reservation series of every rule named so far.
     reservations: Reservations,
+    /// The RLQS series.
+    rlqs: RlqsSeries,
 }
 
 struct SurvivalSeries {
@@ -375,6 +381,7 @@ impl Metrics {
             survival: OnceLock::new(),
             give_backs: OnceLock::new(),
             reservations: Reservations::new(Arc::clone(&recorder), reports.expiries),
+            rlqs: RlqsSeries::register(&recorder),
             store,
             handle,
             recorder,
@@ -384,6 +391,11 @@ impl Metrics {
         inner.reloads_applied.increment(0);
         inner.reloads_rejected.increment(0);
         Metrics { inner: Arc::new(inner) }
+    }
+
+    /// The RLQS series.
+    pub fn rlqs(&self) -> &RlqsSeries {
+        &self.inner.rlqs
     }
 
     /// Installs this recorder as the process's global `metrics` recorder, so that the `metrics`
@@ -822,6 +834,7 @@ fn describe(r: &PrometheusRecorder) {
     g(OVERFLOW_COUNTERS, "Overflow counters the memory store holds for rules whose new keys found it full.");
     g(CONFIG_VERSION, "Version of the running configuration (1 at start, +1 per applied change).");
     reservations::describe(r);
+    rlqs::describe(r);
 }
 
 /// The app's Prometheus recorder, shared, as installed globally by [`Metrics::install_global`].

@@ -13,6 +13,7 @@ pub mod outage;
 pub mod prefetch;
 pub mod replay;
 pub mod reserve;
+pub mod rlqs;
 pub mod slowloris;
 pub mod soak;
 pub mod throughput;

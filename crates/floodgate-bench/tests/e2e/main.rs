@@ -11,6 +11,7 @@ mod flood;
 mod latency;
 mod outage;
 mod reserve;
+mod rlqs;
 mod soak;
 mod timeouts;
 

@@ -12,6 +12,8 @@ pub const KNOWN_DESCRIPTORS: &[&str] =
 #[derive(Debug, Default)]
 pub(crate) struct Vocabulary {
     declared: Vec<String>,
+    /// Any name is allowed (RLQS bucket ids: their keys are the Envoy filter's to choose).
+    open: bool,
 }
 
 impl Vocabulary {
@@ -32,11 +34,19 @@ impl Vocabulary {
             }
             declared.push(name.into_owned());
         }
-        Ok(Vocabulary { declared })
+        Ok(Vocabulary { declared, open: false })
+    }
+
+    /// A vocabulary that takes any non-empty name: the keys of RLQS bucket ids.
+    pub(crate) fn open() -> Self {
+        Vocabulary { declared: Vec::new(), open: true }
     }
 
     /// Checks that `name` is a descriptor this configuration may use; `at` points at it.
     pub(crate) fn check(&self, name: &str, at: Item<'_>) -> Result<(), Invalid> {
+        if self.open && !name.is_empty() {
+            return Ok(());
+        }
         if KNOWN_DESCRIPTORS.contains(&name) || self.declared.iter().any(|d| d == name) {
             return Ok(());
         }

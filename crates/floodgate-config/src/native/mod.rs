@@ -13,6 +13,7 @@ pub mod http_server;
 mod limits;
 mod partition_keys;
 pub mod redis;
+pub mod rlqs;
 mod rules;
 mod stated;
 mod store;
@@ -56,6 +57,8 @@ pub(crate) struct Native {
     pub(crate) tls: Option<Box<tls::TlsConfig>>,
     /// The `admin` section (its defaults when absent).
     pub(crate) admin: admin::AdminConfig,
+    /// The `rlqs` section, if any.
+    pub(crate) rlqs: Option<Box<rlqs::RlqsConfig>>,
 }
 
 const TOP_FIELDS: &[&str] = &[
@@ -69,6 +72,7 @@ const TOP_FIELDS: &[&str] = &[
     "http",
     "tls",
     "admin",
+    "rlqs",
 ];
 
 /// Validates a native configuration document (its root is a mapping without `domain`).
@@ -145,7 +149,15 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         Some(item) => admin::compile(item)?,
         None => admin::AdminConfig::default(),
     };
-    Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth, http, tls, admin })
+    let rlqs = match fields.get("rlqs").filter(|i| !i.is_null()) {
+        Some(item) => {
+            let (rlqs, rule_fingerprints) = rlqs::compile(item)?;
+            fingerprints.extend(rule_fingerprints);
+            Some(Box::new(rlqs))
+        }
+        None => None,
+    };
+    Ok(Native { store, survival, headers, rules, fingerprints, gateway, auth, http, tls, admin, rlqs })
 }
 
 /// A duration such as `60s`, longer than zero.

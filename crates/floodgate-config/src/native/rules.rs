@@ -50,6 +50,31 @@ pub(crate) fn compile(
     in_doubles: Option<&str>,
 ) -> Result<(Rule, u64), Invalid> {
     let fields = item.fields("a rule", Some(&RULE_FIELDS))?;
+    compile_fields(item, fields, vocabulary, partition_keys, seen, in_doubles)
+}
+
+/// Validates one rule whose mapping may also hold the fields `others`, which the caller reads
+/// itself (an RLQS bucket rule's `strategy`); no partition keys, no store computing in doubles.
+pub(crate) fn compile_with(
+    item: Item<'_>,
+    vocabulary: &Vocabulary,
+    seen: &mut Vec<(String, usize)>,
+    others: &[&str],
+) -> Result<(Rule, u64), Invalid> {
+    let mut allowed: Vec<&str> = RULE_FIELDS.clone();
+    allowed.extend(others);
+    let fields = item.fields("a rule", Some(&allowed))?;
+    compile_fields(item, fields, vocabulary, None, seen, None)
+}
+
+fn compile_fields(
+    item: Item<'_>,
+    fields: Fields<'_>,
+    vocabulary: &Vocabulary,
+    partition_keys: Option<&PartitionKeys>,
+    seen: &mut Vec<(String, usize)>,
+    in_doubles: Option<&str>,
+) -> Result<(Rule, u64), Invalid> {
     let mut canonical = Canonical::default();
 
     // name
@@ -79,10 +104,7 @@ pub(crate) fn compile(
     // match
     let mut conditions: Vec<(String, String)> = Vec::new();
     if let Some(match_item) = fields.get("match").filter(|i| !i.is_null()) {
-        let entries = match_item.fields("conditions on descriptors", None)?;
-        for (descriptor, key, value) in entries.iter() {
-            vocabulary.check(descriptor, key)?;
-            let condition = condition(&value)?;
+        for (descriptor, condition) in self::conditions(match_item, vocabulary)? {
             let described = match &condition {
                 Condition::Present => "present".to_owned(),
                 Condition::OneOf(values) => format!("one of {values:?}"),
@@ -92,7 +114,7 @@ pub(crate) fn compile(
                     format!("like none of {:?}", patterns.iter().map(Pattern::as_str).collect::<Vec<_>>())
                 }
             };
-            conditions.push((descriptor.to_owned(), described));
+            conditions.push((descriptor.clone(), described));
             rule = rule.when_condition(descriptor, condition);
         }
     }
@@ -101,7 +123,7 @@ pub(crate) fn compile(
 
     // key
     let key = match fields.get("key").filter(|i| !i.is_null()) {
-        Some(key_item) => key(key_item, vocabulary)?,
+        Some(key_item) => key_of(key_item, vocabulary)?,
         None => Vec::new(),
     };
     canonical.field("key", &key);
@@ -527,7 +549,22 @@ fn values(item: &Item<'_>) -> Result<Vec<String>, Invalid> {
 }
 
 /// `key: [user]`, `key: user`, `key: []` or `key: [global]`.
-fn key(item: Item<'_>, vocabulary: &Vocabulary) -> Result<Vec<String>, Invalid> {
+/// A rule's `match`: each descriptor named, with its condition, in document order.
+pub(crate) fn conditions(
+    item: Item<'_>,
+    vocabulary: &Vocabulary,
+) -> Result<Vec<(String, Condition)>, Invalid> {
+    let entries = item.fields("conditions on descriptors", None)?;
+    let mut conditions = Vec::with_capacity(entries.len());
+    for (descriptor, key, value) in entries.iter() {
+        vocabulary.check(descriptor, key)?;
+        conditions.push((descriptor.to_owned(), condition(&value)?));
+    }
+    Ok(conditions)
+}
+
+/// A rule's `key`: the descriptors whose values make its keys.
+pub(crate) fn key_of(item: Item<'_>, vocabulary: &Vocabulary) -> Result<Vec<String>, Invalid> {
     let elements = match item.node.value {
         Value::Str(_) => vec![item],
         _ => item.elements("a list of descriptor names")?,

@@ -21,6 +21,7 @@ mod plans;
 mod redis;
 mod reload;
 mod reservations;
+mod rlqs;
 mod simulate;
 mod stated;
 mod support;

@@ -181,6 +181,7 @@ pub(crate) fn with_domains(
         http: Default::default(),
         tls: None,
         admin: Default::default(),
+        rlqs: None,
         source: Source {
             path: None,
             text: "# built in the test\n".into(),

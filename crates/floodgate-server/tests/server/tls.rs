@@ -166,6 +166,15 @@ async fn grpc_tls(
     ca: &Path,
     client: Option<(&Path, &Path)>,
 ) -> Result<RateLimitServiceClient<tonic::transport::Channel>, String> {
+    grpc_tls_channel(addr, ca, client).await.map(RateLimitServiceClient::new)
+}
+
+/// A tonic channel over rustls, trusting `ca`, presenting `client` if any.
+async fn grpc_tls_channel(
+    addr: std::net::SocketAddr,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Result<tonic::transport::Channel, String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -196,7 +205,7 @@ async fn grpc_tls(
         }))
         .await
         .map_err(|e| format!("{e:?}"))?;
-    Ok(RateLimitServiceClient::new(channel))
+    Ok(channel)
 }
 
 async fn should_rate_limit(
@@ -239,6 +248,29 @@ async fn grpc_over_mutual_tls_with_the_tonic_client() {
         };
         assert!(refused, "{name}: refused");
     }
+    server.stop().await;
+}
+
+/// RLQS streams share the gRPC listener's TLS: a stream over mutual TLS gets its assignment.
+#[tokio::test]
+async fn rlqs_streams_over_mutual_tls() {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use floodgate_testkit::rlqs::{Filter, Settings, id};
+
+    let (dir, _a, _b) = pki("tls-rlqs");
+    let rlqs = "rlqs:\n  domains:\n    d:\n      - name: api\n        match: { name: api }\n        algorithm: fixed_window\n        limit: 10\n        window: 1s\n";
+    let server = TestServer::start(parse(&format!("{}{rlqs}", tls_config(&dir, true)))).await;
+    let p = |f: &str| dir.path().join(f);
+    let channel =
+        grpc_tls_channel(server.grpc, &p("a-ca.pem"), Some((&p("good.pem"), &p("good.key")))).await.unwrap();
+    let mut filter = Filter::open(RateLimitQuotaServiceClient::new(channel), "d", Settings::default(), None)
+        .await
+        .unwrap();
+    let bucket = id(&[("name", "api")]);
+    filter.request(&bucket, std::time::Duration::ZERO).await;
+    let response =
+        wait::finished("an assignment over TLS", filter.next()).await.expect("open").expect("a response");
+    assert_eq!(response.bucket_action.len(), 1);
     server.stop().await;
 }
 

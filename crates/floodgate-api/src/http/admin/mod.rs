@@ -46,7 +46,7 @@ use http::{HeaderValue, StatusCode};
 
 use super::problem;
 use super::switches::{clear_switches, get_switches, set_switches};
-use super::{dashboard, stats};
+use super::{dashboard, rlqs, stats};
 use floodgate_app::App;
 use floodgate_app::auth::{Access, admin_access};
 
@@ -62,6 +62,7 @@ pub(super) fn router(app: App) -> Router<App> {
         .route("/admin/stats", get(stats::snapshot))
         .route("/admin/stats/stream", get(stats::stream))
         .route("/admin/clock", get(clock::get_clock).post(clock::move_clock))
+        .route("/admin/rlqs", get(rlqs::view))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard/dashboard.js", get(dashboard::script))
         .route("/dashboard/dashboard.css", get(dashboard::style))

@@ -1,0 +1,215 @@
+//! [`Quotas`] on a manual clock: subscriptions, shares by demand, renewals, abandonment, reloads
+//! and shutdown, as the actions each stream receives.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floodgate_config::rlqs::RlqsConfig;
+use floodgate_core::{ManualClock, Timestamp};
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::metrics::RlqsSeries;
+
+const CONFIG: &str = "rlqs:
+  reporting_interval: 1s
+  assignment_ttl: 10s
+  abandon_after: 5s
+  floor: 10%
+  domains:
+    d:
+      - name: api
+        match: { name: api }
+        algorithm: token_bucket
+        rate: 1000/s
+        burst: 100
+      - name: open
+        match: { name: open }
+        blanket: allow_all
+";
+
+fn config(text: &str) -> Arc<RlqsConfig> {
+    Arc::new(floodgate_config::parse("t.yaml", text).unwrap().rlqs.unwrap())
+}
+
+struct Envoy {
+    id: StreamId,
+    inbox: mpsc::UnboundedReceiver<Vec<Action>>,
+}
+
+impl Envoy {
+    fn open(quotas: &Quotas<ManualClock>, config: &Arc<RlqsConfig>) -> Envoy {
+        let (tx, inbox) = mpsc::unbounded_channel();
+        Envoy { id: quotas.open("d", Some(config), tx).unwrap(), inbox }
+    }
+
+    fn actions(&mut self) -> Vec<Action> {
+        let mut all = Vec::new();
+        while let Ok(actions) = self.inbox.try_recv() {
+            all.extend(actions);
+        }
+        all
+    }
+
+    /// The rate of the last assignment received for `bucket`, if any arrived.
+    fn rate(&mut self, bucket: &BucketId) -> Option<f64> {
+        self.actions().into_iter().rev().find_map(|a| match a {
+            Action::Assign { bucket: b, strategy, .. } if b == *bucket => strategy.rate(),
+            _ => None,
+        })
+    }
+}
+
+fn api() -> BucketId {
+    BucketId::new([("name", "api"), ("env", "prod")])
+}
+
+fn report(bucket: &BucketId, per_second: u64) -> Report {
+    Report { bucket: bucket.clone(), elapsed: Duration::from_secs(1), allowed: per_second, denied: 0 }
+}
+
+fn quotas() -> (Quotas<ManualClock>, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    (Quotas::new(clock.clone(), RlqsSeries::default()), clock)
+}
+
+#[test]
+fn bucket_ids_are_order_insensitive() {
+    assert_eq!(BucketId::new([("a", "A"), ("b", "B")]), BucketId::new([("b", "B"), ("a", "A")]));
+    assert_eq!(BucketId::new([("b", "B"), ("a", "A")]).to_string(), "{a: A, b: B}");
+}
+
+#[test]
+fn a_first_report_is_answered_and_shares_follow_demand() {
+    let c = config(CONFIG);
+    let (quotas, clock) = quotas();
+    let mut hot = Envoy::open(&quotas, &c);
+    let mut idle = Envoy::open(&quotas, &c);
+    quotas.report(hot.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    assert_eq!(hot.rate(&api()), Some(1000.0), "alone, a stream gets the whole limit");
+    quotas.report(idle.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    let (h, i) = (hot.rate(&api()).unwrap(), idle.rate(&api()).unwrap());
+    assert!((h - 500.0).abs() < 1.0 && (i - 500.0).abs() < 1.0, "{h} {i}");
+
+    // The hot one asks for 900 a second: it gets them, the idle one keeps more than its floor.
+    clock.advance(Duration::from_secs(1));
+    quotas.report(hot.id, Some(&c), &[report(&api(), 900)]).unwrap();
+    let (h, i) = (hot.rate(&api()).unwrap(), idle.rate(&api()).unwrap());
+    assert!(h >= 900.0 && i >= 50.0 && h + i <= 1000.0, "{h} {i}");
+
+    // Demand shifts: the idle one is now hot, and the hot one idle.
+    clock.advance(Duration::from_secs(1));
+    quotas.report(hot.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    quotas.report(idle.id, Some(&c), &[report(&api(), 900)]).unwrap();
+    let (h, i) = (hot.rate(&api()).unwrap(), idle.rate(&api()).unwrap());
+    assert!(i >= 900.0 && h + i <= 1000.0, "{h} {i}");
+}
+
+#[test]
+fn the_same_share_is_sent_again_only_as_its_ttl_nears_its_end() {
+    let c = config(CONFIG);
+    let (quotas, clock) = quotas();
+    let mut envoy = Envoy::open(&quotas, &c);
+    quotas.report(envoy.id, Some(&c), &[report(&api(), 10)]).unwrap();
+    let first = envoy.actions();
+    assert_eq!(first.len(), 1);
+    for _ in 0..7 {
+        clock.advance(Duration::from_secs(1));
+        quotas.report(envoy.id, Some(&c), &[report(&api(), 10)]).unwrap();
+        quotas.tick(Some(&c));
+        assert_eq!(envoy.actions(), [], "unchanged and not near its TTL's end");
+    }
+    // 8 s after it was sent, with a TTL of 10 s and a 1 s interval: renewed, the same strategy.
+    clock.advance(Duration::from_secs(1));
+    quotas.tick(Some(&c));
+    assert_eq!(envoy.actions(), first);
+}
+
+#[test]
+fn idle_buckets_are_abandoned() {
+    let c = config(CONFIG);
+    let (quotas, clock) = quotas();
+    let mut envoy = Envoy::open(&quotas, &c);
+    quotas.report(envoy.id, Some(&c), &[report(&api(), 10)]).unwrap();
+    envoy.actions();
+    for _ in 0..4 {
+        clock.advance(Duration::from_secs(1));
+        quotas.report(envoy.id, Some(&c), &[report(&api(), 0)]).unwrap();
+        quotas.tick(Some(&c));
+    }
+    assert!(!envoy.actions().iter().any(|a| matches!(a, Action::Abandon { .. })));
+    clock.advance(Duration::from_secs(1));
+    quotas.tick(Some(&c));
+    assert_eq!(envoy.actions(), [Action::Abandon { bucket: api() }]);
+    assert!(quotas.view().is_empty());
+}
+
+#[test]
+fn a_reload_that_removes_a_rule_expires_its_assignments_at_once() {
+    let c = config(CONFIG);
+    let (quotas, _clock) = quotas();
+    let mut envoy = Envoy::open(&quotas, &c);
+    let open = BucketId::new([("name", "open")]);
+    quotas.report(envoy.id, Some(&c), &[report(&api(), 1), report(&open, 1)]).unwrap();
+    let actions = envoy.actions();
+    assert!(actions.contains(&Action::Assign {
+        bucket: open.clone(),
+        strategy: Strategy::AllowAll,
+        ttl: Duration::from_secs(10)
+    }));
+    let without_api = config(
+        &CONFIG
+            .replace("name: api\n        match: { name: api }", "name: api\n        match: { name: other }"),
+    );
+    quotas.tick(Some(&without_api));
+    let expired = envoy.actions();
+    assert!(
+        matches!(&expired[..], [Action::Assign { bucket, ttl, .. }] if *bucket == api() && ttl.is_zero()),
+        "{expired:?}"
+    );
+}
+
+#[test]
+fn shutdown_expires_every_assignment_and_closes_the_streams() {
+    let c = config(CONFIG);
+    let (quotas, _clock) = quotas();
+    let mut envoy = Envoy::open(&quotas, &c);
+    quotas.report(envoy.id, Some(&c), &[report(&api(), 1)]).unwrap();
+    envoy.actions();
+    quotas.shutdown();
+    let last = envoy.actions();
+    assert!(matches!(&last[..], [Action::Assign { ttl, .. }] if ttl.is_zero()), "{last:?}");
+    assert!(matches!(envoy.inbox.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)));
+    let (tx, _rx) = mpsc::unbounded_channel();
+    assert_eq!(quotas.open("d", Some(&c), tx), Err(QuotaError::ShuttingDown));
+}
+
+#[test]
+fn a_closed_stream_gives_its_share_back() {
+    let c = config(CONFIG);
+    let (quotas, _clock) = quotas();
+    let mut a = Envoy::open(&quotas, &c);
+    let b = Envoy::open(&quotas, &c);
+    quotas.report(a.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    quotas.report(b.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    a.actions();
+    quotas.close(b.id);
+    assert_eq!(a.rate(&api()), Some(1000.0));
+}
+
+#[test]
+fn the_fleets_demand_takes_its_part_of_the_limit() {
+    let c = config(CONFIG);
+    let (quotas, _clock) = quotas();
+    let mut a = Envoy::open(&quotas, &c);
+    quotas.report(a.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    a.actions();
+    let groups = quotas.demand();
+    assert_eq!(groups.len(), 1);
+    assert!(groups[0].members[0].0.starts_with(quotas.instance()));
+    // Three other streams elsewhere, idle: an equal split of four.
+    quotas.exchange(&groups[0].group, &[(0.0, 250.0), (0.0, 250.0), (0.0, 250.0)]);
+    let rate = a.rate(&api()).unwrap();
+    assert!((rate - 250.0).abs() < 1.0, "{rate}");
+    assert!((quotas.view()[0].fleet_assigned - 1000.0).abs() < 2.0);
+}
