@@ -250,6 +250,8 @@ fn calls(redis: &RedisServer, command: &str) -> u64 {
 /// no fleet heartbeat, itself a script call, runs beside the requests counted.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_over_limit_on_its_second_descriptor_is_one_store_call_with_no_refund() {
+    // Sliding logs, not fixed windows: a window aligned to the clock could end between the
+    // admitted request and the denied ones, whatever the machine's load.
     let redis = tokio::task::block_in_place(RedisServer::start);
     let config = parse(&format!(
         "store: {{ kind: redis, url: \"{}\", deadline: 30s, instances: 1 }}
@@ -257,14 +259,14 @@ descriptors: [path]
 rules:
   - name: per-user
     key: [user]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 5
-    window: 60s
+    window: 1h
   - name: per-path
     key: [path]
-    algorithm: fixed_window
+    algorithm: sliding_log
     limit: 1
-    window: 60s
+    window: 1h
 ",
         redis.url()
     ));
