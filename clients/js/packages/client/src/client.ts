@@ -7,7 +7,9 @@ import {
   FloodgateUnavailableError,
   ReservationNotFoundError,
   ReservationSettledError,
+  StatedLimitError,
   type FailureReason,
+  type StatedField,
 } from './errors.js';
 
 function parse(text: string): unknown {
@@ -74,6 +76,22 @@ export interface FloodgateClientOptions {
 /** Cost per dimension, e.g. `{requests: 1, tokens: 1200}`: each rule counts its own (`cost:`). */
 export type Costs = Record<string, number>;
 
+/**
+ * Limits the caller states for the rules that take them from the request (`limit: {from:
+ * request, max: …}` in the server's configuration): a `@Throttle()`'s limit, ttl and block
+ * duration, an Envoy route's override. Each field is optional; a rule takes what it lets requests
+ * state, within its bounds (a value above one is refused by the server, 422). A stated (limit,
+ * window) other than the rule's own counts on a counter of its own.
+ */
+export interface Stated {
+  /** The limit, a whole number ≥ 1. */
+  limit?: number;
+  /** The window (a budget's ttl), in milliseconds: a whole number ≥ 1. */
+  windowMs?: number;
+  /** The penalty box after a denial, in milliseconds: a whole number ≥ 0 (0: none). */
+  blockForMs?: number;
+}
+
 /** Options of one call. */
 export interface CallOptions {
   /** The cost of the request, a whole number ≥ 1. Default 1. Not with `costs`. */
@@ -90,6 +108,11 @@ export interface CallOptions {
   failMode?: FailMode;
   /** An Envoy domain whose policy applies instead of the native rules. */
   domain?: string;
+  /**
+   * Limits stated for the rules that take them from the request; checked before sending (a
+   * {@link StatedLimitError} for anything but whole numbers in range). Not on `reserve`.
+   */
+  stated?: Stated;
   /** Aborts the call (counted as a deadline failure). */
   signal?: AbortSignal;
 }
@@ -153,8 +176,11 @@ export interface Decision {
   degradeTo: string | null;
 }
 
-/** Options of {@link FloodgateClient.reserve}: a check's, plus how long the reservation is held. */
-export interface ReserveOptions extends CallOptions {
+/**
+ * Options of {@link FloodgateClient.reserve}: a check's but `stated` (a reservation settles on the
+ * rules' own counters), plus how long the reservation is held.
+ */
+export interface ReserveOptions extends Omit<CallOptions, 'stated'> {
   /** How long the reservation is held unsettled, e.g. `'2m'` (server default `5m`, at most `24h`). */
   ttl?: string;
 }
@@ -307,6 +333,42 @@ function validateCosts(costs: Costs, where: string): Costs {
     }
   }
   return costs;
+}
+
+/** The wire form of `stated` (`{limit, window_ms, block_for_ms}`), each field checked. */
+interface WireStated {
+  limit?: number;
+  window_ms?: number;
+  block_for_ms?: number;
+}
+
+const STATED_FIELDS: Record<StatedField, { wire: keyof WireStated; least: number }> = {
+  limit: { wire: 'limit', least: 1 },
+  windowMs: { wire: 'window_ms', least: 1 },
+  blockForMs: { wire: 'block_for_ms', least: 0 },
+};
+
+function validateStated(stated: Stated, where: string): WireStated {
+  if (typeof stated !== 'object' || stated === null || Array.isArray(stated)) {
+    throw new StatedLimitError('stated', stated, `${where}: stated must be an object of limit, windowMs and blockForMs`);
+  }
+  const wire: WireStated = {};
+  for (const [field, value] of Object.entries(stated)) {
+    if (value === undefined) continue;
+    const spec = Object.hasOwn(STATED_FIELDS, field) ? STATED_FIELDS[field as StatedField] : undefined;
+    if (spec === undefined) {
+      throw new StatedLimitError(field, value, `${where}: stated.${field} is not a field of stated (limit, windowMs, blockForMs)`);
+    }
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < spec.least) {
+      throw new StatedLimitError(
+        field,
+        value,
+        `${where}: stated.${field} must be a whole number ≥ ${spec.least}, got ${typeof value === 'number' ? value : JSON.stringify(value)}`,
+      );
+    }
+    wire[spec.wire] = value;
+  }
+  return wire;
 }
 
 function validateId(id: string, where: string): string {
@@ -635,7 +697,11 @@ export class FloodgateClient {
     return new FloodgateUnavailableError('server_error', `floodgate answered ${call} with ${status}: ${text.slice(0, 200)}`);
   }
 
-  private async decide(call: 'check' | 'peek' | 'reserve', descriptors: Descriptors, options: CallOptions): Promise<Decision> {
+  private async decide(
+    call: 'check' | 'peek' | 'reserve',
+    descriptors: Descriptors,
+    options: CallOptions | ReserveOptions,
+  ): Promise<Decision> {
     const mode = options.failMode === undefined ? this.failMode : validateFailMode(options.failMode, call);
     const outcome = await this.call(call, descriptors, options);
     if ('decision' in outcome) return outcome.decision;
@@ -667,9 +733,16 @@ export class FloodgateClient {
   private async call(
     call: 'check' | 'peek' | 'report' | 'reserve',
     descriptors: Descriptors,
-    options: ReserveOptions,
+    options: ReserveOptions & { stated?: Stated },
   ): Promise<{ decision: Decision } | { reason: FailureReason; error: FloodgateUnavailableError }> {
-    const body: { descriptors: Descriptors; cost?: number; costs?: Costs; domain?: string; ttl?: string } = { descriptors };
+    const body: {
+      descriptors: Descriptors;
+      cost?: number;
+      costs?: Costs;
+      domain?: string;
+      ttl?: string;
+      stated?: WireStated;
+    } = { descriptors };
     if (options.cost !== undefined && options.costs !== undefined) {
       throw new TypeError(`${call}: give cost or costs, not both`);
     }
@@ -677,6 +750,7 @@ export class FloodgateClient {
     if (options.costs !== undefined) body.costs = validateCosts(options.costs, call);
     if (options.domain !== undefined) body.domain = options.domain;
     if (options.ttl !== undefined) body.ttl = options.ttl;
+    if (options.stated !== undefined) body.stated = validateStated(options.stated, call);
     const deadline = options.deadline === undefined ? this.deadline : validateDeadline(options.deadline, call);
     let pass: Pass;
     try {

@@ -87,6 +87,29 @@ export class RateLimitedError extends Error {
   }
 }
 
+/** A field of {@link Stated}, as the client names it. */
+export type StatedField = 'limit' | 'windowMs' | 'blockForMs';
+
+/**
+ * A stated limit the client refuses to send: not a whole number, or below its least value (a
+ * limit or window of 0, a negative block), or a field that does not exist. Thrown before anything
+ * is sent; nothing is counted. (A value above a rule's bound is the server's to refuse: 422,
+ * {@link FloodgateProblemError}.)
+ */
+export class StatedLimitError extends RangeError {
+  override readonly name = 'StatedLimitError';
+  /** The field at fault, e.g. `windowMs` (or the unknown name given). */
+  readonly field: string;
+  /** The value given. */
+  readonly value: unknown;
+
+  constructor(field: string, value: unknown, message: string) {
+    super(message);
+    this.field = field;
+    this.value = value;
+  }
+}
+
 /** Thrown by {@link withTimeout} when a tier's time has passed. Its outcome is unknown. */
 export class TimeoutError extends Error {
   override readonly name = 'TimeoutError';

@@ -15,6 +15,7 @@ export {
   type FailureEvent,
   type FloodgateClientOptions,
   type LimitStatus,
+  type Stated,
 } from './client.js';
 export {
   FloodgateProblemError,
@@ -22,8 +23,10 @@ export {
   RateLimitedError,
   ReservationNotFoundError,
   ReservationSettledError,
+  StatedLimitError,
   TimeoutError,
   type FailureReason,
+  type StatedField,
 } from './errors.js';
 export { CircuitBreaker, type Admission, type BreakerOptions, type BreakerState } from './breaker.js';
 export { RetryBudget, type RetryBudgetOptions } from './budget.js';

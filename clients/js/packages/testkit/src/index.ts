@@ -1,7 +1,8 @@
 /**
  * Test helpers for Floodgate's TypeScript packages: the real `floodgate` binary started on a free
- * loopback port with a temporary configuration, and a TCP listener that accepts connections and
- * never answers (a service that is up but late).
+ * loopback port with a temporary configuration (or the built-in one), optionally on a manual clock
+ * that the test moves, and a TCP listener that accepts connections and never answers (a service
+ * that is up but late).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -37,35 +38,85 @@ export async function freePort(): Promise<number> {
   return address.port;
 }
 
+/**
+ * The memory store's clock of a server started with `manualClockMs` (`--manual-clock`): time stands
+ * still until the test moves it (`POST /admin/clock`). Each call answers the server's time after it.
+ */
+export interface ManualClock {
+  /** The server's time now (ms since the Unix epoch). */
+  now(): Promise<number>;
+  /** Moves the time forward by `ms` (≥ 0). */
+  advance(ms: number): Promise<number>;
+  /** Sets the time to `ms` since the Unix epoch (never backwards). */
+  set(ms: number): Promise<number>;
+}
+
+/** Options of {@link startFloodgate}. */
+export interface StartOptions {
+  /** Listen on this port (e.g. where another service listened) instead of a free one. */
+  port?: number;
+  /**
+   * Start the memory store's clock at this time (ms since the Unix epoch), moved only by
+   * {@link RunningFloodgate.clock}. A restart starts it at this time again.
+   */
+  manualClockMs?: number;
+}
+
 /** A running `floodgate serve`. */
 export interface RunningFloodgate {
   /** `http://127.0.0.1:<port>`. */
   url: string;
   port: number;
+  /** The manual clock, when started with `manualClockMs`; null on the process clock. */
+  clock: ManualClock | null;
   /** Stops the server (SIGKILL) and waits for it to exit; the port then refuses connections. */
   stop(): Promise<void>;
   /** Starts it again on the same port and configuration (a fresh memory store). */
   restart(): Promise<void>;
 }
 
+/** The {@link ManualClock} of the server at `url`. */
+function manualClock(url: string): ManualClock {
+  const move = async (body: object | undefined): Promise<number> => {
+    const init: RequestInit =
+      body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) };
+    const answer = await fetch(`${url}/admin/clock`, init);
+    const text = await answer.text();
+    if (!answer.ok) throw new Error(`/admin/clock answered ${answer.status}: ${text}`);
+    return (JSON.parse(text) as { now_ms: number }).now_ms;
+  };
+  return {
+    now: () => move(undefined),
+    advance: (ms) => move({ advance_ms: ms }),
+    set: (ms) => move({ set_ms: ms }),
+  };
+}
+
 /**
- * Starts the real `floodgate serve` with `config` (YAML) on a free port (or on `options.port`,
- * e.g. where another service listened) and waits until `/healthz` answers.
+ * Starts the real `floodgate serve` with `config` (YAML), or with no `--config` when it is null
+ * (the built-in example policy), on a free port (or on `options.port`), and waits until
+ * `/healthz` answers.
  */
-export async function startFloodgate(config: string, options: { port?: number } = {}): Promise<RunningFloodgate> {
+export async function startFloodgate(config: string | null, options: StartOptions = {}): Promise<RunningFloodgate> {
   const binary = floodgateBinary();
   const dir = mkdtempSync(join(tmpdir(), 'floodgate-js-'));
-  const path = join(dir, 'floodgate.yaml');
-  writeFileSync(path, config);
+  const args = ['serve'];
+  if (config !== null) {
+    const path = join(dir, 'floodgate.yaml');
+    writeFileSync(path, config);
+    args.push('--config', path);
+  }
+  if (options.manualClockMs !== undefined) args.push('--manual-clock', String(options.manualClockMs));
   const port = options.port ?? (await freePort());
   const grpc = await freePort();
   const url = `http://127.0.0.1:${port}`;
+  args.push('--http', `127.0.0.1:${port}`, '--grpc', `127.0.0.1:${grpc}`, '--no-watch');
   let child: ChildProcess | undefined;
   let stderr = '';
 
   const launch = async (): Promise<void> => {
     stderr = '';
-    const started = spawn(binary, ['serve', '--config', path, '--http', `127.0.0.1:${port}`, '--grpc', `127.0.0.1:${grpc}`, '--no-watch'], {
+    const started = spawn(binary, args, {
       stdio: ['ignore', 'ignore', 'pipe'],
       env: { ...process.env, RUST_LOG: 'warn' },
     });
@@ -106,6 +157,7 @@ export async function startFloodgate(config: string, options: { port?: number } 
   return {
     url,
     port,
+    clock: options.manualClockMs === undefined ? null : manualClock(url),
     stop,
     restart: async () => {
       await stop();
