@@ -12,7 +12,9 @@ export {
 } from './options.js';
 export {
   FloodgateThrottlerStorage,
+  ThrottlerTemplateError,
   type FloodgateThrottlerStorageOptions,
   type ThrottlerStorageRecord,
+  type ThrottlerStorageSettings,
 } from './throttler-storage.js';
 export { FloodgateClient } from '@floodgate/client';
