@@ -30,6 +30,10 @@ const PACKAGES: Record<string, string> = {
 };
 /** The published packages, whose types `attw` checks (the testkit is private). */
 const PUBLISHED = ['@floodgate/client', '@floodgate/express', '@floodgate/nestjs'];
+/** Files a package's tarball must hold beside its build: what its README tells users to read. */
+const SHIPPED: Record<string, string[]> = {
+  '@floodgate/nestjs': ['examples/throttler.yaml', 'README.md'],
+};
 
 interface Template {
   name: string;
@@ -102,7 +106,12 @@ function pack(into: string): Record<string, string> {
     process.stderr.write(result.stderr);
     throw new Failed('npm pack failed');
   }
-  const packed = JSON.parse(result.stdout) as { name: string; filename: string }[];
+  const packed = JSON.parse(result.stdout) as { name: string; filename: string; files: { path: string }[] }[];
+  for (const { name, files } of packed) {
+    for (const path of SHIPPED[name] ?? []) {
+      if (!files.some((f) => f.path === path)) throw new Failed(`the tarball of ${name} lacks ${path}`);
+    }
+  }
   return Object.fromEntries(packed.map((p) => [p.name, join(into, basename(p.filename))]));
 }
 

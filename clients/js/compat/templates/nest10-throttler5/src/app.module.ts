@@ -1,5 +1,5 @@
 import { Controller, Get, Module, Post, UseGuards } from '@nestjs/common';
-import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
+import { Throttle, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { FloodgateGuard, FloodgateModule, FloodgateThrottlerStorage, RateLimit } from '@floodgate/nestjs';
 
 @Controller()
@@ -17,6 +17,12 @@ export class ChatController {
 export class ItemsController {
   @Get('items')
   items() {
+    return [];
+  }
+
+  @Get('search')
+  @Throttle({ default: { limit: 5, ttl: 10_000 } })
+  search() {
     return [];
   }
 }

@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { Controller, Get, Inject, Injectable, Module, Post, UseGuards } from '@nestjs/common';
-import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
+import { Throttle, ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
 import { FloodgateClient } from '@floodgate/client';
 import { FloodgateGuard, FloodgateModule, FloodgateThrottlerStorage, RateLimit } from '@floodgate/nestjs';
 
@@ -29,6 +29,18 @@ export class ItemsController {
   items() {
     return [];
   }
+
+  @Get('search')
+  @Throttle({ default: { limit: 5, ttl: 10_000 }, burst: { limit: 2, ttl: 1_000 } })
+  search() {
+    return [];
+  }
+
+  @Post('login')
+  @Throttle({ default: { limit: 2, ttl: 10_000, blockDuration: 120_000 } })
+  login() {
+    return { token: '…' };
+  }
 }
 
 export function appModule(floodgateUrl: string) {
@@ -36,7 +48,10 @@ export function appModule(floodgateUrl: string) {
     imports: [
       FloodgateModule.forRoot({ url: floodgateUrl, deadline: 1000, guard: 'per-controller' }),
       ThrottlerModule.forRoot({
-        throttlers: [{ ttl: 60_000, limit: 3 }],
+        throttlers: [
+          { ttl: 60_000, limit: 3 },
+          { name: 'burst', ttl: 1_000, limit: 100 },
+        ],
         storage: new FloodgateThrottlerStorage({ url: floodgateUrl, deadline: 1000 }),
       }),
     ],
