@@ -60,7 +60,7 @@ export interface FloodgateClientOptions {
   /**
    * A `fetch` to send the calls with instead of Node's HTTP client (e.g. one bound to an undici
    * dispatcher of your own, or a test double). Slower than the default: Node's `fetch` costs
-   * about twice the CPU per call.
+   * about three times the CPU per call.
    */
   fetch?: typeof fetch;
   /** Called once for every call that got no verdict, with why and what was decided. */
@@ -408,7 +408,7 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
  * Every call has a deadline; a check or peek that gets no verdict (service down, late, or failing)
  * is decided by the fail mode and counted ({@link FloodgateClient.stats}). A circuit breaker stops
  * sending calls to a service that keeps failing, and a retry budget bounds the retries.
- * Connections are kept alive (Node's `fetch`).
+ * Connections are kept alive (Node's HTTP client on a keep-alive agent).
  */
 export class FloodgateClient {
   readonly url: string;

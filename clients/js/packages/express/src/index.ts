@@ -42,6 +42,9 @@ export interface FloodgateMiddlewareOptions {
   headersOnAllowed?: boolean;
 }
 
+/** The options of a check with no cost of its own: one object for every such check. */
+const NO_OPTIONS = Object.freeze({});
+
 /** The decision of the request, for handlers after the middleware. */
 export function decisionOf(res: Response): Decision | undefined {
   return (res.locals as { floodgate?: Decision }).floodgate;
@@ -64,7 +67,7 @@ export function floodgate(options: FloodgateMiddlewareOptions): RequestHandler {
       if (options.rule !== undefined) descriptors.rule = options.rule;
       if (options.descriptors !== undefined) Object.assign(descriptors, await options.descriptors(req));
       const cost = typeof options.cost === 'function' ? options.cost(req) : options.cost;
-      const decision = await client.check(descriptors, cost === undefined ? {} : { cost });
+      const decision = await client.check(descriptors, cost === undefined ? NO_OPTIONS : { cost });
       (res.locals as { floodgate?: Decision }).floodgate = decision;
       if (decision.allowed) {
         if (decision.reservation !== null) releaseOnEnd(client, decision.reservation, res);

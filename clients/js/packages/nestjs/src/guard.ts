@@ -18,6 +18,15 @@ interface ResponseLike extends OutgoingLike {
   locals?: Record<string, unknown>;
 }
 
+/** What a handler's and its controller's decorators say, read once per handler and controller. */
+interface RouteMetadata {
+  skip: boolean;
+  options: RateLimitOptions;
+}
+
+/** The options of a check with no cost of its own: one object for every such check. */
+const NO_OPTIONS = Object.freeze({});
+
 /**
  * Checks each HTTP request against Floodgate: descriptors from the request (`method`, `route`,
  * `ip`, `user`, `tenant`), the module's and the route's `@RateLimit()`; the rate-limit headers on
@@ -27,6 +36,9 @@ interface ResponseLike extends OutgoingLike {
  */
 @Injectable()
 export class FloodgateGuard implements CanActivate {
+  /** Handler → controller → its metadata (decorators are fixed once the app is built). */
+  private readonly metadata = new WeakMap<object, WeakMap<object, RouteMetadata>>();
+
   constructor(
     @Inject(FLOODGATE_OPTIONS) private readonly options: FloodgateModuleOptions,
     @Inject(FloodgateClient) private readonly client: FloodgateClient,
@@ -35,9 +47,8 @@ export class FloodgateGuard implements CanActivate {
 
   async canActivate(ctx: ExecutionContext): Promise<boolean> {
     if (ctx.getType() !== 'http') return true;
-    const targets = [ctx.getHandler(), ctx.getClass()];
-    if (this.reflector.getAllAndOverride<boolean>(SKIP_RATE_LIMIT_KEY, targets) === true) return true;
-    const route = this.reflector.getAllAndOverride<RateLimitOptions | undefined>(RATE_LIMIT_KEY, targets) ?? {};
+    const { skip, options: route } = this.routeMetadata(ctx.getHandler(), ctx.getClass());
+    if (skip) return true;
     const http = ctx.switchToHttp();
     const req = http.getRequest<IncomingLike>();
     const res = http.getResponse<ResponseLike>();
@@ -48,7 +59,7 @@ export class FloodgateGuard implements CanActivate {
     if (route.descriptors !== undefined) Object.assign(descriptors, await route.descriptors(ctx));
     const cost = typeof route.cost === 'function' ? await route.cost(ctx) : route.cost;
 
-    const decision = await this.client.check(descriptors, cost === undefined ? {} : { cost });
+    const decision = await this.client.check(descriptors, cost === undefined ? NO_OPTIONS : { cost });
     if (res.locals !== undefined) res.locals.floodgate = decision;
     (req as { [DECISION_KEY]?: Decision })[DECISION_KEY] = decision;
     if (decision.allowed) {
@@ -61,8 +72,26 @@ export class FloodgateGuard implements CanActivate {
     res.setHeader('content-type', PROBLEM_CONTENT_TYPE);
     throw denial;
   }
+
+  private routeMetadata(handler: object, controller: object): RouteMetadata {
+    let byController = this.metadata.get(handler);
+    if (byController === undefined) {
+      byController = new WeakMap();
+      this.metadata.set(handler, byController);
+    }
+    let found = byController.get(controller);
+    if (found === undefined) {
+      const targets = [handler as () => void, controller as () => void];
+      found = {
+        skip: this.reflector.getAllAndOverride<boolean>(SKIP_RATE_LIMIT_KEY, targets) === true,
+        options: this.reflector.getAllAndOverride<RateLimitOptions | undefined>(RATE_LIMIT_KEY, targets) ?? {},
+      };
+      byController.set(controller, found);
+    }
+    return found;
+  }
 }
 
 function setHeaders(res: ResponseLike, headers: Decision['headers']): void {
-  for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
+  for (const name in headers) res.setHeader(name, headers[name]!);
 }
