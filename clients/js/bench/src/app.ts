@@ -1,14 +1,23 @@
 /**
- * The minimal Nest app of the benchmark, in one of four variants (argv[2]): `none` (no guard),
+ * The minimal Nest app of the benchmark, in one of five variants (argv[2]): `none` (no guard),
  * `throttler-memory` (@nestjs/throttler, in-memory storage), `throttler-floodgate`
- * (@nestjs/throttler on FloodgateThrottlerStorage), `guard` (FloodgateGuard). argv[3] is the
- * Floodgate URL, argv[4] the port. Limits are far above the load: every request is allowed.
+ * (@nestjs/throttler on FloodgateThrottlerStorage), `guard` (FloodgateGuard), `guard-fetch`
+ * (FloodgateGuard on a client that sends with Node's `fetch`, as the client did before it had a
+ * keep-alive agent of its own). argv[3] is the Floodgate URL, argv[4] the port. Limits are far
+ * above the load: every request is allowed.
  */
 import 'reflect-metadata';
 import { Controller, Get, Module, type DynamicModule, type Provider } from '@nestjs/common';
-import { APP_GUARD, NestFactory } from '@nestjs/core';
+import { APP_FILTER, APP_GUARD, NestFactory } from '@nestjs/core';
 import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
-import { FloodgateModule, FloodgateThrottlerStorage } from '@floodgate/nestjs';
+import {
+  FLOODGATE_OPTIONS,
+  FloodgateClient,
+  FloodgateGuard,
+  FloodgateModule,
+  FloodgateRateLimitFilter,
+  FloodgateThrottlerStorage,
+} from '@floodgate/nestjs';
 
 const [variant, url, port] = process.argv.slice(2) as [string, string, string];
 
@@ -41,6 +50,16 @@ switch (variant) {
     break;
   case 'guard':
     imports.push(FloodgateModule.forRoot({ url, deadline: 1000 }));
+    break;
+  case 'guard-fetch':
+    // What FloodgateModule.forRoot provides, with the client sending through `fetch`.
+    providers.push(
+      { provide: FLOODGATE_OPTIONS, useValue: { url, deadline: 1000 } },
+      { provide: FloodgateClient, useValue: new FloodgateClient({ url, deadline: 1000, fetch: globalThis.fetch }) },
+      FloodgateGuard,
+      { provide: APP_GUARD, useExisting: FloodgateGuard },
+      { provide: APP_FILTER, useClass: FloodgateRateLimitFilter },
+    );
     break;
   default:
     throw new Error(`unknown variant ${variant}`);

@@ -1,7 +1,7 @@
 /**
  * The NestJS guard's added latency, in one run: the same minimal app with no guard, with
- * @nestjs/throttler (in-memory), with @nestjs/throttler on FloodgateThrottlerStorage, and with
- * FloodgateGuard, each in its own process, loaded in turn for `seconds` per round, over `rounds`
+ * @nestjs/throttler (in-memory), with @nestjs/throttler on FloodgateThrottlerStorage, with
+ * FloodgateGuard, and with FloodgateGuard on a client sending with `fetch`, each in its own process, loaded in turn for `seconds` per round, over `rounds`
  * rounds in alternating order; Floodgate is the release binary (FLOODGATE_BIN) started here.
  * At one connection the load is this process's own closed loop timed to the microsecond
  * (`sequential.ts`); at more, autocannon's (whole milliseconds).
@@ -22,7 +22,7 @@ import { sequential } from './sequential.js';
 const seconds = Number(process.argv[2] ?? 10);
 const rounds = Number(process.argv[3] ?? 2);
 const connections = Number(process.argv[4] ?? 64);
-const ALL = ['none', 'throttler-memory', 'throttler-floodgate', 'guard'] as const;
+const ALL = ['none', 'throttler-memory', 'throttler-floodgate', 'guard', 'guard-fetch'] as const;
 // `curve` (argv[5]): each variant's rounds back to back (a time curve under sustained load), not alternating.
 const curve = process.argv[5] === 'curve';
 const VARIANTS = (process.env.FLOODGATE_BENCH_VARIANTS?.split(',') ?? [...ALL]).map((v) => {

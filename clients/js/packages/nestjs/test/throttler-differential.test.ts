@@ -11,7 +11,7 @@
  * when blocked. Each increment goes through one of two storage instances at random (two app
  * instances sharing the count against one in-memory storage).
  *
- * `FLOODGATE_DIFF_SEQUENCES=n` runs n sequences (default 300); `FLOODGATE_DIFF_SEED=s` runs only
+ * `FLOODGATE_DIFF_SEQUENCES=n` runs n sequences (default 200); `FLOODGATE_DIFF_SEED=s` runs only
  * sequence s, as a failure prints it.
  */
 import 'reflect-metadata';
@@ -22,7 +22,7 @@ import { FloodgateThrottlerStorage, type ThrottlerStorageRecord } from '@floodga
 import { startFloodgate, type ManualClock, type RunningFloodgate } from '@floodgate/testkit';
 
 const T0 = 1_800_000_000_000;
-const SEQUENCES = Number(process.env.FLOODGATE_DIFF_SEQUENCES ?? 300);
+const SEQUENCES = Number(process.env.FLOODGATE_DIFF_SEQUENCES ?? 200);
 const ONLY_SEED = process.env.FLOODGATE_DIFF_SEED === undefined ? undefined : Number(process.env.FLOODGATE_DIFF_SEED);
 const STEPS = 40;
 
