@@ -12,7 +12,7 @@
  * starts each app with `--cpu-prof` writing its profile there on exit.
  */
 import { fork, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -79,7 +79,17 @@ for (let i = 0; ; i++) {
   }
 }
 
-const apps = new Map<string, { port: number; stop: () => Promise<void> }>();
+/** CPU time (ms, user + system) a process has used so far: Linux's /proc; NaN elsewhere. */
+function cpuMs(pid: number | undefined): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime, stime in ticks of 1/100 s
+  } catch {
+    return NaN;
+  }
+}
+
+const apps = new Map<string, { port: number; pid: number | undefined; stop: () => Promise<void> }>();
 for (const variant of VARIANTS) {
   const appPort = await freePort();
   const execArgv = profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`, `--cpu-prof-name=${variant}.cpuprofile`];
@@ -90,10 +100,23 @@ for (const variant of VARIANTS) {
   });
   // SIGTERM lets a profiled app write its profile (app.js exits on it).
   const stop = () => new Promise<void>((ok) => child.once('exit', () => ok()).kill('SIGTERM'));
-  apps.set(variant, { port: appPort, stop });
+  apps.set(variant, { port: appPort, pid: child.pid, stop });
 }
 
-type Row = { variant: string; round: number; rps: number; mean: number; p50: number; p99: number; p999: number; non2xx: number; errors: number };
+type Row = {
+  variant: string;
+  round: number;
+  rps: number;
+  mean: number;
+  p50: number;
+  p99: number;
+  p999: number;
+  non2xx: number;
+  errors: number;
+  /** CPU per request (µs) of the app's process and of the Floodgate server's, over the window. */
+  appCpu: number;
+  serverCpu: number;
+};
 const rows: Row[] = [];
 const schedule: [number, string][] = [];
 if (curve) {
@@ -105,26 +128,33 @@ if (curve) {
 }
 const ms = (v: number) => v.toFixed(connections === 1 ? 3 : 1);
 for (const [round, variant] of schedule) {
-  const appPort = apps.get(variant)!.port;
+  const app = apps.get(variant)!;
   let row: Row;
+  let cpu: { app: number; server: number; requests: number };
   if (connections === 1) {
-    const w = await sequential(appPort, '/hello', seconds, !curve || round === 0 ? 1 : 0);
-    row = { variant, round, rps: w.rps, mean: w.mean, p50: w.p50, p99: w.p99, p999: w.p999, non2xx: w.non2xx, errors: 0 };
+    const w = await sequential(app.port, '/hello', seconds, !curve || round === 0 ? 1 : 0, () => [cpuMs(app.pid), cpuMs(server.pid)]);
+    cpu = { app: w.cpu[0] ?? NaN, server: w.cpu[1] ?? NaN, requests: w.requests };
+    row = { variant, round, rps: w.rps, mean: w.mean, p50: w.p50, p99: w.p99, p999: w.p999, non2xx: w.non2xx, errors: 0, appCpu: NaN, serverCpu: NaN };
   } else {
-    const target = `http://127.0.0.1:${appPort}/hello`;
+    const target = `http://127.0.0.1:${app.port}/hello`;
     if (!curve || round === 0) await autocannon({ url: target, connections, duration: 1 }); // warm-up
+    const before = [cpuMs(app.pid), cpuMs(server.pid)];
     const r = await autocannon({ url: target, connections, duration: seconds });
-    row = { variant, round, rps: r.requests.average, mean: r.latency.average, p50: r.latency.p50, p99: r.latency.p99, p999: NaN, non2xx: r.non2xx, errors: r.errors + r.timeouts };
+    cpu = { app: cpuMs(app.pid) - before[0]!, server: cpuMs(server.pid) - before[1]!, requests: r.requests.total };
+    row = { variant, round, rps: r.requests.average, mean: r.latency.average, p50: r.latency.p50, p99: r.latency.p99, p999: NaN, non2xx: r.non2xx, errors: r.errors + r.timeouts, appCpu: NaN, serverCpu: NaN };
   }
+  row.appCpu = (cpu.app * 1000) / cpu.requests;
+  row.serverCpu = (cpu.server * 1000) / cpu.requests;
   rows.push(row);
   console.log(
     `${variant.padEnd(20)} round ${round}: ${row.rps.toFixed(0)} req/s, mean ${ms(row.mean)} ms, p50 ${ms(row.p50)} ms, p99 ${ms(row.p99)} ms` +
-      `${Number.isNaN(row.p999) ? '' : `, p99.9 ${ms(row.p999)} ms`}, non-2xx ${row.non2xx}, errors ${row.errors}`,
+      `${Number.isNaN(row.p999) ? '' : `, p99.9 ${ms(row.p999)} ms`}, non-2xx ${row.non2xx}, errors ${row.errors}, ` +
+      `CPU per request: app ${row.appCpu.toFixed(0)} µs, server ${row.serverCpu.toFixed(0)} µs`,
   );
 }
 
 console.log(`\nload average ${load()}`);
-console.log('variant               req/s    mean     p50     p99   p99.9  mean added  p50 added  p99 added   (ms; mean of rounds)');
+console.log('variant               req/s    mean     p50     p99   p99.9  mean added  p50 added  p99 added  app CPU/req  server CPU/req   (ms, µs; mean of rounds)');
 const mean = (v: string, f: (r: Row) => number) => {
   const rs = rows.filter((r) => r.variant === v);
   return rs.reduce((s, r) => s + f(r), 0) / rs.length;
@@ -138,7 +168,8 @@ for (const v of VARIANTS) {
   const m = { mean: mean(v, (r) => r.mean), p50: mean(v, (r) => r.p50), p99: mean(v, (r) => r.p99), p999: mean(v, (r) => r.p999) };
   console.log(
     `${v.padEnd(20)}${mean(v, (r) => r.rps).toFixed(0).padStart(6)}${col(m.mean, 8)}${col(m.p50, 8)}${col(m.p99, 8)}${col(m.p999, 8)}` +
-      `${col(m.mean - base.mean, 12)}${col(m.p50 - base.p50, 11)}${col(m.p99 - base.p99, 11)}`,
+      `${col(m.mean - base.mean, 12)}${col(m.p50 - base.p50, 11)}${col(m.p99 - base.p99, 11)}` +
+      `${mean(v, (r) => r.appCpu).toFixed(0).padStart(13)}${mean(v, (r) => r.serverCpu).toFixed(0).padStart(16)}`,
   );
 }
 for (const app of apps.values()) await app.stop();

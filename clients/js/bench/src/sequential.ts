@@ -16,6 +16,8 @@ export interface Window {
   p999: number;
   max: number;
   non2xx: number;
+  /** What `sample` measured over the window (the last sample less the first), e.g. CPU times. */
+  cpu: number[];
 }
 
 function get(agent: http.Agent, port: number, path: string): Promise<number> {
@@ -33,14 +35,24 @@ function percentile(sorted: Float64Array, q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 }
 
-/** Drives `http://127.0.0.1:<port><path>` for `seconds` (after `warmup` seconds not counted). */
-export async function sequential(port: number, path: string, seconds: number, warmup = 1): Promise<Window> {
+/**
+ * Drives `http://127.0.0.1:<port><path>` for `seconds` (after `warmup` seconds not counted);
+ * `sample` is read when the window starts and when it ends.
+ */
+export async function sequential(
+  port: number,
+  path: string,
+  seconds: number,
+  warmup = 1,
+  sample: () => number[] = () => [],
+): Promise<Window> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   try {
     const warmUntil = performance.now() + warmup * 1000;
     while (performance.now() < warmUntil) await get(agent, port, path);
     const latencies: number[] = [];
     let non2xx = 0;
+    const first = sample();
     const started = performance.now();
     const until = started + seconds * 1000;
     for (let now = started; now < until; ) {
@@ -51,6 +63,7 @@ export async function sequential(port: number, path: string, seconds: number, wa
       now = after;
     }
     const elapsed = (performance.now() - started) / 1000;
+    const last = sample();
     const sorted = Float64Array.from(latencies).sort();
     return {
       requests: sorted.length,
@@ -61,6 +74,7 @@ export async function sequential(port: number, path: string, seconds: number, wa
       p999: percentile(sorted, 0.999),
       max: sorted[sorted.length - 1]!,
       non2xx,
+      cpu: last.map((v, i) => v - first[i]!),
     };
   } finally {
     agent.destroy();
