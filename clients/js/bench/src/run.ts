@@ -12,7 +12,7 @@
  * starts each app with `--cpu-prof` writing its profile there on exit.
  */
 import { fork, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
@@ -174,4 +174,5 @@ for (const v of VARIANTS) {
 }
 for (const app of apps.values()) await app.stop();
 server.kill('SIGKILL');
+rmSync(dir, { recursive: true, force: true });
 if (profile !== undefined) console.log(`profiles in ${profile}`);
