@@ -17,6 +17,10 @@ pub(crate) struct GatewayPolicies {
     pub(crate) before: Domain,
     /// The rules run after verification.
     pub(crate) after: Domain,
+    /// What an LLM route reserves on after verification, in place of `after`: the same rules, and
+    /// those of the first phase that count a cost other than `requests` (tokens, say), which a
+    /// request costing 1 in `requests` never reaches there — so each rule still counts once.
+    pub(crate) metered: Domain,
 }
 
 /// The descriptors only a verified identity (or its absence) gives.
@@ -37,12 +41,19 @@ impl GatewayPolicies {
     pub(crate) fn new(running: &Running, metrics: &Metrics) -> Self {
         let (after, before): (Vec<_>, Vec<_>) =
             running.native.policy.rules().cloned().partition(after_verification);
+        let metered: Vec<floodgate::Rule> = running
+            .native
+            .policy
+            .rules()
+            .filter(|r| after_verification(r) || r.cost_dimension() != floodgate::cost::REQUESTS)
+            .cloned()
+            .collect();
         // The native policy's rules are valid together, hence in any subset: no rule of a native
         // file replaces another.
         let phase = |rules: Vec<floodgate::Rule>| {
             let policy = Policy::new(rules).unwrap_or_default();
             Domain::new(None, policy, metrics, &running.detailed)
         };
-        GatewayPolicies { before: phase(before), after: phase(after) }
+        GatewayPolicies { before: phase(before), after: phase(after), metered: phase(metered) }
     }
 }

@@ -187,6 +187,7 @@ struct Controls {
     fail_after: Option<u64>,
     no_usage: bool,
     pause_after: Option<u64>,
+    overshoot: u64,
 }
 
 impl Controls {
@@ -201,6 +202,7 @@ impl Controls {
             fail_after: number("x-fake-fail-after"),
             no_usage: headers.contains_key("x-fake-no-usage"),
             pause_after: number("x-fake-pause-after"),
+            overshoot: number("x-fake-overshoot").unwrap_or(0),
         }
     }
 }
@@ -297,6 +299,8 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let wanted = controls.tokens.unwrap_or(shared.settings.tokens);
     let count = cap.map_or(wanted, |c| c.min(wanted));
     let length = count < wanted;
+    // An upstream that ignores the request's bound.
+    let count = count + controls.overshoot;
     let seed = shared.answers.fetch_add(1, Ordering::Relaxed);
     let answer = Answer {
         api,

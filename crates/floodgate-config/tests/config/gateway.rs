@@ -134,3 +134,117 @@ fn rules_may_use_the_authenticated_descriptor() {
     let yaml = "rules:\n  - name: anonymous\n    match: { authenticated: \"false\" }\n    key: [ip]\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n";
     assert!(config::parse("a.yaml", yaml).is_ok());
 }
+
+#[test]
+fn an_llm_route_is_read_with_its_defaults_and_its_settings() {
+    use floodgate_config::gateway::{OverBudget, Tokenizer, WhenShort};
+    let yaml = r#"
+rules: []
+gateway:
+  routes:
+    - name: chat
+      match: { path: "/v1/{*rest}", methods: [POST] }
+      upstream: http://127.0.0.1:9000
+      llm:
+        api: openai
+        allowance: { default_max_tokens: 512, min_completion_tokens: 32, max_tokens: 8192, when_short: deny }
+        over_budget_mid_stream: finish
+        tokenizers: { "llama-*": o200k, mistral-small: { chars_per_token: 3.5 } }
+        chars_per_token: 2.5
+        max_body: 1048576
+        reservation_ttl: 2m
+    - name: plain
+      match: { path: "/v2/{*rest}" }
+      upstream: http://127.0.0.1:9000
+      llm: { api: openai }
+"#;
+    let gateway = config::parse("gw.yaml", yaml).unwrap().gateway.unwrap();
+    let llm = gateway.routes[0].llm.as_ref().unwrap();
+    assert_eq!(llm.allowance.default_max_tokens, 512);
+    assert_eq!(llm.allowance.min_completion_tokens, 32);
+    assert_eq!(llm.allowance.max_tokens, 8192);
+    assert_eq!(llm.allowance.when_short, WhenShort::Deny);
+    assert_eq!(llm.over_budget_mid_stream, OverBudget::Finish);
+    assert_eq!(
+        llm.tokenizers,
+        vec![
+            ("llama-*".to_owned(), Tokenizer::O200k),
+            ("mistral-small".to_owned(), Tokenizer::CharsPerToken(3.5)),
+        ]
+    );
+    assert_eq!(llm.chars_per_token, 2.5);
+    assert_eq!(llm.max_body, 1 << 20);
+    assert_eq!(llm.reservation_ttl, Duration::from_secs(120));
+    let plain = gateway.routes[1].llm.as_ref().unwrap();
+    assert_eq!(plain.allowance.default_max_tokens, 1024);
+    assert_eq!(plain.allowance.when_short, WhenShort::Cap);
+    assert_eq!(plain.over_budget_mid_stream, OverBudget::Cut);
+    assert_eq!(plain.dimension, "tokens");
+    assert_eq!(gateway.routes.len(), 2);
+}
+
+#[test]
+fn each_llm_mistake_is_reported_at_its_field() {
+    // Line 7 is `      llm: <llm>`: a value's column is 12 plus its place in `llm`.
+    for (llm, at, field, says) in [
+        ("{ api: anthropic }", "anthropic", "gateway.routes[0].llm.api", "unknown model API"),
+        ("{ allowance: {} }", "{ allowance", "gateway.routes[0].llm.api", "missing field \"api\""),
+        (
+            "{ api: openai, allowance: { when_short: wait } }",
+            "wait",
+            "gateway.routes[0].llm.allowance.when_short",
+            "cap or deny",
+        ),
+        (
+            "{ api: openai, allowance: { default_max_tokens: 0 } }",
+            "0 }",
+            "gateway.routes[0].llm.allowance.default_max_tokens",
+            "at least 1",
+        ),
+        (
+            "{ api: openai, allowance: { min_completion_tokens: 2000 } }",
+            "2000",
+            "gateway.routes[0].llm.allowance.min_completion_tokens",
+            "above default_max_tokens",
+        ),
+        (
+            "{ api: openai, over_budget_mid_stream: stop }",
+            "stop",
+            "gateway.routes[0].llm.over_budget_mid_stream",
+            "cut or finish",
+        ),
+        (
+            "{ api: openai, dimension: requests }",
+            "requests",
+            "gateway.routes[0].llm.dimension",
+            "other than requests",
+        ),
+        (
+            "{ api: openai, chars_per_token: 0 }",
+            "0 }",
+            "gateway.routes[0].llm.chars_per_token",
+            "from 0.5 to 100",
+        ),
+        (
+            "{ api: openai, tokenizers: { gpt: p50k } }",
+            "p50k",
+            "gateway.routes[0].llm.tokenizers.gpt",
+            "unknown tokenizer",
+        ),
+        (
+            "{ api: openai, reservation_ttl: 2d }",
+            "2d",
+            "gateway.routes[0].llm.reservation_ttl",
+            "at most 24h",
+        ),
+    ] {
+        let yaml = format!(
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: {{ path: \"/v1/{{*rest}}\" }}\n      upstream: http://127.0.0.1:9000\n      llm: {llm}\n"
+        );
+        let column = 12 + llm.find(at).unwrap();
+        let err = config::parse("gw.yaml", &yaml).expect_err(&yaml);
+        assert_eq!(err.field.as_deref(), Some(field), "{yaml}\n{}", err.message);
+        assert_eq!((err.line, err.column), (Some(7), Some(column)), "{yaml}\n{}", err.message);
+        assert!(err.message.contains(says), "{yaml}\n{}", err.message);
+    }
+}

@@ -9,11 +9,13 @@
 //!
 //! One file per subject: `listener.rs` (where the gateway listens, whose forwarding headers it
 //! believes), `identity.rs` (JWT, claims, identity headers), `routes.rs` (matching, priority, no
-//! two routes for one request), `upstream.rs` (upstreams, timeouts, retries, breakers, fallbacks)
+//! two routes for one request), `llm.rs` (LLM routes: the model API, the completion allowance,
+//! tokenizers, what a stream over its budget gets), `upstream.rs` (upstreams, timeouts, retries, breakers, fallbacks)
 //! and `switches.rs` (the operator switches, the degradations routes offer, the stale cache).
 
 mod identity;
 mod listener;
+mod llm;
 mod routes;
 mod switches;
 mod upstream;
@@ -26,6 +28,7 @@ use ipnet::IpNet;
 
 pub use self::identity::{Claims, Identity, IdentityHeaders, Jwt, Secret};
 pub use self::listener::ForwardedHeader;
+pub use self::llm::{Allowance, Llm, LlmApi, OverBudget, Tokenizer, WhenShort};
 pub use self::routes::Route;
 pub use self::switches::{Degrade, Priority, Shed, StaleCacheConfig, Switches};
 pub use self::upstream::{Fallback, Retries, Timeouts, Upstream};

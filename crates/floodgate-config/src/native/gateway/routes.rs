@@ -10,6 +10,7 @@ use http::Method;
 use crate::error::Invalid;
 use crate::yaml::{Item, Value, did_you_mean};
 
+use super::llm::{Llm, llm};
 use super::switches::{Degrade, Priority, degrade};
 use super::upstream::{
     Fallback, Retries, Timeouts, Upstream, breaker, fallback, retries, timeouts, upstream,
@@ -40,6 +41,9 @@ pub struct Route {
     pub fallback: Option<Fallback>,
     /// Which degradations it offers when the switches turn them on.
     pub degrade: Degrade,
+    /// Its LLM settings, when it is an LLM route (`llm: {api: openai}`): token budgets reserved at
+    /// admission, charged from what the model generated.
+    pub llm: Option<Llm>,
 }
 
 const ROUTE_FIELDS: &[&str] = &[
@@ -53,6 +57,7 @@ const ROUTE_FIELDS: &[&str] = &[
     "concurrency",
     "fallback",
     "degrade",
+    "llm",
 ];
 
 /// The `routes` list, in order; a route that accepts writes asynchronously needs `has_state_dir`.
@@ -209,6 +214,16 @@ fn route(item: Item<'_>) -> Result<Route, Invalid> {
         let at = fields.get("degrade").unwrap_or(item.clone());
         return Err(at.error("read: stale_cache keeps GET responses, and this route takes no GET"));
     }
+    let llm = match fields.get("llm").filter(|i| !i.is_null()) {
+        None => None,
+        Some(l) => Some(llm(l)?),
+    };
+    if llm.is_some() && (degrade.stale_cache || degrade.accept_async) {
+        let at = fields.get("degrade").unwrap_or(item.clone());
+        return Err(at.error(
+            "an LLM route cannot degrade to stale reads or accepted writes: its calls are metered as they run",
+        ));
+    }
     Ok(Route {
         name,
         path,
@@ -221,6 +236,7 @@ fn route(item: Item<'_>) -> Result<Route, Invalid> {
         concurrency,
         fallback,
         degrade,
+        llm,
     })
 }
 

@@ -1,0 +1,255 @@
+//! `llm:` on a route: the route speaks a model API, and its token budgets are reserved at admission
+//! and charged from what the model really generated (DESIGN.md §16).
+
+use std::time::Duration;
+
+use crate::error::Invalid;
+use crate::native::positive_duration;
+use crate::yaml::{Item, did_you_mean};
+
+/// The model API an LLM route speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LlmApi {
+    /// OpenAI's: chat completions, completions, responses and embeddings (what most providers and
+    /// local servers speak).
+    #[default]
+    OpenAi,
+}
+
+/// What happens when the completion allowance a request asks for is more than its budgets have left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenShort {
+    /// Rewrite the request's allowance to what is left, when that is at least
+    /// `min_completion_tokens` (the default).
+    #[default]
+    Cap,
+    /// Refuse it: 429 with the exact `Retry-After`.
+    Deny,
+}
+
+/// What happens to a stream that generates more than its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OverBudget {
+    /// Stop forwarding at the budget, end the stream with an error event in the API's format.
+    #[default]
+    Cut,
+    /// Let it end; what it generated past its reservation is charged when it ends.
+    Finish,
+}
+
+/// The completion allowance: what a request may generate, reserved at admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowance {
+    /// Reserved for a request that names no `max_tokens`, `max_completion_tokens` or
+    /// `max_output_tokens` (default 1024).
+    pub default_max_tokens: u64,
+    /// The smallest allowance worth a call (default 16): under `cap`, a request whose budgets
+    /// have less than this left past its prompt is refused.
+    pub min_completion_tokens: u64,
+    /// The largest allowance a request may ask for (default 1,000,000): above it, 400.
+    pub max_tokens: u64,
+    /// `cap` (default) or `deny`.
+    pub when_short: WhenShort,
+}
+
+impl Default for Allowance {
+    fn default() -> Self {
+        Allowance {
+            default_max_tokens: 1024,
+            min_completion_tokens: 16,
+            max_tokens: 1_000_000,
+            when_short: WhenShort::Cap,
+        }
+    }
+}
+
+/// How a model's text is counted when its encoding is not known.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tokenizer {
+    /// OpenAI's `o200k_base`.
+    O200k,
+    /// OpenAI's `cl100k_base`.
+    Cl100k,
+    /// One token per this many characters, rounded up (a documented estimate).
+    CharsPerToken(f64),
+}
+
+/// A route's LLM settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Llm {
+    /// The API it speaks (`openai`).
+    pub api: LlmApi,
+    /// The completion allowance.
+    pub allowance: Allowance,
+    /// What a stream that generates more than its budget gets (default `cut`).
+    pub over_budget_mid_stream: OverBudget,
+    /// The cost dimension tokens are counted in (default `tokens`): the rules with `cost: tokens`.
+    pub dimension: String,
+    /// Tokenizers by model name, in order: a name ending in `*` is a prefix. Models that no entry
+    /// names use OpenAI's encoding for the model when known (o200k for `gpt-4o`, `gpt-4.1`,
+    /// `gpt-4.5`, `gpt-5`, `o1`, `o3`, `o4`; cl100k for `gpt-4`, `gpt-3.5-turbo` and
+    /// `text-embedding-*`), else `chars_per_token`.
+    pub tokenizers: Vec<(String, Tokenizer)>,
+    /// The fallback for a model with no known encoding: one token per this many characters
+    /// (default 3, a cautious figure: English averages about 4 characters per token).
+    pub chars_per_token: f64,
+    /// The largest request body read (default 4 MiB; larger: 413).
+    pub max_body: usize,
+    /// How long an admitted call's reservation lasts when the call never ends (default 10m): past
+    /// it, it stays charged its estimate.
+    pub reservation_ttl: Duration,
+}
+
+impl Default for Llm {
+    fn default() -> Self {
+        Llm {
+            api: LlmApi::OpenAi,
+            allowance: Allowance::default(),
+            over_budget_mid_stream: OverBudget::Cut,
+            dimension: "tokens".to_owned(),
+            tokenizers: Vec::new(),
+            chars_per_token: 3.0,
+            max_body: 4 << 20,
+            reservation_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+const FIELDS: &[&str] = &[
+    "api",
+    "allowance",
+    "over_budget_mid_stream",
+    "dimension",
+    "tokenizers",
+    "chars_per_token",
+    "max_body",
+    "reservation_ttl",
+];
+
+/// Reads a route's `llm:` section.
+pub(super) fn llm(item: Item<'_>) -> Result<Llm, Invalid> {
+    let fields = item.fields("the LLM settings", Some(FIELDS))?;
+    let mut llm = Llm::default();
+    let api = fields.require("api", "the model API the route speaks: api: openai")?;
+    llm.api = match api.str("a model API")? {
+        "openai" => LlmApi::OpenAi,
+        other => {
+            return Err(api.error(format!(
+                "unknown model API {other:?}: expected openai (OpenAI-compatible){}",
+                did_you_mean(other, ["openai"])
+            )));
+        }
+    };
+    if let Some(a) = fields.get("allowance").filter(|i| !i.is_null()) {
+        llm.allowance = allowance(a)?;
+    }
+    if let Some(o) = fields.get("over_budget_mid_stream") {
+        llm.over_budget_mid_stream = match o.str("cut or finish")? {
+            "cut" => OverBudget::Cut,
+            "finish" => OverBudget::Finish,
+            other => {
+                return Err(o.error(format!(
+                    "unknown over_budget_mid_stream {other:?}: expected cut or finish{}",
+                    did_you_mean(other, ["cut", "finish"])
+                )));
+            }
+        };
+    }
+    if let Some(d) = fields.get("dimension") {
+        let name = d.str("a cost dimension")?;
+        if !floodgate::cost::valid_dimension(name) || name == floodgate::cost::REQUESTS {
+            return Err(d.error(format!(
+                "invalid dimension {name:?}: a cost dimension other than requests, lowercase letters, digits \
+                 and _ (e.g. tokens)"
+            )));
+        }
+        llm.dimension = name.to_owned();
+    }
+    if let Some(c) = fields.get("chars_per_token") {
+        llm.chars_per_token = chars_per_token(&c)?;
+    }
+    if let Some(t) = fields.get("tokenizers").filter(|i| !i.is_null()) {
+        let map = t.fields("tokenizers by model name", None)?;
+        for (name, _, value) in map.iter() {
+            if name.is_empty() || name == "*" {
+                return Err(value.error("a model name (or a prefix ending in *) is needed"));
+            }
+            let tokenizer = if value.is_map() {
+                let f = value.fields("a tokenizer", Some(&["chars_per_token"]))?;
+                let c = f.require("chars_per_token", "chars_per_token: 3.5")?;
+                Tokenizer::CharsPerToken(chars_per_token(&c)?)
+            } else {
+                match value.str("o200k, cl100k or {chars_per_token: N}")? {
+                    "o200k" | "o200k_base" => Tokenizer::O200k,
+                    "cl100k" | "cl100k_base" => Tokenizer::Cl100k,
+                    other => {
+                        return Err(value.error(format!(
+                            "unknown tokenizer {other:?}: expected o200k, cl100k or {{chars_per_token: N}}{}",
+                            did_you_mean(other, ["o200k", "cl100k"])
+                        )));
+                    }
+                }
+            };
+            llm.tokenizers.push((name.to_owned(), tokenizer));
+        }
+    }
+    if let Some(m) = fields.get("max_body") {
+        llm.max_body = super::size(&m, "max_body")?;
+    }
+    if let Some(t) = fields.get("reservation_ttl") {
+        let ttl = positive_duration(t.clone(), "reservation_ttl")?;
+        if ttl > Duration::from_secs(24 * 3600) {
+            return Err(t.error("reservation_ttl: at most 24h"));
+        }
+        llm.reservation_ttl = ttl;
+    }
+    Ok(llm)
+}
+
+fn chars_per_token(item: &Item<'_>) -> Result<f64, Invalid> {
+    match item.number().filter(|n| n.is_finite() && *n >= 0.5 && *n <= 100.0) {
+        Some(n) => Ok(n),
+        None => Err(item.error(format!(
+            "invalid chars_per_token {}: a number of characters per token from 0.5 to 100, e.g. 3.5",
+            item.node.describe()
+        ))),
+    }
+}
+
+fn allowance(item: Item<'_>) -> Result<Allowance, Invalid> {
+    let fields = item.fields(
+        "the completion allowance",
+        Some(&["default_max_tokens", "min_completion_tokens", "max_tokens", "when_short"]),
+    )?;
+    let mut allowance = Allowance::default();
+    if let Some(d) = fields.get("default_max_tokens") {
+        allowance.default_max_tokens = d.u64_at_least("default_max_tokens", 1)?;
+    }
+    if let Some(m) = fields.get("min_completion_tokens") {
+        allowance.min_completion_tokens = m.u64_at_least("min_completion_tokens", 1)?;
+    }
+    if let Some(m) = fields.get("max_tokens") {
+        allowance.max_tokens = m.u64_at_least("max_tokens", 1)?;
+    }
+    if let Some(w) = fields.get("when_short") {
+        allowance.when_short = match w.str("cap or deny")? {
+            "cap" => WhenShort::Cap,
+            "deny" => WhenShort::Deny,
+            other => {
+                return Err(w.error(format!(
+                    "unknown when_short {other:?}: expected cap or deny{}",
+                    did_you_mean(other, ["cap", "deny"])
+                )));
+            }
+        };
+    }
+    if allowance.min_completion_tokens > allowance.default_max_tokens {
+        let at = fields.get("min_completion_tokens").unwrap_or(item.clone());
+        return Err(at.error("min_completion_tokens is above default_max_tokens"));
+    }
+    if allowance.default_max_tokens > allowance.max_tokens {
+        let at = fields.get("default_max_tokens").unwrap_or(item.clone());
+        return Err(at.error("default_max_tokens is above max_tokens"));
+    }
+    Ok(allowance)
+}

@@ -1,0 +1,169 @@
+//! LLM routes (`llm: {api: openai}`, DESIGN.md §16): the traffic that costs money, metered on the
+//! wire.
+//!
+//! ```text
+//!  request ─► endpoint of the path (chat completions, completions, responses, embeddings; any
+//!             other path is proxied as on any route)
+//!     ─► body read (up to `max_body`), checked: JSON, a model, sane limits (else 400, OpenAI's format)
+//!     ─► prompt tokens counted (tokens.rs) + the completion allowance (the request's
+//!        max_tokens / max_completion_tokens / max_output_tokens, or `default_max_tokens`)
+//!     ─► one reservation on every rule after verification and every token rule (admission.rs):
+//!        allowed; or capped to what is left (`cap`); or 429 with the exact wait
+//!     ─► the request bounded at its allowance, a stream asked for its usage (request.rs)
+//!     ─► upstream ─► the answer metered as it flows, committed when it ends (meter.rs);
+//!        an answer that is not a success releases the reservation
+//! ```
+//!
+//! The reservation's verdict gives the rate-limit headers, so `x-ratelimit-remaining-tokens`
+//! counts what calls in flight hold. `floodgate-allowance` says what the call may generate, and
+//! `capped-from=` what it asked for when that was capped.
+
+mod admission;
+mod endpoint;
+mod meter;
+mod request;
+mod respond;
+mod tokens;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use floodgate::{Descriptors, Verdict};
+use floodgate_app::App;
+use floodgate_config::gateway::Llm;
+use floodgate_http::HeaderStyle;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+pub(crate) use self::endpoint::Endpoint;
+pub(crate) use self::meter::{Meter, Step};
+
+use self::admission::{Estimate, admit};
+use self::meter::{Account, Metering};
+use self::request::LlmRequest;
+use self::tokens::Counter;
+use crate::routes::RouteTable;
+
+/// The header saying what the call may generate: `300`, or `300; capped-from=1024`.
+pub(crate) const ALLOWANCE_HEADER: HeaderName = HeaderName::from_static("floodgate-allowance");
+
+/// An admitted call, until its answer comes.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// The reservation's verdict, for the rate-limit headers.
+    pub(crate) verdict: Verdict,
+    /// The body to send upstream.
+    pub(crate) body: Bytes,
+    endpoint: Endpoint,
+    stream: bool,
+    prompt: u64,
+    allowance: u64,
+    capped_from: Option<u64>,
+    counter: Counter,
+    hide_usage: bool,
+    reservation: Option<String>,
+}
+
+/// Reads, counts and admits a request to `endpoint` on a route with `llm`; the answer to send
+/// instead when it is refused.
+pub(crate) async fn admit_call(
+    app: &App,
+    table: &RouteTable,
+    llm: &Llm,
+    endpoint: Endpoint,
+    descriptors: &Descriptors,
+    body: Body,
+    style: HeaderStyle,
+) -> Result<Call, Response> {
+    let limited = http_body_util::Limited::new(body, llm.max_body);
+    let raw = match http_body_util::BodyExt::collect(limited).await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return Err(respond::too_large(llm.max_body).into_response());
+        }
+        Err(e) => {
+            return Err(
+                respond::invalid(format!("The request body could not be read: {e}."), None).into_response()
+            );
+        }
+    };
+    let mut request = LlmRequest::parse(endpoint, raw, &llm.allowance).map_err(|r| r.into_response())?;
+    let counter = tokens::counter(llm, &request.model);
+    let prompt = tokens::prompt_tokens(endpoint, request.body(), &counter);
+    let generates = endpoint.generates();
+    let wanted = if generates { request.asked.unwrap_or(llm.allowance.default_max_tokens) } else { 0 };
+    let estimate = Estimate { descriptors, prompt, wanted, generates };
+    let admitted = admit(app, &table.policies.metered, llm, estimate, style).await?;
+    if generates {
+        request.bound(admitted.allowance);
+    }
+    let hide_usage = request.ask_usage();
+    let stream = request.stream;
+    Ok(Call {
+        verdict: admitted.verdict,
+        body: request.into_bytes(),
+        endpoint,
+        stream,
+        prompt,
+        allowance: admitted.allowance,
+        capped_from: admitted.capped_from,
+        counter,
+        hide_usage,
+        reservation: admitted.reservation,
+    })
+}
+
+impl Call {
+    /// `floodgate-allowance` on the answer, for a call that generates.
+    pub(crate) fn allowance_header(&self, headers: &mut HeaderMap) {
+        if !self.endpoint.generates() {
+            return;
+        }
+        let value = match self.capped_from {
+            Some(asked) => format!("{}; capped-from={asked}", self.allowance),
+            None => self.allowance.to_string(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(ALLOWANCE_HEADER, value);
+        }
+    }
+
+    /// The meter of the upstream's answer of `status`: a success is metered and committed when it
+    /// ends; anything else generated nothing, and the reservation is released now.
+    pub(crate) fn answered(
+        self,
+        status: StatusCode,
+        app: &App,
+        table: &Arc<RouteTable>,
+        llm: &Llm,
+    ) -> Option<Meter> {
+        let account = self.reservation.map(|reservation| Account {
+            app: app.clone(),
+            table: Arc::clone(table),
+            reservation,
+            dimension: llm.dimension.clone(),
+        });
+        if !status.is_success() {
+            if let Some(account) = account {
+                account.release();
+            }
+            return None;
+        }
+        Some(Meter::new(Metering {
+            account,
+            endpoint: self.endpoint,
+            stream: self.stream,
+            counter: self.counter,
+            prompt: self.prompt,
+            allowance: self.allowance,
+            over_budget: llm.over_budget_mid_stream,
+            hide_usage: self.hide_usage,
+        }))
+    }
+
+    /// The call never reached an answer (the upstream failed): nothing was generated.
+    pub(crate) fn failed(self, app: &App, table: &Arc<RouteTable>, llm: &Llm) {
+        drop(self.answered(StatusCode::BAD_GATEWAY, app, table, llm));
+    }
+}
