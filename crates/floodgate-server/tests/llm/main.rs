@@ -6,6 +6,7 @@
 
 mod admission;
 mod metering;
+mod redis;
 mod sdk;
 
 use std::io::{BufRead, BufReader};
@@ -72,8 +73,14 @@ impl Reply {
 /// The configuration of the tests' gateway: per tenant (from `x-tenant-id`) 1000 requests and
 /// `tokens` tokens an hour, an `llm:` route for every `/v1/…` POST with the `llm` settings given.
 pub(crate) fn config(upstream: &str, tokens: u64, llm: &str) -> String {
+    config_on("", upstream, tokens, llm)
+}
+
+/// [`config`] on the store `store` (a `store:` line; empty: the memory store).
+pub(crate) fn config_on(store: &str, upstream: &str, tokens: u64, llm: &str) -> String {
     format!(
         r#"
+{store}
 headers: [ietf, openai]
 rules:
   - name: tenant-requests

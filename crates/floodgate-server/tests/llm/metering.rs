@@ -213,3 +213,21 @@ async fn remaining_tokens_go_down_when_a_stream_is_admitted_not_when_it_ends() {
     assert!(String::from_utf8_lossy(&rest).contains("[DONE]"));
     gw.used_becomes("tenant-tokens", "t1", p1 + 10 + p2 + 10).await;
 }
+
+#[tokio::test]
+async fn a_stream_the_upstream_breaks_is_charged_what_it_generated() {
+    let fake = upstream(100).await;
+    let gw = Floodgate::serve(&config(&fake.url(), 10_000, "{ api: openai }"));
+    let mut body = chat("gpt-4o-mini", "Break halfway.");
+    body["stream"] = json!(true);
+    body["max_tokens"] = json!(100);
+    let prompt = prompt_of("/v1/chat/completions", &body);
+    let headers = [("content-type", "application/json"), ("x-tenant-id", "t1"), ("x-fake-fail-after", "7")];
+    let response =
+        gw.request(gw.gateway, Method::POST, "/v1/chat/completions", &headers, body.to_string()).await;
+    assert_eq!(response.status(), 200);
+    let read = response.into_body().collect().await;
+    assert!(read.is_err(), "the client sees the stream break, as the upstream broke it");
+    // No usage came: the prompt as counted, and the 7 tokens that flowed.
+    gw.used_becomes("tenant-tokens", "t1", prompt + 7).await;
+}
