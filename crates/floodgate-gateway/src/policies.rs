@@ -17,9 +17,10 @@ pub(crate) struct GatewayPolicies {
     pub(crate) before: Domain,
     /// The rules run after verification.
     pub(crate) after: Domain,
-    /// What an LLM route reserves on after verification, in place of `after`: the same rules, and
+    /// What an LLM route reserves on after verification, in place of `after`: the same rules,
     /// those of the first phase that count a cost other than `requests` (tokens, say), which a
-    /// request costing 1 in `requests` never reaches there — so each rule still counts once.
+    /// request costing 1 in `requests` never reaches there — so each rule still counts once — and
+    /// the rules that count per `model`, which run nowhere else.
     pub(crate) metered: Domain,
 }
 
@@ -36,16 +37,29 @@ pub(crate) fn after_verification(rule: &floodgate::Rule) -> bool {
         || rule.calendar_descriptors().any(identity)
 }
 
+/// The descriptor an LLM route adds once it read the request's body: its model.
+pub(crate) const MODEL_DESCRIPTOR: &str = "model";
+
+/// Whether `rule` counts per model (its key or conditions use `model`): only an LLM route's
+/// metered requests have one, so it runs only there.
+pub(crate) fn per_model(rule: &floodgate::Rule) -> bool {
+    rule.key_descriptors().iter().any(|d| d == MODEL_DESCRIPTOR)
+        || rule.conditions().iter().any(|(d, _)| d == MODEL_DESCRIPTOR)
+        || rule.varies_by() == Some(MODEL_DESCRIPTOR)
+}
+
 impl GatewayPolicies {
     /// The two phases of `running`'s native policy, with their metric handles.
     pub(crate) fn new(running: &Running, metrics: &Metrics) -> Self {
         let (after, before): (Vec<_>, Vec<_>) =
-            running.native.policy.rules().cloned().partition(after_verification);
+            running.native.policy.rules().filter(|r| !per_model(r)).cloned().partition(after_verification);
         let metered: Vec<floodgate::Rule> = running
             .native
             .policy
             .rules()
-            .filter(|r| after_verification(r) || r.cost_dimension() != floodgate::cost::REQUESTS)
+            .filter(|r| {
+                after_verification(r) || r.cost_dimension() != floodgate::cost::REQUESTS || per_model(r)
+            })
             .cloned()
             .collect();
         // The native policy's rules are valid together, hence in any subset: no rule of a native

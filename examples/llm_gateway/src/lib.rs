@@ -29,6 +29,7 @@
 //! | `x-fake-no-usage: 1` | leave the usage out, wherever it would be |
 //! | `x-fake-pause-after: N` | stop after N content chunks until [`FakeOpenAi::resume`] |
 //! | `x-fake-overshoot: N` | generate N tokens past the request's bound (an upstream that ignores it) |
+//! | `x-fake-cached: N` | report N of the prompt's tokens as read from a cache |
 //!
 //! [`FakeOpenAi`] keeps what it was asked ([`FakeOpenAi::seen`]) and what each stream sent
 //! ([`FakeOpenAi::outcomes`]), and lets a test wait for those events rather than sleep.

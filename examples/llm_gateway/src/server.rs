@@ -188,6 +188,7 @@ struct Controls {
     no_usage: bool,
     pause_after: Option<u64>,
     overshoot: u64,
+    cached: u64,
 }
 
 impl Controls {
@@ -203,6 +204,7 @@ impl Controls {
             no_usage: headers.contains_key("x-fake-no-usage"),
             pause_after: number("x-fake-pause-after"),
             overshoot: number("x-fake-overshoot").unwrap_or(0),
+            cached: number("x-fake-cached").unwrap_or(0),
         }
     }
 }
@@ -309,6 +311,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         model: model.clone(),
     };
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let cached = controls.cached.min(prompt);
     let include_usage =
         body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false)
             && !controls.no_usage;
@@ -316,7 +319,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         Outcome { path, model, stream, prompt_tokens: prompt, sent: 0, whole: true, usage_sent: false };
     if !stream {
         let text: String = (0..count).map(|i| word(seed, i)).collect();
-        let usage = (!controls.no_usage).then_some(Usage { prompt, completion: count });
+        let usage = (!controls.no_usage).then_some(Usage { prompt, cached, completion: count });
         outcome.sent = count;
         outcome.usage_sent = usage.is_some();
         let max = body.get("max_output_tokens").and_then(Value::as_u64);
@@ -329,7 +332,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         answer,
         count,
         length,
-        usage: Usage { prompt, completion: count },
+        usage: Usage { prompt, cached, completion: count },
         include_usage,
         no_usage: controls.no_usage,
         delay: controls.delay.unwrap_or(shared.settings.delay),

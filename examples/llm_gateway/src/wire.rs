@@ -38,6 +38,8 @@ impl Api {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Usage {
     pub(crate) prompt: u64,
+    /// Of the prompt, the tokens read from a cache.
+    pub(crate) cached: u64,
     pub(crate) completion: u64,
 }
 
@@ -48,7 +50,7 @@ impl Usage {
             "prompt_tokens": self.prompt,
             "completion_tokens": self.completion,
             "total_tokens": self.prompt + self.completion,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": self.cached, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                 "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
         })
@@ -58,7 +60,7 @@ impl Usage {
     pub(crate) fn responses(self) -> Value {
         json!({
             "input_tokens": self.prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": self.cached},
             "output_tokens": self.completion,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": self.prompt + self.completion

@@ -151,6 +151,7 @@ gateway:
         over_budget_mid_stream: finish
         tokenizers: { "llama-*": o200k, mistral-small: { chars_per_token: 3.5 } }
         chars_per_token: 2.5
+        prices: { gpt-4o-mini: { input: 0.15, cached_input: 0.075, output: 0.60 }, "gpt-4o*": { input: 2.5, output: 10 } }
         max_body: 1048576
         reservation_ttl: 2m
     - name: plain
@@ -173,6 +174,11 @@ gateway:
         ]
     );
     assert_eq!(llm.chars_per_token, 2.5);
+    use floodgate_config::gateway::Price;
+    assert_eq!(llm.price("gpt-4o-mini"), Some(Price { input: 0.15, cached_input: 0.075, output: 0.60 }));
+    assert_eq!(llm.price("gpt-4o-2024-08-06"), Some(Price { input: 2.5, cached_input: 2.5, output: 10.0 }));
+    assert_eq!(llm.price("gpt-4.1"), None);
+    assert_eq!(llm.price_dimension, "usd_micros");
     assert_eq!(llm.max_body, 1 << 20);
     assert_eq!(llm.reservation_ttl, Duration::from_secs(120));
     let plain = gateway.routes[1].llm.as_ref().unwrap();

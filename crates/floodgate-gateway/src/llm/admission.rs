@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use axum::response::Response;
-use floodgate::{Costs, Descriptors, EngineError, Hit, ReserveError, Verdict};
+use floodgate::{Descriptors, EngineError, Hit, ReserveError, Verdict};
 use floodgate_app::App;
 use floodgate_app::control::Domain;
 use floodgate_app::metrics::Api;
@@ -15,6 +15,7 @@ use floodgate_core::CostError;
 use floodgate_http::HeaderStyle;
 
 use super::respond::{self, invalid, never_affordable};
+use super::tariff::{Tariff, Used};
 
 /// At most this many reserves per request: the first, and capped retries after a denial or a
 /// capacity below the estimate (each lowers the allowance).
@@ -33,7 +34,8 @@ pub(crate) struct Admitted {
     pub(crate) capped_from: Option<u64>,
 }
 
-/// What a request is: its descriptors, prompt tokens and the completion allowance it wants.
+/// What a request is: its descriptors, prompt tokens and the completion allowance it wants, and
+/// what its model costs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Estimate<'a> {
     pub(crate) descriptors: &'a Descriptors,
@@ -41,10 +43,13 @@ pub(crate) struct Estimate<'a> {
     pub(crate) wanted: u64,
     /// Whether the request generates text (an embedding has no allowance to cap).
     pub(crate) generates: bool,
+    pub(crate) tariff: &'a Tariff,
 }
 
-fn costs(dimension: &str, tokens: u64) -> Costs {
-    Costs::new().with(floodgate::cost::REQUESTS, 1).with(dimension, tokens)
+impl Estimate<'_> {
+    fn used(&self, allowance: u64) -> Used {
+        Used { prompt: self.prompt, cached: 0, completion: allowance }
+    }
 }
 
 /// Reserves `estimate` on `domain` (see the module docs); the answer to send instead when refused.
@@ -55,14 +60,13 @@ pub(crate) async fn admit(
     estimate: Estimate<'_>,
     style: HeaderStyle,
 ) -> Result<Admitted, Response> {
-    let dimension = llm.dimension.as_str();
+    let tariff = estimate.tariff;
     let cap = llm.allowance.when_short == WhenShort::Cap && estimate.generates;
     let least = if estimate.generates { llm.allowance.min_completion_tokens } else { 0 };
     let prompt = estimate.prompt;
     let mut allowance = estimate.wanted;
     for attempt in 1..=ATTEMPTS {
-        let total = prompt.saturating_add(allowance);
-        let costs = costs(dimension, total);
+        let costs = tariff.costs(estimate.used(allowance), true);
         let hit = Hit::with_costs(estimate.descriptors, &costs);
         let reserved = match app.decisions().reserve(domain, hit, llm.reservation_ttl).await {
             Ok(reserved) => reserved,
@@ -70,11 +74,18 @@ pub(crate) async fn admit(
                 rule,
                 source: CostError::ExceedsCapacity { capacity, .. },
             })) => {
-                if cap && attempt < ATTEMPTS && capacity >= prompt + least && capacity - prompt < allowance {
-                    allowance = capacity - prompt;
+                let dimension =
+                    domain.policy.rules().find(|r| r.name() == &*rule).map_or("", |r| r.cost_dimension());
+                let room = tariff.affordable(dimension, capacity, prompt);
+                if cap
+                    && attempt < ATTEMPTS
+                    && let Some(room) = room.filter(|n| *n >= least && *n < allowance)
+                {
+                    allowance = room;
                     continue;
                 }
-                return Err(never_affordable(total, &rule, capacity, dimension).into_response());
+                let needed = tariff.cost_in(dimension, prompt, allowance);
+                return Err(never_affordable(needed, &rule, capacity, dimension).into_response());
             }
             Err(ReserveError::Engine(error)) => return Err(engine_refusal(&error)),
             Err(ReserveError::Store(error)) => return Err(respond::unavailable(&error.to_string())),
@@ -90,58 +101,58 @@ pub(crate) async fn admit(
         }
         if cap
             && attempt < ATTEMPTS
-            && let Some(left) = left(&verdict, dimension, total)
-            && left >= prompt + least
-            && left - prompt < allowance
+            && let Some(fits) = fits(&verdict, tariff, prompt, allowance)
+            && fits >= least
+            && fits < allowance
         {
-            allowance = left - prompt;
+            allowance = fits;
             continue;
         }
-        let wait = if cap {
-            wait_for(app, domain, estimate.descriptors, dimension, prompt + least).await
-        } else {
-            None
+        let wait = match cap {
+            true => {
+                wait_for(app, domain, estimate.descriptors, &tariff.costs(estimate.used(least), true)).await
+            }
+            false => None,
         };
-        return Err(respond::limited(&verdict, style, wait, dimension));
+        return Err(respond::limited(&verdict, style, wait, tariff.tokens()));
     }
     Err(respond::unavailable("the budgets changed under every capped attempt"))
 }
 
-/// What is left for the request in `dimension`, by a denied `verdict` for a request of `total`
-/// there: the least any enforced limit of that dimension has left. `None` when a limit of another
-/// dimension (requests) denied: no allowance would pass it.
-fn left(verdict: &Verdict, dimension: &str, total: u64) -> Option<u64> {
+/// The most a request of `prompt` tokens may generate by a denied `verdict` of a request with
+/// `allowance`: the least that any enforced limit of a charged dimension leaves room for. `None`
+/// when a limit of a dimension no allowance changes (requests) denied, or a limit failed closed.
+fn fits(verdict: &Verdict, tariff: &Tariff, prompt: u64, allowance: u64) -> Option<u64> {
     let mut least: Option<u64> = None;
     for l in verdict.limits.iter().filter(|l| l.enforced) {
         let denies = l.outcome.denies();
-        if &*l.dimension != dimension {
-            if denies {
-                return None;
-            }
-            continue;
-        }
         if denies && l.decision.retry_after.is_none() {
             // Failed closed on a store error: nothing is known to be left.
             return None;
         }
         // A denying limit says what it has; an allowing one what it would have had after.
-        let has = if denies { l.decision.remaining } else { l.decision.remaining.saturating_add(total) };
-        least = Some(least.map_or(has, |n| n.min(has)));
+        let has = match denies {
+            true => l.decision.remaining,
+            false => l.decision.remaining.saturating_add(tariff.cost_in(&l.dimension, prompt, allowance)),
+        };
+        match tariff.affordable(&l.dimension, has, prompt) {
+            Some(n) => least = Some(least.map_or(n, |m| m.min(n))),
+            None if denies => return None,
+            None => {}
+        }
     }
     least
 }
 
-/// The exact wait until a request of `tokens` (its prompt and the least allowance) passes, by a
-/// peek (nothing consumed).
+/// The exact wait until a request costing `costs` (its prompt and the least allowance) passes, by
+/// a peek (nothing consumed).
 async fn wait_for(
     app: &App,
     domain: &Domain,
     descriptors: &Descriptors,
-    dimension: &str,
-    tokens: u64,
+    costs: &floodgate::Costs,
 ) -> Option<Duration> {
-    let costs = costs(dimension, tokens);
-    let hit = Hit::with_costs(descriptors, &costs);
+    let hit = Hit::with_costs(descriptors, costs);
     match app.decisions().decide(domain, Api::Peek, &[hit]).await {
         Ok(verdict) if !verdict.allowed => verdict.retry_after(),
         _ => None,
@@ -198,22 +209,41 @@ mod tests {
         Verdict { allowed: false, limits: limits.into_iter().collect(), ..Verdict::default() }
     }
 
+    fn tariff(prices: bool) -> Tariff {
+        let mut llm = Llm::default();
+        if prices {
+            let price = floodgate_config::gateway::Price { input: 1.0, cached_input: 1.0, output: 2.0 };
+            llm.prices.push(("m".into(), price));
+        }
+        Tariff::of(&llm, "m").unwrap()
+    }
+
     #[test]
-    fn what_is_left_is_the_least_of_the_token_limits() {
+    fn what_fits_is_the_least_of_the_charged_limits() {
+        let t = tariff(false);
         let v = verdict(vec![
             limit("tokens", false, 300),
             limit("tokens", true, 100),
             limit("requests", true, 5),
         ]);
-        // The allowing limit had 100 left after a request of 500: 600 before.
-        assert_eq!(left(&v, "tokens", 500), Some(300));
+        // A prompt of 100: the denying limit leaves 200; the allowing one had 100 left after a
+        // request of 100 + 400, 600 before: 500.
+        assert_eq!(fits(&v, &t, 100, 400), Some(200));
         let v = verdict(vec![limit("tokens", false, 300), limit("tokens", true, 0)]);
-        assert_eq!(left(&v, "tokens", 200), Some(200));
+        assert_eq!(fits(&v, &t, 100, 100), Some(100));
+    }
+
+    #[test]
+    fn spend_limits_what_fits_too() {
+        let t = tariff(true);
+        // 1000 µ$ left; a prompt of 100 costs 100 µ$; 900 µ$ buy 450 tokens at 2 µ$.
+        let v = verdict(vec![limit("tokens", true, 10_000), limit("usd_micros", false, 1000)]);
+        assert_eq!(fits(&v, &t, 100, 1000), Some(450));
     }
 
     #[test]
     fn a_request_limit_that_denies_leaves_nothing_to_cap() {
         let v = verdict(vec![limit("tokens", false, 300), limit("requests", false, 0)]);
-        assert_eq!(left(&v, "tokens", 500), None);
+        assert_eq!(fits(&v, &tariff(false), 100, 500), None);
     }
 }

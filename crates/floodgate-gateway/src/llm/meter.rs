@@ -17,13 +17,14 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use floodgate::{Costs, Settlement};
+use floodgate::Settlement;
 use floodgate_app::App;
 use floodgate_config::gateway::OverBudget;
 use serde_json::Value;
 
 use super::endpoint::Endpoint;
 use super::respond::cut_event;
+use super::tariff::{Tariff, Used};
 use super::tokens::Counter;
 use crate::routes::RouteTable;
 
@@ -45,15 +46,14 @@ pub(crate) struct Account {
     /// The table whose metered domain the reservation was made on.
     pub(crate) table: Arc<RouteTable>,
     pub(crate) reservation: String,
-    pub(crate) dimension: String,
 }
 
 impl Account {
-    /// Commits `tokens` (in the background: a body is dropped synchronously).
-    fn commit(self, tokens: u64) {
+    /// Commits what `used` costs by `tariff` (in the background: a body is dropped synchronously).
+    fn commit(self, tariff: &Tariff, used: Used) {
+        let costs = tariff.costs(used, false);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         runtime.spawn(async move {
-            let costs = Costs::new().with(self.dimension.as_str(), tokens);
             let domain = &self.table.policies.metered;
             if let Err(error) = self.app.decisions().settle(domain, &self.reservation, Settlement::Commit(&costs)).await {
                 tracing::warn!(reservation = %self.reservation, error = %error, "gateway: an LLM call's cost could not be committed");
@@ -79,19 +79,13 @@ impl std::fmt::Debug for Account {
     }
 }
 
-/// What the provider reported.
-#[derive(Debug, Clone, Copy, Default)]
-struct Usage {
-    prompt: u64,
-    completion: u64,
-}
-
 /// Meters one answer.
 pub(crate) struct Meter {
     account: Option<Account>,
     endpoint: Endpoint,
     stream: bool,
     counter: Counter,
+    tariff: Tariff,
     /// The prompt as counted at admission.
     prompt: u64,
     /// The completion tokens reserved.
@@ -105,7 +99,8 @@ pub(crate) struct Meter {
     overflowed: bool,
     /// Completion tokens counted in the text so far.
     counted: u64,
-    usage: Option<Usage>,
+    /// What the provider reported.
+    usage: Option<Used>,
     /// The responses API's last event number.
     sequence: Option<u64>,
     cut: bool,
@@ -128,6 +123,7 @@ pub(crate) struct Metering {
     pub(crate) endpoint: Endpoint,
     pub(crate) stream: bool,
     pub(crate) counter: Counter,
+    pub(crate) tariff: Tariff,
     pub(crate) prompt: u64,
     pub(crate) allowance: u64,
     pub(crate) over_budget: OverBudget,
@@ -141,6 +137,7 @@ impl Meter {
             endpoint: m.endpoint,
             stream: m.stream,
             counter: m.counter,
+            tariff: m.tariff,
             prompt: m.prompt,
             allowance: m.allowance,
             over_budget: m.over_budget,
@@ -214,24 +211,31 @@ impl Meter {
     /// The answer ended (or was cut, or the client went away): commits its cost, once.
     pub(crate) fn finish(&mut self) {
         let Some(account) = self.account.take() else { return };
-        let tokens = self.cost();
-        account.commit(tokens);
+        let used = self.used();
+        account.commit(&self.tariff, used);
     }
 
-    /// The tokens the answer cost: the provider's usage, else the estimate (see the module docs).
-    fn cost(&mut self) -> u64 {
+    /// What the answer used: the provider's usage, else the estimate (see the module docs).
+    fn used(&mut self) -> Used {
         if !self.stream && !self.overflowed && !self.buf.is_empty() {
             let body = std::mem::take(&mut self.buf);
             self.read_json(&body);
         }
         if !self.stream && self.overflowed && self.usage.is_none() {
-            return self.prompt + self.allowance;
+            return Used { prompt: self.prompt, cached: 0, completion: self.allowance };
         }
         match self.usage {
-            // A stream cut or broken before its usage came: what was counted.
-            Some(usage) if !self.cut => usage.prompt + usage.completion,
-            _ => self.prompt + self.counted,
+            // A stream cut before its usage came: what was counted.
+            Some(usage) if !self.cut => usage,
+            _ => Used { prompt: self.prompt, cached: 0, completion: self.counted },
         }
+    }
+
+    /// The tokens of [`Meter::used`].
+    #[cfg(test)]
+    fn cost(&mut self) -> u64 {
+        let used = self.used();
+        used.prompt + used.completion
     }
 
     /// One whole server-sent event: counted, and whether it goes on to the client.
@@ -277,10 +281,7 @@ impl Meter {
             }
         }
         if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(Usage {
-                prompt: number(usage, "prompt_tokens"),
-                completion: number(usage, "completion_tokens"),
-            });
+            self.usage = Some(chat_usage(usage));
             return self.hide_usage && !had_choices;
         }
         false
@@ -322,10 +323,7 @@ impl Meter {
         } else if matches!(kind, "response.completed" | "response.incomplete" | "response.failed")
             && let Some(usage) = value.pointer("/response/usage").filter(|u| u.is_object())
         {
-            self.usage = Some(Usage {
-                prompt: number(usage, "input_tokens"),
-                completion: number(usage, "output_tokens"),
-            });
+            self.usage = Some(responses_usage(usage));
         }
     }
 
@@ -334,15 +332,9 @@ impl Meter {
         let Ok(value) = serde_json::from_slice::<Value>(body) else { return };
         if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
             let usage = match self.endpoint {
-                Endpoint::Responses => Usage {
-                    prompt: number(usage, "input_tokens"),
-                    completion: number(usage, "output_tokens"),
-                },
-                Endpoint::Embeddings => Usage { prompt: number(usage, "prompt_tokens"), completion: 0 },
-                _ => Usage {
-                    prompt: number(usage, "prompt_tokens"),
-                    completion: number(usage, "completion_tokens"),
-                },
+                Endpoint::Responses => responses_usage(usage),
+                Endpoint::Embeddings => Used { completion: 0, ..chat_usage(usage) },
+                _ => chat_usage(usage),
             };
             self.usage = Some(usage);
             return;
@@ -388,8 +380,26 @@ enum Forward {
     Cut,
 }
 
-fn number(value: &Value, field: &str) -> u64 {
-    value.get(field).and_then(Value::as_u64).unwrap_or(0)
+fn number(value: &Value, pointer: &str) -> u64 {
+    value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// Usage as chat completions, completions and embeddings report it.
+fn chat_usage(usage: &Value) -> Used {
+    Used {
+        prompt: number(usage, "/prompt_tokens"),
+        cached: number(usage, "/prompt_tokens_details/cached_tokens"),
+        completion: number(usage, "/completion_tokens"),
+    }
+}
+
+/// Usage as the responses API reports it.
+fn responses_usage(usage: &Value) -> Used {
+    Used {
+        prompt: number(usage, "/input_tokens"),
+        cached: number(usage, "/input_tokens_details/cached_tokens"),
+        completion: number(usage, "/output_tokens"),
+    }
 }
 
 /// The end of the first whole event in `buf` (past its blank line), if any.
@@ -416,6 +426,7 @@ mod tests {
             endpoint,
             stream: true,
             counter: Counter::Bpe(tiktoken_rs::o200k_base_singleton()),
+            tariff: Tariff::of(&floodgate_config::gateway::Llm::default(), "m").unwrap(),
             prompt: 10,
             allowance,
             over_budget: over,

@@ -23,6 +23,7 @@ mod endpoint;
 mod meter;
 mod request;
 mod respond;
+mod tariff;
 mod tokens;
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub(crate) use self::meter::{Meter, Step};
 use self::admission::{Estimate, admit};
 use self::meter::{Account, Metering};
 use self::request::LlmRequest;
+use self::tariff::Tariff;
 use self::tokens::Counter;
 use crate::routes::RouteTable;
 
@@ -61,6 +63,7 @@ pub(crate) struct Call {
     allowance: u64,
     capped_from: Option<u64>,
     counter: Counter,
+    tariff: Tariff,
     hide_usage: bool,
     reservation: Option<String>,
 }
@@ -89,11 +92,21 @@ pub(crate) async fn admit_call(
         }
     };
     let mut request = LlmRequest::parse(endpoint, raw, &llm.allowance).map_err(|r| r.into_response())?;
+    let Ok(tariff) = Tariff::of(llm, &request.model) else {
+        let message = format!(
+            "The model `{}` has no price on this gateway, and every call here is priced.",
+            request.model
+        );
+        return Err(respond::unpriced(message).into_response());
+    };
+    // Rules may count per model (`key: [tenant, model]`).
+    let mut descriptors = descriptors.clone();
+    descriptors.insert(crate::policies::MODEL_DESCRIPTOR, request.model.clone());
     let counter = tokens::counter(llm, &request.model);
     let prompt = tokens::prompt_tokens(endpoint, request.body(), &counter);
     let generates = endpoint.generates();
     let wanted = if generates { request.asked.unwrap_or(llm.allowance.default_max_tokens) } else { 0 };
-    let estimate = Estimate { descriptors, prompt, wanted, generates };
+    let estimate = Estimate { descriptors: &descriptors, prompt, wanted, generates, tariff: &tariff };
     let admitted = admit(app, &table.policies.metered, llm, estimate, style).await?;
     if generates {
         request.bound(admitted.allowance);
@@ -109,6 +122,7 @@ pub(crate) async fn admit_call(
         allowance: admitted.allowance,
         capped_from: admitted.capped_from,
         counter,
+        tariff,
         hide_usage,
         reservation: admitted.reservation,
     })
@@ -142,7 +156,6 @@ impl Call {
             app: app.clone(),
             table: Arc::clone(table),
             reservation,
-            dimension: llm.dimension.clone(),
         });
         if !status.is_success() {
             if let Some(account) = account {
@@ -155,6 +168,7 @@ impl Call {
             endpoint: self.endpoint,
             stream: self.stream,
             counter: self.counter,
+            tariff: self.tariff,
             prompt: self.prompt,
             allowance: self.allowance,
             over_budget: llm.over_budget_mid_stream,

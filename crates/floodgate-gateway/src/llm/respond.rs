@@ -43,6 +43,14 @@ pub(crate) fn invalid(message: impl Into<String>, param: Option<&str>) -> Refusa
     Refusal { status: StatusCode::BAD_REQUEST, body: error(message, "invalid_request_error", param, None) }
 }
 
+/// 400: a model the route has no price for, when it prices every call.
+pub(crate) fn unpriced(message: String) -> Refusal {
+    Refusal {
+        status: StatusCode::BAD_REQUEST,
+        body: error(message, "invalid_request_error", Some("model"), Some("model_not_priced")),
+    }
+}
+
 /// 400: a request whose estimate no budget can ever grant at once.
 pub(crate) fn never_affordable(needed: u64, rule: &str, capacity: u64, dimension: &str) -> Refusal {
     Refusal {
@@ -94,7 +102,11 @@ pub(crate) fn limited(
     let denying = verdict.limits.iter().filter(|l| l.outcome.denies()).max_by_key(|l| l.decision.retry_after);
     let (kind, message) = match denying {
         Some(l) => {
-            let what = if &*l.dimension == dimension { "tokens" } else { "requests" };
+            let what = match &*l.dimension {
+                d if d == dimension => "tokens",
+                floodgate::cost::REQUESTS => "requests",
+                other => other,
+            };
             (
                 what,
                 format!(

@@ -83,14 +83,8 @@ const KNOWN: [(&str, Tokenizer); 14] = [
 /// names, or prefixes ending in `*`), then OpenAI's known models (a provider prefix such as
 /// `openai/` ignored), then the route's `chars_per_token`.
 pub(crate) fn counter(llm: &Llm, model: &str) -> Counter {
-    for (name, tokenizer) in &llm.tokenizers {
-        let matches = match name.strip_suffix('*') {
-            Some(prefix) => model.starts_with(prefix),
-            None => model == name,
-        };
-        if matches {
-            return of(tokenizer);
-        }
+    if let Some(tokenizer) = llm.tokenizer(model) {
+        return of(tokenizer);
     }
     let bare = model.rsplit('/').next().unwrap_or(model);
     match KNOWN.iter().find(|(prefix, _)| bare.starts_with(prefix)) {

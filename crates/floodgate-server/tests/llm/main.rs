@@ -5,6 +5,7 @@
 //! waits — never durations; waits are for events.
 
 mod admission;
+mod dollars;
 mod metering;
 mod redis;
 mod sdk;

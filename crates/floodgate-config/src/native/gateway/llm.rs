@@ -74,6 +74,18 @@ pub enum Tokenizer {
     CharsPerToken(f64),
 }
 
+/// What a model costs, in dollars per million tokens (so that one token costs this many
+/// micro-dollars).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    /// A prompt token not read from the provider's cache.
+    pub input: f64,
+    /// A prompt token read from the provider's cache (default: `input`).
+    pub cached_input: f64,
+    /// A generated token.
+    pub output: f64,
+}
+
 /// A route's LLM settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Llm {
@@ -98,6 +110,32 @@ pub struct Llm {
     /// How long an admitted call's reservation lasts when the call never ends (default 10m): past
     /// it, it stays charged its estimate.
     pub reservation_ttl: Duration,
+    /// Prices by model name, in order (a name ending in `*` is a prefix). When any is set, every
+    /// metered call is priced in `price_dimension`, and a model with no price is refused.
+    pub prices: Vec<(String, Price)>,
+    /// The cost dimension spend is counted in, in micro-dollars (default `usd_micros`: a rule with
+    /// `cost: usd_micros` and `limit: 50000000` is a $50 budget).
+    pub price_dimension: String,
+}
+
+impl Llm {
+    /// The price of `model`, by the first entry of `prices` that names it.
+    pub fn price(&self, model: &str) -> Option<Price> {
+        self.prices.iter().find(|(name, _)| matches_model(name, model)).map(|(_, price)| *price)
+    }
+
+    /// The configured tokenizer of `model`, by the first entry of `tokenizers` that names it.
+    pub fn tokenizer(&self, model: &str) -> Option<&Tokenizer> {
+        self.tokenizers.iter().find(|(name, _)| matches_model(name, model)).map(|(_, t)| t)
+    }
+}
+
+/// Whether an entry named `name` (a prefix when it ends in `*`) names `model`.
+fn matches_model(name: &str, model: &str) -> bool {
+    match name.strip_suffix('*') {
+        Some(prefix) => model.starts_with(prefix),
+        None => model == name,
+    }
 }
 
 impl Default for Llm {
@@ -111,6 +149,8 @@ impl Default for Llm {
             chars_per_token: 3.0,
             max_body: 4 << 20,
             reservation_ttl: Duration::from_secs(600),
+            prices: Vec::new(),
+            price_dimension: "usd_micros".to_owned(),
         }
     }
 }
@@ -124,6 +164,8 @@ const FIELDS: &[&str] = &[
     "chars_per_token",
     "max_body",
     "reservation_ttl",
+    "prices",
+    "price_dimension",
 ];
 
 /// Reads a route's `llm:` section.
@@ -156,14 +198,25 @@ pub(super) fn llm(item: Item<'_>) -> Result<Llm, Invalid> {
         };
     }
     if let Some(d) = fields.get("dimension") {
-        let name = d.str("a cost dimension")?;
-        if !floodgate::cost::valid_dimension(name) || name == floodgate::cost::REQUESTS {
-            return Err(d.error(format!(
-                "invalid dimension {name:?}: a cost dimension other than requests, lowercase letters, digits \
-                 and _ (e.g. tokens)"
-            )));
+        llm.dimension = dimension(&d, "tokens")?;
+    }
+    if let Some(d) = fields.get("price_dimension") {
+        llm.price_dimension = dimension(&d, "usd_micros")?;
+    }
+    if llm.dimension == llm.price_dimension {
+        let at = fields.get("price_dimension").or_else(|| fields.get("dimension")).unwrap_or(item.clone());
+        return Err(
+            at.error("dimension and price_dimension are the same: tokens and spend are counted apart")
+        );
+    }
+    if let Some(p) = fields.get("prices").filter(|i| !i.is_null()) {
+        let map = p.fields("prices by model name", None)?;
+        for (name, _, value) in map.iter() {
+            if name.is_empty() || name == "*" {
+                return Err(value.error("a model name (or a prefix ending in *) is needed"));
+            }
+            llm.prices.push((name.to_owned(), price(&value)?));
         }
-        llm.dimension = name.to_owned();
     }
     if let Some(c) = fields.get("chars_per_token") {
         llm.chars_per_token = chars_per_token(&c)?;
@@ -204,6 +257,41 @@ pub(super) fn llm(item: Item<'_>) -> Result<Llm, Invalid> {
         llm.reservation_ttl = ttl;
     }
     Ok(llm)
+}
+
+/// A cost dimension name other than `requests`.
+fn dimension(item: &Item<'_>, example: &str) -> Result<String, Invalid> {
+    let name = item.str("a cost dimension")?;
+    if !floodgate::cost::valid_dimension(name) || name == floodgate::cost::REQUESTS {
+        return Err(item.error(format!(
+            "invalid dimension {name:?}: a cost dimension other than requests, lowercase letters, digits and _ \
+             (e.g. {example})"
+        )));
+    }
+    Ok(name.to_owned())
+}
+
+/// `{input, cached_input, output}`: dollars per million tokens.
+fn price(item: &Item<'_>) -> Result<Price, Invalid> {
+    let fields = item.fields("a price ($ per million tokens)", Some(&["input", "cached_input", "output"]))?;
+    let dollars = |field: &str| -> Result<Option<f64>, Invalid> {
+        let Some(value) = fields.get(field) else { return Ok(None) };
+        match value.number().filter(|n| n.is_finite() && *n >= 0.0 && *n <= 100_000.0) {
+            Some(n) => Ok(Some(n)),
+            None => Err(value.error(format!(
+                "invalid {field} price {}: dollars per million tokens, from 0 to 100000, e.g. 0.15",
+                value.node.describe()
+            ))),
+        }
+    };
+    let input = dollars("input")?.ok_or_else(|| {
+        item.missing("input", "missing field \"input\": dollars per million prompt tokens, e.g. 0.15")
+    })?;
+    let output = dollars("output")?.ok_or_else(|| {
+        item.missing("output", "missing field \"output\": dollars per million generated tokens, e.g. 0.60")
+    })?;
+    let cached_input = dollars("cached_input")?.unwrap_or(input);
+    Ok(Price { input, cached_input, output })
 }
 
 fn chars_per_token(item: &Item<'_>) -> Result<f64, Invalid> {

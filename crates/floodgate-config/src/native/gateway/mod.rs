@@ -28,7 +28,7 @@ use ipnet::IpNet;
 
 pub use self::identity::{Claims, Identity, IdentityHeaders, Jwt, Secret};
 pub use self::listener::ForwardedHeader;
-pub use self::llm::{Allowance, Llm, LlmApi, OverBudget, Tokenizer, WhenShort};
+pub use self::llm::{Allowance, Llm, LlmApi, OverBudget, Price, Tokenizer, WhenShort};
 pub use self::routes::Route;
 pub use self::switches::{Degrade, Priority, Shed, StaleCacheConfig, Switches};
 pub use self::upstream::{Fallback, Retries, Timeouts, Upstream};
