@@ -254,3 +254,25 @@ fn each_llm_mistake_is_reported_at_its_field() {
         assert!(err.message.contains(says), "{yaml}\n{}", err.message);
     }
 }
+
+#[test]
+fn an_upstream_url_may_come_from_the_environment_with_a_default() {
+    let route = |upstream: &str| {
+        format!(
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: {{ path: \"/a\" }}\n      upstream: {upstream}\n"
+        )
+    };
+    // Unset: the default.
+    let yaml = route("{ url_env: FLOODGATE_TEST_SURELY_UNSET_UPSTREAM, url: \"http://127.0.0.1:9000\" }");
+    let gateway = config::parse("gw.yaml", &yaml).unwrap().gateway.unwrap();
+    assert_eq!(gateway.routes[0].upstream.uri, "http://127.0.0.1:9000");
+    // Unset and no default: said so, at the variable.
+    let err =
+        config::parse("gw.yaml", &route("{ url_env: FLOODGATE_TEST_SURELY_UNSET_UPSTREAM }")).unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("gateway.routes[0].upstream.url_env"), "{}", err.message);
+    assert!(err.message.contains("is not set, and no url is given"), "{}", err.message);
+    // Set (PATH always is) to something that is no URL: refused, naming where it came from.
+    let err =
+        config::parse("gw.yaml", &route("{ url_env: PATH, url: \"http://127.0.0.1:9000\" }")).unwrap_err();
+    assert!(err.message.contains("(from PATH)"), "{}", err.message);
+}

@@ -174,6 +174,7 @@ impl Meter {
         while let Some(end) = event_end(&self.buf) {
             let event = self.buf.split_to(end).freeze();
             match self.event(&event) {
+                Forward::Yes if self.hide_usage => out.extend_from_slice(&without_null_usage(&event)),
                 Forward::Yes => out.extend_from_slice(&event),
                 Forward::Hide => {}
                 Forward::Cut => {
@@ -402,6 +403,27 @@ fn responses_usage(usage: &Value) -> Used {
     }
 }
 
+/// `event` without the `"usage":null` that asking for usage adds to every chunk, for a client
+/// that did not ask. JSON escapes the quotes of a string's content, so the bytes
+/// `,"usage":null` (or `"usage":null,`) can only be the field itself.
+fn without_null_usage(event: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    const TRAILING: &[u8] = b",\"usage\":null";
+    const LEADING: &[u8] = b"\"usage\":null,";
+    let found = |needle: &[u8]| event.windows(needle.len()).position(|w| w == needle);
+    match found(TRAILING)
+        .map(|at| (at, TRAILING.len()))
+        .or_else(|| found(LEADING).map(|at| (at, LEADING.len())))
+    {
+        Some((at, len)) => {
+            let mut out = Vec::with_capacity(event.len() - len);
+            out.extend_from_slice(&event[..at]);
+            out.extend_from_slice(&event[at + len..]);
+            std::borrow::Cow::Owned(out)
+        }
+        None => std::borrow::Cow::Borrowed(event),
+    }
+}
+
 /// The end of the first whole event in `buf` (past its blank line), if any.
 fn event_end(buf: &[u8]) -> Option<usize> {
     let mut i = 0;
@@ -466,8 +488,11 @@ mod tests {
     fn the_usage_chunk_the_client_did_not_ask_for_is_hidden() {
         let mut m = meter(Endpoint::Chat, 100, OverBudget::Cut, true);
         let text = format!("{}{USAGE}data: [DONE]\n\n", chunk(" river"));
-        assert_eq!(pass(m.data(&Bytes::from(text))), format!("{}data: [DONE]\n\n", chunk(" river")));
+        let without = chunk(" river").replace(",\"usage\":null", "");
+        assert_eq!(pass(m.data(&Bytes::from(text))), format!("{without}data: [DONE]\n\n"));
         assert_eq!(m.cost(), 15);
+        let quoted = "data: {\"choices\":[{\"delta\":{\"content\":\",\\\"usage\\\":null\"}}]}\n\n";
+        assert_eq!(&*without_null_usage(quoted.as_bytes()), quoted.as_bytes(), "text that quotes it is kept");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod admission;
 mod dollars;
+mod example;
 mod metering;
 mod redis;
 mod sdk;
@@ -110,6 +111,11 @@ gateway:
 impl Floodgate {
     /// Serves `yaml`.
     pub(crate) fn serve(yaml: &str) -> Floodgate {
+        Floodgate::serve_env(yaml, &[])
+    }
+
+    /// Serves `yaml` with the environment variables `env`.
+    pub(crate) fn serve_env(yaml: &str, env: &[(&str, &str)]) -> Floodgate {
         let dir = std::env::temp_dir().join(format!("floodgate-llm-{}", fastrand::u64(..)));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("floodgate.yaml");
@@ -120,6 +126,7 @@ impl Floodgate {
             .arg(&config)
             .env("RUST_LOG", "info")
             .env_remove("FLOODGATE_ADMIN_TOKEN")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
