@@ -108,6 +108,17 @@ pub(crate) async fn admit_call(
     let wanted = if generates { request.asked.unwrap_or(llm.allowance.default_max_tokens) } else { 0 };
     let estimate = Estimate { descriptors: &descriptors, prompt, wanted, generates, tariff: &tariff };
     let admitted = admit(app, &table.policies.metered, llm, estimate, style).await?;
+    // A plan past its limit switches the call to a smaller model: the upstream is asked for it,
+    // and it is counted and priced as that model (its price when it has one, else the one asked
+    // for); `floodgate-degrade` says so, to the upstream and the client.
+    let (mut counter, mut tariff) = (counter, tariff);
+    if let Some(model) = admitted.verdict.degrade_to().filter(|m| *m != request.model) {
+        request.set_model(model);
+        counter = tokens::counter(llm, model);
+        if let Ok(priced) = Tariff::of(llm, model) {
+            tariff = priced;
+        }
+    }
     if generates {
         request.bound(admitted.allowance);
     }

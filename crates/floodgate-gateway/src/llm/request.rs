@@ -119,6 +119,13 @@ impl LlmRequest {
         self.changed = true;
     }
 
+    /// Switches the request to `model` (a plan past its limit degrading it).
+    pub(crate) fn set_model(&mut self, model: &str) {
+        self.model = model.to_owned();
+        self.body.insert("model".to_owned(), Value::from(model));
+        self.changed = true;
+    }
+
     /// Asks a stream of chat completions or completions for its usage in a last chunk; `true` when
     /// the client had not asked (that chunk is then hidden from it). The responses API always
     /// reports usage in its last event.

@@ -123,3 +123,60 @@ async fn the_allowance_is_capped_to_what_the_money_left_buys() {
     assert_eq!(reply.json()["error"]["type"], "usd_micros");
     assert!(reply.header("retry-after-ms").is_some());
 }
+
+#[tokio::test]
+async fn a_plan_past_its_limit_switches_the_call_to_its_smaller_model_and_prices_it_so() {
+    let fake = upstream(16).await;
+    let yaml = format!(
+        r#"
+rules:
+  - name: monthly-calls
+    key: [tenant]
+    algorithm: quota
+    period: month
+    limit: {{ by: plan, values: {{ free: 1, pro: 1000 }} }}
+    overage:
+      free: {{ degrade_to: gpt-4o-mini }}
+  - name: tenant-spend
+    key: [tenant]
+    algorithm: fixed_window
+    limit: 1000000
+    window: 1h
+    cost: usd_micros
+gateway:
+  identity:
+    headers: {{ tenant: x-tenant-id, plan: x-plan }}
+  routes:
+    - name: llm
+      match: {{ path: "/v1/{{*rest}}", methods: [POST] }}
+      upstream: {url}
+      llm:
+        api: openai
+        prices:
+          gpt-4o-mini: {{ input: 0.15, output: 0.60 }}
+          "gpt-4o*": {{ input: 2.5, output: 10 }}
+"#,
+        url = fake.url()
+    );
+    let gw = Floodgate::serve(&yaml);
+    let mut body = chat("gpt-4o", "Big model, please.");
+    body["max_tokens"] = json!(100);
+    let p = prompt_of("/v1/chat/completions", &body);
+    let free = [("x-plan", "free")];
+    let reply = gw.post("/v1/chat/completions", "t1", &free, &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.header("floodgate-degrade").is_none());
+    assert_eq!(fake.seen()[0].body["model"], "gpt-4o");
+    let big = (micros(p, 2.5) + micros(16, 10.0)).ceil() as u64;
+    gw.used_becomes("tenant-spend", "t1", big).await;
+
+    // Past the plan's one call: the call goes on, on the smaller model, priced as it.
+    let reply = gw.post("/v1/chat/completions", "t1", &free, &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.header("floodgate-degrade"), Some("gpt-4o-mini"));
+    assert_eq!(fake.seen()[1].body["model"], "gpt-4o-mini", "the upstream is asked for the smaller model");
+    assert_eq!(fake.seen()[1].headers["floodgate-degrade"], "gpt-4o-mini");
+    assert_eq!(reply.json()["model"], "gpt-4o-mini");
+    let small = (micros(p, 0.15) + micros(16, 0.60)).ceil() as u64;
+    gw.used_becomes("tenant-spend", "t1", big + small).await;
+}
