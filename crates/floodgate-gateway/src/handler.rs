@@ -211,9 +211,37 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
             Err(response) => return response,
         },
     };
-    let prepared = Prepared { method: parts.method.clone(), uri, headers, body: outgoing, upgrade };
-    let outcome = call::call(route, prepared, deadline).await;
     let (mut call, llm) = (call, llm.map(|(llm, _)| llm));
+    let mut hold = None;
+    let outcome = match (&call, llm) {
+        // An LLM route with upstreams in order: each tried until one answers.
+        (Some(admitted), Some(llm)) if !route.upstreams.is_empty() => {
+            let attempts = llm::Attempts {
+                method: &parts.method,
+                path_and_query: &path_and_query,
+                headers: &headers,
+                body: admitted.body.clone(),
+                deadline,
+            };
+            match llm::call_in_order(&gateway.app, table, route, llm, admitted, attempts, style).await {
+                llm::Tried::Answered(response, held) => {
+                    hold = held;
+                    Ok(response)
+                }
+                llm::Tried::Failed(failure) => Err(failure),
+                llm::Tried::Refused(response) => {
+                    if let Some(call) = call.take() {
+                        call.failed(&gateway.app, table, llm);
+                    }
+                    return response;
+                }
+            }
+        }
+        _ => {
+            let prepared = Prepared { method: parts.method.clone(), uri, headers, body: outgoing, upgrade };
+            call::call(route, prepared, deadline).await
+        }
+    };
     if outcome.is_err()
         && let (Some(call), Some(llm)) = (call.take(), llm)
     {
@@ -273,7 +301,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let meter = match (call, llm) {
         (Some(call), Some(llm)) => {
             call.allowance_header(&mut head.headers);
-            call.answered(head.status, &gateway.app, table, llm)
+            call.answered(head.status, &gateway.app, table, llm, hold)
         }
         _ => None,
     };

@@ -22,6 +22,8 @@ pub(crate) struct GatewayPolicies {
     /// request costing 1 in `requests` never reaches there — so each rule still counts once — and
     /// the rules that count per `model`, which run nowhere else.
     pub(crate) metered: Domain,
+    /// Each LLM upstream's quota rule, alone, by name: it runs only when a call goes there.
+    pub(crate) quotas: Vec<(String, Domain)>,
 }
 
 /// The descriptors only a verified identity (or its absence) gives.
@@ -51,12 +53,19 @@ pub(crate) fn per_model(rule: &floodgate::Rule) -> bool {
 impl GatewayPolicies {
     /// The two phases of `running`'s native policy, with their metric handles.
     pub(crate) fn new(running: &Running, metrics: &Metrics) -> Self {
+        // The rules holding an LLM upstream's quota run only when a call goes to that upstream.
+        let quota_rules: Vec<&str> = running
+            .gateway
+            .iter()
+            .flat_map(|g| g.routes.iter())
+            .filter_map(|r| r.llm.as_ref())
+            .flat_map(|l| l.upstreams.iter())
+            .filter_map(|u| u.quota_rule.as_deref())
+            .collect();
+        let rules = || running.native.policy.rules().filter(|r| !quota_rules.contains(&r.name()));
         let (after, before): (Vec<_>, Vec<_>) =
-            running.native.policy.rules().filter(|r| !per_model(r)).cloned().partition(after_verification);
-        let metered: Vec<floodgate::Rule> = running
-            .native
-            .policy
-            .rules()
+            rules().filter(|r| !per_model(r)).cloned().partition(after_verification);
+        let metered: Vec<floodgate::Rule> = rules()
             .filter(|r| {
                 after_verification(r) || r.cost_dimension() != floodgate::cost::REQUESTS || per_model(r)
             })
@@ -68,6 +77,18 @@ impl GatewayPolicies {
             let policy = Policy::new(rules).unwrap_or_default();
             Domain::new(None, policy, metrics, &running.detailed)
         };
-        GatewayPolicies { before: phase(before), after: phase(after), metered: phase(metered) }
+        let quotas = running
+            .native
+            .policy
+            .rules()
+            .filter(|r| quota_rules.contains(&r.name()))
+            .map(|r| (r.name().to_owned(), phase(vec![r.clone()])))
+            .collect();
+        GatewayPolicies { before: phase(before), after: phase(after), metered: phase(metered), quotas }
+    }
+
+    /// The domain of the quota rule `name`, an LLM upstream's.
+    pub(crate) fn quota(&self, name: &str) -> Option<&Domain> {
+        self.quotas.iter().find(|(n, _)| n == name).map(|(_, d)| d)
     }
 }

@@ -76,6 +76,8 @@ struct Shared {
     resumed: watch::Sender<u64>,
     changed: Notify,
     answers: AtomicU64,
+    /// A status every request gets, as [`FakeOpenAi::answer_with`] set it.
+    forced: Mutex<Option<(StatusCode, u64)>>,
 }
 
 impl Shared {
@@ -116,6 +118,7 @@ impl FakeOpenAi {
             resumed: watch::channel(0).0,
             changed: Notify::new(),
             answers: AtomicU64::new(0),
+            forced: Mutex::new(None),
         });
         let app = Router::new().fallback(answer).with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
@@ -152,6 +155,12 @@ impl FakeOpenAi {
     /// How many streams are stopped at their `x-fake-pause-after` now.
     pub fn paused(&self) -> u64 {
         self.shared.paused.load(Ordering::Acquire)
+    }
+
+    /// From now on, answers every request with `status` (a 429 with `retry-after-ms`
+    /// `retry_after_ms`), as `x-fake-status` would; `None`: answers again.
+    pub fn answer_with(&self, status: Option<(u16, u64)>) {
+        *self.shared.forced.lock() = status.and_then(|(s, ms)| Some((StatusCode::from_u16(s).ok()?, ms)));
     }
 
     /// Lets every paused stream go on.
@@ -231,7 +240,11 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         body: parsed.clone().unwrap_or(Value::Null),
     });
     shared.changed.notify_waiters();
-    let controls = Controls::of(&parts.headers);
+    let mut controls = Controls::of(&parts.headers);
+    if let Some((status, ms)) = *shared.forced.lock() {
+        controls.status = Some(status);
+        controls.retry_after_ms = Some(ms);
+    }
     if let Some(status) = controls.status {
         let mut response = if status == StatusCode::TOO_MANY_REQUESTS {
             let body = wire::error(

@@ -276,3 +276,47 @@ fn an_upstream_url_may_come_from_the_environment_with_a_default() {
         config::parse("gw.yaml", &route("{ url_env: PATH, url: \"http://127.0.0.1:9000\" }")).unwrap_err();
     assert!(err.message.contains("(from PATH)"), "{}", err.message);
 }
+
+#[test]
+fn an_llm_route_may_list_its_upstreams_in_order_each_with_a_quota_rule() {
+    let yaml = |route: &str| {
+        format!(
+            "rules:\n  - name: provisioned\n    key: [global]\n    algorithm: fixed_window\n    limit: 1000\n    window: 1m\n    cost: tokens\ngateway:\n  routes:\n    - name: r\n      match: {{ path: \"/v1/{{*rest}}\" }}\n{route}"
+        )
+    };
+    let ok = yaml(
+        "      llm:\n        api: openai\n        upstreams:\n          - { url: \"http://127.0.0.1:9000\", quota_rule: provisioned }\n          - \"http://127.0.0.1:9001\"\n",
+    );
+    let gateway = config::parse("gw.yaml", &ok).unwrap().gateway.unwrap();
+    let route = &gateway.routes[0];
+    let upstreams = &route.llm.as_ref().unwrap().upstreams;
+    assert_eq!(upstreams.len(), 2);
+    assert_eq!(upstreams[0].quota_rule.as_deref(), Some("provisioned"));
+    assert_eq!(upstreams[1].upstream.uri, "http://127.0.0.1:9001");
+    assert_eq!(route.upstream.uri, "http://127.0.0.1:9000", "the route's upstream is the first");
+
+    for (route, field, says) in [
+        (
+            "      upstream: http://h:1\n      llm: { api: openai, upstreams: [\"http://h:2\"] }\n",
+            "gateway.routes[0].upstream",
+            "not both",
+        ),
+        (
+            "      llm: { api: openai, upstreams: [{ url: \"http://h:2\", quota_rule: provisiond }] }\n",
+            "gateway.routes[0].llm.upstreams[0].quota_rule",
+            "did you mean \"provisioned\"",
+        ),
+        (
+            "      llm: { api: openai, upstreams: [{ url: \"http://h:2\", quota_rule: provisioned }, { url: \"http://h:3\", quota_rule: provisioned }] }\n",
+            "gateway.routes[0].llm.upstreams[1].quota_rule",
+            "already another upstream's",
+        ),
+        ("      llm: { api: openai, upstreams: [] }\n", "gateway.routes[0].llm.upstreams", "empty list"),
+        ("      llm: { api: openai }\n", "gateway.routes[0].upstream", "missing field \"upstream\""),
+    ] {
+        let yaml = yaml(route);
+        let err = config::parse("gw.yaml", &yaml).expect_err(&yaml);
+        assert_eq!(err.field.as_deref(), Some(field), "{yaml}\n{}", err.message);
+        assert!(err.message.contains(says), "{yaml}\n{}", err.message);
+    }
+}

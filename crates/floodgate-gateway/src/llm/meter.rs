@@ -40,21 +40,29 @@ pub(crate) enum Step {
     End(Bytes),
 }
 
-/// Where and how an answer's cost is committed.
+/// Where and how an answer's cost is committed: a reservation on the route's metered rules, or on
+/// the quota rule of the upstream the call went to.
 pub(crate) struct Account {
     pub(crate) app: App,
-    /// The table whose metered domain the reservation was made on.
+    /// The table whose domains the reservation was made on.
     pub(crate) table: Arc<RouteTable>,
     pub(crate) reservation: String,
+    /// The upstream's quota rule it holds, if that is what it is.
+    pub(crate) quota: Option<String>,
 }
 
 impl Account {
+    fn domain(&self) -> &floodgate_app::control::Domain {
+        let quota = self.quota.as_deref().and_then(|q| self.table.policies.quota(q));
+        quota.unwrap_or(&self.table.policies.metered)
+    }
+
     /// Commits what `used` costs by `tariff` (in the background: a body is dropped synchronously).
     fn commit(self, tariff: &Tariff, used: Used) {
         let costs = tariff.costs(used, false);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         runtime.spawn(async move {
-            let domain = &self.table.policies.metered;
+            let domain = self.domain();
             if let Err(error) = self.app.decisions().settle(domain, &self.reservation, Settlement::Commit(&costs)).await {
                 tracing::warn!(reservation = %self.reservation, error = %error, "gateway: an LLM call's cost could not be committed");
             }
@@ -65,7 +73,7 @@ impl Account {
     pub(crate) fn release(self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         runtime.spawn(async move {
-            let domain = &self.table.policies.metered;
+            let domain = self.domain();
             if let Err(error) = self.app.decisions().settle(domain, &self.reservation, Settlement::Release).await {
                 tracing::warn!(reservation = %self.reservation, error = %error, "gateway: an LLM call's reservation could not be released");
             }
@@ -81,7 +89,8 @@ impl std::fmt::Debug for Account {
 
 /// Meters one answer.
 pub(crate) struct Meter {
-    account: Option<Account>,
+    /// The reservations the answer's cost is committed to.
+    accounts: Vec<Account>,
     endpoint: Endpoint,
     stream: bool,
     counter: Counter,
@@ -119,7 +128,7 @@ impl std::fmt::Debug for Meter {
 /// What a meter is set up with.
 #[derive(Debug)]
 pub(crate) struct Metering {
-    pub(crate) account: Option<Account>,
+    pub(crate) accounts: Vec<Account>,
     pub(crate) endpoint: Endpoint,
     pub(crate) stream: bool,
     pub(crate) counter: Counter,
@@ -133,7 +142,7 @@ pub(crate) struct Metering {
 impl Meter {
     pub(crate) fn new(m: Metering) -> Meter {
         Meter {
-            account: m.account,
+            accounts: m.accounts,
             endpoint: m.endpoint,
             stream: m.stream,
             counter: m.counter,
@@ -211,9 +220,13 @@ impl Meter {
 
     /// The answer ended (or was cut, or the client went away): commits its cost, once.
     pub(crate) fn finish(&mut self) {
-        let Some(account) = self.account.take() else { return };
+        if self.accounts.is_empty() {
+            return;
+        }
         let used = self.used();
-        account.commit(&self.tariff, used);
+        for account in std::mem::take(&mut self.accounts) {
+            account.commit(&self.tariff, used);
+        }
     }
 
     /// What the answer used: the provider's usage, else the estimate (see the module docs).
@@ -444,7 +457,7 @@ mod tests {
 
     fn meter(endpoint: Endpoint, allowance: u64, over: OverBudget, hide: bool) -> Meter {
         Meter::new(Metering {
-            account: None,
+            accounts: Vec::new(),
             endpoint,
             stream: true,
             counter: Counter::Bpe(tiktoken_rs::o200k_base_singleton()),

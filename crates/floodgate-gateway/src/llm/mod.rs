@@ -20,6 +20,7 @@
 
 mod admission;
 mod endpoint;
+mod failover;
 mod meter;
 mod request;
 mod respond;
@@ -38,6 +39,7 @@ use floodgate_http::HeaderStyle;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 pub(crate) use self::endpoint::Endpoint;
+pub(crate) use self::failover::{Hold, Request as Attempts, Tried, call_in_order};
 pub(crate) use self::meter::{Meter, Step};
 
 use self::admission::{Estimate, admit};
@@ -66,6 +68,8 @@ pub(crate) struct Call {
     tariff: Tariff,
     hide_usage: bool,
     reservation: Option<String>,
+    /// The descriptors it was reserved with (the model among them).
+    descriptors: Descriptors,
 }
 
 /// Reads, counts and admits a request to `endpoint` on a route with `llm`; the answer to send
@@ -136,6 +140,7 @@ pub(crate) async fn admit_call(
         tariff,
         hide_usage,
         reservation: admitted.reservation,
+        descriptors,
     })
 }
 
@@ -154,28 +159,42 @@ impl Call {
         }
     }
 
-    /// The meter of the upstream's answer of `status`: a success is metered and committed when it
-    /// ends; anything else generated nothing, and the reservation is released now.
+    /// What the call was reserved: its prompt and whole allowance, per dimension.
+    pub(crate) fn estimate(&self) -> floodgate::Costs {
+        let used = tariff::Used { prompt: self.prompt, cached: 0, completion: self.allowance };
+        self.tariff.costs(used, true)
+    }
+
+    /// The meter of the upstream's answer of `status` (`hold`: the quota reservation of the
+    /// upstream that gave it): a success is metered and committed when it ends; anything else
+    /// generated nothing, and the reservations are released now.
     pub(crate) fn answered(
         self,
         status: StatusCode,
         app: &App,
         table: &Arc<RouteTable>,
         llm: &Llm,
+        hold: Option<Hold>,
     ) -> Option<Meter> {
-        let account = self.reservation.map(|reservation| Account {
-            app: app.clone(),
-            table: Arc::clone(table),
-            reservation,
-        });
+        let mut accounts: Vec<Account> = self
+            .reservation
+            .map(|reservation| Account {
+                app: app.clone(),
+                table: Arc::clone(table),
+                reservation,
+                quota: None,
+            })
+            .into_iter()
+            .collect();
+        accounts.extend(hold.map(|h| h.account(app, table)));
         if !status.is_success() {
-            if let Some(account) = account {
+            for account in accounts {
                 account.release();
             }
             return None;
         }
         Some(Meter::new(Metering {
-            account,
+            accounts,
             endpoint: self.endpoint,
             stream: self.stream,
             counter: self.counter,
@@ -187,8 +206,9 @@ impl Call {
         }))
     }
 
-    /// The call never reached an answer (the upstream failed): nothing was generated.
+    /// The call never reached an answer (the upstream failed, or every upstream was skipped):
+    /// nothing was generated.
     pub(crate) fn failed(self, app: &App, table: &Arc<RouteTable>, llm: &Llm) {
-        drop(self.answered(StatusCode::BAD_GATEWAY, app, table, llm));
+        drop(self.answered(StatusCode::BAD_GATEWAY, app, table, llm, None));
     }
 }

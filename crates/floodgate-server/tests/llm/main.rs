@@ -7,6 +7,7 @@
 mod admission;
 mod dollars;
 mod example;
+mod fallback;
 mod metering;
 mod redis;
 mod sdk;

@@ -86,6 +86,17 @@ pub struct Price {
     pub output: f64,
 }
 
+/// One of an LLM route's upstreams, tried in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlmUpstream {
+    /// Where it is.
+    pub upstream: super::Upstream,
+    /// The rule holding its quota (a provider's tokens or requests per minute), if any: a call goes
+    /// there only when the rule has room for it, and the provider's 429 spends what the rule has
+    /// left, so that the next calls go elsewhere until it refills.
+    pub quota_rule: Option<String>,
+}
+
 /// A route's LLM settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Llm {
@@ -116,6 +127,10 @@ pub struct Llm {
     /// The cost dimension spend is counted in, in micro-dollars (default `usd_micros`: a rule with
     /// `cost: usd_micros` and `limit: 50000000` is a $50 budget).
     pub price_dimension: String,
+    /// The upstreams, in order (empty: the route's `upstream` alone). A call that one answers with
+    /// 429 or a 5xx, or cannot reach, or whose breaker is open, or whose quota rule has no room,
+    /// goes to the next, its reservation carried over.
+    pub upstreams: Vec<LlmUpstream>,
 }
 
 impl Llm {
@@ -151,6 +166,7 @@ impl Default for Llm {
             reservation_ttl: Duration::from_secs(600),
             prices: Vec::new(),
             price_dimension: "usd_micros".to_owned(),
+            upstreams: Vec::new(),
         }
     }
 }
@@ -166,10 +182,11 @@ const FIELDS: &[&str] = &[
     "reservation_ttl",
     "prices",
     "price_dimension",
+    "upstreams",
 ];
 
-/// Reads a route's `llm:` section.
-pub(super) fn llm(item: Item<'_>) -> Result<Llm, Invalid> {
+/// Reads a route's `llm:` section; its upstreams' quota rules must be among `rules`.
+pub(super) fn llm(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Llm, Invalid> {
     let fields = item.fields("the LLM settings", Some(FIELDS))?;
     let mut llm = Llm::default();
     let api = fields.require("api", "the model API the route speaks: api: openai")?;
@@ -248,6 +265,41 @@ pub(super) fn llm(item: Item<'_>) -> Result<Llm, Invalid> {
     }
     if let Some(m) = fields.get("max_body") {
         llm.max_body = super::size(&m, "max_body")?;
+    }
+    if let Some(list) = fields.get("upstreams").filter(|i| !i.is_null()) {
+        let elements = list.elements("a list of upstreams")?;
+        if elements.is_empty() {
+            return Err(
+                list.error("upstreams is an empty list: name at least one, or use the route's upstream")
+            );
+        }
+        for element in elements {
+            let upstream = super::upstream::upstream_with(element.clone(), &["quota_rule"])?;
+            let quota_rule = match element
+                .is_map()
+                .then(|| element.fields("an upstream", None))
+                .transpose()?
+            {
+                Some(f) => match f.get("quota_rule") {
+                    Some(q) => {
+                        let name = q.str("a rule's name")?;
+                        if !rules.iter().any(|r| r.name() == name) {
+                            return Err(q.error(format!(
+                                "quota_rule {name:?} names no rule{}",
+                                did_you_mean(name, rules.iter().map(|r| r.name()))
+                            )));
+                        }
+                        if llm.upstreams.iter().any(|u: &LlmUpstream| u.quota_rule.as_deref() == Some(name)) {
+                            return Err(q.error(format!("quota_rule {name:?} is already another upstream's")));
+                        }
+                        Some(name.to_owned())
+                    }
+                    None => None,
+                },
+                None => None,
+            };
+            llm.upstreams.push(LlmUpstream { upstream, quota_rule });
+        }
     }
     if let Some(t) = fields.get("reservation_ttl") {
         let ttl = positive_duration(t.clone(), "reservation_ttl")?;

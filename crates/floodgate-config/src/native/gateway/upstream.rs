@@ -94,8 +94,15 @@ pub struct Fallback {
 }
 
 pub(super) fn upstream(item: Item<'_>) -> Result<Upstream, Invalid> {
+    upstream_with(item, &[])
+}
+
+/// An upstream whose map may have the fields `extra` too (read by the caller).
+pub(super) fn upstream_with(item: Item<'_>, extra: &[&str]) -> Result<Upstream, Invalid> {
     let (url_item, http2, from_env) = if item.is_map() {
-        let fields = item.fields("an upstream", Some(&["url", "url_env", "http2"]))?;
+        let mut allowed = vec!["url", "url_env", "http2"];
+        allowed.extend_from_slice(extra);
+        let fields = item.fields("an upstream", Some(&allowed))?;
         let http2 = match fields.get("http2") {
             Some(h) => h.bool()?,
             None => false,
