@@ -123,6 +123,11 @@ scenarios! {
     /// the server's memory, descriptors, threads and each kind's p99 sampled, their drift after a
     /// warm-up, errors and wrong answers.
     Soak(scenarios::soak::SoakArgs),
+    /// The LLM gateway under 64 concurrent streaming clients of one tenant with a token budget,
+    /// on 3 `floodgate` processes sharing a Redis, before the project's OpenAI-compatible upstream:
+    /// tokens generated beyond the budget under `cut` and `finish`, throughput and the latency added
+    /// over the upstream; `--peer litellm` beside LiteLLM's proxy.
+    Llm(scenarios::llm::LlmArgs),
 }
 
 #[cfg(test)]

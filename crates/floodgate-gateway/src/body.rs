@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
+use super::llm::{Meter, Step};
 use super::stale::StaleCache;
 
 /// The request's total deadline passed while its response body was streaming.
@@ -47,19 +48,34 @@ pub(super) struct GatewayBody {
     deadline: Option<Pin<Box<Sleep>>>,
     tee: Option<Tee>,
     held: Option<Held>,
+    /// An LLM call's meter: counts what flows, may hide or cut, commits when the body ends.
+    meter: Option<Meter>,
+    /// The meter cut the stream: nothing more is forwarded.
+    done: bool,
 }
 
 impl GatewayBody {
-    pub(super) fn new(inner: Incoming, deadline: Option<Instant>, tee: Option<Tee>, held: Held) -> Self {
+    pub(super) fn new(
+        inner: Incoming,
+        deadline: Option<Instant>,
+        tee: Option<Tee>,
+        held: Held,
+        meter: Option<Meter>,
+    ) -> Self {
         GatewayBody {
             inner,
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
             tee,
             held: Some(held),
+            meter,
+            done: false,
         }
     }
 
     fn ended(&mut self, whole: bool) {
+        if let Some(mut meter) = self.meter.take() {
+            meter.finish();
+        }
         self.held.take();
         if let Some(tee) = self.tee.take()
             && whole
@@ -79,11 +95,17 @@ impl Body for GatewayBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
         if let Some(deadline) = this.deadline.as_mut()
             && deadline.as_mut().poll(cx).is_ready()
         {
             this.ended(false);
             return Poll::Ready(Some(Err(Box::new(TotalTimeout))));
+        }
+        if this.meter.is_some() {
+            return this.poll_metered(cx);
         }
         let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
         match &frame {
@@ -106,11 +128,55 @@ impl Body for GatewayBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.done || (self.inner.is_end_stream() && self.meter.is_none())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.meter {
+            Some(meter) if meter.rewrites() => SizeHint::default(),
+            _ => self.inner.size_hint(),
+        }
+    }
+}
+
+impl GatewayBody {
+    /// The next frame of a metered body: what the meter forwards of the upstream's frames.
+    fn poll_metered(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, <Self as Body>::Error>>> {
+        loop {
+            let Some(meter) = self.meter.as_mut() else { return Poll::Ready(None) };
+            let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+            match frame {
+                None => {
+                    let rest = meter.rest();
+                    self.ended(true);
+                    self.done = true;
+                    return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(rest))));
+                }
+                Some(Err(e)) => {
+                    self.ended(false);
+                    return Poll::Ready(Some(Err(Box::new(e))));
+                }
+                Some(Ok(frame)) => {
+                    let Some(data) = frame.data_ref() else {
+                        // Trailers pass as they are.
+                        return Poll::Ready(Some(Ok(frame)));
+                    };
+                    match meter.data(data) {
+                        Step::Pass(bytes) if bytes.is_empty() => continue,
+                        Step::Pass(bytes) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                        Step::End(bytes) => {
+                            // Cut: the upstream's connection goes with this body.
+                            self.ended(false);
+                            self.done = true;
+                            return Poll::Ready(Some(Ok(Frame::data(bytes))));
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -12,13 +12,31 @@ use tokio::time::Instant;
 
 use super::budget::RetrySlot;
 use super::routes::RouteState;
-use super::upstream::{Attempt, Failure, Outgoing, Prepared, idempotent};
+use super::upstream::{Attempt, Client, Failure, Outgoing, Prepared, idempotent};
 
 /// The outcome of a call: the upstream's response (whatever its status), or a failure.
 pub(super) type Outcome = Result<Response<Incoming>, Failure>;
 
+/// Where a call goes: an upstream's pooled client and its breaker.
+#[derive(Clone, Copy)]
+pub(super) struct Via<'a> {
+    pub(super) client: &'a Client,
+    pub(super) breaker: Option<&'a CircuitBreaker<SystemClock>>,
+}
+
 /// Calls `route`'s upstream with `request`, retrying as the route allows, within `deadline`.
-pub(super) async fn call(route: &RouteState, mut request: Prepared, deadline: Option<Instant>) -> Outcome {
+pub(super) async fn call(route: &RouteState, request: Prepared, deadline: Option<Instant>) -> Outcome {
+    let via = Via { client: &route.client, breaker: route.breaker.as_deref() };
+    call_via(route, via, request, deadline).await
+}
+
+/// Calls the upstream of `via` for `route` (one of an LLM route's upstreams), as [`call`] does.
+pub(super) async fn call_via(
+    route: &RouteState,
+    via: Via<'_>,
+    mut request: Prepared,
+    deadline: Option<Instant>,
+) -> Outcome {
     let retries = route.config.retries.as_ref().filter(|_| {
         idempotent(&request.method) && !request.upgrade && matches!(request.body, Outgoing::Kept(_))
     });
@@ -27,20 +45,20 @@ pub(super) async fn call(route: &RouteState, mut request: Prepared, deadline: Op
     let mut _retrying: Option<RetrySlot> = None;
     let mut attempt: u32 = 0;
     loop {
-        let (sent, probe) = match route.breaker.as_deref().map(CircuitBreaker::admit) {
+        let (sent, probe) = match via.breaker.map(CircuitBreaker::admit) {
             Some(Admission::Reject) => return Err(Failure::BreakerOpen),
-            Some(Admission::Probe) => (None, Some(ProbeGuard(route.breaker.as_deref()))),
+            Some(Admission::Probe) => (None, Some(ProbeGuard(via.breaker))),
             Some(Admission::Call(sent)) => (Some(sent), None),
             None => (None, None),
         };
-        let outcome = attempt_once(route, &mut request, deadline).await;
+        let outcome = attempt_once(route, via.client, &mut request, deadline).await;
         let failed = counts_as_failure(&outcome);
         if let Some(mut probe) = probe {
             // A probe is one attempt: its outcome decides the breaker.
             probe.finish(!failed);
             return outcome;
         }
-        if let (Some(sent), Some(breaker)) = (sent, route.breaker.as_deref()) {
+        if let (Some(sent), Some(breaker)) = (sent, via.breaker) {
             breaker.record(failed, sent);
         }
         let Some(settings) = retry_after(retries, &outcome, attempt) else { return outcome };
@@ -128,12 +146,17 @@ async fn backoff(
 /// One attempt: connect, send, and wait for the response head, within the route's timeouts and
 /// the request's deadline. `connect` bounds a new connection (the connector's timeout);
 /// `first_byte` counts from the moment the request goes out on its connection.
-async fn attempt_once(route: &RouteState, request: &mut Prepared, deadline: Option<Instant>) -> Outcome {
+async fn attempt_once(
+    route: &RouteState,
+    client: &Client,
+    request: &mut Prepared,
+    deadline: Option<Instant>,
+) -> Outcome {
     let Some(outgoing) = request.build() else { return Err(Failure::Broken) };
     let first_byte = route.config.timeouts.first_byte;
     let started = Instant::now();
     let attempt = Arc::new(Attempt::default());
-    let response = attempt.scope(route.client.request(outgoing));
+    let response = attempt.scope(client.request(outgoing));
     tokio::pin!(response);
     let result = loop {
         let changed = attempt.changed();

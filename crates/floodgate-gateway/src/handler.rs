@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::body::{GatewayBody, Held, Tee};
 use super::call;
 use super::identity::{Identity, describe_identity};
+use super::llm;
 use super::metrics::GatewayMetrics;
 use super::queue::{self, Accepted};
 use super::respond;
@@ -124,15 +125,29 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
         &mut descriptors,
     );
 
-    // 4. Rules of the identity: per user, tenant, plan; the anonymous pool.
-    let after = match gateway.gate(&table.policies.after, &descriptors).await {
-        Ok(verdict) => verdict,
-        Err(refused) => return refused,
+    // 4. Rules of the identity: per user, tenant, plan; the anonymous pool. On an LLM route's
+    // metered endpoints, one reservation of the request's tokens on them and on every token rule
+    // instead (its permits are freed when it is settled).
+    let llm = route.config.llm.as_ref().and_then(|llm| Some((llm, llm::Endpoint::of(parts.uri.path())?)));
+    let (after, call, body) = match llm {
+        Some((llm, endpoint)) => {
+            match llm::admit_call(&gateway.app, table, llm, endpoint, &descriptors, body, style).await {
+                Ok(call) => (call.verdict.clone(), Some(call), Body::empty()),
+                Err(refused) => return refused,
+            }
+        }
+        None => {
+            let after = match gateway.gate(&table.policies.after, &descriptors).await {
+                Ok(verdict) => verdict,
+                Err(refused) => return refused,
+            };
+            if !after.allowed {
+                return respond::limited(&merged(before, after), style);
+            }
+            held.permits.extend(permits(gateway, &table.policies.after, &descriptors, &after));
+            (after, None, body)
+        }
     };
-    if !after.allowed {
-        return respond::limited(&merged(before, after), style);
-    }
-    held.permits.extend(permits(gateway, &table.policies.after, &descriptors, &after));
     let verdict = merged(before, after);
 
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
@@ -185,12 +200,53 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let Some(uri) = upstream::target(&route.config.upstream.uri, &path_and_query) else {
         return respond::malformed("the request's path cannot be sent to the upstream");
     };
-    let outgoing = match replayable(route, &parts, body).await {
-        Ok(outgoing) => outgoing,
-        Err(response) => return response,
+    let outgoing = match &call {
+        // The body as admission read it (its allowance bounded, a stream asked for its usage).
+        Some(call) => {
+            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(call.body.len()));
+            Outgoing::Kept(call.body.clone())
+        }
+        None => match replayable(route, &parts, body).await {
+            Ok(outgoing) => outgoing,
+            Err(response) => return response,
+        },
     };
-    let prepared = Prepared { method: parts.method.clone(), uri, headers, body: outgoing, upgrade };
-    let outcome = call::call(route, prepared, deadline).await;
+    let (mut call, llm) = (call, llm.map(|(llm, _)| llm));
+    let mut hold = None;
+    let outcome = match (&call, llm) {
+        // An LLM route with upstreams in order: each tried until one answers.
+        (Some(admitted), Some(llm)) if !route.upstreams.is_empty() => {
+            let attempts = llm::Attempts {
+                method: &parts.method,
+                path_and_query: &path_and_query,
+                headers: &headers,
+                body: admitted.body.clone(),
+                deadline,
+            };
+            match llm::call_in_order(&gateway.app, table, route, llm, admitted, attempts, style).await {
+                llm::Tried::Answered(response, held) => {
+                    hold = held;
+                    Ok(response)
+                }
+                llm::Tried::Failed(failure) => Err(failure),
+                llm::Tried::Refused(response) => {
+                    if let Some(call) = call.take() {
+                        call.failed(&gateway.app, table, llm);
+                    }
+                    return response;
+                }
+            }
+        }
+        _ => {
+            let prepared = Prepared { method: parts.method.clone(), uri, headers, body: outgoing, upgrade };
+            call::call(route, prepared, deadline).await
+        }
+    };
+    if outcome.is_err()
+        && let (Some(call), Some(llm)) = (call.take(), llm)
+    {
+        call.failed(&gateway.app, table, llm);
+    }
     let mut response = match outcome {
         Ok(response) => response,
         Err(Failure::BreakerOpen) => {
@@ -242,6 +298,16 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     upstream::strip_hop_by_hop(&mut head.headers, false);
     rate_limit_headers(&verdict, style, &mut head.headers);
     floodgate_http::degrade_header(&verdict, &mut head.headers);
+    let meter = match (call, llm) {
+        (Some(call), Some(llm)) => {
+            call.allowance_header(&mut head.headers);
+            call.answered(head.status, &gateway.app, table, llm, hold)
+        }
+        _ => None,
+    };
+    if meter.as_ref().is_some_and(llm::Meter::rewrites) {
+        head.headers.remove(http::header::CONTENT_LENGTH);
+    }
     let tee = cache_key.filter(|_| head.status == StatusCode::OK).map(|key| Tee {
         cache: Arc::clone(&gateway.stale),
         key,
@@ -249,7 +315,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
         buf: BytesMut::new(),
         clock: gateway.clock.clone(),
     });
-    let body = GatewayBody::new(incoming, deadline, tee, held);
+    let body = GatewayBody::new(incoming, deadline, tee, held, meter);
     Response::from_parts(head, Body::new(body))
 }
 

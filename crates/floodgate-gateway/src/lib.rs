@@ -28,6 +28,10 @@
 //!   toward the upstream by the verified values.
 //! - Everything the gateway answers itself is `application/problem+json`; 429s carry
 //!   `Retry-After` and the rate-limit headers, which allowed responses carry too.
+//! - LLM routes (`llm.rs`, `llm: {api: openai}`): on their metered endpoints the rules after
+//!   verification are one reservation of the call's prompt tokens and completion allowance (capped
+//!   to what is left, or refused), and the answer is metered as it flows and committed when it
+//!   ends; what they answer themselves is in OpenAI's error format.
 
 mod body;
 mod budget;
@@ -35,6 +39,7 @@ mod call;
 mod descriptors;
 mod handler;
 mod identity;
+mod llm;
 mod metrics;
 mod policies;
 mod queue;

@@ -17,6 +17,13 @@ pub(crate) struct GatewayPolicies {
     pub(crate) before: Domain,
     /// The rules run after verification.
     pub(crate) after: Domain,
+    /// What an LLM route reserves on after verification, in place of `after`: the same rules,
+    /// those of the first phase that count a cost other than `requests` (tokens, say), which a
+    /// request costing 1 in `requests` never reaches there — so each rule still counts once — and
+    /// the rules that count per `model`, which run nowhere else.
+    pub(crate) metered: Domain,
+    /// Each LLM upstream's quota rule, alone, by name: it runs only when a call goes there.
+    pub(crate) quotas: Vec<(String, Domain)>,
 }
 
 /// The descriptors only a verified identity (or its absence) gives.
@@ -32,17 +39,56 @@ pub(crate) fn after_verification(rule: &floodgate::Rule) -> bool {
         || rule.calendar_descriptors().any(identity)
 }
 
+/// The descriptor an LLM route adds once it read the request's body: its model.
+pub(crate) const MODEL_DESCRIPTOR: &str = "model";
+
+/// Whether `rule` counts per model (its key or conditions use `model`): only an LLM route's
+/// metered requests have one, so it runs only there.
+pub(crate) fn per_model(rule: &floodgate::Rule) -> bool {
+    rule.key_descriptors().iter().any(|d| d == MODEL_DESCRIPTOR)
+        || rule.conditions().iter().any(|(d, _)| d == MODEL_DESCRIPTOR)
+        || rule.varies_by() == Some(MODEL_DESCRIPTOR)
+}
+
 impl GatewayPolicies {
     /// The two phases of `running`'s native policy, with their metric handles.
     pub(crate) fn new(running: &Running, metrics: &Metrics) -> Self {
+        // The rules holding an LLM upstream's quota run only when a call goes to that upstream.
+        let quota_rules: Vec<&str> = running
+            .gateway
+            .iter()
+            .flat_map(|g| g.routes.iter())
+            .filter_map(|r| r.llm.as_ref())
+            .flat_map(|l| l.upstreams.iter())
+            .filter_map(|u| u.quota_rule.as_deref())
+            .collect();
+        let rules = || running.native.policy.rules().filter(|r| !quota_rules.contains(&r.name()));
         let (after, before): (Vec<_>, Vec<_>) =
-            running.native.policy.rules().cloned().partition(after_verification);
+            rules().filter(|r| !per_model(r)).cloned().partition(after_verification);
+        let metered: Vec<floodgate::Rule> = rules()
+            .filter(|r| {
+                after_verification(r) || r.cost_dimension() != floodgate::cost::REQUESTS || per_model(r)
+            })
+            .cloned()
+            .collect();
         // The native policy's rules are valid together, hence in any subset: no rule of a native
         // file replaces another.
         let phase = |rules: Vec<floodgate::Rule>| {
             let policy = Policy::new(rules).unwrap_or_default();
             Domain::new(None, policy, metrics, &running.detailed)
         };
-        GatewayPolicies { before: phase(before), after: phase(after) }
+        let quotas = running
+            .native
+            .policy
+            .rules()
+            .filter(|r| quota_rules.contains(&r.name()))
+            .map(|r| (r.name().to_owned(), phase(vec![r.clone()])))
+            .collect();
+        GatewayPolicies { before: phase(before), after: phase(after), metered: phase(metered), quotas }
+    }
+
+    /// The domain of the quota rule `name`, an LLM upstream's.
+    pub(crate) fn quota(&self, name: &str) -> Option<&Domain> {
+        self.quotas.iter().find(|(n, _)| n == name).map(|(_, d)| d)
     }
 }

@@ -48,6 +48,15 @@ pub(super) struct RouteTable {
     pub(super) verifier: Option<Verifier>,
 }
 
+/// One of an LLM route's upstreams (`llm.upstreams`), tried in order, with its own client and
+/// breaker (the route's `breaker` settings), and the rule of its quota.
+pub(super) struct LlmUpstreamState {
+    pub(super) uri: http::Uri,
+    pub(super) client: Client,
+    pub(super) breaker: Option<Arc<CircuitBreaker<SystemClock>>>,
+    pub(super) quota_rule: Option<String>,
+}
+
 /// One route and its runtime.
 pub(super) struct RouteState {
     pub(super) config: Route,
@@ -56,6 +65,8 @@ pub(super) struct RouteState {
     pub(super) budget: Arc<Budget>,
     pub(super) metrics: RouteMetrics,
     pub(super) client: Client,
+    /// An LLM route's upstreams, in order (empty: the route's upstream alone).
+    pub(super) upstreams: Vec<LlmUpstreamState>,
 }
 
 impl std::fmt::Debug for RouteState {
@@ -129,6 +140,31 @@ impl RouteTable {
             };
             let budget = before.map(|b| Arc::clone(&b.budget)).unwrap_or_default();
             let client = clients.get(route.timeouts.connect, route.upstream.http2);
+            let upstreams = route
+                .llm
+                .iter()
+                .flat_map(|l| l.upstreams.iter())
+                .enumerate()
+                .map(|(i, u)| {
+                    // Kept across a reload when the upstream and the breaker's settings are unchanged.
+                    let kept = before.and_then(|b| b.upstreams.get(i)).filter(|b_u| {
+                        b_u.uri == u.upstream.uri && before.is_some_and(|b| b.config.breaker == route.breaker)
+                    });
+                    let breaker = match (kept, &route.breaker) {
+                        (Some(k), Some(_)) => k.breaker.clone(),
+                        (_, Some(settings)) => {
+                            Some(Arc::new(CircuitBreaker::new(settings.clone(), clock.clone())))
+                        }
+                        (_, None) => None,
+                    };
+                    LlmUpstreamState {
+                        uri: u.upstream.uri.clone(),
+                        client: clients.get(route.timeouts.connect, u.upstream.http2),
+                        breaker,
+                        quota_rule: u.quota_rule.clone(),
+                    }
+                })
+                .collect();
             routes.push(Arc::new(RouteState {
                 config: route.clone(),
                 breaker,
@@ -136,6 +172,7 @@ impl RouteTable {
                 budget,
                 metrics: route_metrics,
                 client,
+                upstreams,
             }));
         }
         let mut client_ip = ClientIp::new();

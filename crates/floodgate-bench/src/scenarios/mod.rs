@@ -9,6 +9,7 @@ pub mod flood;
 pub mod gateway;
 pub mod instances;
 pub mod latency;
+pub mod llm;
 pub mod outage;
 pub mod prefetch;
 pub mod replay;

@@ -4,11 +4,12 @@
 //! `floodgate` processes ([`reserve`]); `timeouts` on a `floodgate` process and nginx
 //! ([`timeouts`]); `latency` on a `floodgate` process, nginx and an upstream ([`latency`]); a short
 //! `soak` on a `floodgate` process ([`soak`]); `cross-slot` on a Redis
-//! Cluster of its own ([`cross_slot`]).
+//! Cluster of its own ([`cross_slot`]); `llm` on `floodgate` processes sharing a Redis ([`llm`]).
 
 mod cross_slot;
 mod flood;
 mod latency;
+mod llm;
 mod outage;
 mod reserve;
 mod rlqs;

@@ -130,7 +130,7 @@ pub(crate) fn compile(root: Item<'_>) -> Result<Native, Invalid> {
         }
     }
     let gateway = match fields.get("gateway").filter(|i| !i.is_null()) {
-        Some(item) => Some(Box::new(gateway::compile(item)?)),
+        Some(item) => Some(Box::new(gateway::compile(item, &rules)?)),
         None => None,
     };
     let auth = match fields.get("auth").filter(|i| !i.is_null()) {

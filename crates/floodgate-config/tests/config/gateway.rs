@@ -134,3 +134,189 @@ fn rules_may_use_the_authenticated_descriptor() {
     let yaml = "rules:\n  - name: anonymous\n    match: { authenticated: \"false\" }\n    key: [ip]\n    algorithm: fixed_window\n    limit: 5\n    window: 1s\n";
     assert!(config::parse("a.yaml", yaml).is_ok());
 }
+
+#[test]
+fn an_llm_route_is_read_with_its_defaults_and_its_settings() {
+    use floodgate_config::gateway::{OverBudget, Tokenizer, WhenShort};
+    let yaml = r#"
+rules: []
+gateway:
+  routes:
+    - name: chat
+      match: { path: "/v1/{*rest}", methods: [POST] }
+      upstream: http://127.0.0.1:9000
+      llm:
+        api: openai
+        allowance: { default_max_tokens: 512, min_completion_tokens: 32, max_tokens: 8192, when_short: deny }
+        over_budget_mid_stream: finish
+        tokenizers: { "llama-*": o200k, mistral-small: { chars_per_token: 3.5 } }
+        chars_per_token: 2.5
+        prices: { gpt-4o-mini: { input: 0.15, cached_input: 0.075, output: 0.60 }, "gpt-4o*": { input: 2.5, output: 10 } }
+        max_body: 1048576
+        reservation_ttl: 2m
+    - name: plain
+      match: { path: "/v2/{*rest}" }
+      upstream: http://127.0.0.1:9000
+      llm: { api: openai }
+"#;
+    let gateway = config::parse("gw.yaml", yaml).unwrap().gateway.unwrap();
+    let llm = gateway.routes[0].llm.as_ref().unwrap();
+    assert_eq!(llm.allowance.default_max_tokens, 512);
+    assert_eq!(llm.allowance.min_completion_tokens, 32);
+    assert_eq!(llm.allowance.max_tokens, 8192);
+    assert_eq!(llm.allowance.when_short, WhenShort::Deny);
+    assert_eq!(llm.over_budget_mid_stream, OverBudget::Finish);
+    assert_eq!(
+        llm.tokenizers,
+        vec![
+            ("llama-*".to_owned(), Tokenizer::O200k),
+            ("mistral-small".to_owned(), Tokenizer::CharsPerToken(3.5)),
+        ]
+    );
+    assert_eq!(llm.chars_per_token, 2.5);
+    use floodgate_config::gateway::Price;
+    assert_eq!(llm.price("gpt-4o-mini"), Some(Price { input: 0.15, cached_input: 0.075, output: 0.60 }));
+    assert_eq!(llm.price("gpt-4o-2024-08-06"), Some(Price { input: 2.5, cached_input: 2.5, output: 10.0 }));
+    assert_eq!(llm.price("gpt-4.1"), None);
+    assert_eq!(llm.price_dimension, "usd_micros");
+    assert_eq!(llm.max_body, 1 << 20);
+    assert_eq!(llm.reservation_ttl, Duration::from_secs(120));
+    let plain = gateway.routes[1].llm.as_ref().unwrap();
+    assert_eq!(plain.allowance.default_max_tokens, 1024);
+    assert_eq!(plain.allowance.when_short, WhenShort::Cap);
+    assert_eq!(plain.over_budget_mid_stream, OverBudget::Cut);
+    assert_eq!(plain.dimension, "tokens");
+    assert_eq!(gateway.routes.len(), 2);
+}
+
+#[test]
+fn each_llm_mistake_is_reported_at_its_field() {
+    // Line 7 is `      llm: <llm>`: a value's column is 12 plus its place in `llm`.
+    for (llm, at, field, says) in [
+        ("{ api: anthropic }", "anthropic", "gateway.routes[0].llm.api", "unknown model API"),
+        ("{ allowance: {} }", "{ allowance", "gateway.routes[0].llm.api", "missing field \"api\""),
+        (
+            "{ api: openai, allowance: { when_short: wait } }",
+            "wait",
+            "gateway.routes[0].llm.allowance.when_short",
+            "cap or deny",
+        ),
+        (
+            "{ api: openai, allowance: { default_max_tokens: 0 } }",
+            "0 }",
+            "gateway.routes[0].llm.allowance.default_max_tokens",
+            "at least 1",
+        ),
+        (
+            "{ api: openai, allowance: { min_completion_tokens: 2000 } }",
+            "2000",
+            "gateway.routes[0].llm.allowance.min_completion_tokens",
+            "above default_max_tokens",
+        ),
+        (
+            "{ api: openai, over_budget_mid_stream: stop }",
+            "stop",
+            "gateway.routes[0].llm.over_budget_mid_stream",
+            "cut or finish",
+        ),
+        (
+            "{ api: openai, dimension: requests }",
+            "requests",
+            "gateway.routes[0].llm.dimension",
+            "other than requests",
+        ),
+        (
+            "{ api: openai, chars_per_token: 0 }",
+            "0 }",
+            "gateway.routes[0].llm.chars_per_token",
+            "from 0.5 to 100",
+        ),
+        (
+            "{ api: openai, tokenizers: { gpt: p50k } }",
+            "p50k",
+            "gateway.routes[0].llm.tokenizers.gpt",
+            "unknown tokenizer",
+        ),
+        (
+            "{ api: openai, reservation_ttl: 2d }",
+            "2d",
+            "gateway.routes[0].llm.reservation_ttl",
+            "at most 24h",
+        ),
+    ] {
+        let yaml = format!(
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: {{ path: \"/v1/{{*rest}}\" }}\n      upstream: http://127.0.0.1:9000\n      llm: {llm}\n"
+        );
+        let column = 12 + llm.find(at).unwrap();
+        let err = config::parse("gw.yaml", &yaml).expect_err(&yaml);
+        assert_eq!(err.field.as_deref(), Some(field), "{yaml}\n{}", err.message);
+        assert_eq!((err.line, err.column), (Some(7), Some(column)), "{yaml}\n{}", err.message);
+        assert!(err.message.contains(says), "{yaml}\n{}", err.message);
+    }
+}
+
+#[test]
+fn an_upstream_url_may_come_from_the_environment_with_a_default() {
+    let route = |upstream: &str| {
+        format!(
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: {{ path: \"/a\" }}\n      upstream: {upstream}\n"
+        )
+    };
+    // Unset: the default.
+    let yaml = route("{ url_env: FLOODGATE_TEST_SURELY_UNSET_UPSTREAM, url: \"http://127.0.0.1:9000\" }");
+    let gateway = config::parse("gw.yaml", &yaml).unwrap().gateway.unwrap();
+    assert_eq!(gateway.routes[0].upstream.uri, "http://127.0.0.1:9000");
+    // Unset and no default: said so, at the variable.
+    let err =
+        config::parse("gw.yaml", &route("{ url_env: FLOODGATE_TEST_SURELY_UNSET_UPSTREAM }")).unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("gateway.routes[0].upstream.url_env"), "{}", err.message);
+    assert!(err.message.contains("is not set, and no url is given"), "{}", err.message);
+    // Set (PATH always is) to something that is no URL: refused, naming where it came from.
+    let err =
+        config::parse("gw.yaml", &route("{ url_env: PATH, url: \"http://127.0.0.1:9000\" }")).unwrap_err();
+    assert!(err.message.contains("(from PATH)"), "{}", err.message);
+}
+
+#[test]
+fn an_llm_route_may_list_its_upstreams_in_order_each_with_a_quota_rule() {
+    let yaml = |route: &str| {
+        format!(
+            "rules:\n  - name: provisioned\n    key: [global]\n    algorithm: fixed_window\n    limit: 1000\n    window: 1m\n    cost: tokens\ngateway:\n  routes:\n    - name: r\n      match: {{ path: \"/v1/{{*rest}}\" }}\n{route}"
+        )
+    };
+    let ok = yaml(
+        "      llm:\n        api: openai\n        upstreams:\n          - { url: \"http://127.0.0.1:9000\", quota_rule: provisioned }\n          - \"http://127.0.0.1:9001\"\n",
+    );
+    let gateway = config::parse("gw.yaml", &ok).unwrap().gateway.unwrap();
+    let route = &gateway.routes[0];
+    let upstreams = &route.llm.as_ref().unwrap().upstreams;
+    assert_eq!(upstreams.len(), 2);
+    assert_eq!(upstreams[0].quota_rule.as_deref(), Some("provisioned"));
+    assert_eq!(upstreams[1].upstream.uri, "http://127.0.0.1:9001");
+    assert_eq!(route.upstream.uri, "http://127.0.0.1:9000", "the route's upstream is the first");
+
+    for (route, field, says) in [
+        (
+            "      upstream: http://h:1\n      llm: { api: openai, upstreams: [\"http://h:2\"] }\n",
+            "gateway.routes[0].upstream",
+            "not both",
+        ),
+        (
+            "      llm: { api: openai, upstreams: [{ url: \"http://h:2\", quota_rule: provisiond }] }\n",
+            "gateway.routes[0].llm.upstreams[0].quota_rule",
+            "did you mean \"provisioned\"",
+        ),
+        (
+            "      llm: { api: openai, upstreams: [{ url: \"http://h:2\", quota_rule: provisioned }, { url: \"http://h:3\", quota_rule: provisioned }] }\n",
+            "gateway.routes[0].llm.upstreams[1].quota_rule",
+            "already another upstream's",
+        ),
+        ("      llm: { api: openai, upstreams: [] }\n", "gateway.routes[0].llm.upstreams", "empty list"),
+        ("      llm: { api: openai }\n", "gateway.routes[0].upstream", "missing field \"upstream\""),
+    ] {
+        let yaml = yaml(route);
+        let err = config::parse("gw.yaml", &yaml).expect_err(&yaml);
+        assert_eq!(err.field.as_deref(), Some(field), "{yaml}\n{}", err.message);
+        assert!(err.message.contains(says), "{yaml}\n{}", err.message);
+    }
+}

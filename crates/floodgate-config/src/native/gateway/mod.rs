@@ -9,11 +9,13 @@
 //!
 //! One file per subject: `listener.rs` (where the gateway listens, whose forwarding headers it
 //! believes), `identity.rs` (JWT, claims, identity headers), `routes.rs` (matching, priority, no
-//! two routes for one request), `upstream.rs` (upstreams, timeouts, retries, breakers, fallbacks)
+//! two routes for one request), `llm.rs` (LLM routes: the model API, the completion allowance,
+//! tokenizers, what a stream over its budget gets), `upstream.rs` (upstreams, timeouts, retries, breakers, fallbacks)
 //! and `switches.rs` (the operator switches, the degradations routes offer, the stale cache).
 
 mod identity;
 mod listener;
+mod llm;
 mod routes;
 mod switches;
 mod upstream;
@@ -26,6 +28,7 @@ use ipnet::IpNet;
 
 pub use self::identity::{Claims, Identity, IdentityHeaders, Jwt, Secret};
 pub use self::listener::ForwardedHeader;
+pub use self::llm::{Allowance, Llm, LlmApi, LlmUpstream, OverBudget, Price, Tokenizer, WhenShort};
 pub use self::routes::Route;
 pub use self::switches::{Degrade, Priority, Shed, StaleCacheConfig, Switches};
 pub use self::upstream::{Fallback, Retries, Timeouts, Upstream};
@@ -102,8 +105,8 @@ const FIELDS: &[&str] = &[
     "http",
 ];
 
-/// Validates the `gateway` section.
-pub(crate) fn compile(item: Item<'_>) -> Result<GatewayConfig, Invalid> {
+/// Validates the `gateway` section (`rules`: the configuration's rules, which routes may name).
+pub(crate) fn compile(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<GatewayConfig, Invalid> {
     let fields = item.fields("the gateway settings", Some(FIELDS))?;
     let mut config = GatewayConfig::default();
     if let Some(l) = fields.get("listen") {
@@ -148,7 +151,7 @@ pub(crate) fn compile(item: Item<'_>) -> Result<GatewayConfig, Invalid> {
         config.tls = Some(super::tls::compile(t)?);
     }
     if let Some(list) = fields.get("routes").filter(|i| !i.is_null()) {
-        config.routes = routes::routes(list, config.state_dir.is_some())?;
+        config.routes = routes::routes(list, config.state_dir.is_some(), rules)?;
     }
     Ok(config)
 }

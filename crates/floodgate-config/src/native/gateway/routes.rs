@@ -10,6 +10,7 @@ use http::Method;
 use crate::error::Invalid;
 use crate::yaml::{Item, Value, did_you_mean};
 
+use super::llm::{Llm, llm};
 use super::switches::{Degrade, Priority, degrade};
 use super::upstream::{
     Fallback, Retries, Timeouts, Upstream, breaker, fallback, retries, timeouts, upstream,
@@ -40,6 +41,9 @@ pub struct Route {
     pub fallback: Option<Fallback>,
     /// Which degradations it offers when the switches turn them on.
     pub degrade: Degrade,
+    /// Its LLM settings, when it is an LLM route (`llm: {api: openai}`): token budgets reserved at
+    /// admission, charged from what the model generated.
+    pub llm: Option<Llm>,
 }
 
 const ROUTE_FIELDS: &[&str] = &[
@@ -53,15 +57,20 @@ const ROUTE_FIELDS: &[&str] = &[
     "concurrency",
     "fallback",
     "degrade",
+    "llm",
 ];
 
 /// The `routes` list, in order; a route that accepts writes asynchronously needs `has_state_dir`.
-pub(super) fn routes(list: Item<'_>, has_state_dir: bool) -> Result<Vec<Route>, Invalid> {
+pub(super) fn routes(
+    list: Item<'_>,
+    has_state_dir: bool,
+    rules: &[floodgate::Rule],
+) -> Result<Vec<Route>, Invalid> {
     let mut routes = Vec::new();
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     let mut seen = Seen::default();
     for element in list.elements("a list of routes")? {
-        let route = route(element.clone())?;
+        let route = route(element.clone(), rules)?;
         if let Some(line) = names.get(&route.name) {
             let at = element.fields("a route", None)?.get("name").unwrap_or(element.clone());
             return Err(
@@ -118,7 +127,7 @@ fn check_overlap(at: &Item<'_>, route: &Route, seen: &mut Seen) -> Result<(), In
     Ok(())
 }
 
-fn route(item: Item<'_>) -> Result<Route, Invalid> {
+fn route(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Route, Invalid> {
     let fields = item.fields("a route", Some(ROUTE_FIELDS))?;
     let name_item = fields.require("name", "every route needs a unique name, e.g. name: orders")?;
     let name = name_item.text("a route name")?.into_owned();
@@ -158,7 +167,23 @@ fn route(item: Item<'_>) -> Result<Route, Invalid> {
             Some(methods)
         }
     };
-    let upstream = upstream(fields.require("upstream", "a route needs upstream: http://host:port")?)?;
+    // An LLM route may list its upstreams in order instead (`llm.upstreams`): the first is its
+    // upstream.
+    let llm_upstreams =
+        fields.get("llm").filter(Item::is_map).and_then(|l| l.fields("", None).ok()?.get("upstreams"));
+    let upstream = match (fields.get("upstream"), llm_upstreams) {
+        (Some(u), None) => upstream(u)?,
+        (Some(u), Some(_)) => {
+            return Err(u.error("give the route's upstream or llm.upstreams, not both"));
+        }
+        (None, Some(_)) => Upstream { uri: http::Uri::from_static("http://llm.upstreams"), http2: false },
+        (None, None) => {
+            return Err(item.missing(
+                "upstream",
+                "missing field \"upstream\": a route needs upstream: http://host:port",
+            ));
+        }
+    };
     let priority = match fields.get("priority") {
         None => Priority::Normal,
         Some(p) => match p.str("critical, normal or low")? {
@@ -209,6 +234,21 @@ fn route(item: Item<'_>) -> Result<Route, Invalid> {
         let at = fields.get("degrade").unwrap_or(item.clone());
         return Err(at.error("read: stale_cache keeps GET responses, and this route takes no GET"));
     }
+    let llm = match fields.get("llm").filter(|i| !i.is_null()) {
+        None => None,
+        Some(l) => Some(llm(l, rules)?),
+    };
+    // With llm.upstreams, the route's upstream is the first of them.
+    let upstream = match llm.as_ref().and_then(|l| l.upstreams.first()) {
+        Some(first) => first.upstream.clone(),
+        None => upstream,
+    };
+    if llm.is_some() && (degrade.stale_cache || degrade.accept_async) {
+        let at = fields.get("degrade").unwrap_or(item.clone());
+        return Err(at.error(
+            "an LLM route cannot degrade to stale reads or accepted writes: its calls are metered as they run",
+        ));
+    }
     Ok(Route {
         name,
         path,
@@ -221,6 +261,7 @@ fn route(item: Item<'_>) -> Result<Route, Invalid> {
         concurrency,
         fallback,
         degrade,
+        llm,
     })
 }
 

@@ -12,7 +12,8 @@ use crate::yaml::{Fields, Item, Value};
 
 use super::size;
 
-/// An upstream: `http://host:port[/base]`, HTTP/1.1 by default or HTTP/2 with prior knowledge.
+/// An upstream: `http://host:port[/base]`, HTTP/1.1 by default or HTTP/2 with prior knowledge; its
+/// URL may come from an environment variable (`url_env`, read at load, `url` its default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     /// The base URI (scheme `http`); its path, if any, is prefixed to the request's.
@@ -93,21 +94,57 @@ pub struct Fallback {
 }
 
 pub(super) fn upstream(item: Item<'_>) -> Result<Upstream, Invalid> {
-    let (url_item, http2) = if item.is_map() {
-        let fields = item.fields("an upstream", Some(&["url", "http2"]))?;
-        let url = fields.require("url", "the upstream's base URL, e.g. http://127.0.0.1:9000")?;
+    upstream_with(item, &[])
+}
+
+/// An upstream whose map may have the fields `extra` too (read by the caller).
+pub(super) fn upstream_with(item: Item<'_>, extra: &[&str]) -> Result<Upstream, Invalid> {
+    let (url_item, http2, from_env) = if item.is_map() {
+        let mut allowed = vec!["url", "url_env", "http2"];
+        allowed.extend_from_slice(extra);
+        let fields = item.fields("an upstream", Some(&allowed))?;
         let http2 = match fields.get("http2") {
             Some(h) => h.bool()?,
             None => false,
         };
-        (url, http2)
+        // `url_env`: the URL from an environment variable (read at load), `url` the default.
+        let from_env = match fields.get("url_env") {
+            None => None,
+            Some(e) => {
+                let name = e.str("an environment variable's name")?;
+                match std::env::var(name) {
+                    Ok(value) if !value.trim().is_empty() => {
+                        Some((e, name.to_owned(), value.trim().to_owned()))
+                    }
+                    _ if fields.get("url").is_some() => None,
+                    _ => {
+                        return Err(e.error(format!(
+                            "the environment variable {name} is not set, and no url is given as the default"
+                        )));
+                    }
+                }
+            }
+        };
+        let url = match &from_env {
+            Some((e, ..)) => e.clone(),
+            None => fields.require("url", "the upstream's base URL, e.g. http://127.0.0.1:9000")?,
+        };
+        (url, http2, from_env.map(|(_, name, value)| (name, value)))
     } else {
-        (item, false)
+        (item, false, None)
     };
-    let text = url_item.str("an upstream URL")?;
-    let uri: Uri = text
-        .parse()
-        .map_err(|_| url_item.error(format!("invalid upstream URL {text:?}: expected http://host:port")))?;
+    let owned;
+    let text = match &from_env {
+        Some((_, value)) => {
+            owned = value.clone();
+            owned.as_str()
+        }
+        None => url_item.str("an upstream URL")?,
+    };
+    let source = from_env.as_ref().map(|(name, _)| format!(" (from {name})")).unwrap_or_default();
+    let uri: Uri = text.parse().map_err(|_| {
+        url_item.error(format!("invalid upstream URL {text:?}{source}: expected http://host:port"))
+    })?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
@@ -116,13 +153,19 @@ pub(super) fn upstream(item: Item<'_>) -> Result<Upstream, Invalid> {
                  encrypts)"
             )));
         }
-        _ => return Err(url_item.error(format!("invalid upstream URL {text:?}: expected http://host:port"))),
+        _ => {
+            return Err(
+                url_item.error(format!("invalid upstream URL {text:?}{source}: expected http://host:port"))
+            );
+        }
     }
     if uri.authority().is_none() || uri.host().is_none_or(str::is_empty) {
-        return Err(url_item.error(format!("invalid upstream URL {text:?}: no host")));
+        return Err(url_item.error(format!("invalid upstream URL {text:?}{source}: no host")));
     }
     if uri.query().is_some() {
-        return Err(url_item.error(format!("upstream URL {text:?}: a query cannot be part of an upstream")));
+        return Err(
+            url_item.error(format!("upstream URL {text:?}{source}: a query cannot be part of an upstream"))
+        );
     }
     Ok(Upstream { uri, http2 })
 }
