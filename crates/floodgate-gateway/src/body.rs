@@ -52,6 +52,9 @@ pub(super) struct GatewayBody {
     meter: Option<Meter>,
     /// The meter cut the stream: nothing more is forwarded.
     done: bool,
+    /// The upstream broke the body: the error is passed on at the next poll, once the server has
+    /// flushed what came before it (see [`GatewayBody::broken`]).
+    broke: Option<<Self as Body>::Error>,
 }
 
 impl GatewayBody {
@@ -69,6 +72,7 @@ impl GatewayBody {
             held: Some(held),
             meter,
             done: false,
+            broke: None,
         }
     }
 
@@ -84,6 +88,22 @@ impl GatewayBody {
             tee.cache.insert(tee.key, &tee.headers, tee.buf.freeze(), now);
         }
     }
+
+    /// The upstream broke the body with `error`. The server aborts the client's connection on a
+    /// body error, dropping whatever it has not yet written: when the head, the frames before the
+    /// break and the break itself all arrive in one poll, the client would get nothing, not even
+    /// the status. So the error waits one poll: this one answers `Pending` (the server then flushes
+    /// what it holds) and wakes at once; the next one passes the error on.
+    fn broken(
+        &mut self,
+        error: <Self as Body>::Error,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, <Self as Body>::Error>>> {
+        self.ended(false);
+        self.broke = Some(error);
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
 }
 
 impl Body for GatewayBody {
@@ -95,6 +115,10 @@ impl Body for GatewayBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
+        if let Some(error) = this.broke.take() {
+            this.done = true;
+            return Poll::Ready(Some(Err(error)));
+        }
         if this.done {
             return Poll::Ready(None);
         }
@@ -107,10 +131,12 @@ impl Body for GatewayBody {
         if this.meter.is_some() {
             return this.poll_metered(cx);
         }
-        let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        match &frame {
-            None => this.ended(true),
-            Some(Err(_)) => this.ended(false),
+        match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            None => {
+                this.ended(true);
+                Poll::Ready(None)
+            }
+            Some(Err(e)) => this.broken(Box::new(e), cx),
             Some(Ok(frame)) => {
                 if let (Some(tee), Some(data)) = (this.tee.as_mut(), frame.data_ref()) {
                     if tee.buf.len() + data.len() > tee.cache.max_entry() {
@@ -122,9 +148,9 @@ impl Body for GatewayBody {
                 if this.inner.is_end_stream() {
                     this.ended(true);
                 }
+                Poll::Ready(Some(Ok(frame)))
             }
         }
-        Poll::Ready(frame.map(|f| f.map_err(|e| Box::new(e) as Self::Error)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -155,10 +181,7 @@ impl GatewayBody {
                     self.done = true;
                     return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(rest))));
                 }
-                Some(Err(e)) => {
-                    self.ended(false);
-                    return Poll::Ready(Some(Err(Box::new(e))));
-                }
+                Some(Err(e)) => return self.broken(Box::new(e), cx),
                 Some(Ok(frame)) => {
                     let Some(data) = frame.data_ref() else {
                         // Trailers pass as they are.

@@ -361,7 +361,23 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         outcome.usage_sent = usage_sent;
         shared.note(outcome);
     });
-    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    // A break waits one poll before it is passed on: the server aborts the connection on a body
+    // error, dropping what it has not yet written, and the head and the chunks before the break
+    // must reach the client first (the server writes what it holds when the body is pending).
+    let mut broke: Option<std::io::Error> = None;
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        if let Some(error) = broke.take() {
+            return std::task::Poll::Ready(Some(Err(error)));
+        }
+        match std::task::ready!(rx.poll_recv(cx)) {
+            Some(Err(error)) => {
+                broke = Some(error);
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+            item => std::task::Poll::Ready(item),
+        }
+    });
     let mut response = Response::new(Body::from_stream(stream));
     let headers = response.headers_mut();
     headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));

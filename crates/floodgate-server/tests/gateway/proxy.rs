@@ -1,5 +1,6 @@
 //! Pass-through: server-sent events stream (the first event reaches the client before the upstream
-//! finishes), WebSocket upgrades, hop-by-hop headers, and routes that change on reload.
+//! finishes), a body the upstream breaks reaches the client up to the break, WebSocket upgrades,
+//! hop-by-hop headers, and routes that change on reload.
 
 use floodgate_testkit::wait;
 use http::Method;
@@ -41,6 +42,63 @@ async fn the_first_server_sent_event_arrives_before_the_upstream_finishes() {
     upstream.finish();
     let rest = body.collect().await.unwrap().to_bytes();
     assert_eq!(&rest[..], b"data: last\n\n");
+    gateway.stop().await;
+}
+
+/// An upstream that answers every request with a 200 head and `piece` as the first chunk of a
+/// chunked body, all in one write, then closes the connection: the body breaks.
+async fn breaking_upstream(piece: &'static str) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut byte = [0u8; 1];
+                    if tcp.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{piece}\r\n",
+                    piece.len()
+                );
+                let _ = tcp.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn a_body_the_upstream_breaks_reaches_the_client_up_to_the_break() {
+    // The head, the first chunk and the break reach the gateway together: the client still gets
+    // the status and the chunk before its connection is cut, every time.
+    let (url, upstream) = breaking_upstream("data: before the break\n\n").await;
+    let gateway = Gateway::start(&one_route(&url)).await;
+    for _ in 0..50 {
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let response = client
+            .get(format!("http://{}/events", gateway.addr).parse().unwrap())
+            .await
+            .expect("the head, sent before the break");
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let mut received = Vec::new();
+        let broke = loop {
+            match body.frame().await {
+                Some(Ok(frame)) => received.extend_from_slice(&frame.into_data().unwrap_or_default()),
+                Some(Err(_)) => break true,
+                None => break false,
+            }
+        };
+        assert!(broke, "the client sees the body break, not a body that ended whole");
+        assert_eq!(String::from_utf8_lossy(&received), "data: before the break\n\n");
+    }
+    upstream.abort();
     gateway.stop().await;
 }
 
