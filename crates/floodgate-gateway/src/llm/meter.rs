@@ -14,6 +14,7 @@
 //!   admission plus the completion tokens counted in the text (never nothing); a JSON body too
 //!   large to read back is charged its whole reservation.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -22,6 +23,7 @@ use floodgate_app::App;
 use floodgate_config::gateway::OverBudget;
 use serde_json::Value;
 
+use super::chunk;
 use super::endpoint::Endpoint;
 use super::respond::cut_event;
 use super::tariff::{Tariff, Used};
@@ -255,26 +257,35 @@ impl Meter {
     /// One whole server-sent event: counted, and whether it goes on to the client.
     fn event(&mut self, event: &[u8]) -> Forward {
         let Ok(text) = std::str::from_utf8(event) else { return Forward::Yes };
-        let mut data = String::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("data:") {
-                if !data.is_empty() {
-                    data.push('\n');
+        // The data, borrowed when the event has one `data:` line (as every provider sends).
+        let mut lines =
+            text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.strip_prefix(' ').unwrap_or(d));
+        let data: Cow<'_, str> = match (lines.next(), lines.next()) {
+            (None, _) => return Forward::Yes,
+            (Some(one), None) => Cow::Borrowed(one),
+            (Some(first), Some(second)) => {
+                let mut joined = format!("{first}\n{second}");
+                for more in lines {
+                    joined.push('\n');
+                    joined.push_str(more);
                 }
-                data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+                Cow::Owned(joined)
             }
-        }
-        if data.is_empty() || data == "[DONE]" {
+        };
+        if data == "[DONE]" {
             return Forward::Yes;
         }
-        let Ok(value) = serde_json::from_str::<Value>(&data) else { return Forward::Yes };
         let before = self.counted;
         let hide = match self.endpoint {
             Endpoint::Responses => {
-                self.responses_event(&value);
+                let Ok(event) = serde_json::from_str::<chunk::Event<'_>>(&data) else { return Forward::Yes };
+                self.responses_event(&event);
                 false
             }
-            _ => self.chunk(&value),
+            _ => {
+                let Ok(chunk) = serde_json::from_str::<chunk::Chunk<'_>>(&data) else { return Forward::Yes };
+                self.chunk(&chunk)
+            }
         };
         if hide {
             return Forward::Hide;
@@ -286,22 +297,36 @@ impl Meter {
     }
 
     /// A chunk of chat completions or completions; `true` when it is the usage chunk to hide.
-    fn chunk(&mut self, value: &Value) -> bool {
-        let mut had_choices = false;
-        if let Some(Value::Array(choices)) = value.get("choices") {
-            for choice in choices {
-                had_choices = true;
-                self.counted += self.choice_tokens(choice);
+    fn chunk(&mut self, chunk: &chunk::Chunk<'_>) -> bool {
+        let choices = chunk.choices.as_deref().unwrap_or_default();
+        for choice in choices {
+            let mut n = 0;
+            if let Some(part) = &choice.delta {
+                for text in [&part.content, &part.refusal, &part.reasoning_content, &part.reasoning]
+                    .into_iter()
+                    .flatten()
+                {
+                    n += self.counter.count(text);
+                }
+                for call in part.tool_calls.iter().flatten() {
+                    if let Some(args) = call.function.as_ref().and_then(|f| f.arguments.as_deref()) {
+                        n += self.counter.count(args);
+                    }
+                }
             }
+            if let Some(text) = &choice.text {
+                n += self.counter.count(text);
+            }
+            self.counted += n;
         }
-        if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(chat_usage(usage));
-            return self.hide_usage && !had_choices;
+        if let Some(usage) = &chunk.usage {
+            self.usage = Some(usage.used());
+            return self.hide_usage && choices.is_empty();
         }
         false
     }
 
-    /// The tokens of one choice of a chunk or body.
+    /// The tokens of one choice of a whole JSON answer.
     fn choice_tokens(&self, choice: &Value) -> u64 {
         let mut n = 0;
         for part in [choice.get("delta"), choice.get("message")].into_iter().flatten() {
@@ -325,19 +350,18 @@ impl Meter {
     }
 
     /// An event of the responses API.
-    fn responses_event(&mut self, value: &Value) {
-        if let Some(n) = value.get("sequence_number").and_then(Value::as_u64) {
+    fn responses_event(&mut self, event: &chunk::Event<'_>) {
+        if let Some(n) = event.sequence_number {
             self.sequence = Some(n);
         }
-        let kind = value.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind.ends_with(".delta") {
-            if let Some(Value::String(delta)) = value.get("delta") {
+        if event.kind.ends_with(".delta") {
+            if let Some(delta) = &event.delta {
                 self.counted += self.counter.count(delta);
             }
-        } else if matches!(kind, "response.completed" | "response.incomplete" | "response.failed")
-            && let Some(usage) = value.pointer("/response/usage").filter(|u| u.is_object())
+        } else if matches!(&*event.kind, "response.completed" | "response.incomplete" | "response.failed")
+            && let Some(usage) = event.response.as_ref().and_then(|r| r.usage.as_ref())
         {
-            self.usage = Some(responses_usage(usage));
+            self.usage = Some(usage.used());
         }
     }
 

@@ -19,6 +19,7 @@
 //! `capped-from=` what it asked for when that was capped.
 
 mod admission;
+mod chunk;
 mod endpoint;
 mod failover;
 mod meter;

@@ -58,11 +58,17 @@ router_settings:
         );
         let path = dir.path().join(format!("litellm-{tpm}.yaml"));
         std::fs::write(&path, config)?;
+        // Started in the run's directory: a relative path is made absolute first.
+        let program = match args.litellm.components().count() > 1 {
+            true => std::fs::canonicalize(&args.litellm)
+                .with_context(|| format!("{} not found", args.litellm.display()))?,
+            false => args.litellm.clone(),
+        };
         let mut processes = Vec::new();
         let mut urls = Vec::new();
         for _ in 0..args.litellm_replicas {
             let port = free_port()?;
-            let mut command = Command::new(&args.litellm);
+            let mut command = Command::new(&program);
             command
                 .args(["--config"])
                 .arg(&path)
@@ -81,7 +87,7 @@ router_settings:
         for url in &urls {
             wait_ready(client, &format!("{url}/health/liveliness")).await?;
         }
-        Ok(Litellm { _processes: processes, urls, version: version(&args.litellm) })
+        Ok(Litellm { _processes: processes, urls, version: version(&program) })
     }
 
     /// The proxies as a target.

@@ -13,9 +13,11 @@
 //!   when positive. `--overshoot N` makes the upstream generate N tokens past each request's
 //!   `max_tokens` (one that ignores it): where `cut` and `finish` differ.
 //! - **Throughput and added latency**: a budget no run reaches, the upstream without delay,
-//!   `--calls` streamed calls by `--clients` closed-loop clients through the gateways, then the same
-//!   calls straight to the upstream: calls per second, and each percentile's time to the last byte
-//!   through the gateway beside the direct one (added = gateway − direct).
+//!   `--calls` streamed calls by `--clients` closed-loop clients straight to the upstream, then the
+//!   same through the gateways: calls per second, and each percentile's time to the last byte
+//!   through the gateway beside the direct one (added = gateway − direct); then the same at a light
+//!   load (`--latency-clients`, `--latency-calls`), where the added latency is the gateway's work
+//!   rather than a queue.
 //! - **`--peer litellm`**: the same two phases against LiteLLM's proxy (`--litellm`, the `litellm`
 //!   executable of a venv), `--litellm-replicas` processes in front of the same upstream, the budget
 //!   as its router's per-deployment `tpm` (its window is a minute: `--window 1m`), sharing a
@@ -79,6 +81,13 @@ pub struct LlmArgs {
     /// Streamed calls in the throughput phase.
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub calls: u64,
+    /// Closed-loop clients of the latency phase: a load neither the upstream nor the gateway is
+    /// saturated by, so that the added latency is the gateway's work, not a queue.
+    #[arg(long, default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub latency_clients: usize,
+    /// Streamed calls in the latency phase.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub latency_calls: u64,
     /// The peer measured beside Floodgate.
     #[arg(long, value_enum, default_value_t = LlmPeer::None)]
     pub peer: LlmPeer,
@@ -167,7 +176,15 @@ struct Details {
     upstream_overshoot: u64,
     exactness: Vec<Exactness>,
     throughput: Vec<Throughput>,
+    latency_clients: usize,
+    latency: Vec<Throughput>,
     litellm_version: Option<String>,
+}
+
+/// `measured`'s percentiles over `direct`'s.
+fn added(measured: &mut Throughput, direct: &Throughput) {
+    measured.added_p50_us = measured.p50_us as i64 - direct.p50_us as i64;
+    measured.added_p99_us = measured.p99_us as i64 - direct.p99_us as i64;
 }
 
 /// A target: base URLs (`http://127.0.0.1:PORT`) spread over the clients, and the headers each
@@ -286,14 +303,21 @@ async fn exactness(
     })
 }
 
-/// The throughput phase against `target`: `--calls` calls by `--clients` closed-loop clients.
-async fn throughput(args: &LlmArgs, name: &str, target: &Target) -> anyhow::Result<(Throughput, Tally, f64)> {
+/// The throughput (or latency) phase against `target`: `load.1` calls by `load.0` closed-loop
+/// clients.
+async fn throughput(
+    args: &LlmArgs,
+    name: &str,
+    target: &Target,
+    load: (usize, u64),
+) -> anyhow::Result<(Throughput, Tally, f64)> {
+    let (concurrency, calls) = load;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut clients = Vec::new();
-    for c in 0..args.clients {
+    for c in 0..concurrency {
         let (target, next) = (target.clone(), Arc::clone(&next));
-        let (calls, tokens, timeout) = (args.calls, args.tokens, args.timeout);
+        let (tokens, timeout) = (args.tokens, args.timeout);
         clients.push(tokio::spawn(async move {
             let client = client::pooled();
             let url = target.urls[c % target.urls.len()].clone();
@@ -463,13 +487,18 @@ pub async fn run(args: &LlmArgs) -> anyhow::Result<Report> {
     let yaml = config_yaml(args, &redis_url, &fake.url(), "cut", 1 << 50);
     let gateways = start_gateways(args, &dir, &yaml, "throughput", &client).await?;
     let direct = Target { urls: vec![fake.url()], headers: Vec::new() };
-    let (direct, ..) = throughput(args, "direct", &direct).await?;
     let target = Target { urls: gateways.urls.clone(), headers: tenant.clone() };
-    let (mut through, tally, seconds) = throughput(args, "floodgate", &target).await?;
-    through.added_p50_us = through.p50_us as i64 - direct.p50_us as i64;
-    through.added_p99_us = through.p99_us as i64 - direct.p99_us as i64;
+    let saturated = (args.clients, args.calls);
+    let light = (args.latency_clients, args.latency_calls);
+    let (direct_busy, ..) = throughput(args, "direct", &direct, saturated).await?;
+    let (mut through, tally, seconds) = throughput(args, "floodgate", &target, saturated).await?;
+    let (direct_light, ..) = throughput(args, "direct", &direct, light).await?;
+    let (mut through_light, ..) = throughput(args, "floodgate", &target, light).await?;
+    added(&mut through, &direct_busy);
+    added(&mut through_light, &direct_light);
     drop(gateways);
-    let mut throughputs = vec![direct.clone(), through];
+    let mut throughputs = vec![direct_busy.clone(), through];
+    let mut latencies = vec![direct_light.clone(), through_light];
 
     let mut litellm_version = None;
     if args.peer == LlmPeer::Litellm {
@@ -482,10 +511,12 @@ pub async fn run(args: &LlmArgs) -> anyhow::Result<Report> {
         drop(peer);
         redis::query(&redis, &["FLUSHALL"]);
         let peer = litellm::Litellm::start(args, &dir, &fake.url(), &redis, u32::MAX as u64, &client).await?;
-        let (mut measured, ..) = throughput(args, &name, &peer.target()).await?;
-        measured.added_p50_us = measured.p50_us as i64 - direct.p50_us as i64;
-        measured.added_p99_us = measured.p99_us as i64 - direct.p99_us as i64;
+        let (mut measured, ..) = throughput(args, &name, &peer.target(), saturated).await?;
+        added(&mut measured, &direct_busy);
         throughputs.push(measured);
+        let (mut measured, ..) = throughput(args, &name, &peer.target(), light).await?;
+        added(&mut measured, &direct_light);
+        latencies.push(measured);
     }
 
     let details = Details {
@@ -497,6 +528,8 @@ pub async fn run(args: &LlmArgs) -> anyhow::Result<Report> {
         upstream_overshoot: args.overshoot,
         exactness: exact.clone(),
         throughput: throughputs.clone(),
+        latency_clients: args.latency_clients,
+        latency: latencies.clone(),
         litellm_version,
     };
     let mut report = Report::new(tally.summary("llm", "floodgate gateways", seconds, seconds), details);
@@ -517,22 +550,26 @@ pub async fn run(args: &LlmArgs) -> anyhow::Result<Report> {
             })
             .collect(),
     });
-    report.grids.push(Grid {
-        head: "throughput".into(),
-        columns: ["calls/s", "p50 µs", "p99 µs", "added p50 µs", "added p99 µs"].map(String::from).to_vec(),
-        rows: throughputs
-            .iter()
-            .map(|t| {
-                let cells = vec![
-                    format!("{:.0}", t.calls_per_sec),
-                    t.p50_us.to_string(),
-                    t.p99_us.to_string(),
-                    t.added_p50_us.to_string(),
-                    t.added_p99_us.to_string(),
-                ];
-                (t.target.clone(), cells)
-            })
-            .collect(),
-    });
+    for (head, rows) in [("throughput", &throughputs), ("latency", &latencies)] {
+        report.grids.push(Grid {
+            head: head.into(),
+            columns: ["calls/s", "p50 µs", "p99 µs", "added p50 µs", "added p99 µs"]
+                .map(String::from)
+                .to_vec(),
+            rows: rows
+                .iter()
+                .map(|t| {
+                    let cells = vec![
+                        format!("{:.0}", t.calls_per_sec),
+                        t.p50_us.to_string(),
+                        t.p99_us.to_string(),
+                        t.added_p50_us.to_string(),
+                        t.added_p99_us.to_string(),
+                    ];
+                    (t.target.clone(), cells)
+                })
+                .collect(),
+        });
+    }
     Ok(report)
 }
