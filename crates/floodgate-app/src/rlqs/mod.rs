@@ -34,11 +34,16 @@ use tokio::sync::watch;
 
 use crate::{App, stopped};
 
-/// Runs until `stop`: ticks twice a reporting interval ([`Quotas::tick`]) and, on a Redis store,
-/// exchanges demand with the fleet ([`exchange`]) on each tick and as soon as a report moves a
-/// stream's demand beyond the change threshold. On stop, every stream's assignments expire at
+/// Runs until `stop`: ticks twice a reporting interval ([`Quotas::tick`]) and, on a Redis store
+/// (where it makes the instance one of a fleet, [`Quotas::join_fleet`]), exchanges demand and
+/// claims with the fleet ([`exchange`]) on each tick and as soon as a report moves a stream's
+/// demand beyond the change threshold or a group needs its claim changed, an eighth of a
+/// reporting interval apart at least. On stop, every stream's assignments expire at
 /// once and the streams close ([`Quotas::shutdown`]).
 pub async fn run(app: App, mut stop: watch::Receiver<bool>) {
+    if app.control().store().redis().is_some() {
+        app.rlqs().join_fleet();
+    }
     let mut interval = current_interval(&app);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -65,6 +70,15 @@ pub async fn run(app: App, mut stop: watch::Receiver<bool>) {
                 if let Some(redis) = app.control().store().redis() {
                     let ttl = running.rlqs.as_ref().map_or(Duration::from_secs(3), |c| c.reporting_interval * 3);
                     exchange(app.rlqs(), redis, ttl).await;
+                }
+                // A group waiting for room asks again at once: exchanges it asks for are a
+                // quarter of a tick apart at least.
+                tokio::select! {
+                    () = tokio::time::sleep(interval / 4) => {}
+                    () = stopped(&mut stop) => {
+                        app.rlqs().shutdown();
+                        return;
+                    }
                 }
             }
             () = stopped(&mut stop) => {
@@ -104,11 +118,14 @@ pub async fn exchange<C: Clock>(quotas: &Quotas<C>, redis: &RedisStore, ttl: Dur
         let members: Vec<MemberDemand<'_>> = group
             .members
             .iter()
-            .map(|(name, demand, assigned)| MemberDemand { name, demand: *demand, assigned: *assigned })
+            .map(|(name, demand, desired)| MemberDemand { name, demand: *demand, desired: *desired })
             .collect();
         let hash = quotas::fleet_hash(&group.group);
-        match redis.rlqs_demand(hash, quotas.instance(), &members, ttl).await {
-            Ok(others) => quotas.exchange(&group.group, &others),
+        match redis.rlqs_demand(hash, quotas.instance(), group.limit, &members, ttl).await {
+            Ok(read) => {
+                let claim = read.granted * members.iter().map(|m| m.desired).sum::<f64>();
+                quotas.exchange(&group.group, claim, &read.others);
+            }
             Err(e) => failed = Some(e),
         }
     }

@@ -6,14 +6,25 @@
 //! interval it is reported in); [`Quotas::tick`] abandons idle buckets, renews assignments whose
 //! TTL nears its end, and, with a fleet, takes in the demand of the other instances' streams
 //! ([`Quotas::exchange`]).
+//!
+//! On a fleet, an instance assigns no more than it holds of each group's limit: its **claim**,
+//! granted by the store out of what the other instances' claims leave ([`Quotas::exchange`]).
+//! Between exchanges its shares move within the claim; a group whose shares want more than the
+//! claim (a stream joined, demand moved here) is scaled down to it and asks for an exchange soon,
+//! as does a group holding more than it wants while another instance waits for room. A group an
+//! instance has not yet claimed assigns nothing until its first exchange, which is asked for at
+//! once. So the assignments in force never sum past the limit over the fleet, save for the time an
+//! assignment takes to reach its Envoy.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use floodgate_config::rlqs::{Grant, RlqsConfig};
 use floodgate_core::{Clock, Timestamp};
+use floodgate_redis::rlqs::RemoteMember;
 use parking_lot::Mutex;
 
 use super::bucket::{Action, BucketId, MAX_BUCKETS_PER_STREAM, Outbox, QuotaError, Report, StreamId};
@@ -30,9 +41,11 @@ pub struct Quotas<C> {
     instance: String,
     state: Mutex<State>,
     series: RlqsSeries,
-    /// Notified when a report moves a stream's demand beyond the change threshold: the fleet
-    /// should hear of it before the next tick.
+    /// Notified when a report moves a stream's demand beyond the change threshold, or a group
+    /// needs its claim changed: the fleet should hear of it before the next tick.
     moved: tokio::sync::Notify,
+    /// Other instances share the limits: assignments stay within this instance's claims.
+    fleet: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +97,12 @@ struct Group {
     remote: Vec<f64>,
     /// The rate last assigned to them.
     remote_assigned: f64,
+    /// One of them waits for room: its instance desires more than it claimed.
+    remote_starved: bool,
+    /// On a fleet, the rate this instance holds of the limit (`None`: not claimed yet).
+    claim: Option<f64>,
+    /// Its members' shares want more than the claim.
+    starved: bool,
 }
 
 #[derive(Debug)]
@@ -99,6 +118,8 @@ struct Member {
     /// The last report with requests in it, or the subscription.
     active: Timestamp,
     sent: Option<Sent>,
+    /// Its share by the split over the fleet, before any scaling down to the claim.
+    desired: f64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -118,7 +139,18 @@ impl<C: Clock> Quotas<C> {
             state: Mutex::new(State::default()),
             series,
             moved: tokio::sync::Notify::new(),
+            fleet: AtomicBool::new(false),
         }
+    }
+
+    /// Other instances share the limits through a store: from now on, every group assigns within
+    /// this instance's claim of its limit ([`Quotas::exchange`]).
+    pub fn join_fleet(&self) {
+        self.fleet.store(true, Ordering::Release);
+    }
+
+    fn on_fleet(&self) -> bool {
+        self.fleet.load(Ordering::Acquire)
     }
 
     /// This instance's name in the fleet's demand records.
@@ -185,6 +217,7 @@ impl<C: Clock> Quotas<C> {
                             pending_elapsed: Duration::ZERO,
                             active: now,
                             sent: None,
+                            desired: 0.0,
                         });
                     }
                     key
@@ -293,35 +326,30 @@ impl<C: Clock> Quotas<C> {
         self.series.buckets.set(state.groups.values().map(|g| g.members.len()).sum::<usize>() as f64);
     }
 
-    /// What this instance writes to the fleet: each group's members, their demand and their
-    /// assigned rate. Groups with no limit to share are left out.
+    /// What this instance writes to the fleet: each group's limit and members, their demand and
+    /// the share each desires. Groups with no limit to share are left out.
     pub fn demand(&self) -> Vec<GroupDemand> {
         let state = self.state.lock();
         state
             .groups
             .iter()
-            .filter(|(_, g)| g.shared.is_some())
-            .map(|(_, g)| GroupDemand {
+            .filter_map(|(_, g)| Some((g, g.shared?)))
+            .map(|(g, shared)| GroupDemand {
                 group: g.fleet_name.clone(),
+                limit: shared.rate,
                 members: g
                     .members
                     .iter()
-                    .map(|m| {
-                        let name = format!("{}/{}/{}", self.instance, m.stream.0, m.bucket);
-                        (
-                            name,
-                            m.demand,
-                            m.sent.and_then(|s| s.rate.is_finite().then_some(s.rate)).unwrap_or(0.0),
-                        )
-                    })
+                    .map(|m| (format!("{}/{}/{}", self.instance, m.stream.0, m.bucket), m.demand, m.desired))
                     .collect(),
             })
             .collect()
     }
 
-    /// Takes in the fleet's demand for `group` (as [`Quotas::demand`] names it): every live member
-    /// of the other instances, with its demand and assigned rate; then settles the group.
-    pub fn exchange(&self, group: &str, others: &[(f64, f64)]) {
+    /// Takes in the fleet's answer for `group` (as [`Quotas::demand`] names it): the rate this
+    /// instance now holds of its limit (`claim`), and every live member of the other instances;
+    /// then settles the group.
+    pub fn exchange(&self, group: &str, claim: f64, others: &[RemoteMember]) {
         let now = self.clock.now();
         let mut state = self.state.lock();
         let state = &mut *state;
@@ -332,8 +360,10 @@ impl<C: Clock> Quotas<C> {
         };
         if let Some(g) = state.groups.get_mut(&key) {
             g.remote.clear();
-            g.remote.extend(others.iter().map(|(d, _)| *d));
-            g.remote_assigned = others.iter().map(|(_, a)| *a).sum();
+            g.remote.extend(others.iter().map(|m| m.demand));
+            g.remote_assigned = others.iter().map(|m| m.assigned).sum();
+            g.remote_starved = others.iter().any(|m| m.desired > m.assigned * (1.0 + 1e-6) + 1e-6);
+            g.claim = Some(claim);
         }
         self.settle(state, &config, &key, now);
     }
@@ -398,6 +428,7 @@ impl<C: Clock> Quotas<C> {
                     remote_demand: g.remote.iter().fold(0.0, |a, d| a + d),
                     remote_assigned: g.remote_assigned,
                     fleet_assigned: local + g.remote_assigned,
+                    claim: if self.on_fleet() { g.claim } else { g.shared.map(|s| s.rate) },
                 }
             })
             .collect();
@@ -410,7 +441,10 @@ impl<C: Clock> Quotas<C> {
     /// Recomputes `key`'s shares and sends each stream what changed beyond the threshold, what it
     /// has not had yet, and what nears the end of its TTL; a decrease within the threshold is sent
     /// anyway when keeping it would put this instance's shares above what the split gives them.
+    /// On a fleet the shares are scaled down to the claim when they want more, and nothing is
+    /// sent before the first claim.
     fn settle(&self, state: &mut State, config: &RlqsConfig, key: &GroupKey, now: Timestamp) {
+        let fleet = self.on_fleet();
         let State { groups, streams, demand, shares, .. } = state;
         let Some(group) = groups.get_mut(key) else { return };
         let renew_before = config.assignment_ttl.saturating_sub(config.reporting_interval * 2);
@@ -423,6 +457,28 @@ impl<C: Clock> Quotas<C> {
                 demand.extend(group.remote.iter().copied());
                 split(shared.rate, demand, config.floor, shares);
                 let local = group.members.len();
+                for (m, share) in group.members.iter_mut().zip(shares.iter()) {
+                    m.desired = *share;
+                }
+                let wanted: f64 = shares[..local].iter().sum();
+                let claim = if fleet { group.claim } else { Some(shared.rate) };
+                let Some(claim) = claim else {
+                    // Not claimed yet: the first exchange comes at once.
+                    group.starved = true;
+                    self.moved.notify_one();
+                    return;
+                };
+                group.starved = wanted > claim * (1.0 + 1e-9) + 1e-9;
+                if group.starved {
+                    let fraction = if wanted > 0.0 { claim / wanted } else { 0.0 };
+                    shares[..local].iter_mut().for_each(|s| *s *= fraction);
+                }
+                // Wanting more than the claim, or holding more than wanted while another instance
+                // waits: the claim should change before the next tick.
+                if fleet && (group.starved || (group.remote_starved && claim > wanted * (1.0 + 1e-6) + 1e-6))
+                {
+                    self.moved.notify_one();
+                }
                 let target: f64 = shares[..local].iter().sum();
                 let mut in_force = 0.0;
                 let mut changes: Vec<(usize, Strategy, bool)> = Vec::with_capacity(local);
@@ -498,8 +554,11 @@ impl<C: Clock> Quotas<C> {
         let old: Vec<(GroupKey, Group)> = state.groups.drain().collect();
         // The fleet's demand of each group, kept for the group of the same key under the new
         // configuration: until the next exchange, the instance is not alone.
-        let fleet: HashMap<GroupKey, (Vec<f64>, f64)> =
-            old.iter().map(|(k, g)| (k.clone(), (g.remote.clone(), g.remote_assigned))).collect();
+        // Its claim is kept too while the group's grant is the same (a new limit is claimed anew).
+        let fleet: HashMap<GroupKey, (Vec<f64>, f64, Option<f64>, Grant)> = old
+            .iter()
+            .map(|(k, g)| (k.clone(), (g.remote.clone(), g.remote_assigned, g.claim, g.grant.clone())))
+            .collect();
         for (key, mut group) in old {
             for m in group.members.drain(..) {
                 let Some(stream) = state.streams.get_mut(&m.stream) else { continue };
@@ -509,9 +568,12 @@ impl<C: Clock> Quotas<C> {
                     Some((c, new_key)) => {
                         let target = state.groups.entry(new_key.clone()).or_insert_with(|| {
                             let mut group = new_group(c, &new_key);
-                            if let Some((remote, assigned)) = fleet.get(&new_key) {
+                            if let Some((remote, assigned, claim, grant)) = fleet.get(&new_key) {
                                 group.remote.clone_from(remote);
                                 group.remote_assigned = *assigned;
+                                if *grant == group.grant {
+                                    group.claim = *claim;
+                                }
                             }
                             group
                         });
@@ -585,6 +647,9 @@ fn new_group(config: &RlqsConfig, key: &GroupKey) -> Group {
         members: Vec::new(),
         remote: Vec::new(),
         remote_assigned: 0.0,
+        remote_starved: false,
+        claim: None,
+        starved: false,
     }
 }
 

@@ -2,10 +2,12 @@
 //! and shutdown, as the actions each stream receives.
 
 use std::sync::Arc;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use floodgate_config::rlqs::RlqsConfig;
 use floodgate_core::{ManualClock, Timestamp};
+use floodgate_redis::rlqs::RemoteMember;
 use tokio::sync::mpsc;
 
 use super::*;
@@ -197,19 +199,90 @@ fn a_closed_stream_gives_its_share_back() {
     assert_eq!(a.rate(&api()), Some(1000.0));
 }
 
+fn remote(demand: f64, assigned: f64, desired: f64) -> RemoteMember {
+    RemoteMember { demand, assigned, desired }
+}
+
+/// Whether the quotas asked for an exchange since last asked (the permit is taken).
+fn asked_for_an_exchange(quotas: &Quotas<ManualClock>) -> bool {
+    let mut moved = std::pin::pin!(quotas.moved());
+    moved.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready()
+}
+
 #[test]
 fn the_fleets_demand_takes_its_part_of_the_limit() {
     let c = config(CONFIG);
     let (quotas, _clock) = quotas();
+    quotas.join_fleet();
     let mut a = Envoy::open(&quotas, &c);
     quotas.report(a.id, Some(&c), &[report(&api(), 0)]).unwrap();
-    a.actions();
+    assert!(a.actions().is_empty(), "on a fleet, nothing is assigned before the first claim");
+    assert!(asked_for_an_exchange(&quotas), "the first exchange is asked for at once");
     let groups = quotas.demand();
     assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].limit, 1000.0);
     assert!(groups[0].members[0].0.starts_with(quotas.instance()));
-    // Three other streams elsewhere, idle: an equal split of four.
-    quotas.exchange(&groups[0].group, &[(0.0, 250.0), (0.0, 250.0), (0.0, 250.0)]);
+    // Three other streams elsewhere, idle: an equal split of four, claimed.
+    let others = [remote(0.0, 250.0, 250.0), remote(0.0, 250.0, 250.0), remote(0.0, 250.0, 250.0)];
+    quotas.exchange(&groups[0].group, 250.0, &others);
     let rate = a.rate(&api()).unwrap();
-    assert!((rate - 250.0).abs() < 1.0, "{rate}");
-    assert!((quotas.view()[0].fleet_assigned - 1000.0).abs() < 2.0);
+    assert!((rate - 250.0).abs() < 1.0 && rate <= 250.0, "{rate}");
+    let view = &quotas.view()[0];
+    assert!(view.fleet_assigned <= 1000.0 + 1e-9 && view.fleet_assigned > 998.0, "{view:?}");
+    assert_eq!(view.claim, Some(250.0));
+    assert!(!asked_for_an_exchange(&quotas), "nothing to change: no exchange before the tick");
+}
+
+#[test]
+fn shares_that_want_more_than_the_claim_are_scaled_to_it_until_room_is_given_back() {
+    let c = config(CONFIG);
+    let (quotas, _clock) = quotas();
+    quotas.join_fleet();
+    let (mut a, mut b) = (Envoy::open(&quotas, &c), Envoy::open(&quotas, &c));
+    quotas.report(a.id, Some(&c), &[report(&api(), 300)]).unwrap();
+    quotas.report(b.id, Some(&c), &[report(&api(), 100)]).unwrap();
+    let group = quotas.demand().remove(0).group;
+    // Another instance's idle stream holds 700 of the 1000: by demand these two want far more
+    // than the 300 left, and share it 3 to 1 (their demands beyond the floor).
+    quotas.exchange(&group, 300.0, &[remote(0.0, 700.0, 700.0)]);
+    let (ra, rb) = (a.rate(&api()).unwrap(), b.rate(&api()).unwrap());
+    assert!(ra + rb <= 300.0 + 1e-9, "the claim bounds the shares: {ra} + {rb}");
+    assert!(ra > rb && ra + rb > 295.0, "{ra} {rb}");
+    assert!(asked_for_an_exchange(&quotas), "wanting more than the claim asks for an exchange");
+    // The other instance hears of them and gives back all but its floor-level desire.
+    quotas.exchange(&group, 900.0, &[remote(0.0, 100.0, 100.0)]);
+    let (ra, rb) = (a.rate(&api()).unwrap(), b.rate(&api()).unwrap());
+    assert!(ra >= 300.0 && rb >= 100.0 && ra + rb <= 900.0 + 1e-9, "{ra} {rb}");
+}
+
+#[test]
+fn holding_more_than_wanted_while_another_instance_waits_asks_for_an_exchange() {
+    let c = config(CONFIG);
+    let (quotas, _clock) = quotas();
+    quotas.join_fleet();
+    let mut a = Envoy::open(&quotas, &c);
+    quotas.report(a.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    assert!(asked_for_an_exchange(&quotas), "the first claim");
+    let group = quotas.demand().remove(0).group;
+    quotas.exchange(&group, 1000.0, &[]);
+    assert_eq!(a.rate(&api()), Some(1000.0));
+    assert!(!asked_for_an_exchange(&quotas));
+    // An instance joined and waits for its 500 with nothing: this one, holding 1000, now wants
+    // 500 — its stream gets 500 at once, and the claim is handed back at an exchange asked for.
+    quotas.exchange(&group, 1000.0, &[remote(0.0, 0.0, 500.0)]);
+    let rate = a.rate(&api()).unwrap();
+    assert!(rate <= 500.0 && rate > 499.0, "{rate}");
+    assert!(asked_for_an_exchange(&quotas));
+    assert!((quotas.demand()[0].members[0].2 - 500.0).abs() < 1e-9, "it desires 500 now");
+}
+
+#[test]
+fn on_one_instance_the_claim_is_the_limit() {
+    let c = config(CONFIG);
+    let (quotas, _clock) = quotas();
+    let mut a = Envoy::open(&quotas, &c);
+    quotas.report(a.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    assert_eq!(a.rate(&api()), Some(1000.0));
+    assert_eq!(quotas.view()[0].claim, Some(1000.0));
+    assert!(!asked_for_an_exchange(&quotas));
 }

@@ -7,8 +7,10 @@
 pub struct GroupDemand {
     /// The group's name across the fleet (domain, rule and key values).
     pub group: String,
+    /// Its global limit, requests per second.
+    pub limit: f64,
     /// This instance's members: a name unique in the fleet, the demand (requests per second) and
-    /// the rate last assigned.
+    /// the share it desires by this instance's view of the fleet (requests per second).
     pub members: Vec<(String, f64, f64)>,
 }
 
@@ -33,6 +35,9 @@ pub struct GroupView {
     pub remote_assigned: f64,
     /// The rate assigned over the fleet (this instance's and the others'), against `limit`.
     pub fleet_assigned: f64,
+    /// The rate this instance may assign: on a fleet, what it holds of the limit (`null` before
+    /// its first exchange); on one instance, the limit (`null` for a blanket rule).
+    pub claim: Option<f64>,
 }
 
 /// One stream's bucket in a group.

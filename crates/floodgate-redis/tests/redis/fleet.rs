@@ -78,3 +78,64 @@ async fn a_heartbeat_to_a_dead_node_is_a_transient_store_error() {
     let error = store.heartbeat("only", Duration::from_secs(5)).await.expect_err("the node is gone");
     assert!(error.is_transient(), "a dead node is worth retrying later: {error}");
 }
+
+// === RLQS claims ===
+
+use floodgate_redis::rlqs::MemberDemand;
+
+fn demand<'a>(name: &'a str, demand: f64, desired: f64) -> MemberDemand<'a> {
+    MemberDemand { name, demand, desired }
+}
+
+#[tokio::test]
+async fn rlqs_claims_never_sum_past_the_limit_and_room_given_back_is_claimed() {
+    let store = member(&prefix("rlqs-claims")).await;
+    let ttl = Duration::from_secs(30);
+    let group = 7;
+    // Instance a, alone: it desires the whole limit and gets it.
+    let a = store.rlqs_demand(group, "a", 100.0, &[demand("a/1/x", 80.0, 100.0)], ttl).await.unwrap();
+    assert_eq!(a.granted, 1.0);
+    assert!(a.others.is_empty());
+    // Instance b joins: by its own view it desires 50, but a holds all 100: b gets nothing yet,
+    // and a sees b waiting (desired above assigned).
+    let b = store.rlqs_demand(group, "b", 100.0, &[demand("b/1/x", 80.0, 50.0)], ttl).await.unwrap();
+    assert_eq!(b.granted, 0.0);
+    assert_eq!(b.others.len(), 1);
+    assert_eq!((b.others[0].demand, b.others[0].assigned, b.others[0].desired), (80.0, 100.0, 100.0));
+    // a hears of b and desires half: it claims 50, and reads b waiting for 50 with nothing.
+    let a = store.rlqs_demand(group, "a", 100.0, &[demand("a/1/x", 80.0, 50.0)], ttl).await.unwrap();
+    assert_eq!(a.granted, 1.0);
+    assert_eq!((a.others[0].assigned, a.others[0].desired), (0.0, 50.0));
+    // b asks again: what a gave back is b's.
+    let b = store.rlqs_demand(group, "b", 100.0, &[demand("b/1/x", 80.0, 50.0)], ttl).await.unwrap();
+    assert_eq!(b.granted, 1.0);
+    // b desires 70 with two buckets while a holds 50: b is granted 50 of its 70, each bucket the
+    // same fraction.
+    let two = [demand("b/1/x", 80.0, 35.0), demand("b/1/y", 80.0, 35.0)];
+    let b = store.rlqs_demand(group, "b", 100.0, &two, ttl).await.unwrap();
+    assert!((b.granted - 50.0 / 70.0).abs() < 1e-9, "{}", b.granted);
+    // a reads b's claims as granted: 25 each, not the 35 desired.
+    let a = store.rlqs_demand(group, "a", 100.0, &[demand("a/1/x", 80.0, 50.0)], ttl).await.unwrap();
+    let held: f64 = a.others.iter().map(|m| m.assigned).sum();
+    assert!((held - 50.0).abs() < 1e-9, "{held}");
+    assert!(a.others.iter().all(|m| m.desired == 35.0));
+}
+
+#[tokio::test]
+async fn rlqs_claims_of_an_instance_that_stops_writing_expire_and_free_their_room() {
+    let store = member(&prefix("rlqs-expiry")).await;
+    let group = 8;
+    store
+        .rlqs_demand(group, "a", 100.0, &[demand("a/1/x", 80.0, 100.0)], Duration::from_millis(1))
+        .await
+        .unwrap();
+    // a's claim lives for 1 ms on Redis's clock; b asks until it has expired.
+    floodgate_testkit::wait::until("a's claim expired", || async {
+        let b = store
+            .rlqs_demand(group, "b", 100.0, &[demand("b/1/x", 80.0, 100.0)], Duration::from_secs(30))
+            .await
+            .unwrap();
+        (b.granted == 1.0 && b.others.is_empty()).then_some(())
+    })
+    .await;
+}

@@ -450,11 +450,13 @@ fn fleet_config(store: &str) -> String {
 }
 
 /// Reads `f`'s responses (applying them at `now`) until the last assignment of `bucket` has a rate
-/// that `done` accepts; returns that rate.
+/// that `done` accepts; returns that rate. `DENY_ALL` is a rate of 0: what an instance assigns a
+/// stream while the fleet's other instances hold the whole limit.
 async fn until_rate(f: &mut Filter, bucket: &Id, now: Duration, done: impl Fn(f64) -> bool) -> f64 {
     loop {
         let (s, _) = assignment(f, bucket, now).await;
-        let r = rate(&s).unwrap();
+        let deny = Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32));
+        let r = if s.strategy == deny { 0.0 } else { rate(&s).expect("a rate or DENY_ALL") };
         if done(r) {
             return r;
         }
