@@ -332,8 +332,8 @@ impl<C: Clock> Quotas<C> {
         let state = self.state.lock();
         state
             .groups
-            .iter()
-            .filter_map(|(_, g)| Some((g, g.shared?)))
+            .values()
+            .filter_map(|g| Some((g, g.shared?)))
             .map(|(g, shared)| GroupDemand {
                 group: g.fleet_name.clone(),
                 limit: shared.rate,
