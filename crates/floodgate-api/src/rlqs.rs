@@ -40,7 +40,7 @@ use floodgate_app::App;
 use floodgate_app::auth::Refusal;
 use floodgate_app::metrics::GrpcCode;
 use floodgate_app::rlqs::{
-    Action, BucketId, MAX_BUCKETS_PER_STREAM, QuotaError, Report, Strategy, StreamId, TimeUnit,
+    Action, BucketId, Inbox, MAX_BUCKETS_PER_STREAM, QuotaError, Report, Strategy, StreamId, TimeUnit,
 };
 use floodgate_config::auth::Scope;
 use tokio::sync::mpsc;
@@ -148,7 +148,7 @@ async fn serve_stream(
 struct Session {
     id: StreamId,
     domain: String,
-    inbox: mpsc::UnboundedReceiver<Vec<Action>>,
+    inbox: Inbox,
 }
 
 /// Takes in one message: opens the session on the first, checks the protocol, reports.
@@ -178,8 +178,8 @@ fn take(
                     "domain is empty: the first report of a stream names its domain",
                 ));
             }
-            let (tx, inbox) = mpsc::unbounded_channel();
-            let id = app.rlqs().open(&message.domain, config, tx).map_err(status_of)?;
+            let (outbox, inbox) = floodgate_app::rlqs::outbox();
+            let id = app.rlqs().open(&message.domain, config, outbox).map_err(status_of)?;
             session.insert(Session { id, domain: message.domain.clone(), inbox })
         }
     };

@@ -1,9 +1,12 @@
 //! The words of the protocol, as the service core says them: a bucket's id, a report of its
 //! usage, an action for a stream, and why a stream cannot go on.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 use super::strategy::Strategy;
 
@@ -89,9 +92,103 @@ pub enum Action {
     },
 }
 
-/// Where a stream's actions go: one message of actions at a time. The receiver ends when the
-/// server closes the stream (shutdown, or the stream was closed).
-pub type Outbox = mpsc::UnboundedSender<Vec<Action>>;
+impl Action {
+    /// The bucket it is about.
+    pub fn bucket(&self) -> &BucketId {
+        match self {
+            Action::Assign { bucket, .. } | Action::Abandon { bucket } => bucket,
+        }
+    }
+}
+
+/// Where a stream's actions go ([`outbox`]): they wait in its mailbox until the stream's task
+/// takes them from the [`Inbox`] and sends them. An action replaces one for the same bucket not yet
+/// taken (the newest says all the Envoy needs to know), so what waits is bounded by the stream's
+/// buckets however slowly its Envoy reads. Dropped — the server closed the stream — it ends the
+/// inbox once what waits has been taken.
+#[derive(Debug)]
+pub struct Outbox {
+    mailbox: Arc<Mailbox>,
+}
+
+/// The stream's side of its [`Outbox`].
+#[derive(Debug)]
+pub struct Inbox {
+    mailbox: Arc<Mailbox>,
+}
+
+#[derive(Debug, Default)]
+struct Mailbox {
+    waiting: Mutex<Waiting>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    /// In the order they came, one per bucket.
+    actions: Vec<Action>,
+    /// Where each bucket's action is in `actions`.
+    at: HashMap<BucketId, usize>,
+    /// The outbox was dropped.
+    closed: bool,
+}
+
+/// A stream's outbox and inbox.
+pub fn outbox() -> (Outbox, Inbox) {
+    let mailbox = Arc::new(Mailbox::default());
+    (Outbox { mailbox: Arc::clone(&mailbox) }, Inbox { mailbox })
+}
+
+impl Outbox {
+    /// Leaves `actions` for the stream, each replacing one for its bucket still waiting.
+    pub fn send(&self, actions: Vec<Action>) {
+        let mut waiting = self.mailbox.waiting.lock();
+        let waiting = &mut *waiting;
+        for action in actions {
+            match waiting.at.get(action.bucket()) {
+                Some(&i) => waiting.actions[i] = action,
+                None => {
+                    waiting.at.insert(action.bucket().clone(), waiting.actions.len());
+                    waiting.actions.push(action);
+                }
+            }
+        }
+        self.mailbox.changed.notify_one();
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        self.mailbox.waiting.lock().closed = true;
+        self.mailbox.changed.notify_one();
+    }
+}
+
+impl Inbox {
+    /// Every action waiting, once there is one; `None` once the outbox is dropped and nothing
+    /// waits.
+    pub async fn recv(&mut self) -> Option<Vec<Action>> {
+        let mailbox = Arc::clone(&self.mailbox);
+        loop {
+            let changed = mailbox.changed.notified();
+            if let Some(taken) = self.try_recv() {
+                return taken;
+            }
+            changed.await;
+        }
+    }
+
+    /// Every action waiting (`Some(Some(..))`), or `Some(None)` once the outbox is dropped and
+    /// nothing waits; `None` while nothing waits.
+    pub fn try_recv(&mut self) -> Option<Option<Vec<Action>>> {
+        let mut waiting = self.mailbox.waiting.lock();
+        if !waiting.actions.is_empty() {
+            waiting.at.clear();
+            return Some(Some(std::mem::take(&mut waiting.actions)));
+        }
+        waiting.closed.then_some(None)
+    }
+}
 
 /// A stream registered with [`Quotas::open`](super::Quotas::open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

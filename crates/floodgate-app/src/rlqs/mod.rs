@@ -19,7 +19,9 @@ mod strategy;
 mod tests;
 mod view;
 
-pub use self::bucket::{Action, BucketId, MAX_BUCKETS_PER_STREAM, Outbox, QuotaError, Report, StreamId};
+pub use self::bucket::{
+    Action, BucketId, Inbox, MAX_BUCKETS_PER_STREAM, Outbox, QuotaError, Report, StreamId, outbox,
+};
 pub use self::quotas::Quotas;
 pub use self::share::split;
 pub use self::strategy::{Shared, Strategy, TimeUnit};

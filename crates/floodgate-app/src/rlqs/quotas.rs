@@ -315,7 +315,7 @@ impl<C: Clock> Quotas<C> {
         }
         for (stream, actions) in by_stream {
             if let Some(s) = state.streams.get(&stream) {
-                let _ = s.outbox.send(actions);
+                s.outbox.send(actions);
             }
         }
         self.drop_empty(state);
@@ -388,7 +388,7 @@ impl<C: Clock> Quotas<C> {
         }
         for (id, stream) in state.streams.drain() {
             if let Some(actions) = expiring.remove(&id) {
-                let _ = stream.outbox.send(actions);
+                stream.outbox.send(actions);
             }
         }
         state.groups.clear();
@@ -531,7 +531,7 @@ impl<C: Clock> Quotas<C> {
             let end = start + out[start..].iter().take_while(|(s, _)| *s == stream).count();
             let actions: Vec<Action> = out[start..end].iter().map(|(_, a)| a.clone()).collect();
             if let Some(s) = streams.get(&stream) {
-                let _ = s.outbox.send(actions);
+                s.outbox.send(actions);
             }
             start = end;
         }
@@ -606,7 +606,7 @@ impl<C: Clock> Quotas<C> {
         }
         for (stream, actions) in expire {
             if let Some(s) = state.streams.get(&stream) {
-                let _ = s.outbox.send(actions);
+                s.outbox.send(actions);
             }
         }
     }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use floodgate_config::rlqs::RlqsConfig;
 use floodgate_core::{ManualClock, Timestamp};
 use floodgate_redis::rlqs::RemoteMember;
-use tokio::sync::mpsc;
 
 use super::*;
 use crate::metrics::RlqsSeries;
@@ -36,18 +35,18 @@ fn config(text: &str) -> Arc<RlqsConfig> {
 
 struct Envoy {
     id: StreamId,
-    inbox: mpsc::UnboundedReceiver<Vec<Action>>,
+    inbox: Inbox,
 }
 
 impl Envoy {
     fn open(quotas: &Quotas<ManualClock>, config: &Arc<RlqsConfig>) -> Envoy {
-        let (tx, inbox) = mpsc::unbounded_channel();
+        let (tx, inbox) = outbox();
         Envoy { id: quotas.open("d", Some(config), tx).unwrap(), inbox }
     }
 
     fn actions(&mut self) -> Vec<Action> {
         let mut all = Vec::new();
-        while let Ok(actions) = self.inbox.try_recv() {
+        while let Some(Some(actions)) = self.inbox.try_recv() {
             all.extend(actions);
         }
         all
@@ -181,8 +180,8 @@ fn shutdown_expires_every_assignment_and_closes_the_streams() {
     quotas.shutdown();
     let last = envoy.actions();
     assert!(matches!(&last[..], [Action::Assign { ttl, .. }] if ttl.is_zero()), "{last:?}");
-    assert!(matches!(envoy.inbox.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)));
-    let (tx, _rx) = mpsc::unbounded_channel();
+    assert_eq!(envoy.inbox.try_recv(), Some(None), "the stream is closed once its last actions are taken");
+    let (tx, _rx) = outbox();
     assert_eq!(quotas.open("d", Some(&c), tx), Err(QuotaError::ShuttingDown));
 }
 
@@ -285,4 +284,25 @@ fn on_one_instance_the_claim_is_the_limit() {
     assert_eq!(a.rate(&api()), Some(1000.0));
     assert_eq!(quotas.view()[0].claim, Some(1000.0));
     assert!(!asked_for_an_exchange(&quotas));
+}
+
+#[test]
+fn a_stream_that_does_not_read_holds_one_action_per_bucket_the_newest() {
+    let c = config(CONFIG);
+    let (quotas, clock) = quotas();
+    let mut reader = Envoy::open(&quotas, &c);
+    let mut idle = Envoy::open(&quotas, &c);
+    quotas.report(idle.id, Some(&c), &[report(&api(), 0)]).unwrap();
+    // The other stream's demand swings a thousand times; the idle stream's share follows each
+    // swing, and it reads none of them.
+    for i in 0..1000u64 {
+        clock.advance(Duration::from_secs(1));
+        quotas.report(reader.id, Some(&c), &[report(&api(), if i % 2 == 0 { 900 } else { 10 })]).unwrap();
+        reader.actions();
+    }
+    let waiting = idle.inbox.try_recv().expect("actions wait").expect("the stream is open");
+    assert_eq!(waiting.len(), 1, "one action for its one bucket: {waiting:?}");
+    let now = quotas.view()[0].members.iter().find(|m| m.stream == idle.id.0).unwrap().assigned;
+    let Action::Assign { strategy, .. } = &waiting[0] else { panic!("an assignment: {waiting:?}") };
+    assert_eq!(strategy.rate(), now, "the newest assignment");
 }

@@ -277,7 +277,7 @@ fn core_cost(args: &RlqsArgs, yaml: &str) -> anyhow::Result<Option<f64>> {
     let n = args.envoys as usize;
     let mut streams = Vec::with_capacity(n);
     for _ in 0..n {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = floodgate_app::rlqs::outbox();
         streams.push((quotas.open("bench", Some(&config), tx)?, rx));
     }
     let bucket = BucketId::new([("name", "api")]);
@@ -292,7 +292,7 @@ fn core_cost(args: &RlqsArgs, yaml: &str) -> anyhow::Result<Option<f64>> {
         let report = Report { bucket: bucket.clone(), elapsed: args.interval, allowed: count, denied: 0 };
         quotas.report(streams[e].0, Some(&config), std::slice::from_ref(&report))?;
         clock.advance(step);
-        while streams[e].1.try_recv().is_ok() {}
+        while let Some(Some(_)) = streams[e].1.try_recv() {}
     }
     let end = thread_cpu();
     Ok(match (start, end) {
