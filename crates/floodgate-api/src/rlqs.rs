@@ -74,37 +74,38 @@ impl RateLimitQuotaService for Rlqs {
         &self,
         request: tonic::Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<tonic::Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let authorization = request.metadata().get("authorization").map(|v| v.as_bytes().to_vec());
         {
             let running = self.app.control().load();
-            let authorization = request.metadata().get("authorization").map(|v| v.as_bytes());
-            if let Err(refusal) = running.authorize(authorization, Scope::Check) {
-                return Err(self.refuse(&refusal));
+            if let Err(refusal) = running.authorize(authorization.as_deref(), Scope::Check) {
+                return Err(refuse(&self.app, &refusal));
             }
         }
         let (out, rx) = mpsc::channel(16);
-        tokio::spawn(serve_stream(self.app.clone(), request.into_inner(), out));
+        tokio::spawn(serve_stream(self.app.clone(), request.into_inner(), authorization, out));
         Ok(tonic::Response::new(ReceiverStream::new(rx)))
     }
 }
 
-impl Rlqs {
-    /// `UNAUTHENTICATED` or `PERMISSION_DENIED`, counted.
-    fn refuse(&self, refusal: &Refusal<'_>) -> Status {
-        let requests = refusal.client().map(|c| &*c.requests);
-        if refusal.unauthenticated() {
-            self.app.metrics().grpc_request(requests, GrpcCode::Unauthenticated);
-            Status::unauthenticated(refusal.detail())
-        } else {
-            self.app.metrics().grpc_request(requests, GrpcCode::PermissionDenied);
-            Status::permission_denied(refusal.detail())
-        }
+/// `UNAUTHENTICATED` or `PERMISSION_DENIED`, counted.
+fn refuse(app: &App, refusal: &Refusal<'_>) -> Status {
+    let requests = refusal.client().map(|c| &*c.requests);
+    if refusal.unauthenticated() {
+        app.metrics().grpc_request(requests, GrpcCode::Unauthenticated);
+        Status::unauthenticated(refusal.detail())
+    } else {
+        app.metrics().grpc_request(requests, GrpcCode::PermissionDenied);
+        Status::permission_denied(refusal.detail())
     }
 }
 
-/// One stream, until the Envoy ends it, breaks the protocol, or the server shuts down.
+/// One stream, until the Envoy ends it, breaks the protocol, its token stops being valid, or the
+/// server shuts down. `authorization` is the stream's `authorization` metadata, checked again with
+/// each message (a reload may have revoked it).
 async fn serve_stream(
     app: App,
     mut inbound: Streaming<RateLimitQuotaUsageReports>,
+    authorization: Option<Vec<u8>>,
     out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
 ) {
     let mut session: Option<Session> = None;
@@ -119,7 +120,7 @@ async fn serve_stream(
         tokio::select! {
             message = inbound.message() => match message {
                 Ok(Some(message)) => {
-                    if let Err(status) = take(&app, &mut session, &mut reports, message) {
+                    if let Err(status) = take(&app, authorization.as_deref(), &mut session, &mut reports, message) {
                         tracing::debug!(code = ?status.code(), message = status.message(), "rlqs: stream closed");
                         let _ = out.send(Err(status)).await;
                         break;
@@ -151,15 +152,19 @@ struct Session {
     inbox: Inbox,
 }
 
-/// Takes in one message: opens the session on the first, checks the protocol, reports.
+/// Takes in one message: checks the stream's token (still a client's, with the `check` scope),
+/// opens the session on the first message, checks the protocol and the client's pinned
+/// descriptors (each bucket id must name them, with their values), reports.
 #[allow(clippy::result_large_err)] // a status ends the stream: built once, on the error path
 fn take(
     app: &App,
+    authorization: Option<&[u8]>,
     session: &mut Option<Session>,
     reports: &mut Vec<Report>,
     message: RateLimitQuotaUsageReports,
 ) -> Result<(), Status> {
     let running = app.control().load();
+    let client = running.authorize(authorization, Scope::Check).map_err(|refusal| refuse(app, &refusal))?;
     let config = running.rlqs.as_ref();
     let session = match session {
         Some(s) => {
@@ -185,6 +190,11 @@ fn take(
     };
     reports.clear();
     read_reports(&message, reports)?;
+    if let Some(client) = client {
+        for report in reports.iter() {
+            client.check_entries(report.bucket.pairs()).map_err(|refusal| refuse(app, &refusal))?;
+        }
+    }
     app.rlqs().report(session.id, config, reports).map_err(status_of)
 }
 

@@ -32,7 +32,7 @@ impl BucketId {
     }
 
     /// The keys and values, sorted by key.
-    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
         self.pairs.iter().map(|(k, v)| (&**k, &**v))
     }
 

@@ -440,6 +440,51 @@ async fn streams_need_the_check_scope_when_clients_are_named() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn bucket_ids_must_name_the_descriptors_pinned_to_the_streams_client() {
+    let dir = TempDir::new("rlqs-pinned");
+    let shop = dir.write_atomic("shop.token", "shop-secret-token-00001");
+    let yaml = format!(
+        "{CONFIG}auth:\n  clients:\n    - name: shop\n      token_file: {}\n      scopes: [check]\n      descriptors: {{ tenant: shop }}\n",
+        shop.display()
+    );
+    let server = TestServer::start(parse(&yaml)).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let open = || async {
+        let client = envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient::new(channel.clone());
+        Filter::open(client, "rlqs-example", Settings::default(), Some("Bearer shop-secret-token-00001"))
+            .await
+            .unwrap()
+    };
+    // Its own tenant: served.
+    let mut own = open().await;
+    let bucket = id(&[("name", "api"), ("tenant", "shop")]);
+    own.request(&bucket, Duration::ZERO).await;
+    assignment(&mut own, &bucket, Duration::ZERO).await;
+    // Another tenant's bucket, or one without the tenant: the stream is closed, naming it.
+    for pairs in [&[("name", "api"), ("tenant", "acme")][..], &[("name", "api")][..]] {
+        let mut other = open().await;
+        other.request(&id(pairs), Duration::ZERO).await;
+        let status = loop {
+            match other.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(status)) => break status,
+                None => panic!("the stream ended without a status"),
+            }
+        };
+        assert_eq!(status.code(), Code::PermissionDenied, "{}", status.message());
+        assert!(status.message().contains("\"tenant\""), "{}", status.message());
+    }
+    // The stream of its own tenant goes on: its next assignment (a renewal, 1 s TTL) comes.
+    own.report(Duration::from_secs(1)).await;
+    assignment(&mut own, &bucket, Duration::from_secs(1)).await;
+    server.stop().await;
+}
+
 // === across a fleet ===
 
 /// The rule's share for two instances of one fleet on `store` (no manual clock: Redis keeps the
