@@ -131,7 +131,18 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let llm = route.config.llm.as_ref().and_then(|llm| Some((llm, llm::Endpoint::of(parts.uri.path())?)));
     let (after, call, body) = match llm {
         Some((llm, endpoint)) => {
-            match llm::admit_call(&gateway.app, table, llm, endpoint, &descriptors, body, style).await {
+            match llm::admit_call(
+                &gateway.app,
+                table,
+                llm,
+                endpoint,
+                &descriptors,
+                body,
+                style,
+                route.metrics.llm(),
+            )
+            .await
+            {
                 Ok(call) => (call.verdict.clone(), Some(call), Body::empty()),
                 Err(refused) => return refused,
             }

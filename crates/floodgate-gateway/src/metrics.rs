@@ -12,6 +12,11 @@
 //! | `floodgate_gateway_delayed_total` | counter: requests that waited under `action: delay`, and then `passed` or were `denied` | `result` |
 //! | `floodgate_gateway_waiting` | gauge: requests waiting for capacity now | — |
 //! | `floodgate_gateway_accepted_pending` | gauge: accepted writes not yet delivered | — |
+//! | `floodgate_llm_calls_total` | counter: LLM calls by admission: `admitted`, `capped` (admitted with a smaller allowance), `refused` (429: a budget), `invalid` (400, 413: the body, the model, no price), `unavailable` (503) | `route`, `outcome` |
+//! | `floodgate_llm_tokens_total` | counter: tokens `reserved` at admission (prompt and allowance), and `prompt` and `completion` committed | `route`, `kind` |
+//! | `floodgate_llm_spend_usd_micros_total` | counter: spend committed, micro-dollars (routes with prices) | `route` |
+//! | `floodgate_llm_answers_total` | counter: metered answers by their end: `whole`, `cut` (at the budget), `broken` (the upstream broke it, or the client left); and `released` (not a success: nothing charged) | `route`, `end` |
+//! | `floodgate_llm_estimated_total` | counter: answers without usage, charged the documented estimate | `route` |
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -29,6 +34,11 @@ const DEGRADED_TOTAL: &str = "floodgate_gateway_degraded_total";
 const DELAYED_TOTAL: &str = "floodgate_gateway_delayed_total";
 const WAITING: &str = "floodgate_gateway_waiting";
 const ACCEPTED_PENDING: &str = "floodgate_gateway_accepted_pending";
+const LLM_CALLS_TOTAL: &str = "floodgate_llm_calls_total";
+const LLM_TOKENS_TOTAL: &str = "floodgate_llm_tokens_total";
+const LLM_SPEND_TOTAL: &str = "floodgate_llm_spend_usd_micros_total";
+const LLM_ANSWERS_TOTAL: &str = "floodgate_llm_answers_total";
+const LLM_ESTIMATED_TOTAL: &str = "floodgate_llm_estimated_total";
 
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
@@ -61,6 +71,33 @@ pub(super) struct RouteMetrics {
     pub(super) stale: Counter,
     pub(super) accepted: Counter,
     pub(super) fallback: Counter,
+    /// An LLM route's series, registered on its first call.
+    llm: OnceLock<LlmMetrics>,
+}
+
+/// An LLM route's series (cheap to clone: each a handle).
+#[derive(Clone)]
+pub(crate) struct LlmMetrics {
+    pub(crate) admitted: Counter,
+    pub(crate) capped: Counter,
+    pub(crate) refused: Counter,
+    pub(crate) invalid: Counter,
+    pub(crate) unavailable: Counter,
+    pub(crate) reserved_tokens: Counter,
+    pub(crate) prompt_tokens: Counter,
+    pub(crate) completion_tokens: Counter,
+    pub(crate) spend: Counter,
+    pub(crate) whole: Counter,
+    pub(crate) cut: Counter,
+    pub(crate) broken: Counter,
+    pub(crate) released: Counter,
+    pub(crate) estimated: Counter,
+}
+
+impl std::fmt::Debug for LlmMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmMetrics").finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for RouteMetrics {
@@ -126,7 +163,35 @@ impl RouteMetrics {
             fallback: labelled(DEGRADED_TOTAL, "mode", "fallback"),
             name: name.to_owned(),
             recorder: metrics.clone(),
+            llm: OnceLock::new(),
         }
+    }
+
+    /// The route's LLM series (registered on first use: only LLM routes have them).
+    pub(crate) fn llm(&self) -> &LlmMetrics {
+        self.llm.get_or_init(|| {
+            let metrics = &self.recorder;
+            let route = || Label::new("route", self.name.clone());
+            let labelled = |series: &'static str, label: &'static str, value: &'static str| {
+                counter(metrics, series, vec![route(), Label::new(label, value)])
+            };
+            LlmMetrics {
+                admitted: labelled(LLM_CALLS_TOTAL, "outcome", "admitted"),
+                capped: labelled(LLM_CALLS_TOTAL, "outcome", "capped"),
+                refused: labelled(LLM_CALLS_TOTAL, "outcome", "refused"),
+                invalid: labelled(LLM_CALLS_TOTAL, "outcome", "invalid"),
+                unavailable: labelled(LLM_CALLS_TOTAL, "outcome", "unavailable"),
+                reserved_tokens: labelled(LLM_TOKENS_TOTAL, "kind", "reserved"),
+                prompt_tokens: labelled(LLM_TOKENS_TOTAL, "kind", "prompt"),
+                completion_tokens: labelled(LLM_TOKENS_TOTAL, "kind", "completion"),
+                spend: counter(metrics, LLM_SPEND_TOTAL, vec![route()]),
+                whole: labelled(LLM_ANSWERS_TOTAL, "end", "whole"),
+                cut: labelled(LLM_ANSWERS_TOTAL, "end", "cut"),
+                broken: labelled(LLM_ANSWERS_TOTAL, "end", "broken"),
+                released: labelled(LLM_ANSWERS_TOTAL, "end", "released"),
+                estimated: counter(metrics, LLM_ESTIMATED_TOTAL, vec![route()]),
+            }
+        })
     }
 
     /// Counts one answer with `status`.
@@ -157,6 +222,11 @@ fn describe(r: &PrometheusRecorder) {
     c(SHED_TOTAL, "Gateway requests shed by priority.");
     c(DEGRADED_TOTAL, "Gateway answers made without the upstream: stale_cache, accept_async, fallback.");
     c(DELAYED_TOTAL, "Gateway requests that waited for capacity (action delay), then passed or were denied.");
+    c(LLM_CALLS_TOTAL, "LLM calls by admission: admitted, capped, refused (a budget), invalid, unavailable.");
+    c(LLM_TOKENS_TOTAL, "LLM tokens reserved at admission, and prompt and completion tokens committed.");
+    c(LLM_SPEND_TOTAL, "LLM spend committed, in micro-dollars (routes with prices).");
+    c(LLM_ANSWERS_TOTAL, "Metered LLM answers by their end: whole, cut, broken; released: not a success.");
+    c(LLM_ESTIMATED_TOTAL, "LLM answers without usage, charged the documented estimate.");
     let g = |name: &'static str, help: &'static str| {
         r.describe_gauge(KeyName::from_const_str(name), None, SharedString::const_str(help));
     };

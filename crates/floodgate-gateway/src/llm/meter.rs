@@ -14,6 +14,7 @@
 //!   admission plus the completion tokens counted in the text (never nothing); a JSON body too
 //!   large to read back is charged its whole reservation.
 
+use crate::metrics::LlmMetrics;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -115,6 +116,10 @@ pub(crate) struct Meter {
     /// The responses API's last event number.
     sequence: Option<u64>,
     cut: bool,
+    /// The upstream's body came to its end.
+    reached_end: bool,
+    /// The route's series, until the answer is recorded in them (`None` after, or in tests).
+    metrics: Option<LlmMetrics>,
 }
 
 impl std::fmt::Debug for Meter {
@@ -139,6 +144,7 @@ pub(crate) struct Metering {
     pub(crate) allowance: u64,
     pub(crate) over_budget: OverBudget,
     pub(crate) hide_usage: bool,
+    pub(crate) metrics: Option<LlmMetrics>,
 }
 
 impl Meter {
@@ -159,6 +165,8 @@ impl Meter {
             usage: None,
             sequence: None,
             cut: false,
+            reached_end: false,
+            metrics: m.metrics,
         }
     }
 
@@ -205,6 +213,7 @@ impl Meter {
     /// What is left of a stream's body at its end (an event without its blank line), forwarded as
     /// it is.
     pub(crate) fn rest(&mut self) -> Bytes {
+        self.reached_end = true;
         if !self.stream || self.buf.is_empty() {
             return Bytes::new();
         }
@@ -222,6 +231,23 @@ impl Meter {
 
     /// The answer ended (or was cut, or the client went away): commits its cost, once.
     pub(crate) fn finish(&mut self) {
+        if let Some(metrics) = self.metrics.take() {
+            let used = self.used();
+            metrics.prompt_tokens.increment(used.prompt);
+            metrics.completion_tokens.increment(used.completion);
+            if let Some(micros) = self.tariff.spend(used) {
+                metrics.spend.increment(micros);
+            }
+            if self.usage.is_none() {
+                metrics.estimated.increment(1);
+            }
+            let end = match (self.cut, self.reached_end) {
+                (true, _) => &metrics.cut,
+                (false, true) => &metrics.whole,
+                (false, false) => &metrics.broken,
+            };
+            end.increment(1);
+        }
         if self.accounts.is_empty() {
             return;
         }
@@ -368,6 +394,9 @@ impl Meter {
     /// A whole JSON answer: its usage, else the tokens of its text.
     fn read_json(&mut self, body: &[u8]) {
         let Ok(value) = serde_json::from_slice::<Value>(body) else { return };
+        // A whole JSON document came: the server may stop reading at its length, before the body
+        // says it ended.
+        self.reached_end = true;
         if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
             let usage = match self.endpoint {
                 Endpoint::Responses => responses_usage(usage),
@@ -490,6 +519,7 @@ mod tests {
             allowance,
             over_budget: over,
             hide_usage: hide,
+            metrics: None,
         })
     }
 

@@ -48,6 +48,7 @@ use self::meter::{Account, Metering};
 use self::request::LlmRequest;
 use self::tariff::Tariff;
 use self::tokens::Counter;
+use crate::metrics::LlmMetrics;
 use crate::routes::RouteTable;
 
 /// The header saying what the call may generate: `300`, or `300; capped-from=1024`.
@@ -71,10 +72,13 @@ pub(crate) struct Call {
     reservation: Option<String>,
     /// The descriptors it was reserved with (the model among them).
     descriptors: Descriptors,
+    /// The route's LLM series.
+    metrics: LlmMetrics,
 }
 
 /// Reads, counts and admits a request to `endpoint` on a route with `llm`; the answer to send
-/// instead when it is refused.
+/// instead when it is refused. Counted in the route's LLM series (`metrics`).
+#[allow(clippy::too_many_arguments)] // the request's parts, as the handler holds them
 pub(crate) async fn admit_call(
     app: &App,
     table: &RouteTable,
@@ -83,6 +87,37 @@ pub(crate) async fn admit_call(
     descriptors: &Descriptors,
     body: Body,
     style: HeaderStyle,
+    metrics: &LlmMetrics,
+) -> Result<Call, Response> {
+    let admitted = admit_read(app, table, llm, endpoint, descriptors, body, style, metrics).await;
+    match &admitted {
+        Ok(call) => {
+            let counter = if call.capped_from.is_some() { &metrics.capped } else { &metrics.admitted };
+            counter.increment(1);
+            metrics.reserved_tokens.increment(call.prompt + call.allowance);
+        }
+        Err(refusal) => {
+            let counter = match refusal.status() {
+                StatusCode::TOO_MANY_REQUESTS => &metrics.refused,
+                status if status.is_server_error() => &metrics.unavailable,
+                _ => &metrics.invalid,
+            };
+            counter.increment(1);
+        }
+    }
+    admitted
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn admit_read(
+    app: &App,
+    table: &RouteTable,
+    llm: &Llm,
+    endpoint: Endpoint,
+    descriptors: &Descriptors,
+    body: Body,
+    style: HeaderStyle,
+    metrics: &LlmMetrics,
 ) -> Result<Call, Response> {
     let limited = http_body_util::Limited::new(body, llm.max_body);
     let raw = match http_body_util::BodyExt::collect(limited).await {
@@ -142,6 +177,7 @@ pub(crate) async fn admit_call(
         hide_usage,
         reservation: admitted.reservation,
         descriptors,
+        metrics: metrics.clone(),
     })
 }
 
@@ -189,6 +225,7 @@ impl Call {
             .collect();
         accounts.extend(hold.map(|h| h.account(app, table)));
         if !status.is_success() {
+            self.metrics.released.increment(1);
             for account in accounts {
                 account.release();
             }
@@ -204,6 +241,7 @@ impl Call {
             allowance: self.allowance,
             over_budget: llm.over_budget_mid_stream,
             hide_usage: self.hide_usage,
+            metrics: Some(self.metrics),
         }))
     }
 

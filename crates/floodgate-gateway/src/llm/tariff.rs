@@ -40,6 +40,11 @@ impl Tariff {
         &self.tokens
     }
 
+    /// The micro-dollars `used` costs, when the route has prices.
+    pub(crate) fn spend(&self, used: Used) -> Option<u64> {
+        self.money.as_ref().map(|(_, price)| Tariff::micros(price, used))
+    }
+
     /// The micro-dollars of `used`, rounded up.
     fn micros(price: &Price, used: Used) -> u64 {
         let cached = used.cached.min(used.prompt);

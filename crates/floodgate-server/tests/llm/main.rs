@@ -9,6 +9,7 @@ mod dollars;
 mod example;
 mod fallback;
 mod metering;
+mod metrics;
 mod redis;
 mod sdk;
 
