@@ -89,7 +89,68 @@ pub(crate) async fn admit_call(
     style: HeaderStyle,
     metrics: &LlmMetrics,
 ) -> Result<Call, Response> {
-    let admitted = admit_read(app, table, llm, endpoint, descriptors, body, style, metrics).await;
+    let admitted: Result<Call, Response> = async {
+        let limited = http_body_util::Limited::new(body, llm.max_body);
+        let raw = match http_body_util::BodyExt::collect(limited).await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                return Err(respond::too_large(llm.max_body).into_response());
+            }
+            Err(e) => {
+                return Err(respond::invalid(format!("The request body could not be read: {e}."), None)
+                    .into_response());
+            }
+        };
+        let mut request = LlmRequest::parse(endpoint, raw, &llm.allowance).map_err(|r| r.into_response())?;
+        let Ok(tariff) = Tariff::of(llm, &request.model) else {
+            let message = format!(
+                "The model `{}` has no price on this gateway, and every call here is priced.",
+                request.model
+            );
+            return Err(respond::unpriced(message).into_response());
+        };
+        // Rules may count per model (`key: [tenant, model]`).
+        let mut descriptors = descriptors.clone();
+        descriptors.insert(crate::policies::MODEL_DESCRIPTOR, request.model.clone());
+        let counter = tokens::counter(llm, &request.model);
+        let prompt = tokens::prompt_tokens(endpoint, request.body(), &counter);
+        let generates = endpoint.generates();
+        let wanted = if generates { request.asked.unwrap_or(llm.allowance.default_max_tokens) } else { 0 };
+        let estimate = Estimate { descriptors: &descriptors, prompt, wanted, generates, tariff: &tariff };
+        let admitted = admit(app, &table.policies.metered, llm, estimate, style).await?;
+        // A plan past its limit switches the call to a smaller model: the upstream is asked for it,
+        // and it is counted and priced as that model (its price when it has one, else the one asked
+        // for); `floodgate-degrade` says so, to the upstream and the client.
+        let (mut counter, mut tariff) = (counter, tariff);
+        if let Some(model) = admitted.verdict.degrade_to().filter(|m| *m != request.model) {
+            request.set_model(model);
+            counter = tokens::counter(llm, model);
+            if let Ok(priced) = Tariff::of(llm, model) {
+                tariff = priced;
+            }
+        }
+        if generates {
+            request.bound(admitted.allowance);
+        }
+        let hide_usage = request.ask_usage();
+        let stream = request.stream;
+        Ok(Call {
+            verdict: admitted.verdict,
+            body: request.into_bytes(),
+            endpoint,
+            stream,
+            prompt,
+            allowance: admitted.allowance,
+            capped_from: admitted.capped_from,
+            counter,
+            tariff,
+            hide_usage,
+            reservation: admitted.reservation,
+            descriptors,
+            metrics: metrics.clone(),
+        })
+    }
+    .await;
     match &admitted {
         Ok(call) => {
             let counter = if call.capped_from.is_some() { &metrics.capped } else { &metrics.admitted };
@@ -106,79 +167,6 @@ pub(crate) async fn admit_call(
         }
     }
     admitted
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn admit_read(
-    app: &App,
-    table: &RouteTable,
-    llm: &Llm,
-    endpoint: Endpoint,
-    descriptors: &Descriptors,
-    body: Body,
-    style: HeaderStyle,
-    metrics: &LlmMetrics,
-) -> Result<Call, Response> {
-    let limited = http_body_util::Limited::new(body, llm.max_body);
-    let raw = match http_body_util::BodyExt::collect(limited).await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            return Err(respond::too_large(llm.max_body).into_response());
-        }
-        Err(e) => {
-            return Err(
-                respond::invalid(format!("The request body could not be read: {e}."), None).into_response()
-            );
-        }
-    };
-    let mut request = LlmRequest::parse(endpoint, raw, &llm.allowance).map_err(|r| r.into_response())?;
-    let Ok(tariff) = Tariff::of(llm, &request.model) else {
-        let message = format!(
-            "The model `{}` has no price on this gateway, and every call here is priced.",
-            request.model
-        );
-        return Err(respond::unpriced(message).into_response());
-    };
-    // Rules may count per model (`key: [tenant, model]`).
-    let mut descriptors = descriptors.clone();
-    descriptors.insert(crate::policies::MODEL_DESCRIPTOR, request.model.clone());
-    let counter = tokens::counter(llm, &request.model);
-    let prompt = tokens::prompt_tokens(endpoint, request.body(), &counter);
-    let generates = endpoint.generates();
-    let wanted = if generates { request.asked.unwrap_or(llm.allowance.default_max_tokens) } else { 0 };
-    let estimate = Estimate { descriptors: &descriptors, prompt, wanted, generates, tariff: &tariff };
-    let admitted = admit(app, &table.policies.metered, llm, estimate, style).await?;
-    // A plan past its limit switches the call to a smaller model: the upstream is asked for it,
-    // and it is counted and priced as that model (its price when it has one, else the one asked
-    // for); `floodgate-degrade` says so, to the upstream and the client.
-    let (mut counter, mut tariff) = (counter, tariff);
-    if let Some(model) = admitted.verdict.degrade_to().filter(|m| *m != request.model) {
-        request.set_model(model);
-        counter = tokens::counter(llm, model);
-        if let Ok(priced) = Tariff::of(llm, model) {
-            tariff = priced;
-        }
-    }
-    if generates {
-        request.bound(admitted.allowance);
-    }
-    let hide_usage = request.ask_usage();
-    let stream = request.stream;
-    Ok(Call {
-        verdict: admitted.verdict,
-        body: request.into_bytes(),
-        endpoint,
-        stream,
-        prompt,
-        allowance: admitted.allowance,
-        capped_from: admitted.capped_from,
-        counter,
-        tariff,
-        hide_usage,
-        reservation: admitted.reservation,
-        descriptors,
-        metrics: metrics.clone(),
-    })
 }
 
 impl Call {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Kind;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
@@ -405,6 +406,15 @@ async fn messages_that_break_the_protocol_close_the_stream_naming_what_is_wrong(
     server.stop().await;
 }
 
+/// A gRPC channel to `server`'s listener.
+async fn channel(server: &TestServer) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn streams_need_the_check_scope_when_clients_are_named() {
     let dir = TempDir::new("rlqs-auth");
@@ -416,14 +426,8 @@ async fn streams_need_the_check_scope_when_clients_are_named() {
         reader.display()
     );
     let server = TestServer::start(parse(&yaml)).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let client = || {
-        envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient::new(channel.clone())
-    };
+    let channel = channel(&server).await;
+    let client = || RateLimitQuotaServiceClient::new(channel.clone());
     let none = Filter::open(client(), "rlqs-example", Settings::default(), None).await.unwrap_err();
     assert_eq!(none.code(), Code::Unauthenticated);
     let reader =
@@ -449,13 +453,9 @@ async fn bucket_ids_must_name_the_descriptors_pinned_to_the_streams_client() {
         shop.display()
     );
     let server = TestServer::start(parse(&yaml)).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(&server).await;
     let open = || async {
-        let client = envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient::new(channel.clone());
+        let client = RateLimitQuotaServiceClient::new(channel.clone());
         Filter::open(client, "rlqs-example", Settings::default(), Some("Bearer shop-secret-token-00001"))
             .await
             .unwrap()
