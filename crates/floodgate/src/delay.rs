@@ -510,6 +510,8 @@ where
     let mut deadline: Option<Instant> = None;
     let mut due: Option<Duration> = None;
     let mut last: Option<Verdict> = None;
+    // Refused a place among the waiting requests already: decided once, and answered.
+    let mut refused = false;
     if first.is_none() && !queues.is_empty() {
         for (key, max_wait) in delay_keys(policy, descriptors) {
             let Some(behind) = queues.join_if_busy(&key, tier) else { continue };
@@ -520,6 +522,8 @@ where
                 started = Some(now);
                 deadline = Some(now + max_wait);
                 ticket = Some(behind);
+            } else {
+                refused = true;
             }
             break;
         }
@@ -558,7 +562,8 @@ where
         let wait = if verdict.allowed { None } else { next_wait(policy, &verdict, waited) };
         let Some(wait) = wait else { return InTurn { result: Ok(verdict), waited: slot.is_some() } };
         if slot.is_none() {
-            let Some(place) = waiting.enter() else { return InTurn { result: Ok(verdict), waited: false } };
+            let place = if refused { None } else { waiting.enter() };
+            let Some(place) = place else { return InTurn { result: Ok(verdict), waited: false } };
             on_wait();
             slot = Some(place);
         }
