@@ -48,18 +48,23 @@ pub(super) fn fairness(item: Item<'_>) -> Result<Fairness, Invalid> {
     if let Some(a) = fields.get("aging") {
         aging = positive_duration(a, "aging")?;
     }
-    Fairness::new(&weights, aging).map_err(|why| weights_item.as_ref().unwrap_or(&item).error(why.to_string()))
+    Fairness::new(&weights, aging)
+        .map_err(|why| weights_item.as_ref().unwrap_or(&item).error(why.to_string()))
 }
 
 /// A route's `tier: {from: header, name, default}` or `tier: {from: plan, plans, default}`, for
 /// `tiers` tiers.
 pub(super) fn tier(item: Item<'_>, tiers: u8) -> Result<Tier, Invalid> {
     let fields = item.fields("a route's tier", Some(&["from", "name", "plans", "default"]))?;
-    let from_item = fields.require("from", "where the tier comes from: from: header (with name) or from: plan")?;
+    let from_item =
+        fields.require("from", "where the tier comes from: from: header (with name) or from: plan")?;
     let in_range = |i: &Item<'_>, what: &str| -> Result<u8, Invalid> {
         let n = i.u64_at_least(what, 0)?;
         u8::try_from(n).ok().filter(|t| *t < tiers).ok_or_else(|| {
-            i.error(format!("{what} {n} is not a tier: tiers are 0 to {} (gateway.delay_queue.weights)", tiers - 1))
+            i.error(format!(
+                "{what} {n} is not a tier: tiers are 0 to {} (gateway.delay_queue.weights)",
+                tiers - 1
+            ))
         })
     };
     let from = match from_item.str("header or plan")? {
@@ -69,7 +74,9 @@ pub(super) fn tier(item: Item<'_>, tiers: u8) -> Result<Tier, Invalid> {
             let header = HeaderName::from_bytes(text.to_ascii_lowercase().as_bytes())
                 .map_err(|_| name.error(format!("invalid header name {}", name.node.describe())))?;
             if let Some(p) = fields.get("plans") {
-                return Err(p.error("plans go with from: plan; from: header takes the tier number from the header"));
+                return Err(
+                    p.error("plans go with from: plan; from: header takes the tier number from the header")
+                );
             }
             TierFrom::Header(header)
         }
