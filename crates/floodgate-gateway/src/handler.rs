@@ -71,14 +71,14 @@ pub(super) fn build_table(
     RouteTable::build(running, previous, clients, metrics, rule_metrics, clock, route)
 }
 
-/// A request's priority tier on `route` (its `tier:` setting; the lowest tier without one); a
-/// header that names no tier is answered 400, naming it.
+/// A request's priority tier on `route` (its `tier:` setting; the lowest tier without one); for a
+/// header that names no tier, the detail of the 400 that answers it.
 fn tier_of(
     route: &RouteState,
     table: &RouteTable,
     headers: &http::HeaderMap,
     descriptors: &Descriptors,
-) -> Result<u8, Response> {
+) -> Result<u8, String> {
     use floodgate_config::gateway::TierFrom;
     let tiers = table.config.delay_queue.tiers();
     let Some(tier) = &route.config.tier else { return Ok(tiers - 1) };
@@ -91,11 +91,11 @@ fn tier_of(
                 .and_then(|v| v.trim().parse::<u8>().ok())
                 .filter(|t| *t < tiers)
                 .ok_or_else(|| {
-                    respond::malformed(format!(
+                    format!(
                         "The {name} header is {:?}, which is not a priority tier: give 0 (the highest) to {}.",
                         String::from_utf8_lossy(value.as_bytes()),
                         tiers - 1
-                    ))
+                    )
                 }),
         },
         TierFrom::Plan(plans) => {
@@ -135,7 +135,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     // is refused here, before anything is counted).
     let tier = match tier_of(route, table, &parts.headers, &descriptors) {
         Ok(tier) => tier,
-        Err(refused) => return refused,
+        Err(detail) => return respond::malformed(detail),
     };
     let before = match gateway.gate(&table.policies.before, &descriptors, tier).await {
         Ok(verdict) => verdict,

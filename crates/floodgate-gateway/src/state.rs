@@ -193,7 +193,7 @@ impl GatewayState {
                 }
             }
         };
-        let room = Room { waiting: &self.waiting, queues: &self.queues };
+        let room = Room { waiting: &self.waiting, queues: &self.queues, sleep: tokio::time::sleep };
         let on_wait = || self.metrics.waiting.set(self.waiting.waiting() as f64);
         let InTurn { result, waited } =
             decide_in_turn(room, &domain.policy, descriptors, tier, None, decide, on_wait).await;

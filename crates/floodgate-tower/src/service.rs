@@ -165,7 +165,7 @@ async fn check<S: Store>(
 ) -> Checked {
     let engine = &config.engine;
     let policy = engine.policy();
-    let room = Room { waiting: &config.waiting, queues: &config.queues };
+    let room = Room { waiting: &config.waiting, queues: &config.queues, sleep: tokio::time::sleep };
     let decide = || engine.check(&descriptors, cost);
     let InTurn { result, .. } = decide_in_turn(room, &policy, &descriptors, tier, first, decide, || ()).await;
     checked(engine, result, descriptors, cost)

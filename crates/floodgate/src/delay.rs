@@ -16,9 +16,9 @@
 //! ahead of them but queues behind (with an empty queue it decides at once). Only the queue's
 //! **head** decides: it sleeps its verdict's `retry_after` (when capacity is due) and decides
 //! again; when it passes (or gives up), the next waiter becomes the head, is woken, and decides at
-//! once. Waiting is on events (a [`tokio::sync::Notify`] per waiter) and the head's timer — nobody
-//! re-polls. A waiter whose `max_wait` runs out leaves the queue with its 429. [`decide_in_turn`]
-//! is the whole loop, shared by the front doors.
+//! once. Waiting is on events (the waiter's waker, woken when its turn comes) and the head's timer
+//! (the front door's, [`Room::sleep`]) — nobody re-polls. A waiter whose `max_wait` runs out
+//! leaves the queue with its 429. [`decide_in_turn`] is the whole loop, shared by the front doors.
 //!
 //! The next head is chosen by **weighted fair queueing** among the waiters' priority tiers (0 is
 //! the highest; [`Fairness`]: a weight per tier, default 8, 4, 2, 1): each waiter gets a virtual
@@ -63,16 +63,16 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use floodgate_core::{Clock, SystemClock, Timestamp};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use crate::{Action, Descriptors, Policy, Rule, Verdict};
 
@@ -288,13 +288,14 @@ struct Waiter {
     tier: u8,
     start: f64,
     since: Timestamp,
-    notify: Arc<Notify>,
+    /// Who to wake when it becomes the head.
+    waker: Option<Waker>,
 }
 
 impl KeyQueue {
     /// The next head (see the module docs): the least finish, counted with the weight of the tier
-    /// the waiter has aged to, then the earliest ticket.
-    fn promote(&mut self, fairness: &Fairness, now: Timestamp) {
+    /// the waiter has aged to, then the earliest ticket. Its waker, to wake once the lock is let go.
+    fn promote(&mut self, fairness: &Fairness, now: Timestamp) -> Option<Waker> {
         let aging = fairness.aging.as_micros().max(1);
         let finish = |w: &Waiter| {
             let steps = now.saturating_since(w.since).as_micros() / aging;
@@ -307,12 +308,10 @@ impl KeyQueue {
             .enumerate()
             .min_by(|(_, a), (_, b)| finish(a).total_cmp(&finish(b)).then(a.id.cmp(&b.id)))
             .map(|(i, _)| i);
-        if let Some(i) = next {
-            let waiter = self.waiters.swap_remove(i);
-            self.virtual_time = self.virtual_time.max(waiter.start);
-            self.head = Some(waiter.id);
-            waiter.notify.notify_one();
-        }
+        let waiter = self.waiters.swap_remove(next?);
+        self.virtual_time = self.virtual_time.max(waiter.start);
+        self.head = Some(waiter.id);
+        waiter.waker
     }
 }
 
@@ -368,7 +367,6 @@ impl DelayQueues {
         let shared = &self.shared;
         let tier = tier.min(shared.fairness.lowest());
         let id = shared.next.fetch_add(1, Ordering::Relaxed);
-        let notify = Arc::new(Notify::new());
         let mut queues = shared.queues.lock();
         if only_behind && !queues.contains_key(&key) {
             return None;
@@ -383,10 +381,10 @@ impl DelayQueues {
             let start = queue.virtual_time.max(queue.finish[usize::from(tier)]);
             queue.finish[usize::from(tier)] = start + shared.fairness.cost(tier);
             let since = shared.clock.now();
-            queue.waiters.push(Waiter { id, tier, start, since, notify: Arc::clone(&notify) });
+            queue.waiters.push(Waiter { id, tier, start, since, waker: None });
         }
         drop(queues);
-        Some(Ticket { shared: Arc::clone(shared), key, id, notify })
+        Some(Ticket { shared: Arc::clone(shared), key, id })
     }
 }
 
@@ -412,7 +410,6 @@ pub struct Ticket {
     shared: Arc<Shared>,
     key: QueueKey,
     id: u64,
-    notify: Arc<Notify>,
 }
 
 impl Ticket {
@@ -421,16 +418,14 @@ impl Ticket {
         self.shared.queues.lock().get(&self.key).is_some_and(|q| q.head == Some(self.id))
     }
 
-    /// Waits until it is the head (at once if it is).
-    pub async fn turn(&self) {
-        loop {
-            // A wake-up between the check and the wait is kept by `Notify` as a permit.
-            let notified = self.notify.notified();
-            if self.is_head() {
-                return;
-            }
-            notified.await;
-        }
+    /// Waits until it is the head (at once if it is): woken when the head before it leaves.
+    pub fn turn(&self) -> Turn<'_> {
+        Turn { ticket: self }
+    }
+
+    /// The queues' time.
+    fn now(&self) -> Timestamp {
+        self.shared.clock.now()
     }
 
     /// Its queue.
@@ -450,15 +445,47 @@ impl Drop for Ticket {
         let shared = &self.shared;
         let mut queues = shared.queues.lock();
         let Some(queue) = queues.get_mut(&self.key) else { return };
+        let mut woken = None;
         if queue.head == Some(self.id) {
             queue.head = None;
-            queue.promote(&shared.fairness, shared.clock.now());
+            woken = queue.promote(&shared.fairness, shared.clock.now());
         } else {
             queue.waiters.retain(|w| w.id != self.id);
         }
         if queue.head.is_none() && queue.waiters.is_empty() {
             queues.remove(&self.key);
             shared.live.fetch_sub(1, Ordering::AcqRel);
+        }
+        drop(queues);
+        if let Some(waker) = woken {
+            waker.wake();
+        }
+    }
+}
+
+/// A [`Ticket`]'s turn to come ([`Ticket::turn`]): ready when it is the head.
+#[derive(Debug)]
+pub struct Turn<'a> {
+    ticket: &'a Ticket,
+}
+
+impl Future for Turn<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let ticket = self.ticket;
+        let mut queues = ticket.shared.queues.lock();
+        let Some(queue) = queues.get_mut(&ticket.key) else { return Poll::Ready(()) };
+        if queue.head == Some(ticket.id) {
+            return Poll::Ready(());
+        }
+        match queue.waiters.iter_mut().find(|w| w.id == ticket.id) {
+            Some(waiter) => {
+                // Under the lock the promotion takes too: no wake-up is lost in between.
+                waiter.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            None => Poll::Ready(()),
         }
     }
 }
@@ -472,25 +499,29 @@ pub struct InTurn<E> {
     pub waited: bool,
 }
 
-/// Where a front door's requests wait: the bound on waiting requests and the queues.
+/// Where a front door's requests wait: the bound on waiting requests, the queues, and the front
+/// door's timer (`sleep(d)`: a future ready `d` later, on a clock that moves with the queues').
 #[derive(Debug, Clone, Copy)]
-pub struct Room<'a> {
+pub struct Room<'a, Z> {
     /// The bound.
     pub waiting: &'a Waiting,
     /// The queues.
     pub queues: &'a DelayQueues,
+    /// The timer.
+    pub sleep: Z,
 }
 
 /// Decides a request of `descriptors` under `policy` with `decide`, in turn (see the module docs):
 /// behind the waiters of one of its delay keys if there are any (else at once, or from `first`,
 /// a decision already made with no waiter ahead), and while a delay rule denies it, as the head of
-/// its key's queue, deciding again when capacity is due — within `max_wait`, and only with a place
-/// among `room`'s waiting requests. `on_wait` is called when the request takes one.
+/// its key's queue, deciding again when capacity is due — within `max_wait` (counted on the queues'
+/// clock from its first wait), and only with a place among `room`'s waiting requests. `on_wait` is
+/// called when the request takes one.
 ///
 /// A waiter whose `max_wait` runs out before its turn leaves its queue with its last denial (or,
 /// queued behind others before any decision, with one last decision).
-pub async fn decide_in_turn<E, F, Fut>(
-    room: Room<'_>,
+pub async fn decide_in_turn<E, F, Fut, Z, Sleep>(
+    room: Room<'_, Z>,
     policy: &Policy,
     descriptors: &Descriptors,
     tier: u8,
@@ -501,13 +532,16 @@ pub async fn decide_in_turn<E, F, Fut>(
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Verdict, E>>,
+    Z: Fn(Duration) -> Sleep,
+    Sleep: Future<Output = ()>,
 {
-    let Room { waiting, queues } = room;
+    let Room { waiting, queues, sleep } = room;
+    let clock = &queues.shared.clock;
     let mut first = first;
     let mut slot = None;
     let mut ticket: Option<Ticket> = None;
-    let mut started: Option<Instant> = None;
-    let mut deadline: Option<Instant> = None;
+    let mut started: Option<Timestamp> = None;
+    let mut deadline: Option<Timestamp> = None;
     let mut due: Option<Duration> = None;
     let mut last: Option<Verdict> = None;
     // Refused a place among the waiting requests already: decided once, and answered.
@@ -518,9 +552,9 @@ where
             if let Some(place) = waiting.enter() {
                 on_wait();
                 slot = Some(place);
-                let now = Instant::now();
+                let now = behind.now();
                 started = Some(now);
-                deadline = Some(now + max_wait);
+                deadline = Some(now.saturating_add(max_wait));
                 ticket = Some(behind);
             } else {
                 refused = true;
@@ -532,13 +566,19 @@ where
         if let Some(t) = ticket.as_ref().filter(|t| !t.is_head()) {
             // Behind others: whatever capacity was due for this request, the head takes first.
             due = None;
-            let in_time = match deadline {
-                Some(at) => tokio::time::timeout_at(at, t.turn()).await.is_ok(),
-                None => {
-                    t.turn().await;
-                    true
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_since(clock.now()));
+            let mut turn = pin!(t.turn());
+            let mut timer = pin!(sleep(left));
+            let in_time = poll_fn(|cx| {
+                if turn.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(true);
                 }
-            };
+                match left.is_zero() || timer.as_mut().poll(cx).is_ready() {
+                    true => Poll::Ready(false),
+                    false => Poll::Pending,
+                }
+            })
+            .await;
             if !in_time {
                 drop(ticket.take());
                 let result = match last.take() {
@@ -549,7 +589,7 @@ where
             }
         }
         if let Some(wait) = due.take() {
-            tokio::time::sleep(wait).await;
+            sleep(wait).await;
         }
         let verdict = match first.take() {
             Some(verdict) => verdict,
@@ -558,7 +598,8 @@ where
                 Err(error) => return InTurn { result: Err(error), waited: slot.is_some() },
             },
         };
-        let waited = started.map_or(Duration::ZERO, |s| s.elapsed());
+        let now = clock.now();
+        let waited = started.map_or(Duration::ZERO, |s| now.saturating_since(s));
         let wait = if verdict.allowed { None } else { next_wait(policy, &verdict, waited) };
         let Some(wait) = wait else { return InTurn { result: Ok(verdict), waited: slot.is_some() } };
         if slot.is_none() {
@@ -567,9 +608,9 @@ where
             on_wait();
             slot = Some(place);
         }
-        let start = *started.get_or_insert_with(Instant::now);
+        let start = *started.get_or_insert(now);
         if let Some(budget) = budget(policy, &verdict) {
-            let end = start + budget;
+            let end = start.saturating_add(budget);
             deadline = Some(deadline.map_or(end, |d| d.min(end)));
         }
         if ticket.is_none() {
