@@ -518,8 +518,9 @@ pub struct Room<'a, Z> {
 /// clock from its first wait), and only with a place among `room`'s waiting requests. `on_wait` is
 /// called when the request takes one.
 ///
-/// A waiter whose `max_wait` runs out before its turn leaves its queue with its last denial (or,
-/// queued behind others before any decision, with one last decision).
+/// A waiter whose `max_wait` runs out before its turn leaves its queue with its last denial, a 429
+/// — or, queued behind others before any decision of its own, with one last decision: denied
+/// unless capacity happens to be free at that instant (the head about to take it).
 pub async fn decide_in_turn<E, F, Fut, Z, Sleep>(
     room: Room<'_, Z>,
     policy: &Policy,
@@ -828,6 +829,75 @@ mod tests {
         drop(a);
         let b = waiter.await.unwrap();
         assert!(b.is_head());
+    }
+
+    /// An engine of one delay rule (one request a `window`, `max_wait` 2 s) on a manual clock, whose
+    /// one request of the window is taken; the queues on the same clock.
+    async fn saturated(
+        window: Duration,
+    ) -> (crate::Engine<crate::MemoryStore<ManualClock>>, DelayQueues, ManualClock) {
+        use std::num::NonZeroU64;
+        let window = floodgate_core::FixedWindow::try_new(NonZeroU64::new(1).unwrap(), window);
+        let rule =
+            Rule::new("smooth", window.unwrap()).action(Action::Delay { max_wait: Duration::from_secs(2) });
+        let clock = ManualClock::new(Timestamp::from_secs(100));
+        let store = crate::MemoryStore::with_config(Default::default(), clock.clone());
+        let engine = crate::Engine::new(Policy::new([rule]).unwrap(), store);
+        assert!(engine.check(&Descriptors::new(), 1).await.unwrap().allowed);
+        (engine, DelayQueues::new(Fairness::default(), clock.clone()), clock)
+    }
+
+    #[tokio::test]
+    async fn a_newcomer_queues_behind_the_head_and_leaves_at_max_wait_with_a_429() {
+        // The window outlasts max_wait: at max_wait there is still no room.
+        let (engine, queues, clock) = saturated(Duration::from_secs(10)).await;
+        let policy = engine.policy();
+        let any = Descriptors::new();
+        let (key, max_wait) = delay_keys(&policy, &any).pop().unwrap();
+        assert_eq!(max_wait, Duration::from_secs(2));
+        let head = queues.join(key.clone(), 0);
+        let waiting = Waiting::new(8);
+        // The timer: its time passes on the clock at once (the head never leaves).
+        let sleep = |d: Duration| {
+            clock.advance(d);
+            std::future::ready(())
+        };
+        let room = Room { waiting: &waiting, queues: &queues, sleep };
+        let decisions = AtomicUsize::new(0);
+        let decide = || {
+            decisions.fetch_add(1, Ordering::Relaxed);
+            engine.check(&any, 1)
+        };
+        let InTurn { result, waited } = decide_in_turn(room, &policy, &any, 0, None, decide, || ()).await;
+        // It did not decide ahead of the head; at max_wait it left with one last decision: denied.
+        assert!(waited);
+        assert!(!result.unwrap().allowed);
+        assert_eq!(decisions.load(Ordering::Relaxed), 1);
+        assert_eq!((queues.len(&key), waiting.waiting(), waiting.waited()), (1, 0, 1));
+        drop(head);
+        assert!(queues.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_denied_request_waits_as_the_head_for_its_retry_after_then_passes() {
+        let (engine, queues, clock) = saturated(Duration::from_secs(1)).await;
+        let policy = engine.policy();
+        let any = Descriptors::new();
+        let waiting = Waiting::new(8);
+        let slept = Mutex::new(Vec::new());
+        let sleep = |d: Duration| {
+            slept.lock().push(d);
+            clock.advance(d);
+            std::future::ready(())
+        };
+        let room = Room { waiting: &waiting, queues: &queues, sleep };
+        let InTurn { result, waited } =
+            decide_in_turn(room, &policy, &any, 3, None, || engine.check(&any, 1), || ()).await;
+        assert!(waited && result.unwrap().allowed);
+        // Exactly the window's end, once; its queue is gone with it.
+        assert_eq!(*slept.lock(), [Duration::from_secs(1)]);
+        assert!(queues.is_empty());
+        assert_eq!(waiting.waiting(), 0);
     }
 
     #[test]
