@@ -1,7 +1,7 @@
 //! The gateway's limits: the seeds' chat check, the client IP behind trusted proxies (spoofed
 //! `X-Forwarded-For` does not escape a per-IP limit), the 429's shape and the headers on allowed
 //! answers, routes as templates, and `action: delay` (waiting clients first come first served,
-//! a higher tier from its header first).
+//! a higher tier from its header, or a saturated tenant's higher plan, first).
 
 use std::time::Duration;
 
@@ -210,15 +210,18 @@ gateway:
     )
 }
 
-/// Sends `GET /{id}` with `x-priority: tier` for each of `requests` in order, each sent once the
-/// one before waits (the gateway's waiting gauge counts it), after a `GET /first` that takes the
-/// window; their statuses.
-async fn queue_up(gateway: &std::sync::Arc<Gateway>, requests: &[(&str, &str)]) -> Vec<u16> {
-    assert_eq!(gateway.get("/first", &[]).await.status, 200);
+/// Sends `GET /{id}` with `header: value` for each `(id, value)` of `requests` in order, each sent
+/// once the one before waits (the gateway's waiting gauge counts it), after a `GET /first` that
+/// takes the window; their statuses. Every request also says it is of tenant `t1`.
+async fn queue_up(gateway: &std::sync::Arc<Gateway>, header: &str, requests: &[(&str, &str)]) -> Vec<u16> {
+    assert_eq!(gateway.get("/first", &[("x-tenant-id", "t1")]).await.status, 200);
     let mut clients = Vec::new();
-    for (n, (id, tier)) in requests.iter().enumerate() {
-        let (client, path, tier) = (std::sync::Arc::clone(gateway), format!("/{id}"), tier.to_string());
-        clients.push(tokio::spawn(async move { client.get(&path, &[("x-priority", &tier)]).await.status }));
+    for (n, (id, value)) in requests.iter().enumerate() {
+        let (client, path) = (std::sync::Arc::clone(gateway), format!("/{id}"));
+        let (header, value) = (header.to_owned(), value.to_string());
+        clients.push(tokio::spawn(async move {
+            client.get(&path, &[(&header, &value), ("x-tenant-id", "t1")]).await.status
+        }));
         let waiting = (n + 1) as f64;
         wait::until("the request waiting", || async {
             (metric(&gateway.metrics().await, "floodgate_gateway_waiting") == Some(waiting)).then_some(())
@@ -240,7 +243,7 @@ fn seen_paths(upstream: &Upstream) -> Vec<String> {
 async fn waiting_clients_of_a_delay_rule_pass_first_come_first_served() {
     let upstream = Upstream::start(Behaviour::Answer).await;
     let gateway = std::sync::Arc::new(Gateway::start(&queued_config(&upstream)).await);
-    let statuses = queue_up(&gateway, &[("a", "3"), ("b", "3"), ("c", "3")]).await;
+    let statuses = queue_up(&gateway, "x-priority", &[("a", "3"), ("b", "3"), ("c", "3")]).await;
     assert_eq!(statuses, [200, 200, 200]);
     assert_eq!(seen_paths(&upstream), ["/first", "/a", "/b", "/c"]);
     let page = gateway.metrics().await;
@@ -253,7 +256,7 @@ async fn a_higher_tier_from_the_header_goes_first_and_a_tier_out_of_range_is_ref
     let upstream = Upstream::start(Behaviour::Answer).await;
     let gateway = std::sync::Arc::new(Gateway::start(&queued_config(&upstream)).await);
     // `head` is deciding (waiting for the window) when the others come; then tier 0 before tier 3.
-    let statuses = queue_up(&gateway, &[("head", "3"), ("low", "3"), ("high", "0")]).await;
+    let statuses = queue_up(&gateway, "x-priority", &[("head", "3"), ("low", "3"), ("high", "0")]).await;
     assert_eq!(statuses, [200, 200, 200]);
     assert_eq!(seen_paths(&upstream), ["/first", "/head", "/high", "/low"]);
     for bad in ["4", "urgent", "-1"] {
@@ -263,6 +266,38 @@ async fn a_higher_tier_from_the_header_goes_first_and_a_tier_out_of_range_is_ref
         let detail = reply.json()["detail"].as_str().unwrap_or_default().to_owned();
         assert!(detail.contains("x-priority") && detail.contains("0 (the highest) to 3"), "{detail}");
     }
+}
+
+#[tokio::test]
+async fn a_saturated_tenants_requests_of_a_higher_plan_go_first() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let yaml = format!(
+        r#"
+rules:
+  - name: one-a-second-per-tenant
+    key: [tenant]
+    algorithm: sliding_log
+    limit: 1
+    window: 1s
+    action: delay
+    max_wait: 20s
+gateway:
+  identity:
+    headers: {{ tenant: x-tenant-id, plan: x-plan }}
+  routes:
+    - name: all
+      match: {{ path: "/{{*rest}}" }}
+      upstream: {url}
+      tier: {{ from: plan, plans: {{ enterprise: 0, free: 3 }} }}
+"#,
+        url = upstream.url()
+    );
+    let gateway = std::sync::Arc::new(Gateway::start(&yaml).await);
+    // A plan not listed gets the default (the lowest tier), as `free` does.
+    let requests = [("head", "free"), ("free", "free"), ("other", "trial"), ("enterprise", "enterprise")];
+    let statuses = queue_up(&gateway, "x-plan", &requests).await;
+    assert_eq!(statuses, [200, 200, 200, 200]);
+    assert_eq!(seen_paths(&upstream), ["/first", "/head", "/enterprise", "/free", "/other"]);
 }
 
 #[tokio::test]
