@@ -71,6 +71,39 @@ pub(super) fn build_table(
     RouteTable::build(running, previous, clients, metrics, rule_metrics, clock, route)
 }
 
+/// A request's priority tier on `route` (its `tier:` setting; the lowest tier without one); for a
+/// header that names no tier, the detail of the 400 that answers it.
+fn tier_of(
+    route: &RouteState,
+    table: &RouteTable,
+    headers: &http::HeaderMap,
+    descriptors: &Descriptors,
+) -> Result<u8, String> {
+    use floodgate_config::gateway::TierFrom;
+    let tiers = table.config.delay_queue.tiers();
+    let Some(tier) = &route.config.tier else { return Ok(tiers - 1) };
+    match &tier.from {
+        TierFrom::Header(name) => match headers.get(name) {
+            None => Ok(tier.default),
+            Some(value) => value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u8>().ok())
+                .filter(|t| *t < tiers)
+                .ok_or_else(|| {
+                    format!(
+                        "The {name} header is {:?}, which is not a priority tier: give 0 (the highest) to {}.",
+                        String::from_utf8_lossy(value.as_bytes()),
+                        tiers - 1
+                    )
+                }),
+        },
+        TierFrom::Plan(plans) => {
+            Ok(descriptors.get("plan").and_then(|plan| plans.get(plan).copied()).unwrap_or(tier.default))
+        }
+    }
+}
+
 /// A request on `route`, through every gate (see the module docs).
 async fn route(route: Arc<RouteState>, request: Request) -> Response {
     let Some(context) = request.extensions().get::<Context>().cloned() else {
@@ -98,7 +131,13 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let (mut parts, body) = request.into_parts();
     let mut descriptors =
         super::descriptors::before_identity(&parts, *peer, &table.client_ip, &table.headers);
-    let before = match gateway.gate(&table.policies.before, &descriptors).await {
+    // The priority tier among requests waiting under `action: delay` (a header that gives no tier
+    // is refused here, before anything is counted).
+    let tier = match tier_of(route, table, &parts.headers, &descriptors) {
+        Ok(tier) => tier,
+        Err(detail) => return respond::malformed(detail),
+    };
+    let before = match gateway.gate(&table.policies.before, &descriptors, tier).await {
         Ok(verdict) => verdict,
         Err(refused) => return refused,
     };
@@ -148,7 +187,8 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
             }
         }
         None => {
-            let after = match gateway.gate(&table.policies.after, &descriptors).await {
+            let tier = tier_of(route, table, &parts.headers, &descriptors).unwrap_or(tier);
+            let after = match gateway.gate(&table.policies.after, &descriptors, tier).await {
                 Ok(verdict) => verdict,
                 Err(refused) => return refused,
             };

@@ -2,15 +2,11 @@
 //! writes, waiting room and metrics, over the app), and what a request's handler is given
 //! ([`Context`]). Below the handlers: nothing here knows them.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::response::Response;
-use floodgate::delay::{Waiting, next_wait};
+use floodgate::delay::{DelayQueues, InTurn, Room, Waiting, decide_in_turn};
 use floodgate::{Descriptors, EngineError, Hit, Verdict};
 use floodgate_app::App;
 use floodgate_app::control::{Domain, Running};
@@ -19,6 +15,8 @@ use floodgate_config::gateway::Switches;
 use floodgate_core::SystemClock;
 use http::Method;
 use hyper::body::Incoming;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use tower::ServiceExt;
 
 use super::metrics::GatewayMetrics;
@@ -60,6 +58,7 @@ pub(crate) struct GatewayState {
     pub(super) stale: Arc<StaleCache>,
     pub(super) queue: Option<Queue>,
     waiting: Waiting,
+    queues: DelayQueues,
     pub(super) metrics: GatewayMetrics,
     pub(super) clock: SystemClock,
 }
@@ -85,6 +84,7 @@ impl GatewayState {
         Ok(Some(GatewayState {
             stale: Arc::new(StaleCache::new(config.stale_cache.max_bytes, config.stale_cache.max_entry)),
             waiting: Waiting::new(config.max_waiting),
+            queues: DelayQueues::new(config.delay_queue.clone(), clock.clone()),
             table: ArcSwap::from_pointee(table),
             rebuild: parking_lot::Mutex::new(()),
             build,
@@ -162,63 +162,50 @@ impl GatewayState {
     }
 
     /// Decides `descriptors` on `domain`, waiting for capacity when a delay rule denied (up to its
-    /// `max_wait`, among at most `max_waiting` waiting requests). The verdict: allowed, or denied;
-    /// or the answer to a request whose descriptors a rule cannot use (a quota's time zone header
-    /// that names no zone).
-    pub(super) async fn gate(&self, domain: &Domain, descriptors: &Descriptors) -> Result<Verdict, Response> {
+    /// `max_wait`, among at most `max_waiting` waiting requests), in turn with the requests
+    /// waiting for the same delay key, by priority `tier` ([`floodgate::delay`]). The verdict:
+    /// allowed, or denied; or the answer to a request whose descriptors a rule cannot use (a
+    /// quota's time zone header that names no zone).
+    pub(super) async fn gate(
+        &self,
+        domain: &Domain,
+        descriptors: &Descriptors,
+        tier: u8,
+    ) -> Result<Verdict, Response> {
         if domain.policy.rules().next().is_none() {
             return Ok(Verdict { allowed: true, ..Verdict::default() });
         }
-        let mut waited = Duration::ZERO;
-        let mut slot = None;
-        loop {
-            let verdict =
-                match self.app.decisions().decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
-                    Ok(verdict) => verdict,
-                    // Never let a value the client sends pass the limits unchecked: refused, naming it.
-                    Err(EngineError::Descriptor { descriptor, value, expected, .. }) => {
-                        return Err(respond::malformed(format!(
-                            "The request's {descriptor} descriptor is {value:?}, which is not {expected}."
-                        )));
-                    }
-                    Err(EngineError::MissingDescriptor { descriptor, .. }) => {
-                        return Err(respond::malformed(format!(
-                            "The request has no {descriptor} descriptor, which a limit needs."
-                        )));
-                    }
-                    // A cost of 1 is always possible.
-                    Err(EngineError::Cost { .. }) => {
-                        return Ok(Verdict { allowed: true, ..Verdict::default() });
-                    }
-                    // A rule that needs a stated limit, which the gateway never states.
-                    Err(error @ (EngineError::Stated { .. } | EngineError::Unclaimed { .. })) => {
-                        return Err(respond::malformed(format!("{error}.")));
-                    }
-                };
-            let wait = if verdict.allowed { None } else { next_wait(&domain.policy, &verdict, waited) };
-            let Some(wait) = wait else {
-                if let Some(slot) = slot.take() {
-                    drop(slot);
-                    self.metrics.waiting.set(self.waiting.waiting() as f64);
-                    let counter = if verdict.allowed {
-                        &self.metrics.delayed_passed
-                    } else {
-                        &self.metrics.delayed_denied
-                    };
-                    counter.increment(1);
+        let decide = || async {
+            match self.app.decisions().decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
+                Ok(verdict) => Ok(verdict),
+                // Never let a value the client sends pass the limits unchecked: refused, naming it.
+                Err(EngineError::Descriptor { descriptor, value, expected, .. }) => Err(respond::malformed(
+                    format!("The request's {descriptor} descriptor is {value:?}, which is not {expected}."),
+                )),
+                Err(EngineError::MissingDescriptor { descriptor, .. }) => Err(respond::malformed(format!(
+                    "The request has no {descriptor} descriptor, which a limit needs."
+                ))),
+                // A cost of 1 is always possible.
+                Err(EngineError::Cost { .. }) => Ok(Verdict { allowed: true, ..Verdict::default() }),
+                // A rule that needs a stated limit, which the gateway never states.
+                Err(error @ (EngineError::Stated { .. } | EngineError::Unclaimed { .. })) => {
+                    Err(respond::malformed(format!("{error}.")))
                 }
-                return Ok(verdict);
-            };
-            if slot.is_none() {
-                slot = self.waiting.enter();
-                if slot.is_none() {
-                    return Ok(verdict);
-                }
-                self.metrics.waiting.set(self.waiting.waiting() as f64);
             }
-            tokio::time::sleep(wait).await;
-            waited += wait;
+        };
+        let room = Room { waiting: &self.waiting, queues: &self.queues, sleep: tokio::time::sleep };
+        let on_wait = || self.metrics.waiting.set(self.waiting.waiting() as f64);
+        let InTurn { result, waited } =
+            decide_in_turn(room, &domain.policy, descriptors, tier, None, decide, on_wait).await;
+        if waited {
+            self.metrics.waiting.set(self.waiting.waiting() as f64);
+            if let Ok(verdict) = &result {
+                let counter =
+                    if verdict.allowed { &self.metrics.delayed_passed } else { &self.metrics.delayed_denied };
+                counter.increment(1);
+            }
         }
+        result
     }
 }
 

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use floodgate::delay::Waiting;
+use floodgate::delay::{DelayQueues, Waiting};
 use floodgate::{Descriptors, Engine, MemoryStore};
 use floodgate_http::HeaderStyle;
 use http::HeaderName;
@@ -14,6 +14,7 @@ use tower_layer::Layer;
 use crate::{ClientIp, Extractor, RateLimit};
 
 type CostFn = Arc<dyn Fn(&Parts) -> u64 + Send + Sync>;
+type TierFn = Arc<dyn Fn(&Parts) -> Option<u8> + Send + Sync>;
 
 /// The default bound on requests waiting under `action: delay`.
 pub const DEFAULT_MAX_WAITING: usize = 1024;
@@ -57,6 +58,9 @@ pub(crate) struct Config<S> {
     cost: Option<CostFn>,
     /// The requests waiting for capacity under `action: delay` rules, bounded.
     pub(crate) waiting: Waiting,
+    /// Where they wait, in turn by tier.
+    pub(crate) queues: DelayQueues,
+    tier: Option<TierFn>,
 }
 
 impl<S> Config<S> {
@@ -73,6 +77,12 @@ impl<S> Config<S> {
     pub(crate) fn cost(&self, parts: &Parts) -> u64 {
         self.cost.as_ref().map_or(1, |f| f(parts))
     }
+
+    /// The request's priority tier among waiting requests: the tier function's, else the lowest.
+    pub(crate) fn tier(&self, parts: &Parts) -> u8 {
+        let lowest = self.queues.fairness().lowest();
+        self.tier.as_ref().and_then(|f| f(parts)).map_or(lowest, |t| t.min(lowest))
+    }
 }
 
 impl<S> Clone for Config<S> {
@@ -83,6 +93,8 @@ impl<S> Clone for Config<S> {
             style: self.style,
             cost: self.cost.clone(),
             waiting: self.waiting.clone(),
+            queues: self.queues.clone(),
+            tier: self.tier.clone(),
         }
     }
 }
@@ -98,6 +110,8 @@ impl<S> RateLimitLayer<S> {
                 style: HeaderStyle::default(),
                 cost: None,
                 waiting: Waiting::new(DEFAULT_MAX_WAITING),
+                queues: DelayQueues::default(),
+                tier: None,
             }),
         }
     }
@@ -164,6 +178,41 @@ impl<S> RateLimitLayer<S> {
     pub fn max_waiting(mut self, max: usize) -> Self {
         self.config_mut().waiting = Waiting::new(max);
         self
+    }
+
+    /// Where requests that wait under `action: delay` queue: per delay key, first come first
+    /// served within a tier, tiers released by weighted fair queueing with aging (see
+    /// [`floodgate::delay`]). By default [`DelayQueues::default`]: tiers 0–3 weighing 8, 4, 2, 1,
+    /// aging one tier a second on the system clock.
+    pub fn delay_queues(mut self, queues: DelayQueues) -> Self {
+        self.config_mut().queues = queues;
+        self
+    }
+
+    /// A request's priority tier among waiting requests (0 is the highest). `None`, or no tier
+    /// function, is the lowest tier; a tier past the lowest counts as the lowest.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use floodgate::{Engine, Policy};
+    /// # use floodgate_tower::RateLimitLayer;
+    /// # let engine = Arc::new(Engine::in_memory(Policy::new([])?));
+    /// let layer = RateLimitLayer::new(engine)
+    ///     .tier(|parts| parts.headers.get("x-priority")?.to_str().ok()?.parse().ok());
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tier<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<u8> + Send + Sync + 'static,
+    {
+        self.config_mut().tier = Some(Arc::new(f));
+        self
+    }
+
+    /// The queues requests wait in under `action: delay`.
+    pub fn queues(&self) -> &DelayQueues {
+        &self.config.queues
     }
 
     /// The requests waiting for capacity now, and how many waited so far.

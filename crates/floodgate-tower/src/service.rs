@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use std::time::Duration;
 
-use floodgate::delay::{Waiting, next_wait};
+use floodgate::delay::{InTurn, Room, decide_in_turn, next_wait};
 use floodgate::{Descriptors, Engine, EngineError, MemoryStore, Store};
 use http::{Request, Response};
 use tower_service::Service;
@@ -94,26 +94,27 @@ where
         let (parts, body) = request.into_parts();
         let descriptors = self.config.descriptors(&parts);
         let cost = self.config.cost(&parts);
+        let tier = self.config.tier(&parts);
         let engine = &self.config.engine;
         // A store that answers at once (the memory store) decides here, with no future to
-        // allocate; one that has to wait (Redis), or a denial a delay rule makes wait, is awaited
-        // in a boxed future.
-        let check = match engine.check_now(&descriptors, cost) {
+        // allocate, unless requests wait in a delay queue this one may have to join; one that has
+        // to wait (Redis), or a denial a delay rule makes wait, is awaited in a boxed future.
+        let now = match self.config.queues.is_empty() {
+            true => engine.check_now(&descriptors, cost),
+            false => None,
+        };
+        let check = match now {
             Some(Ok(verdict)) if delays(engine, &verdict) => CheckFuture::Waiting(Box::pin(check(
-                Arc::clone(engine),
-                self.config.waiting.clone(),
+                Arc::clone(&self.config),
                 descriptors,
                 cost,
+                tier,
                 Some(verdict),
             ))),
             Some(result) => CheckFuture::Ready(Some(checked(engine, result, descriptors, cost))),
-            None => CheckFuture::Waiting(Box::pin(check(
-                Arc::clone(engine),
-                self.config.waiting.clone(),
-                descriptors,
-                cost,
-                None,
-            ))),
+            None => {
+                CheckFuture::Waiting(Box::pin(check(Arc::clone(&self.config), descriptors, cost, tier, None)))
+            }
         };
         ResponseFuture::new(check, inner, Request::from_parts(parts, body), self.config.style)
     }
@@ -151,39 +152,23 @@ fn delays<S: Store>(engine: &Engine<S>, verdict: &floodgate::Verdict) -> bool {
     !verdict.allowed && next_wait(&engine.policy(), verdict, Duration::ZERO).is_some()
 }
 
-/// Checks the request (starting from `first`, when already decided), and while a delay rule
-/// denies it, waits the exact `retry_after` and checks again — up to the rule's `max_wait`, and only
-/// with a place among the waiting requests.
+/// Checks the request (starting from `first`, when already decided with nobody waiting), in turn
+/// with the requests waiting for the same delay keys: while a delay rule denies it, it waits in its
+/// key's queue and, at the head, for the exact `retry_after`, and is checked again — up to the
+/// rule's `max_wait`, and only with a place among the waiting requests.
 async fn check<S: Store>(
-    engine: Arc<Engine<S>>,
-    waiting: Waiting,
+    config: Arc<Config<S>>,
     descriptors: Descriptors,
     cost: u64,
+    tier: u8,
     first: Option<floodgate::Verdict>,
 ) -> Checked {
-    let mut waited = Duration::ZERO;
-    let mut slot = None;
-    let mut result = match first {
-        Some(verdict) => Ok(verdict),
-        None => engine.check(&descriptors, cost).await,
-    };
-    loop {
-        let wait = match &result {
-            Ok(verdict) if !verdict.allowed => next_wait(&engine.policy(), verdict, waited),
-            _ => None,
-        };
-        let Some(wait) = wait else { break };
-        if slot.is_none() {
-            slot = waiting.enter();
-            if slot.is_none() {
-                break;
-            }
-        }
-        tokio::time::sleep(wait).await;
-        waited += wait;
-        result = engine.check(&descriptors, cost).await;
-    }
-    checked(&engine, result, descriptors, cost)
+    let engine = &config.engine;
+    let policy = engine.policy();
+    let room = Room { waiting: &config.waiting, queues: &config.queues, sleep: tokio::time::sleep };
+    let decide = || engine.check(&descriptors, cost);
+    let InTurn { result, .. } = decide_in_turn(room, &policy, &descriptors, tier, first, decide, || ()).await;
+    checked(engine, result, descriptors, cost)
 }
 
 fn checked<S: Store>(

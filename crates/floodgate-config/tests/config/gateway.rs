@@ -76,6 +76,41 @@ fn a_full_gateway_section_is_read_into_its_settings() {
     assert_eq!(gateway.routes[2].methods, None);
 }
 
+#[test]
+fn delay_queue_tiers_and_route_tiers_are_read() {
+    use floodgate_config::gateway::{Tier, TierFrom};
+    let yaml = r#"
+rules: []
+gateway:
+  delay_queue: { weights: [16, 4, 1], aging: 500ms }
+  routes:
+    - name: by-header
+      match: { path: /a }
+      upstream: http://127.0.0.1:9000
+      tier: { from: header, name: X-Priority, default: 1 }
+    - name: by-plan
+      match: { path: /b }
+      upstream: http://127.0.0.1:9000
+      tier: { from: plan, plans: { enterprise: 0, free: 2 } }
+    - name: none
+      match: { path: /c }
+      upstream: http://127.0.0.1:9000
+"#;
+    let gateway = config::parse("gw.yaml", yaml).unwrap().gateway.unwrap();
+    assert_eq!(gateway.delay_queue.weights(), [16, 4, 1]);
+    assert_eq!(gateway.delay_queue.aging(), Duration::from_millis(500));
+    assert_eq!(
+        gateway.routes[0].tier,
+        Some(Tier { from: TierFrom::Header(http::HeaderName::from_static("x-priority")), default: 1 })
+    );
+    let plans = [("enterprise".to_owned(), 0), ("free".to_owned(), 2)].into_iter().collect();
+    // Without a default, the lowest tier.
+    assert_eq!(gateway.routes[1].tier, Some(Tier { from: TierFrom::Plan(plans), default: 2 }));
+    assert_eq!(gateway.routes[2].tier, None);
+    let defaults = config::parse("gw.yaml", "rules: []\ngateway: {}\n").unwrap().gateway.unwrap();
+    assert_eq!((defaults.delay_queue.weights(), defaults.delay_queue.tiers()), (&[8, 4, 2, 1][..], 4));
+}
+
 /// `(yaml of the gateway section, line, column, field, fragment of the message)`.
 #[test]
 fn each_mistake_is_reported_at_its_field() {
@@ -120,6 +155,13 @@ fn each_mistake_is_reported_at_its_field() {
             4, 23, "gateway.identity.jwt.jwks_file", "cannot read the JWKS file",
         ),
         ("rules: []\ngateway:\n  identity:\n    jwt: { issuer: x }\n".to_owned(), 4, 10, "gateway.identity.jwt", "hs256_secret_env, jwks_file"),
+        (route("      tier: { from: header, name: x-priority, default: 4 }\n"), 7, 56, "gateway.routes[0].tier.default", "default tier 4 is not a tier: tiers are 0 to 3"),
+        (route("      tier: { from: cookie }\n"), 7, 21, "gateway.routes[0].tier.from", "unknown tier source \"cookie\""),
+        (route("      tier: { from: plan, plans: { gold: 8 } }\n"), 7, 42, "gateway.routes[0].tier.plans.gold", "tier 8 is not a tier"),
+        (route("      tier: { from: header }\n"), 7, 13, "gateway.routes[0].tier.name", "missing field \"name\""),
+        ("rules: []\ngateway:\n  delay_queue: { weights: [1, 2] }\n".to_owned(), 3, 27, "gateway.delay_queue.weights", "tier 1 weighs 2, more than tier 0"),
+        ("rules: []\ngateway:\n  delay_queue: { weights: [4, 0] }\n".to_owned(), 3, 31, "gateway.delay_queue.weights[1]", "at least 1"),
+        ("rules: []\ngateway:\n  delay_queue: { aging: 0s }\n".to_owned(), 3, 25, "gateway.delay_queue.aging", "longer than 0"),
     ] {
         let err = config::parse("gw.yaml", &yaml).expect_err(&yaml);
         assert_eq!(err.field.as_deref(), Some(field), "{yaml}\n{}", err.message);

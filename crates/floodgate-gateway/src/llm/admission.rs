@@ -2,6 +2,9 @@
 //! allowance — reserved on every rule that counts tokens, all-or-nothing with the request rules of
 //! the same phase, in one call to the store; the allowance capped to what is left (`cap`) or the
 //! request refused with the exact wait (`deny`).
+//!
+//! A reservation does not wait: a rule with `action: delay` denies here like `deny` (the gateway's
+//! other routes wait in turn, `GatewayState::gate`; queueing reservations is not yet covered).
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! The gateway's limits: the seeds' chat check, the client IP behind trusted proxies (spoofed
 //! `X-Forwarded-For` does not escape a per-IP limit), the 429's shape and the headers on allowed
-//! answers, routes as templates, and `action: delay`.
+//! answers, routes as templates, and `action: delay` (waiting clients first come first served,
+//! a higher tier from its header, or a saturated tenant's higher plan, first).
 
 use std::time::Duration;
 
@@ -184,6 +185,119 @@ gateway:
     assert_eq!(metric(&page, r#"floodgate_gateway_delayed_total{result="passed"}"#), Some(1.0));
     assert_eq!(metric(&page, "floodgate_gateway_waiting"), Some(0.0));
     gateway.stop().await;
+}
+
+/// One request a second on every path, `action: delay`; requests' tiers from `x-priority`.
+fn queued_config(upstream: &Upstream) -> String {
+    format!(
+        r#"
+rules:
+  - name: one-a-second
+    algorithm: sliding_log
+    limit: 1
+    window: 1s
+    action: delay
+    max_wait: 20s
+gateway:
+  delay_queue: {{ weights: [8, 4, 2, 1], aging: 1m }}
+  routes:
+    - name: all
+      match: {{ path: "/{{*rest}}" }}
+      upstream: {url}
+      tier: {{ from: header, name: x-priority, default: 3 }}
+"#,
+        url = upstream.url()
+    )
+}
+
+/// Sends `GET /{id}` with `header: value` for each `(id, value)` of `requests` in order, each sent
+/// once the one before waits (the gateway's waiting gauge counts it), after a `GET /first` that
+/// takes the window; their statuses. Every request also says it is of tenant `t1`.
+async fn queue_up(gateway: &std::sync::Arc<Gateway>, header: &str, requests: &[(&str, &str)]) -> Vec<u16> {
+    assert_eq!(gateway.get("/first", &[("x-tenant-id", "t1")]).await.status, 200);
+    let mut clients = Vec::new();
+    for (n, (id, value)) in requests.iter().enumerate() {
+        let (client, path) = (std::sync::Arc::clone(gateway), format!("/{id}"));
+        let (header, value) = (header.to_owned(), value.to_string());
+        clients.push(tokio::spawn(async move {
+            client.get(&path, &[(&header, &value), ("x-tenant-id", "t1")]).await.status
+        }));
+        let waiting = (n + 1) as f64;
+        wait::until("the request waiting", || async {
+            (metric(&gateway.metrics().await, "floodgate_gateway_waiting") == Some(waiting)).then_some(())
+        })
+        .await;
+    }
+    let mut statuses = Vec::new();
+    for client in clients {
+        statuses.push(client.await.unwrap());
+    }
+    statuses
+}
+
+fn seen_paths(upstream: &Upstream) -> Vec<String> {
+    upstream.seen.lock().iter().map(|s| s.path.clone()).collect()
+}
+
+#[tokio::test]
+async fn waiting_clients_of_a_delay_rule_pass_first_come_first_served() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let gateway = std::sync::Arc::new(Gateway::start(&queued_config(&upstream)).await);
+    let statuses = queue_up(&gateway, "x-priority", &[("a", "3"), ("b", "3"), ("c", "3")]).await;
+    assert_eq!(statuses, [200, 200, 200]);
+    assert_eq!(seen_paths(&upstream), ["/first", "/a", "/b", "/c"]);
+    let page = gateway.metrics().await;
+    assert_eq!(metric(&page, r#"floodgate_gateway_delayed_total{result="passed"}"#), Some(3.0));
+    assert_eq!(metric(&page, "floodgate_gateway_waiting"), Some(0.0));
+}
+
+#[tokio::test]
+async fn a_higher_tier_from_the_header_goes_first_and_a_tier_out_of_range_is_refused() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let gateway = std::sync::Arc::new(Gateway::start(&queued_config(&upstream)).await);
+    // `head` is deciding (waiting for the window) when the others come; then tier 0 before tier 3.
+    let statuses = queue_up(&gateway, "x-priority", &[("head", "3"), ("low", "3"), ("high", "0")]).await;
+    assert_eq!(statuses, [200, 200, 200]);
+    assert_eq!(seen_paths(&upstream), ["/first", "/head", "/high", "/low"]);
+    for bad in ["4", "urgent", "-1"] {
+        let reply = gateway.get("/bad", &[("x-priority", bad)]).await;
+        assert_eq!(reply.status, 400, "{bad}");
+        assert_eq!(reply.header("content-type"), Some("application/problem+json"));
+        let detail = reply.json()["detail"].as_str().unwrap_or_default().to_owned();
+        assert!(detail.contains("x-priority") && detail.contains("0 (the highest) to 3"), "{detail}");
+    }
+}
+
+#[tokio::test]
+async fn a_saturated_tenants_requests_of_a_higher_plan_go_first() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let yaml = format!(
+        r#"
+rules:
+  - name: one-a-second-per-tenant
+    key: [tenant]
+    algorithm: sliding_log
+    limit: 1
+    window: 1s
+    action: delay
+    max_wait: 20s
+gateway:
+  identity:
+    headers: {{ tenant: x-tenant-id, plan: x-plan }}
+  routes:
+    - name: all
+      match: {{ path: "/{{*rest}}" }}
+      upstream: {url}
+      tier: {{ from: plan, plans: {{ enterprise: 0, free: 3 }} }}
+"#,
+        url = upstream.url()
+    );
+    let gateway = std::sync::Arc::new(Gateway::start(&yaml).await);
+    // A plan not listed gets the default (the lowest tier), as `free` does.
+    let requests = [("head", "free"), ("free", "free"), ("other", "trial"), ("enterprise", "enterprise")];
+    let statuses = queue_up(&gateway, "x-plan", &requests).await;
+    assert_eq!(statuses, [200, 200, 200, 200]);
+    assert_eq!(seen_paths(&upstream), ["/first", "/head", "/enterprise", "/free", "/other"]);
 }
 
 #[tokio::test]

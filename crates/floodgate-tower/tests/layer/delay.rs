@@ -10,6 +10,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use floodgate::core::{Clock, Timestamp};
+use floodgate::delay::{DelayQueues, Fairness};
 use floodgate::{Action, Engine, MemoryConfig, MemoryStore, Policy, Rule};
 use floodgate_core::FixedWindow;
 use floodgate_tower::RateLimitLayer;
@@ -89,4 +90,68 @@ async fn waiting_requests_are_bounded() {
     let passed = statuses.iter().filter(|s| **s == StatusCode::OK).count();
     assert_eq!(passed, 2, "{statuses:?}");
     assert_eq!(layer.waiting().refused(), 3);
+}
+
+/// An app whose handler records the `x-id` of each request it serves, in order, under a delay rule
+/// of one request a second; `x-priority` gives the tier.
+fn recording_app() -> (Router, Arc<std::sync::Mutex<Vec<String>>>) {
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (_, layer) = app(Duration::from_secs(10), 8);
+    let clock = TokioClock { started: tokio::time::Instant::now() };
+    let layer = layer
+        .delay_queues(DelayQueues::new(Fairness::default(), clock))
+        .tier(|parts| parts.headers.get("x-priority")?.to_str().ok()?.parse().ok());
+    let record = Arc::clone(&served);
+    let router = Router::new()
+        .route(
+            "/",
+            get(move |headers: http::HeaderMap| {
+                let record = Arc::clone(&record);
+                async move {
+                    let id = headers.get("x-id").and_then(|v| v.to_str().ok()).unwrap_or("?");
+                    record.lock().unwrap().push(id.to_owned());
+                    "hi"
+                }
+            }),
+        )
+        .layer(layer);
+    (router, served)
+}
+
+/// Sends requests `(id, tier)` one after another, each waiting before the next arrives; the
+/// statuses in the order sent.
+async fn send_in_order(app: Router, requests: &[(&str, &str)]) -> Vec<StatusCode> {
+    let app = Arc::new(app);
+    let mut tasks = Vec::new();
+    for (id, tier) in requests {
+        let app = Arc::clone(&app);
+        let request = Request::get("/").header("x-id", *id).header("x-priority", *tier).body(Body::empty());
+        tasks.push(tokio::spawn(async move { send(&*app, request.unwrap()).await.status() }));
+        // Let it decide (and queue) before the next one comes.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.unwrap());
+    }
+    statuses
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_pass_first_come_first_served() {
+    let (app, served) = recording_app();
+    let statuses = send_in_order(app, &[("first", "3"), ("a", "3"), ("b", "3"), ("c", "3")]).await;
+    assert!(statuses.iter().all(|s| *s == StatusCode::OK), "{statuses:?}");
+    assert_eq!(*served.lock().unwrap(), ["first", "a", "b", "c"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_higher_tier_waiter_goes_before_lower_ones_that_came_first() {
+    let (app, served) = recording_app();
+    let statuses = send_in_order(app, &[("first", "3"), ("head", "3"), ("low", "3"), ("high", "0")]).await;
+    assert!(statuses.iter().all(|s| *s == StatusCode::OK), "{statuses:?}");
+    // `head` was already deciding when the others queued; then the tier-0 one, then tier 3.
+    assert_eq!(*served.lock().unwrap(), ["first", "head", "high", "low"]);
 }

@@ -9,7 +9,7 @@
 //!
 //! One file per subject: `listener.rs` (where the gateway listens, whose forwarding headers it
 //! believes), `identity.rs` (JWT, claims, identity headers), `routes.rs` (matching, priority, no
-//! two routes for one request), `llm.rs` (LLM routes: the model API, the completion allowance,
+//! two routes for one request), `tier.rs` (priority tiers of requests waiting under `action: delay`), `llm.rs` (LLM routes: the model API, the completion allowance,
 //! tokenizers, what a stream over its budget gets), `upstream.rs` (upstreams, timeouts, retries, breakers, fallbacks)
 //! and `switches.rs` (the operator switches, the degradations routes offer, the stale cache).
 
@@ -18,6 +18,7 @@ mod listener;
 mod llm;
 mod routes;
 mod switches;
+mod tier;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ pub use self::listener::ForwardedHeader;
 pub use self::llm::{Allowance, Llm, LlmApi, LlmUpstream, OverBudget, Price, Tokenizer, WhenShort};
 pub use self::routes::Route;
 pub use self::switches::{Degrade, Priority, Shed, StaleCacheConfig, Switches};
+pub use self::tier::{Tier, TierFrom};
 pub use self::upstream::{Fallback, Retries, Timeouts, Upstream};
 use crate::error::Invalid;
 use crate::native::positive_duration;
@@ -54,6 +56,9 @@ pub struct GatewayConfig {
     pub switches: Switches,
     /// The most requests waiting for capacity under `action: delay` at once (default 1024).
     pub max_waiting: usize,
+    /// The priority tiers of waiting requests (`delay_queue: {weights, aging}`; default tiers 0–3
+    /// weighing 8, 4, 2, 1, aging one tier a second).
+    pub delay_queue: floodgate::delay::Fairness,
     /// What `Retry-After` a shed request gets (default 30 s).
     pub shed_retry_after: Duration,
     /// The last good GET responses kept for `read: stale_cache`.
@@ -79,6 +84,7 @@ impl Default for GatewayConfig {
             routes: Vec::new(),
             switches: Switches::default(),
             max_waiting: 1024,
+            delay_queue: floodgate::delay::Fairness::default(),
             shed_retry_after: Duration::from_secs(30),
             stale_cache: StaleCacheConfig::default(),
             state_dir: None,
@@ -97,6 +103,7 @@ const FIELDS: &[&str] = &[
     "routes",
     "switches",
     "max_waiting",
+    "delay_queue",
     "shed_retry_after",
     "stale_cache",
     "state_dir",
@@ -128,6 +135,9 @@ pub(crate) fn compile(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Gatew
         let n = m.u64_at_least("max_waiting", 0)?;
         config.max_waiting = usize::try_from(n).map_err(|_| m.error("max_waiting is too large"))?;
     }
+    if let Some(q) = fields.get("delay_queue").filter(|i| !i.is_null()) {
+        config.delay_queue = tier::fairness(q)?;
+    }
     if let Some(r) = fields.get("shed_retry_after") {
         config.shed_retry_after = positive_duration(r, "shed_retry_after")?;
     }
@@ -151,7 +161,7 @@ pub(crate) fn compile(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Gatew
         config.tls = Some(super::tls::compile(t)?);
     }
     if let Some(list) = fields.get("routes").filter(|i| !i.is_null()) {
-        config.routes = routes::routes(list, config.state_dir.is_some(), rules)?;
+        config.routes = routes::routes(list, config.state_dir.is_some(), rules, config.delay_queue.tiers())?;
     }
     Ok(config)
 }

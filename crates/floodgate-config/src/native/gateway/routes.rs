@@ -12,6 +12,7 @@ use crate::yaml::{Item, Value, did_you_mean};
 
 use super::llm::{Llm, llm};
 use super::switches::{Degrade, Priority, degrade};
+use super::tier::{Tier, tier};
 use super::upstream::{
     Fallback, Retries, Timeouts, Upstream, breaker, fallback, retries, timeouts, upstream,
 };
@@ -41,6 +42,9 @@ pub struct Route {
     pub fallback: Option<Fallback>,
     /// Which degradations it offers when the switches turn them on.
     pub degrade: Degrade,
+    /// Where its requests get their priority tier when they wait under `action: delay` (`None`:
+    /// every request is of the lowest tier).
+    pub tier: Option<Tier>,
     /// Its LLM settings, when it is an LLM route (`llm: {api: openai}`): token budgets reserved at
     /// admission, charged from what the model generated.
     pub llm: Option<Llm>,
@@ -57,6 +61,7 @@ const ROUTE_FIELDS: &[&str] = &[
     "concurrency",
     "fallback",
     "degrade",
+    "tier",
     "llm",
 ];
 
@@ -65,12 +70,13 @@ pub(super) fn routes(
     list: Item<'_>,
     has_state_dir: bool,
     rules: &[floodgate::Rule],
+    tiers: u8,
 ) -> Result<Vec<Route>, Invalid> {
     let mut routes = Vec::new();
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     let mut seen = Seen::default();
     for element in list.elements("a list of routes")? {
-        let route = route(element.clone(), rules)?;
+        let route = route(element.clone(), rules, tiers)?;
         if let Some(line) = names.get(&route.name) {
             let at = element.fields("a route", None)?.get("name").unwrap_or(element.clone());
             return Err(
@@ -127,7 +133,7 @@ fn check_overlap(at: &Item<'_>, route: &Route, seen: &mut Seen) -> Result<(), In
     Ok(())
 }
 
-fn route(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Route, Invalid> {
+fn route(item: Item<'_>, rules: &[floodgate::Rule], tiers: u8) -> Result<Route, Invalid> {
     let fields = item.fields("a route", Some(ROUTE_FIELDS))?;
     let name_item = fields.require("name", "every route needs a unique name, e.g. name: orders")?;
     let name = name_item.text("a route name")?.into_owned();
@@ -234,6 +240,10 @@ fn route(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Route, Invalid> {
         let at = fields.get("degrade").unwrap_or(item.clone());
         return Err(at.error("read: stale_cache keeps GET responses, and this route takes no GET"));
     }
+    let tier = match fields.get("tier").filter(|i| !i.is_null()) {
+        None => None,
+        Some(t) => Some(tier(t, tiers)?),
+    };
     let llm = match fields.get("llm").filter(|i| !i.is_null()) {
         None => None,
         Some(l) => Some(llm(l, rules)?),
@@ -261,6 +271,7 @@ fn route(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Route, Invalid> {
         concurrency,
         fallback,
         degrade,
+        tier,
         llm,
     })
 }
