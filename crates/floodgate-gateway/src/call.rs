@@ -219,7 +219,7 @@ async fn inline_head(
         match tokio::time::timeout_at(limit, exchange(lease, outgoing)).await {
             Err(_) => return Err(Ok(on_timeout)),
             Ok(Ok(response)) => return Ok(response),
-            Ok(Err(Unanswered::Unsent(request))) if reused => outgoing = request,
+            Ok(Err(Unanswered::Unsent(request))) if reused => outgoing = *request,
             Ok(Err(Unanswered::Unsent(_))) => return Err(Ok(Failure::Broken)),
             Ok(Err(Unanswered::Failed(e))) => return Err(Err(e)),
         }

@@ -83,7 +83,9 @@ pub(super) async fn dispatch(
     let context = Context { table: gateway.table(), gateway, peer };
     let unrouted = match context.table.router.route(request.method(), request.uri().path()) {
         Routed::To(route, template) => {
-            let response = gates(&context, route, &template.path, request.map(Body::new)).await;
+            // Boxed: the gates' future is several kilobytes, and the listener's futures around this
+            // one are moved as hyper polls them; a pointer moves cheaper.
+            let response = Box::pin(gates(&context, route, &template.path, request.map(Body::new))).await;
             route.metrics.answered(response.status());
             return response;
         }
@@ -150,7 +152,9 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     let llm = route.config.llm.as_ref().and_then(|llm| Some((llm, llm::Endpoint::of(parts.uri.path())?)));
     let (after, call, body) = match llm {
         Some((llm, endpoint)) => {
-            match llm::admit_call(&gateway.app, table, llm, endpoint, &descriptors, body, style).await {
+            match Box::pin(llm::admit_call(&gateway.app, table, llm, endpoint, &descriptors, body, style))
+                .await
+            {
                 Ok(call) => (call.verdict.clone(), Some(call), Body::empty()),
                 Err(refused) => return refused,
             }
@@ -187,7 +191,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         && (switches.async_writes || breaker_open)
         && !upstream::is_upgrade(&parts.headers);
     if async_write {
-        return accept_write(gateway, table, route, parts, body, &verdict, style).await;
+        return Box::pin(accept_write(gateway, table, route, parts, body, &verdict, style)).await;
     }
 
     // 6. Concurrency: a place among the route's requests in flight.
@@ -242,7 +246,9 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
                 body: admitted.body.clone(),
                 deadline,
             };
-            match llm::call_in_order(&gateway.app, table, route, llm, admitted, attempts, style).await {
+            match Box::pin(llm::call_in_order(&gateway.app, table, route, llm, admitted, attempts, style))
+                .await
+            {
                 llm::Tried::Answered(response, held) => {
                     hold = held;
                     Ok(response)

@@ -43,10 +43,16 @@ pub(super) const MAX_IDLE: usize = 1024;
 
 type Conn = Connection<TokioIo<TcpStream>, Body>;
 
-/// A connection with its sender: one exchange at a time.
-pub(super) struct Lease {
+/// A connection and its sender, boxed: hyper's connection is several hundred bytes, moved in and
+/// out of the pool and along with the response body as a pointer.
+struct Link {
     send: SendRequest<Body>,
     conn: Conn,
+}
+
+/// A connection with its sender: one exchange at a time.
+pub(super) struct Lease {
+    link: Box<Link>,
     pool: Arc<Pool>,
     /// Taken from the pool (rather than made for this request).
     pub(super) reused: bool,
@@ -55,23 +61,21 @@ pub(super) struct Lease {
 impl Lease {
     /// Polls the connection once with `cx`: false once it is done (closed or failed).
     fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        Pin::new(&mut self.conn).poll(cx).is_pending()
+        Pin::new(&mut self.link.conn).poll(cx).is_pending()
     }
 
     /// Back to the pool when the connection is open and ready for another request; else closed.
     fn release(mut self) {
         let mut cx = Context::from_waker(Waker::noop());
-        if self.drive(&mut cx) && self.send.is_ready() {
-            let pool = Arc::clone(&self.pool);
-            pool.put(Idle { send: self.send, conn: self.conn, since: Instant::now() });
+        if self.drive(&mut cx) && self.link.send.is_ready() {
+            self.pool.put(Idle { link: self.link, since: Instant::now() });
         }
     }
 }
 
 /// An idle connection in a pool.
 struct Idle {
-    send: SendRequest<Body>,
-    conn: Conn,
+    link: Box<Link>,
     since: Instant,
 }
 
@@ -109,9 +113,9 @@ impl Pool {
                 }
                 idle
             };
-            let mut lease = Lease { send: idle.send, conn: idle.conn, pool: Arc::clone(self), reused: true };
+            let mut lease = Lease { link: idle.link, pool: Arc::clone(self), reused: true };
             let mut cx = Context::from_waker(Waker::noop());
-            if lease.drive(&mut cx) && lease.send.is_ready() {
+            if lease.drive(&mut cx) && lease.link.send.is_ready() {
                 return Some(lease);
             }
         }
@@ -210,7 +214,7 @@ impl Inline {
             .await
             .map_err(|e| ConnectFailed::Connect(Box::new(e)))?;
         let (send, conn) = http1::Builder::new().handshake(io).await.map_err(ConnectFailed::Handshake)?;
-        Ok(Lease { send, conn, pool: Arc::clone(&self.pool), reused: false })
+        Ok(Lease { link: Box::new(Link { send, conn }), pool: Arc::clone(&self.pool), reused: false })
     }
 
     /// The request as an upstream connection sends it: origin-form, with the upstream's `Host`.
@@ -225,7 +229,7 @@ impl Inline {
 /// How an exchange ended before a response head came.
 pub(super) enum Unanswered {
     /// hyper handed the request back unsent: the connection closed before writing it.
-    Unsent(Request<Body>),
+    Unsent(Box<Request<Body>>),
     /// The exchange failed after the request went out.
     Failed(hyper::Error),
 }
@@ -236,7 +240,7 @@ pub(super) async fn exchange(
     mut lease: Lease,
     request: Request<Body>,
 ) -> Result<Response<InlineBody>, Unanswered> {
-    let mut sending = std::pin::pin!(lease.send.try_send_request(request));
+    let mut sending = std::pin::pin!(lease.link.send.try_send_request(request));
     let mut open = true;
     let answer = std::future::poll_fn(|cx| {
         if open {
@@ -251,7 +255,7 @@ pub(super) async fn exchange(
             Ok(response.map(|incoming| InlineBody { incoming, lease, ended: false }))
         }
         Err(mut e) => match e.take_message() {
-            Some(request) => Err(Unanswered::Unsent(request)),
+            Some(request) => Err(Unanswered::Unsent(Box::new(request))),
             None => Err(Unanswered::Failed(e.into_error())),
         },
     }

@@ -25,7 +25,10 @@
 //!   connection that could not be made (the request surely did not run) or a configured status,
 //!   only when the request body was small enough to be kept whole (`retries.max_body`), never for
 //!   a breaker's probe or an upgrade; each retry needs a place in the budget ([`Budget`]) and waits
-//!   a backoff drawn uniformly below `min(max_backoff, backoff × 2^(n-1))` (full jitter).
+//!   a backoff drawn uniformly below `min(max_backoff, backoff × 2^(n-1))` (full jitter). A request
+//!   that a pooled connection hands back unsent (it closed before the request was written) goes out
+//!   on another connection within the same attempt, whatever its method — it never reached the
+//!   upstream, and the pooled client did the same.
 //! - **Breaker**: every attempt asks it; a failure is a connection or timeout error or a 5xx.
 
 use std::collections::HashMap;
