@@ -20,7 +20,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -163,10 +163,12 @@ impl std::fmt::Debug for Inline {
     }
 }
 
-/// Every upstream's pool, by authority.
+/// Every upstream's pool, by authority. Held weakly: a pool lives as long as a route table's route
+/// uses it (a reload finds it while the previous table is alive), and its idle connections close
+/// with it once no route goes to its upstream.
 #[derive(Debug, Default)]
 pub(super) struct Pools {
-    by_authority: Mutex<HashMap<String, Arc<Pool>>>,
+    by_authority: Mutex<HashMap<String, Weak<Pool>>>,
 }
 
 impl Pools {
@@ -179,12 +181,19 @@ impl Pools {
         };
         let host = HeaderValue::from_str(&host).ok()?;
         let base: Uri = format!("http://{authority}").parse().ok()?;
-        let pool = Arc::clone(
-            self.by_authority
-                .lock()
-                .entry(authority.as_str().to_ascii_lowercase())
-                .or_insert_with(|| Arc::new(Pool::new(IDLE_TIMEOUT, MAX_IDLE))),
-        );
+        let pool = {
+            let mut pools = self.by_authority.lock();
+            pools.retain(|_, pool| pool.strong_count() > 0);
+            let entry = pools.entry(authority.as_str().to_ascii_lowercase()).or_default();
+            match entry.upgrade() {
+                Some(pool) => pool,
+                None => {
+                    let pool = Arc::new(Pool::new(IDLE_TIMEOUT, MAX_IDLE));
+                    *entry = Arc::downgrade(&pool);
+                    pool
+                }
+            }
+        };
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect));
         connector.set_nodelay(true);
@@ -377,6 +386,21 @@ mod tests {
         assert_eq!(get(&inline, lease).await, "ok");
         assert_eq!(inline.pool.len(), 1);
         assert_eq!(accepts.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_pool_is_shared_while_a_route_uses_it_and_goes_with_the_last() {
+        let pools = Pools::default();
+        let uri: Uri = "http://127.0.0.1:9/".parse().unwrap();
+        let first = pools.inline(&uri, Duration::from_secs(1)).unwrap();
+        let second =
+            pools.inline(&"http://127.0.0.1:9/other".parse().unwrap(), Duration::from_secs(2)).unwrap();
+        assert!(Arc::ptr_eq(&first.pool, &second.pool), "one pool per upstream");
+        let weak = Arc::downgrade(&first.pool);
+        drop((first, second));
+        assert!(weak.upgrade().is_none(), "no route uses it: gone, with its idle connections");
+        let again = pools.inline(&uri, Duration::from_secs(1)).unwrap();
+        assert_eq!(again.pool.len(), 0);
     }
 
     #[tokio::test]
