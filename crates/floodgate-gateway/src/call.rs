@@ -179,7 +179,9 @@ async fn attempt_inline(
 }
 
 /// The response head of `outgoing` on an inline connection; a request a pooled connection handed
-/// back unsent (it closed before writing it) is sent on another connection.
+/// back unsent (it closed before writing it) is sent on another connection. `Err(Ok(failure))`: a
+/// timeout or a connection that could not be made; `Err(Err(e))`: hyper's error once the request
+/// went out (the caller's [`Failure::Broken`]).
 async fn inline_head(
     inline: &Inline,
     mut outgoing: http::Request<axum::body::Body>,
