@@ -13,12 +13,12 @@ use floodgate_core::{Clock, SystemClock};
 use floodgate_tower::Permits;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use super::llm::{Meter, Step};
 use super::stale::StaleCache;
+use super::upstream::UpstreamBody;
 
 /// The request's total deadline passed while its response body was streaming.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub(super) struct Tee {
 
 /// The client's response body.
 pub(super) struct GatewayBody {
-    inner: Incoming,
+    inner: UpstreamBody,
     deadline: Option<Pin<Box<Sleep>>>,
     tee: Option<Tee>,
     held: Option<Held>,
@@ -59,7 +59,7 @@ pub(super) struct GatewayBody {
 
 impl GatewayBody {
     pub(super) fn new(
-        inner: Incoming,
+        inner: UpstreamBody,
         deadline: Option<Instant>,
         tee: Option<Tee>,
         held: Held,

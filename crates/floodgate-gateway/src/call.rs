@@ -7,26 +7,28 @@ use std::sync::Arc;
 use floodgate::breaker::{Admission, CircuitBreaker};
 use floodgate_core::SystemClock;
 use http::Response;
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::budget::RetrySlot;
+use super::pool::{ConnectFailed, Inline, InlineBody, Unanswered, exchange};
 use super::routes::RouteState;
-use super::upstream::{Attempt, Client, Failure, Outgoing, Prepared, idempotent};
+use super::upstream::{Attempt, Client, Failure, Outgoing, Prepared, UpstreamBody, idempotent};
 
 /// The outcome of a call: the upstream's response (whatever its status), or a failure.
-pub(super) type Outcome = Result<Response<Incoming>, Failure>;
+pub(super) type Outcome = Result<Response<UpstreamBody>, Failure>;
 
-/// Where a call goes: an upstream's pooled client and its breaker.
+/// Where a call goes: an upstream's connections (inline HTTP/1.1 ones, and the pooled client for
+/// h2c and upgrades) and its breaker.
 #[derive(Clone, Copy)]
 pub(super) struct Via<'a> {
     pub(super) client: &'a Client,
+    pub(super) inline: Option<&'a Inline>,
     pub(super) breaker: Option<&'a CircuitBreaker<SystemClock>>,
 }
 
 /// Calls `route`'s upstream with `request`, retrying as the route allows, within `deadline`.
 pub(super) async fn call(route: &RouteState, request: Prepared, deadline: Option<Instant>) -> Outcome {
-    let via = Via { client: &route.client, breaker: route.breaker.as_deref() };
+    let via = Via { client: &route.client, inline: route.inline.as_ref(), breaker: route.breaker.as_deref() };
     call_via(route, via, request, deadline).await
 }
 
@@ -51,7 +53,13 @@ pub(super) async fn call_via(
             Some(Admission::Call(sent)) => (Some(sent), None),
             None => (None, None),
         };
-        let outcome = attempt_once(route, via.client, &mut request, deadline).await;
+        let outcome = match via.inline {
+            // Upgrades (and CONNECT) go through the pooled client, which hands the connection over.
+            Some(inline) if !request.upgrade && request.method != http::Method::CONNECT => {
+                attempt_inline(route, inline, &mut request, retries.is_none(), deadline).await
+            }
+            _ => attempt_once(route, via.client, &mut request, retries.is_none(), deadline).await,
+        };
         let failed = counts_as_failure(&outcome);
         if let Some(mut probe) = probe {
             // A probe is one attempt: its outcome decides the breaker.
@@ -143,16 +151,94 @@ async fn backoff(
     true
 }
 
-/// One attempt: connect, send, and wait for the response head, within the route's timeouts and
-/// the request's deadline. `connect` bounds a new connection (the connector's timeout);
-/// `first_byte` counts from the moment the request goes out on its connection.
+/// One attempt on an inline connection: a pooled one still open, else a new one; the request sent
+/// and the response head awaited, within the route's timeouts and the request's deadline as
+/// [`attempt_once`] (`connect` bounds a new connection; `first_byte` counts from its being made,
+/// or from the attempt's start on a pooled one).
+async fn attempt_inline(
+    route: &RouteState,
+    inline: &Inline,
+    request: &mut Prepared,
+    last: bool,
+    deadline: Option<Instant>,
+) -> Outcome {
+    let Some(mut outgoing) = request.build(last) else { return Err(Failure::Broken) };
+    inline.shape(&mut outgoing);
+    let first_byte = route.config.timeouts.first_byte;
+    let started = Instant::now();
+    let result = inline_head(inline, outgoing, started, first_byte, deadline).await;
+    route.metrics.upstream_took(started.elapsed());
+    match result {
+        Ok(response) => Ok(response.map(UpstreamBody::Inline)),
+        Err(Ok(failure)) => Err(failure),
+        Err(Err(e)) => {
+            tracing::debug!(route = %route.config.name, error = %e, "gateway: upstream call failed");
+            Err(Failure::Broken)
+        }
+    }
+}
+
+/// The response head of `outgoing` on an inline connection; a request a pooled connection handed
+/// back unsent (it closed before writing it) is sent on another connection. `Err(Ok(failure))`: a
+/// timeout or a connection that could not be made; `Err(Err(e))`: hyper's error once the request
+/// went out (the caller's [`Failure::Broken`]).
+async fn inline_head(
+    inline: &Inline,
+    mut outgoing: http::Request<axum::body::Body>,
+    started: Instant,
+    first_byte: std::time::Duration,
+    deadline: Option<Instant>,
+) -> Result<Response<InlineBody>, Result<Failure, hyper::Error>> {
+    loop {
+        let (lease, sent_at) = match inline.pooled() {
+            Some(lease) => (lease, started),
+            None => {
+                let made = match deadline {
+                    Some(d) => tokio::time::timeout_at(d, inline.connect())
+                        .await
+                        .map_err(|_| Ok(Failure::TotalTimeout))?,
+                    None => inline.connect().await,
+                };
+                match made {
+                    Ok(lease) => (lease, Instant::now()),
+                    Err(ConnectFailed::Connect(e)) => {
+                        return Err(Ok(if timed_out(&*e) {
+                            Failure::ConnectTimeout
+                        } else {
+                            Failure::Connect
+                        }));
+                    }
+                    Err(ConnectFailed::Handshake(e)) => return Err(Err(e)),
+                }
+            }
+        };
+        let reused = lease.reused;
+        let head_due = sent_at + first_byte;
+        let (limit, on_timeout) = match deadline {
+            Some(d) if d < head_due => (d, Failure::TotalTimeout),
+            _ => (head_due, Failure::FirstByteTimeout),
+        };
+        match tokio::time::timeout_at(limit, exchange(lease, outgoing)).await {
+            Err(_) => return Err(Ok(on_timeout)),
+            Ok(Ok(response)) => return Ok(response),
+            Ok(Err(Unanswered::Unsent(request))) if reused => outgoing = *request,
+            Ok(Err(Unanswered::Unsent(_))) => return Err(Ok(Failure::Broken)),
+            Ok(Err(Unanswered::Failed(e))) => return Err(Err(e)),
+        }
+    }
+}
+
+/// One attempt through the pooled client: connect, send, and wait for the response head, within
+/// the route's timeouts and the request's deadline. `connect` bounds a new connection (the
+/// connector's timeout); `first_byte` counts from the moment the request goes out on its connection.
 async fn attempt_once(
     route: &RouteState,
     client: &Client,
     request: &mut Prepared,
+    last: bool,
     deadline: Option<Instant>,
 ) -> Outcome {
-    let Some(outgoing) = request.build() else { return Err(Failure::Broken) };
+    let Some(outgoing) = request.build(last) else { return Err(Failure::Broken) };
     let first_byte = route.config.timeouts.first_byte;
     let started = Instant::now();
     let attempt = Arc::new(Attempt::default());
@@ -185,7 +271,7 @@ async fn attempt_once(
     route.metrics.upstream_took(started.elapsed());
     match result {
         Err(on_timeout) => Err(on_timeout),
-        Ok(Ok(response)) => Ok(response),
+        Ok(Ok(response)) => Ok(response.map(UpstreamBody::Shared)),
         Ok(Err(e)) if e.is_connect() => {
             Err(if timed_out(&e) { Failure::ConnectTimeout } else { Failure::Connect })
         }

@@ -1,12 +1,12 @@
 //! A gateway request's descriptors: `ip` (the forwarding header walked from the right past the
 //! trusted proxies, by [`ClientIp`]), `route` (the matched template, as
-//! [`route_template`] writes it), `method`, the `header.<name>` descriptors the rules use, and once
+//! `floodgate_tower::route_template` writes it), `method`, the `header.<name>` descriptors the rules use, and once
 //! the identity is known `user`, `tenant`, `plan` and `authenticated`.
 
 use std::net::SocketAddr;
 
 use floodgate::{Descriptors, Policy};
-use floodgate_tower::{ClientIp, route_template};
+use floodgate_tower::ClientIp;
 use http::HeaderName;
 use http::request::Parts;
 
@@ -28,18 +28,18 @@ pub(super) fn header_descriptors(policy: &Policy) -> Vec<(HeaderName, String)> {
     found
 }
 
-/// The descriptors known before the identity: `ip`, `route`, `method` and the headers.
+/// The descriptors known before the identity: `ip`, `route` (the method and the matched
+/// `template`), `method` and the headers.
 pub(super) fn before_identity(
     parts: &Parts,
+    template: &str,
     peer: SocketAddr,
     client_ip: &ClientIp,
     headers: &[(HeaderName, String)],
 ) -> Descriptors {
     let mut descriptors = Descriptors::new();
     descriptors.insert("ip", client_ip.resolve_from(peer.ip(), &parts.headers).to_string());
-    if let Some(route) = route_template(parts) {
-        descriptors.insert("route", route);
-    }
+    descriptors.insert("route", format!("{} {template}", parts.method));
     descriptors.insert("method", parts.method.as_str().to_owned());
     for (header, descriptor) in headers {
         if let Some(value) = parts.headers.get(header) {

@@ -21,7 +21,7 @@ use super::llm;
 use super::metrics::GatewayMetrics;
 use super::queue::{self, Accepted};
 use super::respond;
-use super::routes::{RouteState, RouteTable};
+use super::routes::{RouteState, RouteTable, Routed};
 use super::stale::{self, STALE_HEADER, StaleCache};
 use super::state::{Context, GatewayState};
 use super::upstream::{self, Clients, Failure, Outgoing, Prepared};
@@ -58,8 +58,7 @@ fn merged(before: Verdict, after: Verdict) -> Verdict {
     }
 }
 
-/// The route table of `running`, its routes' requests to [`route`]: the gateway state's
-/// [`TableBuilder`](super::state::TableBuilder).
+/// The route table of `running`: the gateway state's [`TableBuilder`](super::state::TableBuilder).
 pub(super) fn build_table(
     running: Arc<Running>,
     previous: Option<&RouteTable>,
@@ -68,7 +67,39 @@ pub(super) fn build_table(
     rule_metrics: &Metrics,
     clock: &SystemClock,
 ) -> Option<RouteTable> {
-    RouteTable::build(running, previous, clients, metrics, rule_metrics, clock, route)
+    RouteTable::build(running, previous, clients, metrics, rule_metrics, clock)
+}
+
+/// One request from the listener: the gateway's own endpoints, else routed by the route table of
+/// the configuration in force and taken through every gate of its route (see the module docs).
+pub(super) async fn dispatch(
+    gateway: Arc<GatewayState>,
+    request: http::Request<hyper::body::Incoming>,
+    peer: std::net::SocketAddr,
+) -> Response {
+    if let Some(response) = gateway.own(&request) {
+        return response;
+    }
+    let context = Context { table: gateway.table(), gateway, peer };
+    let unrouted = match context.table.router.route(request.method(), request.uri().path()) {
+        Routed::To(route, template) => {
+            // Boxed: the gates' future is several kilobytes, and the listener's futures around this
+            // one are moved as hyper polls them; a pointer moves cheaper.
+            let response = Box::pin(gates(&context, route, &template.path, request.map(Body::new))).await;
+            route.metrics.answered(response.status());
+            return response;
+        }
+        Routed::NoPath => respond::no_route(false),
+        Routed::NoMethod(allow) => {
+            let mut response = respond::no_route(true);
+            if let Some(allow) = allow {
+                response.headers_mut().insert(http::header::ALLOW, allow);
+            }
+            response
+        }
+    };
+    context.gateway.metrics.unrouted.answered(unrouted.status());
+    unrouted
 }
 
 /// A request's priority tier on `route` (its `tier:` setting; the lowest tier without one); for a
@@ -104,17 +135,7 @@ fn tier_of(
     }
 }
 
-/// A request on `route`, through every gate (see the module docs).
-async fn route(route: Arc<RouteState>, request: Request) -> Response {
-    let Some(context) = request.extensions().get::<Context>().cloned() else {
-        return respond::malformed("the request reached a route outside the gateway");
-    };
-    let response = gates(&context, &route, request).await;
-    route.metrics.answered(response.status());
-    response
-}
-
-async fn gates(context: &Context, route: &RouteState, request: Request) -> Response {
+async fn gates(context: &Context, route: &RouteState, template: &str, request: Request) -> Response {
     let Context { gateway, table, peer } = context;
     let arrived = Instant::now();
     let deadline = route.config.timeouts.total.map(|t| arrived + t);
@@ -130,7 +151,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     // 2. Rules that need no identity: per ip, global, per route, per header.
     let (mut parts, body) = request.into_parts();
     let mut descriptors =
-        super::descriptors::before_identity(&parts, *peer, &table.client_ip, &table.headers);
+        super::descriptors::before_identity(&parts, template, *peer, &table.client_ip, &table.headers);
     // The priority tier among requests waiting under `action: delay` (a header that gives no tier
     // is refused here, before anything is counted).
     let tier = match tier_of(route, table, &parts.headers, &descriptors) {
@@ -170,7 +191,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
     let llm = route.config.llm.as_ref().and_then(|llm| Some((llm, llm::Endpoint::of(parts.uri.path())?)));
     let (after, call, body) = match llm {
         Some((llm, endpoint)) => {
-            match llm::admit_call(
+            match Box::pin(llm::admit_call(
                 &gateway.app,
                 table,
                 llm,
@@ -179,7 +200,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
                 body,
                 style,
                 route.metrics.llm(),
-            )
+            ))
             .await
             {
                 Ok(call) => (call.verdict.clone(), Some(call), Body::empty()),
@@ -219,7 +240,7 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
         && (switches.async_writes || breaker_open)
         && !upstream::is_upgrade(&parts.headers);
     if async_write {
-        return accept_write(gateway, table, route, parts, body, &verdict, style).await;
+        return Box::pin(accept_write(gateway, table, route, parts, body, &verdict, style)).await;
     }
 
     // 6. Concurrency: a place among the route's requests in flight.
@@ -274,7 +295,9 @@ async fn gates(context: &Context, route: &RouteState, request: Request) -> Respo
                 body: admitted.body.clone(),
                 deadline,
             };
-            match llm::call_in_order(&gateway.app, table, route, llm, admitted, attempts, style).await {
+            match Box::pin(llm::call_in_order(&gateway.app, table, route, llm, admitted, attempts, style))
+                .await
+            {
                 llm::Tried::Answered(response, held) => {
                     hold = held;
                     Ok(response)

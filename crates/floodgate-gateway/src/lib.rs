@@ -2,22 +2,29 @@
 //! with the same rules, engine and store as the check API, down the same decision path.
 //!
 //! ```text
-//!  client ─► listener (TCP, or TLS with `gateway.tls`) ─► axum router (route templates)
+//!  client ─► listener (TCP, or TLS with `gateway.tls`) ─► route table (matchit, route templates)
 //!     ─► shed? ─► rules before verification (ip, global, route, header.*)
 //!     ─► JWT verification (401 when present but invalid) ─► rules after it (user, tenant, plan,
 //!        authenticated) ─► degradation (stale reads, accepted writes) ─► concurrency ─► breaker
-//!     ─► upstream (pooled hyper-util client, HTTP/1.1 or h2c; timeouts, retries within a budget)
+//!     ─► upstream (HTTP/1.1: a connection driven inline by the request's own task, from a pool per
+//!        upstream; h2c and upgrades: hyper-util's pooled client; timeouts, retries within a budget)
 //!     ─► response streamed back (rate-limit headers added, hop-by-hop headers dropped)
 //! ```
 //!
 //! - [`Gateway::serve`] accepts connections with the listener every door uses
 //!   ([`floodgate_app::listener::serve`]): the same connection limits (`gateway.http`) and, with
 //!   `gateway.tls`, the same TLS acceptor as the API's listeners.
-//! - Routes are an axum [`Router`](axum::Router) built from `gateway.routes`; the `route`
-//!   descriptor is what [`floodgate_tower::route_template`] writes (`GET /api/orders/{id}`), never
-//!   the raw path. Each applied configuration rebuilds the table on the first request that sees
-//!   it; a route's breaker, concurrency, retry budget and stale cache survive a reload when its
-//!   settings do (`routes.rs`).
+//! - Routes are a matchit router of `gateway.routes`' templates (the router axum's is made of, so a
+//!   path matches the same template it did behind axum), each with its routes' methods (`GET` also
+//!   takes `HEAD`); the `route` descriptor is the method and the matched template, as
+//!   [`floodgate_tower::route_template`] writes it (`GET /api/orders/{id}`), never the raw path. No
+//!   axum router or tower service sits in the per-request path. Each applied configuration
+//!   rebuilds the table on the first request that sees it; a route's breaker, concurrency, retry
+//!   budget and stale cache survive a reload when its settings do (`routes.rs`).
+//! - Upstream HTTP/1.1 connections are hyper's `client::conn::http1`, polled by the task of the
+//!   request using them — no connection task, no channel between the request and its connection —
+//!   and pooled per upstream between requests (`pool.rs`). h2c upstreams and upgrades (WebSocket)
+//!   go through hyper-util's pooled client (`upstream.rs`).
 //! - The client's address is [`floodgate_tower::ClientIp`]'s walk of the forwarding header from
 //!   the right, past `trusted_proxies`.
 //! - Identity (`identity.rs`): a `Bearer` JWT verified with HS256 (the env var's raw bytes) or
@@ -42,6 +49,7 @@ mod identity;
 mod llm;
 mod metrics;
 mod policies;
+mod pool;
 mod queue;
 mod replay;
 mod respond;
@@ -109,7 +117,7 @@ impl Gateway {
             let gateway = Arc::clone(&self.inner);
             move |request| {
                 let gateway = Arc::clone(&gateway);
-                async move { gateway.dispatch(request, peer).await }
+                async move { handler::dispatch(gateway, request, peer).await }
             }
         };
         listener::serve(listener, "gateway", limits, tls, connection, stop).await;

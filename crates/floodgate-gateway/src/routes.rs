@@ -1,22 +1,18 @@
-//! The route table: the configuration's routes as an axum router (so that the matched template is
-//! axum's `MatchedPath`, and the `route` descriptor is what `floodgate_tower::route_template`
-//! writes), with each route's runtime — breaker, concurrency permits, retry budget, upstream client,
+//! The route table: the configuration's routes in a router of their templates ([`Router`]: the
+//! matched template is the `route` descriptor's, `GET /api/orders/{id}`, as
+//! `floodgate_tower::route_template` writes it), with each route's runtime — breaker, concurrency permits, retry budget, upstream client,
 //! series. A table is built for each applied configuration; a route keeps its breaker and permits
 //! across a reload when its settings for them are unchanged, and its retry budget always (the
 //! requests in flight still count).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::Request;
-use axum::routing::{MethodFilter, MethodRouter, any, on};
 use floodgate::breaker::{BreakerState, CircuitBreaker};
 use floodgate_config::gateway::{ForwardedHeader, Route};
 use floodgate_core::SystemClock;
 use floodgate_tower::{ClientIp, ProxyHeader};
-use http::HeaderName;
+use http::{HeaderName, HeaderValue, Method};
 use tokio::sync::Semaphore;
 
 use super::budget::Budget;
@@ -24,7 +20,7 @@ use super::descriptors::header_descriptors;
 use super::identity::Verifier;
 use super::metrics::{GatewayMetrics, RouteMetrics};
 use super::policies::GatewayPolicies;
-use super::respond;
+use super::pool::Inline;
 use super::upstream::{Client, Clients};
 use floodgate_app::control::Running;
 use floodgate_app::metrics::Metrics;
@@ -53,6 +49,7 @@ pub(super) struct RouteTable {
 pub(super) struct LlmUpstreamState {
     pub(super) uri: http::Uri,
     pub(super) client: Client,
+    pub(super) inline: Option<Inline>,
     pub(super) breaker: Option<Arc<CircuitBreaker<SystemClock>>>,
     pub(super) quota_rule: Option<String>,
 }
@@ -65,6 +62,8 @@ pub(super) struct RouteState {
     pub(super) budget: Arc<Budget>,
     pub(super) metrics: RouteMetrics,
     pub(super) client: Client,
+    /// The upstream's inline HTTP/1.1 connections (`None` for h2c).
+    pub(super) inline: Option<Inline>,
     /// An LLM route's upstreams, in order (empty: the route's upstream alone).
     pub(super) upstreams: Vec<LlmUpstreamState>,
 }
@@ -81,20 +80,14 @@ impl std::fmt::Debug for RouteState {
 impl RouteTable {
     /// The table of `running` (which has a gateway), reusing what `previous` kept for routes whose
     /// settings are unchanged.
-    /// Every route's requests go to `handle` (with the route's state).
-    pub(super) fn build<H, F>(
+    pub(super) fn build(
         running: Arc<Running>,
         previous: Option<&RouteTable>,
         clients: &Clients,
         metrics: &GatewayMetrics,
         rule_metrics: &Metrics,
         clock: &SystemClock,
-        handle: H,
-    ) -> Option<RouteTable>
-    where
-        H: Fn(Arc<RouteState>, Request) -> F + Clone + Send + Sync + 'static,
-        F: Future<Output = axum::response::Response> + Send + 'static,
-    {
+    ) -> Option<RouteTable> {
         let config = Arc::clone(running.gateway.as_ref()?);
         let policies = GatewayPolicies::new(&running, rule_metrics);
         let old: HashMap<&str, &Arc<RouteState>> = previous
@@ -140,6 +133,7 @@ impl RouteTable {
             };
             let budget = before.map(|b| Arc::clone(&b.budget)).unwrap_or_default();
             let client = clients.get(route.timeouts.connect, route.upstream.http2);
+            let inline = clients.inline(&route.upstream.uri, route.timeouts.connect, route.upstream.http2);
             let upstreams = route
                 .llm
                 .iter()
@@ -160,6 +154,7 @@ impl RouteTable {
                     LlmUpstreamState {
                         uri: u.upstream.uri.clone(),
                         client: clients.get(route.timeouts.connect, u.upstream.http2),
+                        inline: clients.inline(&u.upstream.uri, route.timeouts.connect, u.upstream.http2),
                         breaker,
                         quota_rule: u.quota_rule.clone(),
                     }
@@ -172,6 +167,7 @@ impl RouteTable {
                 budget,
                 metrics: route_metrics,
                 client,
+                inline,
                 upstreams,
             }));
         }
@@ -187,7 +183,7 @@ impl RouteTable {
         let headers = header_descriptors(&running.native.policy);
         Some(RouteTable {
             version: running.version,
-            router: router(&routes, handle),
+            router: Router::new(&routes),
             routes,
             client_ip,
             headers,
@@ -204,51 +200,96 @@ impl RouteTable {
     }
 }
 
-/// The axum router of `routes`, each route's requests to `handle`: one method router per template
-/// (the configuration refused overlapping methods and conflicting templates, so building it cannot
-/// panic). What no route takes is answered here, marked [`Unrouted`].
-fn router<H, F>(routes: &[Arc<RouteState>], handle: H) -> Router
-where
-    H: Fn(Arc<RouteState>, Request) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = axum::response::Response> + Send + 'static,
-{
-    let mut by_path: Vec<(String, MethodRouter)> = Vec::new();
-    for route in routes {
-        let state = Arc::clone(route);
-        let handle = handle.clone();
-        let endpoint = move |request: Request| handle(Arc::clone(&state), request);
-        let methods = match &route.config.methods {
-            None => any(endpoint),
-            Some(list) => {
-                let filter = list
-                    .iter()
-                    .filter_map(|m| MethodFilter::try_from(m.clone()).ok())
-                    .reduce(MethodFilter::or)
-                    .unwrap_or(MethodFilter::GET);
-                on(filter, endpoint)
-            }
-        };
-        match by_path.iter_mut().find(|(p, _)| *p == route.config.path) {
-            Some((_, existing)) => {
-                let merged = std::mem::take(existing).merge(methods);
-                *existing = merged;
-            }
-            None => by_path.push((route.config.path.clone(), methods)),
-        }
-    }
-    let mut router = Router::new();
-    for (path, methods) in by_path {
-        router = router.route(&path, methods);
-    }
-    router.fallback(|| async { unrouted(false) }).method_not_allowed_fallback(|| async { unrouted(true) })
+/// The routes that take one path template, and the `Allow` header of a 405 on it.
+#[derive(Debug)]
+pub(super) struct Template {
+    /// The template as configured (`/api/orders/{id}`): the `route` descriptor's path.
+    pub(super) path: String,
+    /// Its routes with the methods each takes (`None`: every method).
+    routes: Vec<(Option<Vec<Method>>, Arc<RouteState>)>,
+    allow: Option<HeaderValue>,
 }
 
-/// Marks a response to a request that no route takes (for the `unrouted` metrics).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Unrouted;
+/// How a request is routed.
+pub(super) enum Routed<'a> {
+    /// To `route`, through its `template`.
+    To(&'a Arc<RouteState>, &'a Template),
+    /// No route takes its path (404).
+    NoPath,
+    /// A route takes its path, none its method (405, with `Allow` when known).
+    NoMethod(Option<HeaderValue>),
+}
 
-fn unrouted(method_known: bool) -> axum::response::Response {
-    let mut response = respond::no_route(method_known);
-    response.extensions_mut().insert(Unrouted);
-    response
+/// The route table's router: the templates in a matchit router (what axum's router is made of, so
+/// a path matches the same template it did), each with the methods of its routes. A `GET` route
+/// also takes `HEAD` when no route of its template lists `HEAD`, as axum's method routers did.
+#[derive(Debug, Default)]
+pub(super) struct Router {
+    matcher: matchit::Router<usize>,
+    templates: Vec<Template>,
+}
+
+impl Router {
+    /// The router of `routes` (the configuration refused overlapping methods and conflicting
+    /// templates; a template matchit refuses anyway is left out, never a panic).
+    fn new(routes: &[Arc<RouteState>]) -> Router {
+        let mut router = Router::default();
+        for route in routes {
+            let config = &route.config;
+            let i = match router.templates.iter().position(|t| t.path == config.path) {
+                Some(i) => i,
+                None => {
+                    if let Err(e) = router.matcher.insert(config.path.clone(), router.templates.len()) {
+                        tracing::warn!(route = %config.name, error = %e, "gateway: route template refused");
+                        continue;
+                    }
+                    router.templates.push(Template {
+                        path: config.path.clone(),
+                        routes: Vec::new(),
+                        allow: None,
+                    });
+                    router.templates.len() - 1
+                }
+            };
+            router.templates[i].routes.push((config.methods.clone(), Arc::clone(route)));
+        }
+        for template in &mut router.templates {
+            template.allow = allow(&template.routes);
+        }
+        router
+    }
+
+    /// Where a request for `method path` goes.
+    pub(super) fn route(&self, method: &Method, path: &str) -> Routed<'_> {
+        let Some(template) = self.matcher.at(path).ok().and_then(|m| self.templates.get(*m.value)) else {
+            return Routed::NoPath;
+        };
+        let listed = |m: &Method| {
+            template.routes.iter().find(|(methods, _)| methods.as_ref().is_some_and(|list| list.contains(m)))
+        };
+        let found = listed(method)
+            .or_else(|| (*method == Method::HEAD).then(|| listed(&Method::GET)).flatten())
+            .or_else(|| template.routes.iter().find(|(methods, _)| methods.is_none()));
+        match found {
+            Some((_, route)) => Routed::To(route, template),
+            None => Routed::NoMethod(template.allow.clone()),
+        }
+    }
+}
+
+/// The `Allow` header of a template's routes: every method they list (`HEAD` with `GET`); none
+/// when one takes every method.
+fn allow(routes: &[(Option<Vec<Method>>, Arc<RouteState>)]) -> Option<HeaderValue> {
+    let mut methods: Vec<&str> = Vec::new();
+    for (list, _) in routes {
+        for method in list.as_ref()? {
+            let also_head = *method == Method::GET;
+            for m in std::iter::once(method.as_str()).chain(also_head.then_some("HEAD")) {
+                if !methods.contains(&m) {
+                    methods.push(m);
+                }
+            }
+        }
+    }
+    HeaderValue::from_str(&methods.join(",")).ok()
 }

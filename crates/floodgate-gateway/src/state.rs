@@ -2,9 +2,10 @@
 //! writes, waiting room and metrics, over the app), and what a request's handler is given
 //! ([`Context`]). Below the handlers: nothing here knows them.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
 use arc_swap::ArcSwap;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
 use axum::response::Response;
 use floodgate::delay::{DelayQueues, InTurn, Room, Waiting, decide_in_turn};
 use floodgate::{Descriptors, EngineError, Hit, Verdict};
@@ -15,21 +16,18 @@ use floodgate_config::gateway::Switches;
 use floodgate_core::SystemClock;
 use http::Method;
 use hyper::body::Incoming;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use tower::ServiceExt;
 
 use super::metrics::GatewayMetrics;
 use super::queue::{Queue, QueueError};
 use super::respond;
-use super::routes::{RouteTable, Unrouted};
+use super::routes::RouteTable;
 use super::stale::StaleCache;
 use super::upstream::Clients;
 
 /// The path prefix of the gateway's own endpoints on its listener.
 const OWN_PREFIX: &str = "/_floodgate/accepted/";
 
-/// What a request's handler needs, passed in its extensions.
+/// What a request's handler needs.
 #[derive(Clone)]
 pub(super) struct Context {
     pub(super) gateway: Arc<GatewayState>,
@@ -126,35 +124,14 @@ impl GatewayState {
         }
     }
 
-    /// One request from the listener.
-    pub(super) async fn dispatch(
-        self: Arc<Self>,
-        mut request: http::Request<Incoming>,
-        peer: SocketAddr,
-    ) -> Response {
-        if request.method() == Method::GET
-            && let Some(id) = request.uri().path().strip_prefix(OWN_PREFIX)
-        {
-            return match &self.queue {
-                Some(queue) => queue.status(id),
-                None => respond::no_route(false),
-            };
-        }
-        let table = self.table();
-        request.extensions_mut().insert(ConnectInfo(peer));
-        request.extensions_mut().insert(Context {
-            gateway: Arc::clone(&self),
-            table: Arc::clone(&table),
-            peer,
-        });
-        let response = match table.router.clone().oneshot(request.map(Body::new)).await {
-            Ok(response) => response,
-            Err(infallible) => match infallible {},
-        };
-        if response.extensions().get::<Unrouted>().is_some() {
-            self.metrics.unrouted.answered(response.status());
-        }
-        response
+    /// The answer to a request for the gateway's own endpoints (an accepted write's status), if
+    /// it is one.
+    pub(super) fn own(&self, request: &http::Request<Incoming>) -> Option<Response> {
+        let id = request.uri().path().strip_prefix(OWN_PREFIX).filter(|_| request.method() == Method::GET)?;
+        Some(match &self.queue {
+            Some(queue) => queue.status(id),
+            None => respond::no_route(false),
+        })
     }
 
     pub(super) fn switches(&self, table: &RouteTable) -> Switches {

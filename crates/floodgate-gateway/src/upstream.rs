@@ -1,18 +1,34 @@
-//! What a route's upstream is called with: pooled hyper-util clients (HTTP/1.1, or HTTP/2 with
-//! prior knowledge), and the request as the upstream sees it (hop-by-hop headers dropped,
-//! `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` appended, verified identity headers
-//! set). The call itself — timeouts, the breaker, retries — is [`call`](super::call)'s:
+//! What a route's upstream is called with, and the request as the upstream sees it (hop-by-hop
+//! headers dropped, `X-Forwarded-For`, `X-Forwarded-Proto` and `Forwarded` appended, verified
+//! identity headers set). Two ways to an upstream:
+//!
+//! - **HTTP/1.1, inline** (every request but those below): a connection of the upstream's pool, or
+//!   a new one, driven by the request's own task ([`pool`](super::pool)); its response body is
+//!   [`UpstreamBody::Inline`], which polls the connection alongside and gives it back to the pool
+//!   when read to its end. Chosen from measurement (`BENCHMARKS.md`, the gateway beside nginx):
+//!   hyper-util's pooled client runs each connection as a task of its own, fed through a channel,
+//!   so every request crossed tasks both ways — the largest share of the gateway's CPU after hyper's
+//!   own parsing.
+//! - **hyper-util's pooled client** ([`Client`]): h2c upstreams (`http2: true`, prior knowledge,
+//!   where one connection carries many requests at once and a connection task is what HTTP/2
+//!   needs), and upgrades (a WebSocket handshake), whose connection is handed over once switched.
+//!
+//! The call itself — timeouts, the breaker, retries — is [`call`](super::call)'s, the same on both:
 //!
 //! - **Timeouts**, each a budget of its own: `connect` is the connector's (a new connection within
 //!   `connect`); the response head must arrive within `first_byte` of the request going out on its
-//!   connection — the moment a new connection is made, or the attempt's start on a pooled one
-//!   ([`Timed`] tells them apart); the request's `total` deadline bounds every attempt, the
-//!   backoffs and (in `body.rs`) the response body.
+//!   connection — the moment a new connection is made, or the attempt's start on a pooled one (the
+//!   inline path knows which it took; for the pooled client [`Timed`] tells them apart); the
+//!   request's `total` deadline bounds every attempt, the backoffs and (in `body.rs`) the response
+//!   body.
 //! - **Retries**: only for idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE, TRACE), only on a
 //!   connection that could not be made (the request surely did not run) or a configured status,
 //!   only when the request body was small enough to be kept whole (`retries.max_body`), never for
 //!   a breaker's probe or an upgrade; each retry needs a place in the budget ([`Budget`]) and waits
-//!   a backoff drawn uniformly below `min(max_backoff, backoff × 2^(n-1))` (full jitter).
+//!   a backoff drawn uniformly below `min(max_backoff, backoff × 2^(n-1))` (full jitter). A request
+//!   that a pooled connection hands back unsent (it closed before the request was written) goes out
+//!   on another connection within the same attempt, whatever its method — it never reached the
+//!   upstream, and the pooled client did the same.
 //! - **Breaker**: every attempt asks it; a failure is a connection or timeout error or a 5xx.
 
 use std::collections::HashMap;
@@ -27,12 +43,15 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::header::{CONNECTION, HOST, HeaderName, UPGRADE};
 use http::{HeaderMap, HeaderValue, Method, Request, Uri};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
+
+use super::pool::{Inline, InlineBody, Pools};
 
 /// The client of one kind of upstream connection.
 pub(super) type Client = hyper_util::client::legacy::Client<Timed, Body>;
@@ -110,13 +129,23 @@ impl tower::Service<Uri> for Timed {
 }
 
 /// One pooled client per connect timeout and protocol, shared by the routes (and kept across
-/// reloads, with their idle connections).
+/// reloads, with their idle connections), and every upstream's pool of inline connections.
 #[derive(Debug, Default)]
 pub(super) struct Clients {
     by_kind: Mutex<HashMap<(Duration, bool), Client>>,
+    pools: Pools,
 }
 
 impl Clients {
+    /// How a route with `connect` reaches `upstream` over inline HTTP/1.1 connections; `None` for
+    /// an h2c upstream (`http2`), which the pooled client serves.
+    pub(super) fn inline(&self, upstream: &Uri, connect: Duration, http2: bool) -> Option<Inline> {
+        if http2 {
+            return None;
+        }
+        self.pools.inline(upstream, connect)
+    }
+
     pub(super) fn get(&self, connect: Duration, http2: bool) -> Client {
         self.by_kind
             .lock()
@@ -134,6 +163,42 @@ impl Clients {
                 builder.build(Timed(connector))
             })
             .clone()
+    }
+}
+
+/// An upstream's response body: from the pooled client's connection task, or read from a
+/// connection driven inline.
+pub(super) enum UpstreamBody {
+    Shared(Incoming),
+    Inline(InlineBody),
+}
+
+impl http_body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            UpstreamBody::Shared(incoming) => Pin::new(incoming).poll_frame(cx),
+            UpstreamBody::Inline(inline) => Pin::new(inline).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Shared(incoming) => incoming.is_end_stream(),
+            UpstreamBody::Inline(inline) => inline.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            UpstreamBody::Shared(incoming) => incoming.size_hint(),
+            UpstreamBody::Inline(inline) => inline.size_hint(),
+        }
     }
 }
 
@@ -156,32 +221,38 @@ pub(super) enum Failure {
 
 /// Headers that concern one connection, never forwarded (RFC 9110 §7.6.1), besides those the
 /// `Connection` header names.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
+const HOP_BY_HOP: [HeaderName; 8] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
 ];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes the hop-by-hop headers, and those `Connection` names; keeps `Upgrade` (and
 /// `Connection: upgrade`) when `upgrade`.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .filter(|name| !(upgrade && name == UPGRADE))
-        .collect();
-    for name in named {
-        headers.remove(&name);
+    if headers.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .filter(|name| !(upgrade && name == UPGRADE))
+            .collect();
+        for name in named {
+            headers.remove(&name);
+        }
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
     if upgrade {
@@ -201,39 +272,44 @@ pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
             .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
 }
 
-/// The request headers as the upstream sees them.
+/// The request headers as the upstream sees them. `X-Forwarded-For` and `Forwarded` are written
+/// into one buffer that both values share (one allocation for the two).
 pub(super) fn forward_headers(
     headers: &mut HeaderMap,
     peer: SocketAddr,
     upgrade: bool,
     identity_headers: &[(HeaderName, Option<String>)],
 ) {
+    use std::fmt::Write as _;
+
     let original_host = headers.remove(HOST);
     strip_hop_by_hop(headers, upgrade);
     let ip = peer.ip().to_canonical();
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let appended = match headers.get(&xff).and_then(|v| v.to_str().ok()) {
-        Some(existing) => format!("{existing}, {ip}"),
-        None => ip.to_string(),
+    let mut buf = bytes::BytesMut::with_capacity(96);
+    // Writing into a `BytesMut` cannot fail.
+    let _ = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(existing) => write!(buf, "{existing}, {ip}"),
+        None => write!(buf, "{ip}"),
     };
-    if let Ok(value) = HeaderValue::from_str(&appended) {
-        headers.insert(xff, value);
-    }
-    let proto = HeaderName::from_static("x-forwarded-proto");
-    if !headers.contains_key(&proto) {
-        headers.insert(proto, HeaderValue::from_static("http"));
-    }
-    if let Some(host) = original_host {
-        let forwarded_host = HeaderName::from_static("x-forwarded-host");
-        if !headers.contains_key(&forwarded_host) {
-            headers.insert(forwarded_host, host);
-        }
-    }
-    let node = match ip {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    let xff_end = buf.len();
+    let _ = match ip {
+        std::net::IpAddr::V4(v4) => write!(buf, "for={v4};proto=http"),
+        std::net::IpAddr::V6(v6) => write!(buf, "for=\"[{v6}]\";proto=http"),
     };
-    if let Ok(value) = HeaderValue::from_str(&format!("for={node};proto=http")) {
+    let mut values = buf.freeze();
+    let forwarded = values.split_off(xff_end);
+    if let Ok(value) = HeaderValue::from_maybe_shared(values) {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    }
+    if let Some(host) = original_host
+        && !headers.contains_key(&X_FORWARDED_HOST)
+    {
+        headers.insert(X_FORWARDED_HOST, host);
+    }
+    if let Ok(value) = HeaderValue::from_maybe_shared(forwarded) {
         headers.append(http::header::FORWARDED, value);
     }
     for (header, value) in identity_headers {
@@ -268,7 +344,9 @@ pub(super) struct Prepared {
 }
 
 impl Prepared {
-    pub(super) fn build(&mut self) -> Option<Request<Body>> {
+    /// The request of one attempt; `last`: no other attempt follows, so the headers are moved
+    /// rather than copied.
+    pub(super) fn build(&mut self, last: bool) -> Option<Request<Body>> {
         let body = match &mut self.body {
             Outgoing::Kept(bytes) => Body::from(bytes.clone()),
             Outgoing::Streamed(body) => body.take()?,
@@ -276,7 +354,7 @@ impl Prepared {
         let mut request = Request::new(body);
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = self.uri.clone();
-        *request.headers_mut() = self.headers.clone();
+        *request.headers_mut() = if last { std::mem::take(&mut self.headers) } else { self.headers.clone() };
         Some(request)
     }
 }

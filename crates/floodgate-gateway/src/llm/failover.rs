@@ -21,7 +21,6 @@ use floodgate_app::metrics::Api;
 use floodgate_config::gateway::Llm;
 use floodgate_http::HeaderStyle;
 use http::{HeaderMap, Method, StatusCode};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::Call;
@@ -29,7 +28,7 @@ use super::meter::Account;
 use super::respond;
 use crate::call::{Via, call_via};
 use crate::routes::{LlmUpstreamState, RouteState, RouteTable};
-use crate::upstream::{Failure, Outgoing, Prepared, target};
+use crate::upstream::{Failure, Outgoing, Prepared, UpstreamBody, target};
 
 /// An upstream's quota reservation, held while the call runs there.
 #[derive(Debug)]
@@ -55,7 +54,7 @@ impl Hold {
 /// How trying the upstreams ended.
 pub(crate) enum Tried {
     /// An upstream answered (the last one tried): the response, and its quota hold.
-    Answered(http::Response<Incoming>, Option<Hold>),
+    Answered(http::Response<UpstreamBody>, Option<Hold>),
     /// The last upstream tried could not answer.
     Failed(Failure),
     /// Every upstream was skipped for its quota: the answer to send.
@@ -111,7 +110,11 @@ pub(crate) async fn call_in_order(
             body: Outgoing::Kept(request.body.clone()),
             upgrade: false,
         };
-        let via = Via { client: &upstream.client, breaker: upstream.breaker.as_deref() };
+        let via = Via {
+            client: &upstream.client,
+            inline: upstream.inline.as_ref(),
+            breaker: upstream.breaker.as_deref(),
+        };
         match call_via(route, via, prepared, request.deadline).await {
             Ok(response) if last || !hands_over(response.status()) => return Tried::Answered(response, hold),
             Ok(response) => {

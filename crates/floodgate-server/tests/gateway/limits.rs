@@ -107,6 +107,40 @@ gateway:
 }
 
 #[tokio::test]
+async fn a_get_route_takes_head_under_its_own_method_and_a_405_names_the_methods() {
+    let upstream = Upstream::start(Behaviour::Answer).await;
+    let yaml = format!(
+        r#"
+rules:
+  - name: head-orders
+    match: {{ route: "HEAD /api/orders/{{id}}" }}
+    algorithm: fixed_window
+    limit: 1
+    window: 60s
+gateway:
+  routes:
+    - name: orders
+      match: {{ path: "/api/orders/{{id}}", methods: [GET] }}
+      upstream: {url}
+    - name: order-writes
+      match: {{ path: "/api/orders/{{id}}", methods: [PUT] }}
+      upstream: {url}
+"#,
+        url = upstream.url()
+    );
+    let gateway = Gateway::start(&yaml).await;
+    // HEAD goes to the GET route; its route descriptor names HEAD (the rule counts HEADs only).
+    assert_eq!(gateway.send(Method::HEAD, "/api/orders/1", &[], "").await.status, 200);
+    assert_eq!(gateway.send(Method::HEAD, "/api/orders/2", &[], "").await.status, 429);
+    assert_eq!(gateway.get("/api/orders/3", &[]).await.status, 200);
+    assert_eq!(gateway.send(Method::PUT, "/api/orders/3", &[], "{}").await.status, 200);
+    let refused = gateway.send(Method::DELETE, "/api/orders/3", &[], "").await;
+    assert_eq!(refused.status, 405);
+    assert_eq!(refused.header("allow"), Some("GET,HEAD,PUT"));
+    gateway.stop().await;
+}
+
+#[tokio::test]
 async fn a_per_ip_limit_holds_against_spoofed_forwarded_for() {
     let upstream = Upstream::start(Behaviour::Answer).await;
     let yaml = |trusted: &str| {

@@ -5,6 +5,7 @@ mod binary;
 mod degrade;
 mod identity;
 mod limits;
+mod pool;
 mod proxy;
 mod resilience;
 mod upstreams;
