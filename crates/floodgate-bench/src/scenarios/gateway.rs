@@ -10,6 +10,10 @@
 //!    and a flood at full speed; what each admits. Floodgate runs `sliding_log` (exact: never more
 //!    than `limit` in any second); nginx runs its leaky bucket as configured (`rate=LIMITr/s`, with
 //!    `burst=0`, its default, and with `burst=LIMIT nodelay`).
+//! 3. **The denied path**: the same closed loop as the allowed path, every request of one key
+//!    that is over its limit (one request an hour: after the first, each is refused) — what a
+//!    refusal costs beside a proxied request, as requests per second and as a ratio of each peer's
+//!    own allowed path. A refusal should cost less than a request that goes to the upstream.
 //!
 //! The upstream is the harness's (`harness::upstream`): a minimal hyper server on a thread of its
 //! own; `floodgate serve` and nginx run as processes this run starts and stops.
@@ -95,6 +99,10 @@ struct Details {
     added_p50_us: Vec<(String, f64)>,
     added_p99_us: Vec<(String, f64)>,
     at_limit: Vec<AtLimit>,
+    /// The flood of one key over its limit: each peer's refusals per second.
+    denied_path: Vec<Measured>,
+    /// Each peer's denied-path rate ÷ its allowed-path rate.
+    denied_over_allowed: Vec<(String, f64)>,
 }
 
 /// How long the upstream may take to accept connections.
@@ -118,12 +126,12 @@ async fn nginx(
     binary: &Path,
     dir: &Path,
     upstream: SocketAddr,
-    rate: u64,
+    rate: &str,
     burst: &str,
 ) -> anyhow::Result<(Process, SocketAddr)> {
     process::nginx(binary, dir, |port| {
         format!(
-            "  limit_req_zone $binary_remote_addr zone=ip:10m rate={rate}r/s;\n  limit_req_status 429;\n\
+            "  limit_req_zone $binary_remote_addr zone=ip:10m rate={rate};\n  limit_req_status 429;\n\
              \x20 upstream app {{ server {upstream}; keepalive 256; }}\n\
              \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      limit_req zone=ip{burst};\n      proxy_pass http://app;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n"
         )
@@ -283,7 +291,7 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
         allowed_path.push(measured("floodgate gateway", &tally, secs));
     }
     {
-        let (_process, addr) = nginx(&nginx_bin, dir, up, 10_000_000, " burst=10000000 nodelay").await?;
+        let (_process, addr) = nginx(&nginx_bin, dir, up, "10000000r/s", " burst=10000000 nodelay").await?;
         closed_loop(addr, connections, warm).await?;
         let (tally, secs) = closed_loop(addr, connections, duration).await?;
         allowed_path.push(measured("nginx limit_req", &tally, secs));
@@ -304,13 +312,36 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
         results.push(at_limit("floodgate sliding_log", addr, limit, args.burst).await?);
     }
     {
-        let (_process, addr) = nginx(&nginx_bin, dir, up, limit, "").await?;
+        let (_process, addr) = nginx(&nginx_bin, dir, up, &format!("{limit}r/s"), "").await?;
         results.push(at_limit("nginx burst=0", addr, limit, args.burst).await?);
     }
     {
-        let (_process, addr) = nginx(&nginx_bin, dir, up, limit, &format!(" burst={limit} nodelay")).await?;
+        let (_process, addr) =
+            nginx(&nginx_bin, dir, up, &format!("{limit}r/s"), &format!(" burst={limit} nodelay")).await?;
         results.push(at_limit(&format!("nginx burst={limit} nodelay"), addr, limit, args.burst).await?);
     }
+
+    // 3. The denied path: one key over its limit, flooded like the allowed path.
+    let mut denied_path = Vec::new();
+    {
+        let rule = "    algorithm: fixed_window\n    limit: 1\n    window: 1h";
+        let (_process, addr) = floodgate(&floodgate_bin, dir, up, rule).await?;
+        closed_loop(addr, connections, warm).await?;
+        let (tally, secs) = closed_loop(addr, connections, duration).await?;
+        denied_path.push(measured("floodgate gateway", &tally, secs));
+    }
+    {
+        // nginx's slowest rate: one request a minute.
+        let (_process, addr) = nginx(&nginx_bin, dir, up, "1r/m", "").await?;
+        closed_loop(addr, connections, warm).await?;
+        let (tally, secs) = closed_loop(addr, connections, duration).await?;
+        denied_path.push(measured("nginx limit_req", &tally, secs));
+    }
+    let denied_over_allowed: Vec<(String, f64)> = denied_path
+        .iter()
+        .zip(&allowed_path[1..])
+        .map(|(d, a)| (d.name.clone(), d.requests_per_sec / a.requests_per_sec.max(f64::MIN_POSITIVE)))
+        .collect();
 
     let floodgate_tally = &allowed_path[1];
     let mut grid = Grid {
@@ -366,6 +397,31 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
             ],
         ));
     }
+    let mut refusals = Grid {
+        head: "denied path".into(),
+        columns: vec![
+            "req/s".into(),
+            "denied".into(),
+            "allowed".into(),
+            "p50".into(),
+            "p99".into(),
+            "÷ allowed path".into(),
+        ],
+        rows: Vec::new(),
+    };
+    for (m, (_, ratio)) in denied_path.iter().zip(&denied_over_allowed) {
+        refusals.rows.push((
+            m.name.clone(),
+            vec![
+                format!("{:.0}", m.requests_per_sec),
+                m.denied.to_string(),
+                m.allowed.to_string(),
+                crate::report::human_us(m.latency.p50_us),
+                crate::report::human_us(m.latency.p99_us),
+                format!("{ratio:.2}x"),
+            ],
+        ));
+    }
     let summary = crate::report::Summary {
         scenario: "gateway".into(),
         target: "floodgate gateway vs nginx limit_req".into(),
@@ -384,8 +440,10 @@ pub async fn run(args: &GatewayArgs) -> anyhow::Result<Report> {
         added_p50_us,
         added_p99_us,
         at_limit: results,
+        denied_path,
+        denied_over_allowed,
     };
     let mut report = Report::new(summary, details);
-    report.grids = vec![grid, limits];
+    report.grids = vec![grid, limits, refusals];
     Ok(report)
 }
