@@ -81,8 +81,15 @@ async fn a_call_is_charged_its_spend_per_tenant_and_per_model() {
     // Cached prompt tokens are charged at the cached price.
     let reply = gw.post("/v1/chat/completions", "t2", &[("x-fake-cached", "8")], &body).await;
     assert_eq!(reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
-    let spent = (micros(p - 8, 0.15) + micros(8, 0.075) + micros(16, 0.60)).ceil() as u64;
-    gw.used_becomes("tenant-spend", "t2", spent).await;
+    let cached_spent = (micros(p - 8, 0.15) + micros(8, 0.075) + micros(16, 0.60)).ceil() as u64;
+    gw.used_becomes("tenant-spend", "t2", cached_spent).await;
+    // The route's spend series adds both calls' spend.
+    let page = gw.send(gw.http, http::Method::GET, "/metrics", &[], String::new()).await.body;
+    let series = page
+        .lines()
+        .find_map(|l| l.strip_prefix("floodgate_llm_spend_usd_micros_total{route=\"llm\"} "))
+        .unwrap_or_else(|| panic!("no spend series:\n{page}"));
+    assert_eq!(series.trim().parse::<u64>().unwrap(), spent + cached_spent);
 }
 
 #[tokio::test]
