@@ -113,17 +113,9 @@ async fn serve(mut tcp: TcpStream) -> bool {
     }
 }
 
+/// One route taking every path to `url`.
 fn one_route(url: &str) -> String {
-    format!(
-        r#"
-rules: []
-gateway:
-  routes:
-    - name: r
-      match: {{ path: "/{{*rest}}" }}
-      upstream: {url}
-"#
-    )
+    super::resilience::route_config(url, "")
 }
 
 #[tokio::test]

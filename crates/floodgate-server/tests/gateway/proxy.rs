@@ -11,17 +11,9 @@ use tokio::net::TcpStream;
 use super::Gateway;
 use super::upstreams::{Behaviour, Upstream, accept_key, read_frame, write_frame};
 
+/// One route taking every path to `url`.
 fn one_route(url: &str) -> String {
-    format!(
-        r#"
-rules: []
-gateway:
-  routes:
-    - name: r
-      match: {{ path: "/{{*rest}}" }}
-      upstream: {url}
-"#
-    )
+    super::resilience::route_config(url, "")
 }
 
 #[tokio::test]

@@ -11,7 +11,8 @@ use tokio::net::TcpSocket;
 use super::upstreams::{Behaviour, Upstream};
 use super::{Gateway, metric};
 
-fn route_config(url: &str, extra: &str) -> String {
+/// One route `r` taking every path to `url`, with `extra` lines of its settings.
+pub(crate) fn route_config(url: &str, extra: &str) -> String {
     format!(
         r#"
 rules: []
