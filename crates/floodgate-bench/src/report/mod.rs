@@ -16,6 +16,9 @@ use serde::Serialize;
 
 use self::math::{Percentiles, Timeline};
 
+/// The error of a request an open-loop driver dropped without sending it (too many in flight).
+pub const DROPPED: &str = "dropped";
+
 /// What one decision came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -71,6 +74,11 @@ impl Tally {
                 self.timeline.record(at_ms, false);
             }
             Outcome::Error(kind) => *self.errors.entry(kind).or_default() += 1,
+        }
+        // A request the driver dropped (too many in flight) was never sent: it has no latency, and
+        // counting one would pull the percentiles down. It counts as an error.
+        if outcome == Outcome::Error(DROPPED) {
+            return;
         }
         // Saturates at the histogram's top (60 s) rather than losing the sample.
         let _ = self.latency.record(latency_ns.clamp(1, self.latency.high()));
@@ -380,6 +388,18 @@ mod tests {
         assert_eq!(s.errors.by_kind["timeout"], 2);
         assert_eq!(s.decisions_per_sec, 1.0);
         assert_eq!(a.timeline.totals(), (1, 1));
+    }
+
+    #[test]
+    fn a_dropped_request_counts_as_an_error_without_a_latency() {
+        let mut t = Tally::default();
+        t.record(Outcome::Allowed, 2_000_000, 0);
+        for _ in 0..9 {
+            t.record(Outcome::Error(DROPPED), 1, 0);
+        }
+        let s = t.summary("latency", "open loop", 1.0, 1.0);
+        assert_eq!((s.sent, s.errors.by_kind[DROPPED]), (10, 9));
+        assert_eq!(t.latency.len(), 1, "only the request that was sent has a latency");
     }
 
     #[test]

@@ -272,7 +272,11 @@ pub(crate) async fn open_loop(
                 }
                 let at_ms = millis(scheduled - started);
                 if in_flight.load(Ordering::Relaxed) >= max_in_flight {
-                    let _ = tx.send(Answer { outcome: Outcome::Error("dropped"), latency_ns: 1, at_ms });
+                    let _ = tx.send(Answer {
+                        outcome: Outcome::Error(crate::report::DROPPED),
+                        latency_ns: 1,
+                        at_ms,
+                    });
                     continue;
                 }
                 in_flight.fetch_add(1, Ordering::Relaxed);

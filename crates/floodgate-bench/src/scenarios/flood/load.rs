@@ -220,7 +220,8 @@ fn open_loop(
             }
             let at_us = micros(offset);
             if in_flight.load(Ordering::Relaxed) >= sending.max_in_flight {
-                let dropped = Answer { caller, outcome: Outcome::Error("dropped"), latency_ns: 1, at_us };
+                let dropped =
+                    Answer { caller, outcome: Outcome::Error(crate::report::DROPPED), latency_ns: 1, at_us };
                 let _ = sending.answers.send(dropped);
                 continue;
             }

@@ -301,7 +301,7 @@ impl Sending {
             Op::Pair { .. } => (Kind::Reserve, None),
             Op::Gateway { user, .. } => (Kind::Gateway, user.hot()),
         };
-        self.answer(kind, Outcome::Error("dropped"), None, scheduled, hot);
+        self.answer(kind, Outcome::Error(crate::report::DROPPED), None, scheduled, hot);
     }
 
     /// Sends `op`, scheduled at `scheduled`, and reports its answers.
