@@ -121,6 +121,12 @@ impl Pool {
         }
     }
 
+    /// When the newest idle connection went idle (what [`Pool::take`] measures its idle time from).
+    #[cfg(test)]
+    fn newest_since(&self) -> Option<Instant> {
+        self.idle.lock().back().map(|idle| idle.since)
+    }
+
     fn put(&self, idle: Idle) {
         let mut list = self.idle.lock();
         let mut dropped = Vec::new();
@@ -410,12 +416,16 @@ mod tests {
         let lease = inline.connect().await.unwrap();
         assert_eq!(get(&inline, lease).await, "ok");
         assert_eq!(inline.pool.len(), 1);
-        // Looked at within the idle timeout, it is there; at the timeout, gone (and dropped).
-        let within = Instant::now() + IDLE_TIMEOUT - Duration::from_secs(1);
-        let lease = inline.pool.take(within).expect("still within the idle timeout");
+        // Looked at within the idle timeout, it is there; at the timeout, gone (and dropped). The
+        // times are the pool's own stamp plus offsets, so no clock is read here.
+        let since = inline.pool.newest_since().expect("an idle connection");
+        let lease =
+            inline.pool.take(since + IDLE_TIMEOUT - Duration::from_secs(1)).expect("within the timeout");
         lease.release();
         assert_eq!(inline.pool.len(), 1);
-        assert!(inline.pool.take(Instant::now() + IDLE_TIMEOUT).is_none());
+        let since = inline.pool.newest_since().expect("idle again");
+        let expired = inline.pool.take(since + IDLE_TIMEOUT);
+        assert!(expired.is_none(), "idle for the whole timeout: not used");
         assert_eq!(inline.pool.len(), 0);
     }
 

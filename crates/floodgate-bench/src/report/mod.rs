@@ -84,6 +84,11 @@ impl Tally {
         let _ = self.latency.record(latency_ns.clamp(1, self.latency.high()));
     }
 
+    /// How many requests have a recorded time (every one but those dropped unsent).
+    pub fn timed(&self) -> u64 {
+        self.latency.len()
+    }
+
     /// Adds `other` into this tally.
     pub fn merge(&mut self, other: &Tally) {
         self.allowed += other.allowed;
@@ -399,7 +404,7 @@ mod tests {
         }
         let s = t.summary("latency", "open loop", 1.0, 1.0);
         assert_eq!((s.sent, s.errors.by_kind[DROPPED]), (10, 9));
-        assert_eq!(t.latency.len(), 1, "only the request that was sent has a latency");
+        assert_eq!(t.timed(), 1, "only the request that was sent is timed");
     }
 
     #[test]

@@ -4,11 +4,14 @@
 
 use super::{bench, floodgate_binary};
 
+/// The scenario under test, as its report names it.
+const SCENARIO: &str = "latency";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_comparison_reports_every_system_at_every_offered_rate() {
     let binary = floodgate_binary();
     let v = bench(&[
-        "latency",
+        SCENARIO,
         "--compare",
         "gateway",
         "--floodgate",
@@ -21,7 +24,7 @@ async fn the_gateway_comparison_reports_every_system_at_every_offered_rate() {
         "300ms",
     ])
     .await;
-    assert_eq!(v["scenario"], "latency");
+    assert_eq!(v["scenario"], SCENARIO, "the report names its scenario");
     let peak = v["peak"].as_array().unwrap_or_else(|| panic!("peak: {v}"));
     assert_eq!(peak.len(), 1, "{v}");
     assert_eq!(peak[0][0], "gateway");
