@@ -231,8 +231,12 @@ impl Meter {
 
     /// The answer ended (or was cut, or the client went away): commits its cost, once.
     pub(crate) fn finish(&mut self) {
-        if let Some(metrics) = self.metrics.take() {
-            let used = self.used();
+        let metrics = self.metrics.take();
+        if metrics.is_none() && self.accounts.is_empty() {
+            return;
+        }
+        let used = self.used();
+        if let Some(metrics) = metrics {
             metrics.prompt_tokens.increment(used.prompt);
             metrics.completion_tokens.increment(used.completion);
             if let Some(micros) = self.tariff.spend(used) {
@@ -248,10 +252,6 @@ impl Meter {
             };
             end.increment(1);
         }
-        if self.accounts.is_empty() {
-            return;
-        }
-        let used = self.used();
         for account in std::mem::take(&mut self.accounts) {
             account.commit(&self.tariff, used);
         }
