@@ -1,7 +1,7 @@
 //! The bench's HTTP/1.1 client: pooled keep-alive connections with `TCP_NODELAY`, each exchange
 //! read whole within a timeout (so its connection goes back to the pool), and the pages a run
-//! reads beside its load (`/readyz`, `/metrics`, a peer's counters); and a fixed set of
-//! connections kept open through a run ([`Connections`]).
+//! reads beside its load (`/readyz`, `/metrics`, a peer's counters); a fixed set of connections
+//! kept open through a run ([`Connections`]); and [`Transport`], either of the two behind a target.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -86,6 +86,47 @@ pub(crate) async fn get(url: &str, timeout: Duration) -> Option<(http::StatusCod
     get_on(&pooled(), url, timeout).await.ok()
 }
 
+// === impl Transport ===
+
+/// How a target's requests reach its server.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// The [`pooled`] client: connections opened as the load's concurrency rises.
+    Pooled(Client),
+    /// A fixed set of connections opened before the load starts ([`Connections`]), as wrk2 holds
+    /// them: an open-loop run then measures the server, not the connections a burst makes it open.
+    Fixed(Connections),
+}
+
+impl Transport {
+    /// Sends `request` (its URI absolute) and reads the whole answer within `timeout`.
+    pub(crate) async fn exchange(
+        &self,
+        request: http::Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<(http::StatusCode, Bytes), NoAnswer> {
+        match self {
+            Transport::Pooled(client) => exchange(client, request, timeout).await,
+            Transport::Fixed(connections) => connections.exchange(origin_form(request), timeout).await,
+        }
+    }
+}
+
+/// `request` with its URI as a path and its authority, if it had one, as its `host`: what a
+/// request written on a connection of its own carries.
+fn origin_form(mut request: http::Request<Full<Bytes>>) -> http::Request<Full<Bytes>> {
+    let uri = request.uri().clone();
+    if let Some(authority) = uri.authority()
+        && let Ok(host) = http::HeaderValue::from_str(authority.as_str())
+    {
+        request.headers_mut().entry(http::header::HOST).or_insert(host);
+    }
+    if let Some(path) = uri.path_and_query() {
+        *request.uri_mut() = http::Uri::from(path.clone());
+    }
+    request
+}
+
 // === impl Connections ===
 
 /// `n` keep-alive HTTP/1.1 connections to one server, opened at the start and kept through a run:
@@ -95,7 +136,7 @@ pub(crate) async fn get(url: &str, timeout: Duration) -> Option<(http::StatusCod
 /// all along: what its file descriptors are measured against (`soak`). Dropped, the connections
 /// close.
 #[derive(Debug, Clone)]
-pub(crate) struct Connections {
+pub struct Connections {
     jobs: mpsc::UnboundedSender<Job>,
     /// `127.0.0.1:PORT`, the `host` of requests without one.
     host: http::HeaderValue,
@@ -243,6 +284,25 @@ mod tests {
             assert_eq!((status, &body[..]), (http::StatusCode::OK, &b"ok"[..]));
         }
         assert_eq!(accepted.load(Ordering::Relaxed), 3, "no connection opened beyond the three");
+    }
+
+    #[tokio::test]
+    async fn a_fixed_transport_sends_absolute_uris_on_its_own_connections() {
+        let (addr, accepted) = server(Duration::ZERO).await;
+        let transport = Transport::Fixed(Connections::open(addr, 2).await.unwrap());
+        for _ in 0..10 {
+            let (status, body) = transport
+                .exchange(get(&format!("http://{addr}/bench?x=1")), Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!((status, &body[..]), (http::StatusCode::OK, &b"ok"[..]));
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 2);
+        let request = origin_form(get("http://127.0.0.1:9/bench?x=1"));
+        assert_eq!(
+            (request.uri().to_string(), &request.headers()[http::header::HOST]),
+            ("/bench?x=1".into(), "127.0.0.1:9")
+        );
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use floodgate_config::redis::RedisTarget;
 use http_body_util::Full;
 use tonic::transport::Channel;
 
-use super::client::{self, Client};
+use super::client::{self, Connections, Transport};
 use crate::report::Outcome;
 
 /// How a request is described: the descriptor that carries the key, constant descriptors, and for
@@ -45,8 +45,8 @@ pub enum Target {
     Http {
         /// `http://127.0.0.1:8080`, without a trailing slash.
         base: String,
-        /// The pooled client.
-        client: Box<Client>,
+        /// The pooled client, or connections of its own.
+        client: Box<Transport>,
         /// Per-request timeout.
         timeout: Duration,
     },
@@ -59,8 +59,8 @@ pub enum Target {
         method: http::Method,
         /// The header carrying the key.
         key_header: http::HeaderName,
-        /// The pooled client.
-        client: Box<Client>,
+        /// The pooled client, or connections of its own.
+        client: Box<Transport>,
         /// Per-request timeout.
         timeout: Duration,
     },
@@ -71,8 +71,8 @@ pub enum Target {
         base: String,
         /// The limits' namespace.
         namespace: String,
-        /// The pooled client.
-        client: Box<Client>,
+        /// The pooled client, or connections of its own.
+        client: Box<Transport>,
         /// Per-request timeout.
         timeout: Duration,
     },
@@ -123,7 +123,7 @@ impl Target {
         }
         let host = uri.host().ok_or_else(|| TargetError::BadAddress(base.clone()))?;
         check_loopback(host, &base, allow_remote)?;
-        Ok(Target::Http { base, client: Box::new(client::pooled()), timeout })
+        Ok(Target::Http { base, client: Box::new(Transport::Pooled(client::pooled())), timeout })
     }
 
     /// A route target at `url` (`http://HOST:PORT/PATH`), the key sent in `key_header`.
@@ -148,7 +148,7 @@ impl Target {
             url: url.to_owned(),
             method,
             key_header,
-            client: Box::new(client::pooled()),
+            client: Box::new(Transport::Pooled(client::pooled())),
             timeout,
         })
     }
@@ -162,7 +162,7 @@ impl Target {
         Ok(Target::Limitador {
             base,
             namespace: namespace.to_owned(),
-            client: Box::new(client::pooled()),
+            client: Box::new(Transport::Pooled(client::pooled())),
             timeout,
         })
     }
@@ -222,6 +222,43 @@ impl Target {
         Ok(Target::InProcess(Arc::new(Engine::new(config.policy, store))))
     }
 
+    /// This target over `n` connections opened now and kept while it lives (an HTTP target: the
+    /// check API, a route, limitador-server); any other target as it is.
+    pub async fn on_connections(&self, n: usize) -> std::io::Result<Target> {
+        let open = |url: &str| {
+            let url = url.to_owned();
+            async move {
+                let uri: http::Uri = url.parse().map_err(std::io::Error::other)?;
+                let authority =
+                    uri.authority().ok_or_else(|| std::io::Error::other(format!("{url}: no host")))?;
+                let addr = tokio::net::lookup_host(authority.as_str())
+                    .await?
+                    .next()
+                    .ok_or_else(|| std::io::Error::other(format!("{url}: no address")))?;
+                Ok::<_, std::io::Error>(Box::new(Transport::Fixed(Connections::open(addr, n).await?)))
+            }
+        };
+        Ok(match self {
+            Target::Http { base, timeout, .. } => {
+                Target::Http { base: base.clone(), client: open(base).await?, timeout: *timeout }
+            }
+            Target::Route { url, method, key_header, timeout, .. } => Target::Route {
+                url: url.clone(),
+                method: method.clone(),
+                key_header: key_header.clone(),
+                client: open(url).await?,
+                timeout: *timeout,
+            },
+            Target::Limitador { base, namespace, timeout, .. } => Target::Limitador {
+                base: base.clone(),
+                namespace: namespace.clone(),
+                client: open(base).await?,
+                timeout: *timeout,
+            },
+            other => other.clone(),
+        })
+    }
+
     /// How reports name this target.
     pub fn describe(&self) -> String {
         match self {
@@ -242,7 +279,7 @@ impl Target {
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(Bytes::from(body)));
                 let Ok(request) = request else { return Outcome::Error("request") };
-                match client::exchange(client, request, *timeout).await {
+                match client.exchange(request, *timeout).await {
                     Err(no_answer) => Outcome::Error(no_answer.kind()),
                     Ok((_, body)) if let Some(kind) = store_failure(&body) => Outcome::Error(kind),
                     Ok((status, _)) => match status.as_u16() {
@@ -266,7 +303,7 @@ impl Target {
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(body));
                 let Ok(request) = request else { return Outcome::Error("request") };
-                match client::exchange(client, request, *timeout).await {
+                match client.exchange(request, *timeout).await {
                     Err(no_answer) => Outcome::Error(no_answer.kind()),
                     Ok((status, _)) => route_outcome(status),
                 }
@@ -282,7 +319,7 @@ impl Target {
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(Full::new(Bytes::from(body.to_string())));
                 let Ok(request) = request else { return Outcome::Error("request") };
-                match client::exchange(client, request, *timeout).await {
+                match client.exchange(request, *timeout).await {
                     Err(no_answer) => Outcome::Error(no_answer.kind()),
                     Ok((status, _)) => route_outcome(status),
                 }

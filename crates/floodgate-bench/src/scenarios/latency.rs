@@ -6,7 +6,10 @@
 //! callers for `--duration`), then offers the same fixed rates — `--fractions` of that maximum,
 //! 25 %, 50 % and 80 % by default — to each system in turn, on a schedule kept whatever the
 //! answers take (the `throughput --rate` dispatcher: latency counts from each request's
-//! *scheduled* time, so a stall shows in the percentiles; no coordinated omission).
+//! *scheduled* time, so a stall shows in the percentiles; no coordinated omission). As wrk2 does,
+//! the requests go out on `--connections` keep-alive connections opened before the load and kept
+//! through it: a burst waits for a connection (and that wait counts) rather than making the system
+//! under test accept new ones, which would measure connection setup instead of the system.
 //!
 //! - `gateway`: the upstream alone, Floodgate's gateway and nginx `limit_req` + `proxy_pass` in
 //!   front of it (limits that never deny): p50/p99/p99.9 of each, and what each adds over the
@@ -19,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
@@ -54,7 +58,8 @@ pub struct LatencyArgs {
     /// The offered rates, as fractions of the peer's closed-loop maximum (each above 0, at most 1).
     #[arg(long, value_delimiter = ',', default_values_t = [0.25, 0.5, 0.8])]
     pub fractions: Vec<f64>,
-    /// Callers of the closed loop that finds the peer's maximum.
+    /// Callers of the closed loop that finds the peer's maximum, and the connections each open-loop
+    /// measurement holds.
     #[arg(long, short = 'c', default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub connections: u64,
     /// How long each measurement lasts (each after 1 s of warm-up at its rate).
@@ -185,7 +190,12 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
             let mut measured: Vec<Point> = Vec::new();
             let order = systems.baseline.iter().chain([&systems.floodgate, &systems.peer]);
             for (name, target) in order {
-                let load = load(target);
+                // Connections opened before the load, kept through warm-up and measurement.
+                let target = target
+                    .on_connections(usize::try_from(args.connections).unwrap_or(usize::MAX))
+                    .await
+                    .with_context(|| format!("{name}: opening {} connections", args.connections))?;
+                let load = load(&target);
                 let _ = open_loop(&load, rate, MAX_IN_FLIGHT, WARMUP, u64::MAX, &hidden).await;
                 let progress = Progress::new(&format!("{name} at {:.0}%", fraction * 100.0), 0, quiet);
                 let (tally, wall) =
