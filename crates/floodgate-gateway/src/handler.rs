@@ -191,9 +191,11 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     let llm = route.config.llm.as_ref().and_then(|llm| Some((llm, llm::Endpoint::of(parts.uri.path())?)));
     let (after, call, body) = match llm {
         Some((llm, endpoint)) => {
+            let tier = tier_of(route, table, &parts.headers, &descriptors).unwrap_or(tier);
             match Box::pin(llm::admit_call(
-                &gateway.app,
+                gateway,
                 table,
+                tier,
                 llm,
                 endpoint,
                 &descriptors,

@@ -170,6 +170,24 @@ impl GatewayState {
                 }
             }
         };
+        self.in_turn(domain, descriptors, tier, decide).await
+    }
+
+    /// Decides with `decide` in turn ([`decide_in_turn`] in this gateway's waiting room): waiting
+    /// while a delay rule of `domain` denies, behind the requests waiting for the same delay key,
+    /// by priority `tier`; counted in the waiting gauge and the delayed counters. What `decide`
+    /// last answered: allowed, denied, or its error.
+    pub(super) async fn in_turn<E, F, Fut>(
+        &self,
+        domain: &Domain,
+        descriptors: &Descriptors,
+        tier: u8,
+        decide: F,
+    ) -> Result<Verdict, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Verdict, E>>,
+    {
         let room = Room { waiting: &self.waiting, queues: &self.queues, sleep: tokio::time::sleep };
         let on_wait = || self.metrics.waiting.set(self.waiting.waiting() as f64);
         let InTurn { result, waited } =

@@ -3,8 +3,10 @@
 //! the same phase, in one call to the store; the allowance capped to what is left (`cap`) or the
 //! request refused with the exact wait (`deny`).
 //!
-//! A reservation does not wait: a rule with `action: delay` denies here like `deny` (the gateway's
-//! other routes wait in turn, `GatewayState::gate`; queueing reservations is not yet covered).
+//! A rule with `action: delay` that denies makes the call wait for capacity, as on the gateway's
+//! other routes (`GatewayState::in_turn`, [`floodgate::delay`]): in turn with the calls waiting
+//! for the same delay key, by priority tier, up to the rule's `max_wait`; each turn reserves
+//! anew (capping again), so a waiter takes what is left when its turn comes.
 
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use floodgate_http::HeaderStyle;
 
 use super::respond::{self, invalid, never_affordable};
 use super::tariff::{Tariff, Used};
+use crate::state::GatewayState;
 
 /// At most this many reserves per request: the first, and capped retries after a denial or a
 /// capacity below the estimate (each lowers the allowance).
@@ -55,14 +58,56 @@ impl Estimate<'_> {
     }
 }
 
-/// Reserves `estimate` on `domain` (see the module docs); the answer to send instead when refused.
+/// What one decision of [`admit`] came to.
+enum Attempt {
+    /// Reserved (or no rule applied).
+    Admitted(Admitted),
+    /// Denied: the last attempt's verdict (the allowance it asked for already as low as it goes).
+    Denied(Verdict),
+}
+
+/// Reserves `estimate` on `domain` (see the module docs), in turn with the requests of the same
+/// delay key by priority `tier` when a rule with `action: delay` denies; the answer to send
+/// instead when refused.
 pub(crate) async fn admit(
-    app: &App,
+    gateway: &GatewayState,
     domain: &Domain,
     llm: &Llm,
     estimate: Estimate<'_>,
     style: HeaderStyle,
+    tier: u8,
 ) -> Result<Admitted, Response> {
+    let app = &gateway.app;
+    // The reservation of the decision that passed (one lock per decision, never contended).
+    let admitted = parking_lot::Mutex::new(None);
+    let decide = || async {
+        match attempt(app, domain, llm, estimate).await? {
+            Attempt::Admitted(a) => {
+                let verdict = a.verdict.clone();
+                *admitted.lock() = Some(a);
+                Ok(verdict)
+            }
+            Attempt::Denied(verdict) => Ok(verdict),
+        }
+    };
+    let verdict = gateway.in_turn(domain, estimate.descriptors, tier, decide).await?;
+    if verdict.allowed
+        && let Some(admitted) = admitted.into_inner()
+    {
+        return Ok(admitted);
+    }
+    let tariff = estimate.tariff;
+    let least = if estimate.generates { llm.allowance.min_completion_tokens } else { 0 };
+    let wait = match llm.allowance.when_short == WhenShort::Cap && estimate.generates {
+        true => wait_for(app, domain, estimate.descriptors, &tariff.costs(estimate.used(least), true)).await,
+        false => None,
+    };
+    Err(respond::limited(&verdict, style, wait, tariff.tokens()))
+}
+
+/// One decision: the estimate reserved, its allowance capped (`cap`) and reserved again while a
+/// smaller one fits; the call's refusal when it can never fit, or its input is refused.
+async fn attempt(app: &App, domain: &Domain, llm: &Llm, estimate: Estimate<'_>) -> Result<Attempt, Response> {
     let tariff = estimate.tariff;
     let cap = llm.allowance.when_short == WhenShort::Cap && estimate.generates;
     let least = if estimate.generates { llm.allowance.min_completion_tokens } else { 0 };
@@ -96,11 +141,21 @@ pub(crate) async fn admit(
         let verdict = reserved.verdict;
         if let Some(reservation) = reserved.reservation {
             let capped_from = (allowance < estimate.wanted).then_some(estimate.wanted);
-            return Ok(Admitted { verdict, reservation: Some(reservation.id), allowance, capped_from });
+            return Ok(Attempt::Admitted(Admitted {
+                verdict,
+                reservation: Some(reservation.id),
+                allowance,
+                capped_from,
+            }));
         }
         if verdict.allowed {
             // No rule applied: nothing was reserved, nothing to settle.
-            return Ok(Admitted { verdict, reservation: None, allowance, capped_from: None });
+            return Ok(Attempt::Admitted(Admitted {
+                verdict,
+                reservation: None,
+                allowance,
+                capped_from: None,
+            }));
         }
         if cap
             && attempt < ATTEMPTS
@@ -111,13 +166,7 @@ pub(crate) async fn admit(
             allowance = fits;
             continue;
         }
-        let wait = match cap {
-            true => {
-                wait_for(app, domain, estimate.descriptors, &tariff.costs(estimate.used(least), true)).await
-            }
-            false => None,
-        };
-        return Err(respond::limited(&verdict, style, wait, tariff.tokens()));
+        return Ok(Attempt::Denied(verdict));
     }
     Err(respond::unavailable("the budgets changed under every capped attempt"))
 }

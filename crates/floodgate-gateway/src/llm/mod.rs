@@ -50,6 +50,7 @@ use self::tariff::Tariff;
 use self::tokens::Counter;
 use crate::metrics::LlmMetrics;
 use crate::routes::RouteTable;
+use crate::state::GatewayState;
 
 /// The header saying what the call may generate: `300`, or `300; capped-from=1024`.
 pub(crate) const ALLOWANCE_HEADER: HeaderName = HeaderName::from_static("floodgate-allowance");
@@ -80,8 +81,9 @@ pub(crate) struct Call {
 /// instead when it is refused. Counted in the route's LLM series (`metrics`).
 #[allow(clippy::too_many_arguments)] // the request's parts, as the handler holds them
 pub(crate) async fn admit_call(
-    app: &App,
+    gateway: &GatewayState,
     table: &RouteTable,
+    tier: u8,
     llm: &Llm,
     endpoint: Endpoint,
     descriptors: &Descriptors,
@@ -117,7 +119,7 @@ pub(crate) async fn admit_call(
         let generates = endpoint.generates();
         let wanted = if generates { request.asked.unwrap_or(llm.allowance.default_max_tokens) } else { 0 };
         let estimate = Estimate { descriptors: &descriptors, prompt, wanted, generates, tariff: &tariff };
-        let admitted = admit(app, &table.policies.metered, llm, estimate, style).await?;
+        let admitted = admit(gateway, &table.policies.metered, llm, estimate, style, tier).await?;
         // A plan past its limit switches the call to a smaller model: the upstream is asked for it,
         // and it is counted and priced as that model (its price when it has one, else the one asked
         // for); `floodgate-degrade` says so, to the upstream and the client.

@@ -12,6 +12,7 @@ mod metering;
 mod metrics;
 mod redis;
 mod sdk;
+mod waiting;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
