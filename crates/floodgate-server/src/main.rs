@@ -7,7 +7,9 @@ use floodgate_server::cli::{self, Cli, Command};
 
 /// mimalloc rather than the system allocator: a decision allocates little, but the HTTP and gRPC
 /// stacks around it allocate per request, and glibc's malloc took ~13% of the server's CPU on
-/// `/v1/check` (BENCHMARKS.md).
+/// `/v1/check` (BENCHMARKS.md). The `system-allocator` feature keeps the system's, for tools that
+/// watch `malloc` (a heap profile with `heaptrack`, as BENCHMARKS.md's soak section does).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
