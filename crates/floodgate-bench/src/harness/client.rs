@@ -92,7 +92,7 @@ pub(crate) async fn get(url: &str, timeout: Duration) -> Option<(http::StatusCod
 #[derive(Debug, Clone)]
 pub enum Transport {
     /// The [`pooled`] client: connections opened as the load's concurrency rises.
-    Pooled(Client),
+    Pooled(Box<Client>),
     /// A fixed set of connections opened before the load starts ([`Connections`]), as wrk2 holds
     /// them: an open-loop run then measures the server, not the connections a burst makes it open.
     Fixed(Connections),
@@ -299,10 +299,8 @@ mod tests {
         }
         assert_eq!(accepted.load(Ordering::Relaxed), 2);
         let request = origin_form(get("http://127.0.0.1:9/bench?x=1"));
-        assert_eq!(
-            (request.uri().to_string(), &request.headers()[http::header::HOST]),
-            ("/bench?x=1".into(), "127.0.0.1:9")
-        );
+        assert_eq!(request.uri(), "/bench?x=1");
+        assert_eq!(request.headers()[http::header::HOST], "127.0.0.1:9");
     }
 
     #[tokio::test]

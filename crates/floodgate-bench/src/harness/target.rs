@@ -123,7 +123,7 @@ impl Target {
         }
         let host = uri.host().ok_or_else(|| TargetError::BadAddress(base.clone()))?;
         check_loopback(host, &base, allow_remote)?;
-        Ok(Target::Http { base, client: Box::new(Transport::Pooled(client::pooled())), timeout })
+        Ok(Target::Http { base, client: Box::new(Transport::Pooled(Box::new(client::pooled()))), timeout })
     }
 
     /// A route target at `url` (`http://HOST:PORT/PATH`), the key sent in `key_header`.
@@ -148,7 +148,7 @@ impl Target {
             url: url.to_owned(),
             method,
             key_header,
-            client: Box::new(Transport::Pooled(client::pooled())),
+            client: Box::new(Transport::Pooled(Box::new(client::pooled()))),
             timeout,
         })
     }
@@ -162,7 +162,7 @@ impl Target {
         Ok(Target::Limitador {
             base,
             namespace: namespace.to_owned(),
-            client: Box::new(Transport::Pooled(client::pooled())),
+            client: Box::new(Transport::Pooled(Box::new(client::pooled()))),
             timeout,
         })
     }
