@@ -273,6 +273,9 @@ async fn attempt_once(
         Err(on_timeout) => Err(on_timeout),
         Ok(Ok(response)) => Ok(response.map(UpstreamBody::Shared)),
         Ok(Err(e)) if e.is_connect() => {
+            // Why (a refused connection, a TLS handshake the upstream's certificate failed): for the
+            // operator's log, not the client's answer.
+            tracing::debug!(route = %route.config.name, error = ?e, "gateway: no connection to the upstream");
             Err(if timed_out(&e) { Failure::ConnectTimeout } else { Failure::Connect })
         }
         Ok(Err(e)) => {

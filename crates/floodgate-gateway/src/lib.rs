@@ -56,6 +56,7 @@ mod respond;
 mod routes;
 mod stale;
 mod state;
+mod tls_upstream;
 mod upstream;
 
 use std::sync::Arc;

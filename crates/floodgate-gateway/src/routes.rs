@@ -132,8 +132,8 @@ impl RouteTable {
                 (None, _) => None,
             };
             let budget = before.map(|b| Arc::clone(&b.budget)).unwrap_or_default();
-            let client = clients.get(route.timeouts.connect, route.upstream.http2);
-            let inline = clients.inline(&route.upstream.uri, route.timeouts.connect, route.upstream.http2);
+            let client = clients.get(route.timeouts.connect, &route.upstream);
+            let inline = clients.inline(&route.upstream, route.timeouts.connect);
             let upstreams = route
                 .llm
                 .iter()
@@ -153,8 +153,8 @@ impl RouteTable {
                     };
                     LlmUpstreamState {
                         uri: u.upstream.uri.clone(),
-                        client: clients.get(route.timeouts.connect, u.upstream.http2),
-                        inline: clients.inline(&u.upstream.uri, route.timeouts.connect, u.upstream.http2),
+                        client: clients.get(route.timeouts.connect, &u.upstream),
+                        inline: clients.inline(&u.upstream, route.timeouts.connect),
                         breaker,
                         quota_rule: u.quota_rule.clone(),
                     }

@@ -52,6 +52,10 @@ use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use super::pool::{Inline, InlineBody, Pools};
+use super::tls_upstream::{Conn, client_config, handshake};
+use floodgate_config::gateway::Upstream;
+use hyper_util::rt::TokioIo;
+use tokio_rustls::rustls;
 
 /// The client of one kind of upstream connection.
 pub(super) type Client = hyper_util::client::legacy::Client<Timed, Body>;
@@ -93,19 +97,35 @@ impl Attempt {
     }
 }
 
-/// The connector of every upstream client: hyper-util's, telling the attempt polling it when a
-/// connection for it starts and when it is made. A connection hyper-util finishes in the
-/// background (its request took a pooled one meanwhile) reports to nobody.
-#[derive(Debug, Clone)]
-pub(super) struct Timed(HttpConnector);
+/// The connector of every upstream client: hyper-util's, then on an `https` upstream the TLS
+/// handshake ([`tls_upstream`](super::tls_upstream)), both within the `connect` timeout; telling
+/// the attempt polling it when a connection for it starts and when it is made. A connection
+/// hyper-util finishes in the background (its request took a pooled one meanwhile) reports to
+/// nobody.
+#[derive(Clone)]
+pub(super) struct Timed {
+    http: HttpConnector,
+    /// The TLS of `https` upstreams; `None` on a client of `http` upstreams.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    connect: Duration,
+}
+
+impl std::fmt::Debug for Timed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timed").field("tls", &self.tls.is_some()).field("connect", &self.connect).finish()
+    }
+}
+
+/// Why a connection could not be made.
+type ConnectError = Box<dyn std::error::Error + Send + Sync>;
 
 impl tower::Service<Uri> for Timed {
-    type Response = <HttpConnector as tower::Service<Uri>>::Response;
-    type Error = <HttpConnector as tower::Service<Uri>>::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    type Response = Conn;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Conn, ConnectError>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
@@ -114,9 +134,25 @@ impl tower::Service<Uri> for Timed {
             attempt.connecting.store(true, Ordering::Release);
             attempt.changed.notify_waiters();
         }
-        let connecting = self.0.call(uri);
+        let tls =
+            (uri.scheme_str() == Some("https")).then(|| (self.tls.clone(), uri.host().map(str::to_owned)));
+        let (connect, started) = (self.connect, Instant::now());
+        let connecting = self.http.call(uri);
         Box::pin(async move {
-            let connection = connecting.await;
+            let connection: Result<Conn, ConnectError> = async {
+                let tcp = connecting.await?;
+                let Some((config, host)) = tls else { return Ok(Conn::Plain(tcp)) };
+                let (Some(config), Some(host)) = (config, host) else {
+                    return Err("an https upstream, but no TLS settings for it".into());
+                };
+                let left = connect.saturating_sub(started.elapsed());
+                match tokio::time::timeout(left, handshake(config, &host, tcp.into_inner())).await {
+                    Ok(Ok(tls)) => Ok(Conn::Tls(Box::new(TokioIo::new(tls)))),
+                    Ok(Err(e)) => Err(format!("TLS with {host}: {e}").into()),
+                    Err(_) => Err(format!("TLS with {host}: no handshake within the connect timeout").into()),
+                }
+            }
+            .await;
             if let Some(attempt) = attempt {
                 if connection.is_ok() {
                     *attempt.connected.lock() = Some(Instant::now());
@@ -128,39 +164,55 @@ impl tower::Service<Uri> for Timed {
     }
 }
 
-/// One pooled client per connect timeout and protocol, shared by the routes (and kept across
-/// reloads, with their idle connections), and every upstream's pool of inline connections.
+/// What tells pooled clients apart: the connect timeout, HTTP/2, and the CA bundle of `https`
+/// upstreams (its path and contents, so that a reload with a new bundle makes a new client).
+type ClientKey = (Duration, bool, Option<(std::path::PathBuf, Vec<u8>)>);
+
+/// One pooled client per connect timeout, protocol and CA bundle, shared by the routes (and kept
+/// across reloads, with their idle connections), and every upstream's pool of inline connections.
 #[derive(Debug, Default)]
 pub(super) struct Clients {
-    by_kind: Mutex<HashMap<(Duration, bool), Client>>,
+    by_kind: Mutex<HashMap<ClientKey, Client>>,
     pools: Pools,
 }
 
 impl Clients {
     /// How a route with `connect` reaches `upstream` over inline HTTP/1.1 connections; `None` for
-    /// an h2c upstream (`http2`), which the pooled client serves.
-    pub(super) fn inline(&self, upstream: &Uri, connect: Duration, http2: bool) -> Option<Inline> {
-        if http2 {
+    /// an h2c upstream (`http2`) or an `https` one, which the pooled client serves.
+    pub(super) fn inline(&self, upstream: &Upstream, connect: Duration) -> Option<Inline> {
+        if upstream.http2 || upstream.tls.is_some() {
             return None;
         }
-        self.pools.inline(upstream, connect)
+        self.pools.inline(&upstream.uri, connect)
     }
 
-    pub(super) fn get(&self, connect: Duration, http2: bool) -> Client {
+    /// The pooled client of `upstream` with `connect`.
+    pub(super) fn get(&self, connect: Duration, upstream: &Upstream) -> Client {
+        let tls = upstream.tls.as_ref();
+        let key = (connect, upstream.http2, tls.map(|t| (t.ca.path().to_path_buf(), t.ca.bytes().to_vec())));
         self.by_kind
             .lock()
-            .entry((connect, http2))
+            .entry(key)
             .or_insert_with(|| {
                 let mut connector = HttpConnector::new();
                 connector.set_connect_timeout(Some(connect));
                 connector.set_nodelay(true);
-                connector.enforce_http(true);
+                connector.enforce_http(tls.is_none());
+                let tls = tls.and_then(|t| match client_config(t, upstream.http2) {
+                    Ok(config) => Some(config),
+                    Err(error) => {
+                        // The configuration checked the bundle at load: its requests fail, saying why.
+                        tracing::error!(%error, "gateway: the CA bundle of an https upstream cannot be used");
+                        None
+                    }
+                });
                 let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
                 builder.pool_idle_timeout(Duration::from_secs(90)).pool_max_idle_per_host(1024);
-                if http2 {
+                // h2c speaks HTTP/2 with prior knowledge; over TLS, ALPN decides per connection.
+                if upstream.http2 && upstream.tls.is_none() {
                     builder.http2_only(true);
                 }
-                builder.build(Timed(connector))
+                builder.build(Timed { http: connector, tls, connect })
             })
             .clone()
     }
@@ -324,7 +376,8 @@ pub(super) fn forward_headers(
 pub(super) fn target(base: &Uri, path_and_query: &str) -> Option<Uri> {
     let prefix = base.path().trim_end_matches('/');
     let authority = base.authority()?;
-    format!("http://{authority}{prefix}{path_and_query}").parse().ok()
+    let scheme = base.scheme_str().unwrap_or("http");
+    format!("{scheme}://{authority}{prefix}{path_and_query}").parse().ok()
 }
 
 /// A request body: kept whole (replayable), or streamed once.

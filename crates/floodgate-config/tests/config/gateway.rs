@@ -111,6 +111,30 @@ gateway:
     assert_eq!((defaults.delay_queue.weights(), defaults.delay_queue.tiers()), (&[8, 4, 2, 1][..], 4));
 }
 
+#[test]
+fn an_https_upstream_is_checked_against_its_ca_or_the_systems() {
+    let dir = std::env::temp_dir().join(format!("floodgate-upstream-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = rcgen::CertificateParams::new(Vec::<String>::new())
+        .unwrap()
+        .self_signed(&rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let path = dir.join("ca.pem");
+    std::fs::write(&path, ca.pem()).unwrap();
+    let yaml = format!(
+        "rules: []\ngateway:\n  routes:\n    - name: own\n      match: {{ path: \"/a\" }}\n      upstream: {{ url: \"https://api.internal:8443\", http2: true, tls: {{ ca: {} }} }}\n    - name: public\n      match: {{ path: \"/b\" }}\n      upstream: https://api.openai.com\n    - name: plain\n      match: {{ path: \"/c\" }}\n      upstream: http://127.0.0.1:9000\n",
+        path.display()
+    );
+    let gateway = config::parse("gw.yaml", &yaml).unwrap_or_else(|e| panic!("{e}")).gateway.unwrap();
+    let own = &gateway.routes[0].upstream;
+    assert!(own.http2);
+    assert_eq!(own.tls.as_ref().unwrap().ca.path(), path);
+    let public = gateway.routes[1].upstream.tls.as_ref().expect("https is TLS");
+    assert_eq!(public.ca.path(), std::path::Path::new(config::gateway::SYSTEM_CA_BUNDLE));
+    assert_eq!(gateway.routes[2].upstream.tls, None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `(yaml of the gateway section, line, column, field, fragment of the message)`.
 #[test]
 fn each_mistake_is_reported_at_its_field() {
@@ -135,8 +159,24 @@ fn each_mistake_is_reported_at_its_field() {
             5, 22, "gateway.routes[0].match.path", "invalid path template",
         ),
         (
-            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\" }\n      upstream: https://h:1\n".to_owned(),
-            6, 17, "gateway.routes[0].upstream", "TLS to upstreams",
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\" }\n      upstream: ftp://h:1\n".to_owned(),
+            6, 17, "gateway.routes[0].upstream", "expected http://host:port or https://host:port",
+        ),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\" }\n      upstream: { url: \"http://h:1\", tls: { ca: /x.pem } }\n".to_owned(),
+            6, 43, "gateway.routes[0].upstream.tls", "tls is for https:// upstreams",
+        ),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\" }\n      upstream: { url: \"https://h:1\", tls: { ca: /nonexistent/ca.pem } }\n".to_owned(),
+            6, 50, "gateway.routes[0].upstream.tls.ca", "cannot read /nonexistent/ca.pem",
+        ),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\" }\n      upstream: { url: \"https://h:1\", tls: { ca: /etc/hostname } }\n".to_owned(),
+            6, 50, "gateway.routes[0].upstream.tls.ca", "no CA certificate",
+        ),
+        (
+            "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\" }\n      upstream: { url: \"https://h:1\", tls: { cert: /x.pem } }\n".to_owned(),
+            6, 46, "gateway.routes[0].upstream.tls.cert", "unknown field",
         ),
         (
             "rules: []\ngateway:\n  routes:\n    - name: r\n      match: { path: \"/a\", methods: [GIT] }\n      upstream: http://h:1\n    - name: s\n      match: { path: \"/a\", methods: [GIT] }\n      upstream: http://h:1\n".to_owned(),

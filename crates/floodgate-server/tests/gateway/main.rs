@@ -8,6 +8,7 @@ mod limits;
 mod pool;
 mod proxy;
 mod resilience;
+mod tls_upstreams;
 mod upstreams;
 
 use std::net::SocketAddr;

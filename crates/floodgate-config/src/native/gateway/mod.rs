@@ -33,7 +33,7 @@ pub use self::llm::{Allowance, Llm, LlmApi, LlmUpstream, OverBudget, Price, Toke
 pub use self::routes::Route;
 pub use self::switches::{Degrade, Priority, Shed, StaleCacheConfig, Switches};
 pub use self::tier::{Tier, TierFrom};
-pub use self::upstream::{Fallback, Retries, Timeouts, Upstream};
+pub use self::upstream::{Fallback, Retries, SYSTEM_CA_BUNDLE, Timeouts, Upstream, UpstreamTls};
 use crate::error::Invalid;
 use crate::native::positive_duration;
 use crate::yaml::Item;

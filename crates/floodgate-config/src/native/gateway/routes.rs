@@ -182,7 +182,9 @@ fn route(item: Item<'_>, rules: &[floodgate::Rule], tiers: u8) -> Result<Route, 
         (Some(u), Some(_)) => {
             return Err(u.error("give the route's upstream or llm.upstreams, not both"));
         }
-        (None, Some(_)) => Upstream { uri: http::Uri::from_static("http://llm.upstreams"), http2: false },
+        (None, Some(_)) => {
+            Upstream { uri: http::Uri::from_static("http://llm.upstreams"), http2: false, tls: None }
+        }
         (None, None) => {
             return Err(item.missing(
                 "upstream",

@@ -8,19 +8,36 @@ use http::{StatusCode, Uri};
 
 use crate::error::Invalid;
 use crate::native::positive_duration;
+use crate::native::tls::PemFile;
 use crate::yaml::{Fields, Item, Value};
 
 use super::size;
 
-/// An upstream: `http://host:port[/base]`, HTTP/1.1 by default or HTTP/2 with prior knowledge; its
-/// URL may come from an environment variable (`url_env`, read at load, `url` its default).
+/// An upstream: `http://host:port[/base]` or `https://…`, HTTP/1.1 by default; with `http2`, HTTP/2
+/// (h2c with prior knowledge on `http`, offered by ALPN beside HTTP/1.1 on `https`). Its URL may
+/// come from an environment variable (`url_env`, read at load, `url` its default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
-    /// The base URI (scheme `http`); its path, if any, is prefixed to the request's.
+    /// The base URI (scheme `http` or `https`); its path, if any, is prefixed to the request's.
     pub uri: Uri,
-    /// Speak HTTP/2 with prior knowledge (h2c) rather than HTTP/1.1.
+    /// Speak HTTP/2: h2c with prior knowledge on `http`; on `https`, offered by ALPN and spoken when
+    /// the upstream takes it (else HTTP/1.1).
     pub http2: bool,
+    /// TLS to an `https` upstream; `None` on `http`.
+    pub tls: Option<UpstreamTls>,
 }
+
+/// TLS to an `https` upstream: the CAs its certificate must chain to, and the name it is checked
+/// against (the URL's host: a DNS name or an IP address).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// The CA bundle (PEM), read at load: `tls.ca`, else the system's ([`SYSTEM_CA_BUNDLE`]).
+    pub ca: PemFile,
+}
+
+/// The CA bundle an `https` upstream without `tls.ca` is checked against: the system's public
+/// roots, where Debian, Ubuntu and Alpine keep them (`ca-certificates`).
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// A route's timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,20 +110,53 @@ pub struct Fallback {
     pub retry_after: Option<Duration>,
 }
 
+/// Reads and checks `tls:` of an `https` upstream (`None`: none given), reading its CA bundle.
+fn upstream_tls(item: Option<Item<'_>>, at: &Item<'_>) -> Result<UpstreamTls, Invalid> {
+    let ca_item = match item {
+        Some(item) => item.fields("the upstream's TLS settings", Some(&["ca"]))?.get("ca"),
+        None => None,
+    };
+    let ca = match &ca_item {
+        Some(c) => {
+            let path = c.str("a file path")?;
+            if path.is_empty() {
+                return Err(c.error("ca is empty: give a PEM CA bundle's path"));
+            }
+            PemFile::read(path).map_err(|e| c.error(e.0))?
+        }
+        None => PemFile::read(SYSTEM_CA_BUNDLE).map_err(|e| {
+            at.error(format!(
+                "an https upstream without tls.ca is checked against the system's CA bundle, which \
+                     cannot be read ({e}): install ca-certificates, or give `tls: {{ca: <PEM file>}}`"
+            ))
+        })?,
+    };
+    let at = ca_item.as_ref().unwrap_or(at);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in ca.certs("CA certificate").map_err(|e| at.error(e.0))? {
+        roots
+            .add(cert)
+            .map_err(|e| at.error(format!("{}: not a usable CA certificate: {e}", ca.path().display())))?;
+    }
+    Ok(UpstreamTls { ca })
+}
+
 pub(super) fn upstream(item: Item<'_>) -> Result<Upstream, Invalid> {
     upstream_with(item, &[])
 }
 
 /// An upstream whose map may have the fields `extra` too (read by the caller).
 pub(super) fn upstream_with(item: Item<'_>, extra: &[&str]) -> Result<Upstream, Invalid> {
+    let mut tls_item = None;
     let (url_item, http2, from_env) = if item.is_map() {
-        let mut allowed = vec!["url", "url_env", "http2"];
+        let mut allowed = vec!["url", "url_env", "http2", "tls"];
         allowed.extend_from_slice(extra);
         let fields = item.fields("an upstream", Some(&allowed))?;
         let http2 = match fields.get("http2") {
             Some(h) => h.bool()?,
             None => false,
         };
+        tls_item = fields.get("tls");
         // `url_env`: the URL from an environment variable (read at load), `url` the default.
         let from_env = match fields.get("url_env") {
             None => None,
@@ -145,20 +195,15 @@ pub(super) fn upstream_with(item: Item<'_>, extra: &[&str]) -> Result<Upstream, 
     let uri: Uri = text.parse().map_err(|_| {
         url_item.error(format!("invalid upstream URL {text:?}{source}: expected http://host:port"))
     })?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
             return Err(url_item.error(format!(
-                "upstream {text:?}: TLS to upstreams is not supported yet; use http:// (a sidecar or the network \
-                 encrypts)"
+                "invalid upstream URL {text:?}{source}: expected http://host:port or https://host:port"
             )));
         }
-        _ => {
-            return Err(
-                url_item.error(format!("invalid upstream URL {text:?}{source}: expected http://host:port"))
-            );
-        }
-    }
+    };
     if uri.authority().is_none() || uri.host().is_none_or(str::is_empty) {
         return Err(url_item.error(format!("invalid upstream URL {text:?}{source}: no host")));
     }
@@ -167,7 +212,14 @@ pub(super) fn upstream_with(item: Item<'_>, extra: &[&str]) -> Result<Upstream, 
             url_item.error(format!("upstream URL {text:?}{source}: a query cannot be part of an upstream"))
         );
     }
-    Ok(Upstream { uri, http2 })
+    let tls = match (https, tls_item) {
+        (true, tls_item) => Some(upstream_tls(tls_item, &url_item)?),
+        (false, Some(t)) => {
+            return Err(t.error(format!("upstream {text:?}{source}: tls is for https:// upstreams")));
+        }
+        (false, None) => None,
+    };
+    Ok(Upstream { uri, http2, tls })
 }
 
 pub(super) fn timeouts(item: Item<'_>) -> Result<Timeouts, Invalid> {
