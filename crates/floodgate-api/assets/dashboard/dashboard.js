@@ -272,13 +272,30 @@ function keyQuery() {
   return "/admin/keys?" + params;
 }
 
+// How a dimension's amounts read: micro-dollars as dollars and cents (spend), others as counted.
+function units(dimension) {
+  if (dimension !== "usd_micros") return (n) => String(n);
+  return (n) => "$" + (n / 1e6).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 6 });
+}
+
+// A wait in ms as it reads best: "750 ms", "42 s", "3 h 20 min", "25 d 4 h" (two units at most).
+function span(ms) {
+  if (ms < 1000) return ms + " ms";
+  let left = Math.ceil(ms / 1000);
+  const out = [];
+  for (const [n, unit] of [[86400, "d"], [3600, "h"], [60, "min"], [1, "s"]]) {
+    if (left >= n && out.length < 2) { out.push(Math.floor(left / n) + " " + unit); left %= n; } else if (out.length) break;
+  }
+  return out.join(" ");
+}
+
 async function inspect(event) {
   event.preventDefault();
   const out = $("#key-result"), reply = await api("GET", keyQuery());
   if (!reply.ok) { out.className = "result error"; out.textContent = reply.json?.detail || reply.text; return; }
-  const k = reply.json;
+  const k = reply.json, amount = units(k.dimension);
   out.className = "result";
-  out.replaceChildren(el("table", {}, ...[["limit", k.limit], ["remaining", k.remaining], ["reset after", k.reset_after_ms + " ms"], ["a request of 1 now", k.allowed ? "passes" : `refused, retry after ${k.retry_after_ms} ms`], ["outcome", k.outcome]]
+  out.replaceChildren(el("table", {}, ...[["counts", k.dimension], ["limit", amount(k.limit)], ["used", amount(k.used)], ["remaining", amount(k.remaining)], ["reset after", span(k.reset_after_ms)], ["a request of 1 now", k.allowed ? "passes" : `refused, retry after ${k.retry_after_ms} ms`], ["outcome", k.outcome]]
     .map(([a, b]) => el("tr", {}, el("td", { class: "muted", textContent: a }), el("td", { textContent: String(b) })))));
 }
 

@@ -4,7 +4,7 @@
 // Checks: the live chart shows decisions/s; a flooding key appears in the top offenders; rollback
 // after an applied configuration changes the version; the playground's burst shows the refused
 // count of both algorithms (token bucket 8 @ 2/s: 2 of 10; sliding window 5 / 5 s: 5 of 10); the
-// boundary preset shows the fixed window's 2x burst. Saves a screenshot of each panel under
+// boundary preset shows the fixed window's 2x burst; the key inspector shows a tenant's spend in dollars. Saves a screenshot of each panel under
 // target/dashboard-screenshots/. Exits non-zero on any failure.
 //
 //   FLOODGATE_BIN=target/debug/floodgate node dashboard.test.mjs
@@ -35,6 +35,12 @@ rules:
     algorithm: token_bucket
     rate: 20/s
     burst: 40
+  - name: tenant-spend
+    key: [tenant]
+    algorithm: quota
+    limit: 50000000
+    period: month
+    cost: usd_micros
 `;
 const CHANGED = CONFIG.replace("limit: 5\n", "limit: 8\n") + `  - name: global-guard
     key: []
@@ -129,7 +135,7 @@ async function main() {
   const firstOffender = await page.locator("#offenders .offender").first().getAttribute("data-key");
   if (firstOffender !== "ip=203.0.113.66") fail(`the flooding key is not on top: ${firstOffender}`);
   console.log(`top offender: ${firstOffender} (${await flooder.locator(".num").textContent()})`);
-  await page.waitForFunction(() => document.querySelectorAll("#rules tbody canvas.spark").length === 2, null, { timeout: 10000 });
+  await page.waitForFunction(() => document.querySelectorAll("#rules tbody canvas.spark").length === 3, null, { timeout: 10000 });
   // Let a few more seconds of history fill the charts before the pictures.
   await page.waitForTimeout(4000);
   await shoot(page, "#panel-traffic", "traffic");
@@ -160,6 +166,17 @@ async function main() {
   const inspected = await page.locator("#key-result").textContent();
   if (!inspected.includes("limit5")) fail(`key inspector: ${inspected}`);
   await shoot(page, "#panel-keys", "keys");
+  // A tenant's spend this month, in dollars: $12.34 of its $50.
+  const spent = await fetch(started.base + "/v1/check", { method: "POST", body: JSON.stringify({ descriptors: { tenant: "acme" }, costs: { usd_micros: 12340000 } }) });
+  if (spent.status !== 200) fail(`spending: ${spent.status} ${await spent.text()}`);
+  await page.selectOption("#key-rule", "tenant-spend");
+  await page.fill("#key-descriptors", "tenant=acme");
+  await page.click('#key-form button[type="submit"]');
+  await page.locator("#key-result", { hasText: "usd_micros" }).waitFor({ timeout: 10000 }).catch(async () => fail(`spend: ${await page.locator("#key-result").textContent()}`));
+  const spend = await page.locator("#key-result").textContent();
+  console.log(`key inspector, spend: ${spend}`);
+  if (!spend.includes("used$12.34") || !spend.includes("limit$50.00") || !spend.includes("remaining$37.66")) fail(`spend in dollars: ${spend}`);
+  await shoot(page, "#panel-keys", "keys-spend");
 
   // The playground: a burst of 10 through both algorithms.
   await page.fill("#burst-size", "10");

@@ -257,6 +257,25 @@ async fn keys_can_be_inspected_and_reset() {
 }
 
 #[tokio::test]
+async fn a_key_of_a_rule_counting_another_dimension_is_inspected_in_it() {
+    let server = TestServer::start(from_rules([
+        Rule::new("calls", per_minute(10)).key(["tenant"]),
+        Rule::new("spend", per_minute(50_000_000)).key(["tenant"]).cost("usd_micros"),
+    ]))
+    .await;
+    let body = r#"{"descriptors": {"tenant": "acme"}, "costs": {"requests": 1, "usd_micros": 12340000}}"#;
+    assert_eq!(server.post("/v1/check", body).await.status, 200);
+    let (status, spend) = admin(&server, Method::GET, "/admin/keys?rule=spend&tenant=acme", "").await;
+    assert_eq!(status, 200, "{spend}");
+    assert_eq!(spend["dimension"], "usd_micros");
+    assert_eq!((spend["limit"].clone(), spend["used"].clone()), (50_000_000.into(), 12_340_000.into()));
+    assert_eq!(spend["remaining"], 50_000_000 - 12_340_000);
+    let (_, calls) = admin(&server, Method::GET, "/admin/keys?rule=calls&tenant=acme", "").await;
+    assert_eq!((calls["dimension"].clone(), calls["used"].clone()), ("requests".into(), 1.into()));
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn key_resets_are_audited_with_the_key_who_asked_and_what_became_of_it() {
     let config = from_rules([Rule::new("chat", per_minute(10)).key(["user"])]);
     let server = TestServer::with_options(config, ServeOptions::default().admin_token("s3cret")).await;

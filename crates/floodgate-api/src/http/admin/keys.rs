@@ -55,14 +55,20 @@ pub(super) struct KeyQuery {
     descriptors: Option<std::collections::HashMap<String, String>>,
 }
 
-/// A key's state, as a request of cost 1 would see it now.
+/// A key's state, as a request of cost 1 (in the rule's dimension) would see it now.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = KeyState)]
 pub(super) struct KeyView {
     /// The rule.
     rule: String,
+    /// The cost dimension it counts: `requests`, or a dimension of `costs` (`tokens`,
+    /// `usd_micros`, …).
+    dimension: String,
     /// Its capacity.
     limit: u64,
+    /// What counts now (the limit less what is left): the window's or period's count, a bucket's
+    /// deficit, the permits held.
+    used: u64,
     /// What is left now.
     remaining: u64,
     /// Milliseconds until fully replenished, rounded up.
@@ -132,8 +138,10 @@ pub(super) async fn inspect_key(
         Err(response) => return response,
     };
     let (rule, definition, descriptors) = (&target.rule, &target.definition, &target.descriptors);
-    // Not a decision (nothing is counted): the key's state, as a peek of 1 sees it.
-    let hits = [Hit::new(descriptors, 1)];
+    // Not a decision (nothing is counted): the key's state, as a peek of 1 in the rule's own
+    // dimension sees it (a token or spend rule takes no part in a request of 1 request).
+    let costs = floodgate::Costs::new().with(definition.cost_dimension(), 1);
+    let hits = [Hit::with_costs(descriptors, &costs)];
     let peeked = target.policy().policy.evaluate(app.control().store(), Mode::Peek, &hits, Impossible::Error);
     let verdict = match peeked.await {
         Ok(v) => v,
@@ -147,14 +155,17 @@ pub(super) async fn inspect_key(
         ));
     };
     let d = &limit.decision;
+    // A peek reports what would be left after a request of 1; when it would pass, one more is left
+    // now.
+    let remaining = if d.allowed { d.remaining.saturating_add(1).min(d.limit) } else { d.remaining };
     json(
         StatusCode::OK,
         &KeyView {
             rule: rule.clone(),
+            dimension: definition.cost_dimension().to_owned(),
             limit: d.limit,
-            // A peek reports what would be left after a request of 1; when it would pass, one more
-            // is left now.
-            remaining: if d.allowed { d.remaining.saturating_add(1).min(d.limit) } else { d.remaining },
+            used: d.limit.saturating_sub(remaining),
+            remaining,
             reset_after_ms: ceil_ms(d.reset_after),
             allowed: d.allowed,
             retry_after_ms: d.retry_after.map(ceil_ms),
