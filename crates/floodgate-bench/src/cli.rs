@@ -94,6 +94,10 @@ scenarios! {
     /// the latency each adds over the upstream, throughput on the allowed path, and what each admits
     /// at the limit (a bursty client under it, a flood over it).
     Gateway(scenarios::gateway::GatewayArgs),
+    /// Floodgate's gateway in front of the same upstream over HTTP/1.1, h2c, HTTPS with HTTP/1.1
+    /// and HTTPS with HTTP/2 by ALPN: throughput (and its ratio to HTTP/1.1), p50/p99/p99.9,
+    /// errors, and the upstream connections each used.
+    Upstreams(scenarios::upstreams::UpstreamsArgs),
     /// A flood of distinct keys (a new user id per request) beside normal users who stay under
     /// their limit, on the memory store (capped at `max_keys`) or a Redis this run starts: the
     /// normal users' false rejections, known users and newcomers apart, their latency, and what

@@ -28,6 +28,9 @@
 //!   users and newcomers apart), their latency, and what the store holds.
 //! - [`gateway`](scenarios::gateway): Floodgate's gateway beside nginx `limit_req` in front of the
 //!   same upstream: the latency each adds, and what each admits at the limit.
+//! - [`upstreams`](scenarios::upstreams): the gateway in front of the same upstream over
+//!   HTTP/1.1, h2c, HTTPS/1.1 and HTTPS/2 (ALPN); throughput, its ratio to HTTP/1.1, latency,
+//!   and the upstream connections each protocol used.
 //! - [`slowloris`](scenarios::slowloris): slow connections dripping header lines beside normal
 //!   clients; the normal clients' latency without and with them, and how long the server takes to
 //!   close them.

@@ -19,6 +19,7 @@ pub mod slowloris;
 pub mod soak;
 pub mod throughput;
 pub mod timeouts;
+pub mod upstreams;
 
 use crate::args::Output;
 use crate::report::Report;

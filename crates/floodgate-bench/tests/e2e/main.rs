@@ -4,7 +4,8 @@
 //! `floodgate` processes ([`reserve`]); `timeouts` on a `floodgate` process and nginx
 //! ([`timeouts`]); `latency` on a `floodgate` process, nginx and an upstream ([`latency`]); a short
 //! `soak` on a `floodgate` process ([`soak`]); `cross-slot` on a Redis
-//! Cluster of its own ([`cross_slot`]); `llm` on `floodgate` processes sharing a Redis ([`llm`]).
+//! Cluster of its own ([`cross_slot`]); `llm` on `floodgate` processes sharing a Redis ([`llm`]);
+//! `upstreams` on a `floodgate` process per upstream protocol ([`upstreams`]).
 
 mod cross_slot;
 mod flood;
@@ -15,6 +16,7 @@ mod reserve;
 mod rlqs;
 mod soak;
 mod timeouts;
+mod upstreams;
 
 use std::path::PathBuf;
 
