@@ -52,6 +52,9 @@ pub(super) struct LlmUpstreamState {
     pub(super) inline: Option<Inline>,
     pub(super) breaker: Option<Arc<CircuitBreaker<SystemClock>>>,
     pub(super) quota_rule: Option<String>,
+    /// Until when the provider asked not to be called (its 429's `retry-after-ms` or
+    /// `retry-after`), on this instance.
+    pub(super) cool_off: Arc<crate::llm::CoolOff<SystemClock>>,
 }
 
 /// One route and its runtime.
@@ -151,7 +154,12 @@ impl RouteTable {
                         }
                         (_, None) => None,
                     };
+                    let cool_off = kept.map_or_else(
+                        || Arc::new(crate::llm::CoolOff::new(clock.clone())),
+                        |k| Arc::clone(&k.cool_off),
+                    );
                     LlmUpstreamState {
+                        cool_off,
                         uri: u.upstream.uri.clone(),
                         client: clients.get(route.timeouts.connect, &u.upstream),
                         inline: clients.inline(&u.upstream, route.timeouts.connect),

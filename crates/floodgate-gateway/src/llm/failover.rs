@@ -7,11 +7,16 @@
 //!   estimate is reserved there too, and committed with the call's cost on that upstream);
 //! - an upstream that answers 429 or a 5xx, or cannot be reached in time, hands the call to the
 //!   next; its 429 also spends all its quota rule has left, so that the next calls skip it until
-//!   the rule refills;
+//!   the rule refills (on every instance sharing the store), and cools it off on this instance for
+//!   the wait it asked (`retry-after-ms`, else `retry-after` in seconds; at most
+//!   [`MAX_COOL_OFF`]): until then the next calls skip it without asking, with or without a quota
+//!   rule ([`CoolOff`]);
 //! - the last upstream's answer is the client's, whatever it is; when every upstream was skipped
 //!   for its quota, the client gets a 429 with the soonest wait.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -19,6 +24,7 @@ use floodgate::{Costs, Hit, Verdict};
 use floodgate_app::App;
 use floodgate_app::metrics::Api;
 use floodgate_config::gateway::Llm;
+use floodgate_core::Clock;
 use floodgate_http::HeaderStyle;
 use http::{HeaderMap, Method, StatusCode};
 use tokio::time::Instant;
@@ -49,6 +55,52 @@ impl Hold {
             quota: Some(self.rule),
         }
     }
+}
+
+/// The longest an upstream's 429 cools it off, whatever it asks: a provider that asks for more is
+/// asked again after this.
+pub(crate) const MAX_COOL_OFF: Duration = Duration::from_secs(3600);
+
+/// Until when an upstream's provider asked not to be called, on this instance: set from its 429's
+/// wait ([`asked_wait`]), read before each call. Another instance learns it from its own first
+/// 429 (the upstream's quota rule, when it has one, is what the instances share).
+pub(crate) struct CoolOff<C> {
+    /// µs since the epoch on `clock`; 0: not cooling.
+    until: AtomicU64,
+    clock: C,
+}
+
+impl<C: Clock> CoolOff<C> {
+    pub(crate) fn new(clock: C) -> Self {
+        CoolOff { until: AtomicU64::new(0), clock }
+    }
+
+    /// The time left while cooling off.
+    pub(crate) fn left(&self) -> Option<Duration> {
+        let until = self.until.load(Ordering::Relaxed);
+        let now = self.clock.now().as_micros();
+        (until > now).then(|| Duration::from_micros(until - now))
+    }
+
+    /// Cools off for `wait` (at most [`MAX_COOL_OFF`]) from now; a later end already set stays.
+    pub(crate) fn cool_for(&self, wait: Duration) {
+        let wait = u64::try_from(wait.min(MAX_COOL_OFF).as_micros()).unwrap_or(u64::MAX);
+        let until = self.clock.now().as_micros().saturating_add(wait);
+        self.until.fetch_max(until, Ordering::Relaxed);
+    }
+}
+
+/// The wait a provider's 429 asks for: `retry-after-ms` (milliseconds, as OpenAI and Azure send
+/// it), else `retry-after` in whole seconds. `None` when neither is a non-negative number (an
+/// HTTP date is not read): the quota rule, if any, is then all the feedback.
+pub(crate) fn asked_wait(headers: &HeaderMap) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let ms =
+        text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|ms| ms.is_finite() && *ms >= 0.0);
+    if let Some(ms) = ms {
+        return Some(Duration::from_secs_f64(ms.min(MAX_COOL_OFF.as_secs_f64() * 1000.0) / 1000.0));
+    }
+    text(http::header::RETRY_AFTER.as_str()).and_then(|v| v.parse::<u64>().ok()).map(Duration::from_secs)
 }
 
 /// How trying the upstreams ended.
@@ -90,6 +142,11 @@ pub(crate) async fn call_in_order(
             last_failure = Failure::BreakerOpen;
             continue;
         }
+        // The provider asked not to be called yet: skipped, unless it is the last to try (whose
+        // answer, its 429 then, is the client's).
+        if !last && upstream.cool_off.left().is_some() {
+            continue;
+        }
         let hold = match hold(app, table, llm, upstream, call, &costs).await {
             Ok(hold) => hold,
             Err(Some(verdict)) => {
@@ -119,6 +176,9 @@ pub(crate) async fn call_in_order(
             Ok(response) if last || !hands_over(response.status()) => return Tried::Answered(response, hold),
             Ok(response) => {
                 let provider_429 = response.status() == StatusCode::TOO_MANY_REQUESTS;
+                if provider_429 && let Some(wait) = asked_wait(response.headers()) {
+                    upstream.cool_off.cool_for(wait);
+                }
                 drop(response);
                 if let Some(hold) = hold {
                     if provider_429 {
@@ -198,5 +258,53 @@ async fn spend(app: &App, table: &RouteTable, hold: &Hold, call: &Call) {
     let hit = Hit::with_costs(&call.descriptors, &costs);
     if let Err(error) = app.decisions().decide(domain, Api::Report, &[hit]).await {
         tracing::warn!(rule = %hold.rule, error = %error, "gateway: an LLM upstream's 429 could not be recorded");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floodgate_core::{ManualClock, Timestamp};
+
+    #[test]
+    fn a_cool_off_lasts_the_wait_asked_and_a_later_end_stays() {
+        let clock = ManualClock::new(Timestamp::from_secs(100));
+        let cool = CoolOff::new(clock.clone());
+        assert_eq!(cool.left(), None);
+        cool.cool_for(Duration::from_millis(1500));
+        assert_eq!(cool.left(), Some(Duration::from_millis(1500)));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(cool.left(), Some(Duration::from_millis(500)));
+        // A shorter wait asked meanwhile does not end it sooner.
+        cool.cool_for(Duration::from_millis(100));
+        assert_eq!(cool.left(), Some(Duration::from_millis(500)));
+        clock.advance(Duration::from_millis(500));
+        assert_eq!(cool.left(), None);
+        // At most an hour, whatever is asked.
+        cool.cool_for(Duration::from_secs(86_400));
+        assert_eq!(cool.left(), Some(MAX_COOL_OFF));
+    }
+
+    #[test]
+    fn the_wait_is_read_from_retry_after_ms_then_retry_after() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, http::HeaderValue::from_static(value));
+            }
+            map
+        };
+        let wait = |pairs: &[(&'static str, &'static str)]| asked_wait(&headers(pairs));
+        assert_eq!(
+            wait(&[("retry-after-ms", "1500"), ("retry-after", "2")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(wait(&[("retry-after-ms", "20.5")]), Some(Duration::from_micros(20_500)));
+        assert_eq!(wait(&[("retry-after", "7")]), Some(Duration::from_secs(7)));
+        assert_eq!(wait(&[("retry-after-ms", "soon"), ("retry-after", "3")]), Some(Duration::from_secs(3)));
+        assert_eq!(wait(&[("retry-after-ms", "-5")]), None);
+        assert_eq!(wait(&[("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT")]), None);
+        assert_eq!(wait(&[("retry-after-ms", "1e300")]), Some(MAX_COOL_OFF));
+        assert_eq!(wait(&[]), None);
     }
 }

@@ -1,6 +1,7 @@
 //! Fallback across upstreams: a call that its first upstream refuses (429, 5xx), cannot take
 //! (no room in its quota rule, breaker open) or never answers goes to the next, its reservation
-//! carried over and charged once; a provider's 429 spends its quota rule so the next calls skip it.
+//! carried over and charged once; a provider's 429 spends its quota rule so the next calls skip it,
+//! and cools the upstream off for the wait it asked.
 
 use serde_json::json;
 
@@ -78,6 +79,23 @@ async fn a_provider_429_hands_the_call_over_and_spends_its_quota_so_the_next_cal
     assert_eq!(reply.status, 200);
     assert_eq!((a.seen().len(), b.seen().len()), (1, 2));
     gw.used_becomes("tenant-tokens", "t1", 2 * (p + 16)).await;
+}
+
+#[tokio::test]
+async fn a_provider_429_cools_its_upstream_off_for_the_wait_it_asked_without_a_quota_rule() {
+    let (a, b) = (upstream(16).await, upstream(16).await);
+    a.answer_with(Some((429, 60_000)));
+    // The first upstream has no quota rule: its 429's `retry-after-ms` is all the feedback.
+    let first = format!("{{ url: \"{}\", quota_rule: provisioned }}", a.url());
+    let yaml = config(&a.url(), &b.url(), 1000).replace(&first, &format!("{{ url: \"{}\" }}", a.url()));
+    assert!(!yaml.contains("quota_rule"), "{yaml}");
+    let gw = Floodgate::serve(&yaml);
+    for n in 1..=3 {
+        let reply = gw.post("/v1/chat/completions", "t1", &[], &call()).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        // Asked once; then skipped for the minute it asked, without being called.
+        assert_eq!((a.seen().len(), b.seen().len()), (1, n));
+    }
 }
 
 #[tokio::test]
