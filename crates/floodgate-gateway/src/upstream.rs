@@ -41,21 +41,20 @@ use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
+use floodgate_config::gateway::Upstream;
 use http::header::{CONNECTION, HOST, HeaderName, UPGRADE};
 use http::{HeaderMap, HeaderValue, Method, Request, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
+use tokio_rustls::rustls;
 
 use super::pool::{Inline, InlineBody, Pools};
 use super::tls_upstream::{Conn, client_config, handshake};
-use floodgate_config::gateway::Upstream;
-use hyper_util::rt::TokioIo;
-use tokio_rustls::rustls;
 
 /// The client of one kind of upstream connection.
 pub(super) type Client = hyper_util::client::legacy::Client<Timed, Body>;
