@@ -11,7 +11,8 @@
 //!   own parsing.
 //! - **hyper-util's pooled client** ([`Client`]): h2c upstreams (`http2: true`, prior knowledge,
 //!   where one connection carries many requests at once and a connection task is what HTTP/2
-//!   needs), and upgrades (a WebSocket handshake), whose connection is handed over once switched.
+//!   needs), `https` upstreams (TLS, HTTP/2 when ALPN agrees on it: [`tls_upstream`](super::tls_upstream)),
+//!   and upgrades (a WebSocket handshake), whose connection is handed over once switched.
 //!
 //! The call itself — timeouts, the breaker, retries — is [`call`](super::call)'s, the same on both:
 //!
