@@ -1,6 +1,6 @@
 //! LiteLLM's proxy as the peer of `llm` (bench/peers/litellm installs it, hash-pinned, into a
-//! venv): `--litellm-replicas` `litellm` processes, one uvicorn worker each, in front of the same
-//! upstream, with the budget as its router's per-deployment `tpm` — the limit its proxy enforces
+//! venv): `--litellm-replicas` `litellm` processes (each count of the list in turn), one uvicorn
+//! worker each, in front of the same upstream, with the budget as its router's per-deployment `tpm` — the limit its proxy enforces
 //! without its Postgres (a virtual key's `tpm_limit` needs one, and its Prisma client fetches an
 //! engine at run time, which this machine cannot) — sharing the run's Redis when there are several
 //! (`router_settings.redis_host`), `LITELLM_LOCAL_MODEL_COST_MAP=True` (else it downloads a price
@@ -29,6 +29,7 @@ impl Litellm {
     /// Starts the proxies with `tpm` as the deployment's budget.
     pub(super) async fn start(
         args: &LlmArgs,
+        replicas: usize,
         dir: &ScratchDir,
         upstream: &str,
         redis_server: &RedisServer,
@@ -37,7 +38,7 @@ impl Litellm {
     ) -> anyhow::Result<Litellm> {
         let addr = redis::addr(redis_server);
         let (host, port) = addr.rsplit_once(':').unwrap_or(("127.0.0.1", "6379"));
-        let shared = match args.litellm_replicas {
+        let shared = match replicas {
             1 => String::new(),
             _ => format!("  redis_host: {host}\n  redis_port: {port}\n"),
         };
@@ -66,7 +67,7 @@ router_settings:
         };
         let mut processes = Vec::new();
         let mut urls = Vec::new();
-        for _ in 0..args.litellm_replicas {
+        for _ in 0..replicas {
             let port = free_port()?;
             let mut command = Command::new(&program);
             command

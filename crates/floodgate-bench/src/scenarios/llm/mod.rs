@@ -94,9 +94,10 @@ pub struct LlmArgs {
     /// `--peer litellm`: the `litellm` executable (a venv's `bin/litellm`).
     #[arg(long, value_name = "PATH", default_value = "litellm")]
     pub litellm: PathBuf,
-    /// `--peer litellm`: its proxy processes (several share the run's Redis).
-    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=8))]
-    pub litellm_replicas: usize,
+    /// `--peer litellm`: its proxy processes (several share the run's Redis); a list (`1,3`)
+    /// measures each count in turn, in the same run.
+    #[arg(long, value_delimiter = ',', default_values_t = [1], value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=8))]
+    pub litellm_replicas: Vec<usize>,
     /// The `floodgate` binary (default: beside `floodgate-bench`).
     #[arg(long, value_name = "PATH")]
     pub floodgate: Option<PathBuf>,
@@ -501,16 +502,20 @@ pub async fn run(args: &LlmArgs) -> anyhow::Result<Report> {
     let mut latencies = vec![direct_light.clone(), through_light];
 
     let mut litellm_version = None;
-    if args.peer == LlmPeer::Litellm {
+    let replicas = if args.peer == LlmPeer::Litellm { args.litellm_replicas.as_slice() } else { &[] };
+    for &replicas in replicas {
         redis::query(&redis, &["FLUSHALL"]);
-        let peer = litellm::Litellm::start(args, &dir, &fake.url(), &redis, args.budget, &client).await?;
+        let peer =
+            litellm::Litellm::start(args, replicas, &dir, &fake.url(), &redis, args.budget, &client).await?;
         litellm_version = peer.version.clone();
         let target = peer.target();
-        let name = format!("litellm ×{}", args.litellm_replicas);
+        let name = format!("litellm ×{replicas}");
         exact.push(exactness(args, &name, &target, &fake, args.overshoot).await?);
         drop(peer);
         redis::query(&redis, &["FLUSHALL"]);
-        let peer = litellm::Litellm::start(args, &dir, &fake.url(), &redis, u32::MAX as u64, &client).await?;
+        let peer =
+            litellm::Litellm::start(args, replicas, &dir, &fake.url(), &redis, u32::MAX as u64, &client)
+                .await?;
         let (mut measured, ..) = throughput(args, &name, &peer.target(), saturated).await?;
         added(&mut measured, &direct_busy);
         throughputs.push(measured);
