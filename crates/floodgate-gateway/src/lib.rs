@@ -43,6 +43,7 @@
 mod body;
 mod budget;
 mod call;
+mod cool_off;
 mod descriptors;
 mod handler;
 mod identity;

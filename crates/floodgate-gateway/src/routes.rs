@@ -54,7 +54,7 @@ pub(super) struct LlmUpstreamState {
     pub(super) quota_rule: Option<String>,
     /// Until when the provider asked not to be called (its 429's `retry-after-ms` or
     /// `retry-after`), on this instance.
-    pub(super) cool_off: Arc<crate::llm::CoolOff<SystemClock>>,
+    pub(super) cool_off: Arc<crate::cool_off::CoolOff<SystemClock>>,
 }
 
 /// One route and its runtime.
@@ -155,7 +155,7 @@ impl RouteTable {
                         (_, None) => None,
                     };
                     let cool_off = kept.map_or_else(
-                        || Arc::new(crate::llm::CoolOff::new(clock.clone())),
+                        || Arc::new(crate::cool_off::CoolOff::new(clock.clone())),
                         |k| Arc::clone(&k.cool_off),
                     );
                     LlmUpstreamState {

@@ -40,7 +40,7 @@ use floodgate_http::HeaderStyle;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 pub(crate) use self::endpoint::Endpoint;
-pub(crate) use self::failover::{CoolOff, Hold, Request as Attempts, Tried, call_in_order};
+pub(crate) use self::failover::{Hold, Request as Attempts, Tried, call_in_order};
 pub(crate) use self::meter::{Meter, Step};
 
 use self::admission::{Estimate, admit};
