@@ -84,12 +84,10 @@ async fn a_call_is_charged_its_spend_per_tenant_and_per_model() {
     let cached_spent = (micros(p - 8, 0.15) + micros(8, 0.075) + micros(16, 0.60)).ceil() as u64;
     gw.used_becomes("tenant-spend", "t2", cached_spent).await;
     // The route's spend series adds both calls' spend.
-    let page = gw.send(gw.http, http::Method::GET, "/metrics", &[], String::new()).await.body;
-    let series = page
-        .lines()
-        .find_map(|l| l.strip_prefix("floodgate_llm_spend_usd_micros_total{route=\"llm\"} "))
+    let page = gw.metrics().await;
+    let series = super::series_in(&page, "floodgate_llm_spend_usd_micros_total{route=\"llm\"}")
         .unwrap_or_else(|| panic!("no spend series:\n{page}"));
-    assert_eq!(series.trim().parse::<u64>().unwrap(), spent + cached_spent);
+    assert_eq!(series, (spent + cached_spent) as f64);
 }
 
 #[tokio::test]

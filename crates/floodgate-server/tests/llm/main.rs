@@ -184,6 +184,16 @@ impl Floodgate {
         self.send(self.gateway, Method::POST, path, &headers, body.to_owned()).await
     }
 
+    /// The metrics page.
+    pub(crate) async fn metrics(&self) -> String {
+        self.send(self.http, Method::GET, "/metrics", &[], String::new()).await.body
+    }
+
+    /// The value of `series` (its full name with labels) on the metrics page now.
+    pub(crate) async fn series(&self, series: &str) -> Option<f64> {
+        series_in(&self.metrics().await, series)
+    }
+
     /// What `rule` has used for `tenant` now (`/v1/usage`).
     pub(crate) async fn used(&self, rule: &str, tenant: &str) -> u64 {
         let reply = self
@@ -246,6 +256,11 @@ impl Floodgate {
             .expect("an answer within 30 s")
             .expect("a response")
     }
+}
+
+/// The value of `series` (its full name with labels) on the metrics page `page`.
+pub(crate) fn series_in(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
 /// A fake upstream generating `tokens` per completion.

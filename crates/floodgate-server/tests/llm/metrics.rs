@@ -4,13 +4,11 @@
 use http::Method;
 use serde_json::json;
 
-use super::{Floodgate, chat, config, prompt_of, upstream};
+use super::{Floodgate, chat, config, prompt_of, series_in, upstream};
 
 /// The value of `series` (its full name with labels) on the metrics page.
 fn value(page: &str, series: &str) -> f64 {
-    page.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {series} on the page:\n{page}"))
+    series_in(page, series).unwrap_or_else(|| panic!("no {series} on the page:\n{page}"))
 }
 
 #[tokio::test]
@@ -58,7 +56,7 @@ async fn calls_tokens_and_endings_are_counted_per_route() {
     assert!(http_body_util::BodyExt::collect(broken.into_body()).await.is_err());
     gw.used_becomes("tenant-tokens", "t4", prompt + 7).await;
 
-    let page = gw.send(gw.http, Method::GET, "/metrics", &[], String::new()).await.body;
+    let page = gw.metrics().await;
     let calls = |outcome: &str| {
         value(&page, &format!("floodgate_llm_calls_total{{route=\"llm\",outcome=\"{outcome}\"}}"))
     };

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use floodgate_testkit::wait;
-use http::Method;
 use serde_json::{Value, json};
 
 use super::{Floodgate, chat, prompt_of, upstream};
@@ -58,11 +57,6 @@ fn one_call() -> u64 {
     prompt + 16
 }
 
-async fn series(gw: &Floodgate, name: &str) -> Option<f64> {
-    let page = gw.send(gw.http, Method::GET, "/metrics", &[], String::new()).await.body;
-    page.lines().find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-}
-
 /// Which calls the upstream saw, by their number, in the order it saw them.
 fn seen(fake: &fake_openai::FakeOpenAi) -> Vec<String> {
     fake.seen()
@@ -90,8 +84,8 @@ async fn a_call_the_token_budget_denies_waits_for_room_and_reserves_when_it_come
     assert_eq!(second.header("x-ratelimit-remaining-tokens"), Some("0"));
     assert_eq!(second.json()["usage"]["completion_tokens"], 16);
     assert_eq!(seen(&fake), ["1", "2"]);
-    assert_eq!(series(&gw, r#"floodgate_gateway_delayed_total{result="passed"}"#).await, Some(1.0));
-    assert_eq!(series(&gw, "floodgate_gateway_waiting").await, Some(0.0));
+    assert_eq!(gw.series(r#"floodgate_gateway_delayed_total{result="passed"}"#).await, Some(1.0));
+    assert_eq!(gw.series("floodgate_gateway_waiting").await, Some(0.0));
     // Another tenant never waited behind t1.
     assert_eq!(gw.post(PATH, "t2", &[], &call(3)).await.status, 200);
 }
@@ -111,7 +105,7 @@ async fn waiting_calls_reserve_first_come_first_served_a_higher_tier_first() {
         }));
         let waiting = f64::from(n - 1);
         wait::until("the call waiting", || async {
-            (series(&gw, "floodgate_gateway_waiting").await == Some(waiting)).then_some(())
+            (gw.series("floodgate_gateway_waiting").await == Some(waiting)).then_some(())
         })
         .await;
     }
@@ -121,7 +115,7 @@ async fn waiting_calls_reserve_first_come_first_served_a_higher_tier_first() {
     }
     assert_eq!(statuses, [200, 200, 200, 200]);
     assert_eq!(seen(&fake), ["1", "2", "5", "3", "4"], "the head, then tier 0, then tier 3 in arrival order");
-    assert_eq!(series(&gw, r#"floodgate_gateway_delayed_total{result="passed"}"#).await, Some(4.0));
+    assert_eq!(gw.series(r#"floodgate_gateway_delayed_total{result="passed"}"#).await, Some(4.0));
 }
 
 #[tokio::test]
