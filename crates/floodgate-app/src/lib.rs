@@ -43,6 +43,7 @@ pub mod store;
 pub mod survival;
 pub mod switches;
 pub mod tls;
+pub mod workers;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -27,6 +27,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::tls::Tls;
+use crate::workers::Workers;
 use crate::{App, stopped};
 
 /// A listener's accepted connections, each within the limits in force when it is accepted.
@@ -113,7 +114,7 @@ pub async fn serve<L, M, S, F>(
         let service = connection(peer);
         let watcher = graceful.watcher();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        let connection = move |tcp: TcpStream| async move {
             let _slot = slot;
             let idle = limits.idle_timeout;
             match tls {
@@ -123,7 +124,24 @@ pub async fn serve<L, M, S, F>(
                     Err(e) => tracing::debug!(error = %e, %peer, listener = what, "TLS handshake failed"),
                 },
             }
-        });
+        };
+        match Workers::get() {
+            None => {
+                tokio::spawn(connection(tcp));
+            }
+            // Moved to the worker's reactor: registered there, so that its readiness wakes the
+            // thread that serves it.
+            Some(workers) => match tcp.into_std() {
+                Ok(std) => workers.spawn(move |assigned| async move {
+                    let _assigned = assigned;
+                    match TcpStream::from_std(std) {
+                        Ok(tcp) => connection(tcp).await,
+                        Err(e) => tracing::warn!(error = %e, %peer, listener = what, "cannot serve a connection on its worker"),
+                    }
+                }),
+                Err(e) => tracing::warn!(error = %e, %peer, listener = what, "cannot hand a connection to a worker"),
+            },
+        }
     }
     drop(accepting);
     graceful.shutdown().await;

@@ -79,22 +79,31 @@ struct Idle {
     since: Instant,
 }
 
-/// One upstream's idle connections.
+/// One upstream's idle connections: a list per worker thread (a connection is reused on the thread
+/// whose reactor it is registered with), and one for every other thread.
 pub(super) struct Pool {
-    idle: Mutex<VecDeque<Idle>>,
+    idle: Box<[Mutex<VecDeque<Idle>>]>,
     idle_timeout: Duration,
     max_idle: usize,
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("idle", &self.idle.lock().len()).finish_non_exhaustive()
+        let idle: usize = self.idle.iter().map(|list| list.lock().len()).sum();
+        f.debug_struct("Pool").field("idle", &idle).finish_non_exhaustive()
     }
 }
 
 impl Pool {
     pub(super) fn new(idle_timeout: Duration, max_idle: usize) -> Pool {
-        Pool { idle: Mutex::new(VecDeque::new()), idle_timeout, max_idle }
+        let lists = floodgate_app::workers::Workers::get().map_or(0, |w| w.count()) + 1;
+        Pool { idle: (0..lists).map(|_| Mutex::new(VecDeque::new())).collect(), idle_timeout, max_idle }
+    }
+
+    /// The calling thread's list.
+    fn list(&self) -> &Mutex<VecDeque<Idle>> {
+        let last = self.idle.len() - 1;
+        &self.idle[floodgate_app::workers::current().map_or(last, |i| i.min(last))]
     }
 
     /// An idle connection that is still open at `now`, newest first; those idle too long, or
@@ -102,7 +111,7 @@ impl Pool {
     fn take(self: &Arc<Self>, now: Instant) -> Option<Lease> {
         loop {
             let idle = {
-                let mut list = self.idle.lock();
+                let mut list = self.list().lock();
                 let idle = list.pop_back()?;
                 if now.saturating_duration_since(idle.since) >= self.idle_timeout {
                     // The newest is too old: so are all the others.
@@ -124,11 +133,11 @@ impl Pool {
     /// When the newest idle connection went idle (what [`Pool::take`] measures its idle time from).
     #[cfg(test)]
     fn newest_since(&self) -> Option<Instant> {
-        self.idle.lock().back().map(|idle| idle.since)
+        self.list().lock().back().map(|idle| idle.since)
     }
 
     fn put(&self, idle: Idle) {
-        let mut list = self.idle.lock();
+        let mut list = self.list().lock();
         let mut dropped = Vec::new();
         while list
             .front()
@@ -147,7 +156,7 @@ impl Pool {
     /// How many idle connections the pool holds.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.idle.lock().len()
+        self.idle.iter().map(|list| list.lock().len()).sum()
     }
 }
 

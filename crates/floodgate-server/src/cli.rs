@@ -100,6 +100,11 @@ pub struct ServeArgs {
     /// store only.
     #[arg(long, value_name = "MS")]
     pub manual_clock: Option<u64>,
+    /// Threads serving the HTTP and gateway listeners' connections, each a single-threaded runtime
+    /// that keeps a connection from its accept to its close (thread per core). 0 serves them on one
+    /// work-stealing runtime instead. Default: the number of cores.
+    #[arg(long, value_name = "N", env = "FLOODGATE_WORKERS")]
+    pub workers: Option<usize>,
 }
 
 /// A share of decisions to log: a number from 0 to 1.
@@ -198,6 +203,10 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
     options.state_dir = args.state_dir.clone();
     options.manual_clock = args.manual_clock.map(floodgate_core::Timestamp::from_millis);
 
+    if let Some(workers) = args.workers {
+        // Before anything is served: nothing has started the workers yet.
+        let _ = floodgate_app::workers::Workers::configure(workers);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
