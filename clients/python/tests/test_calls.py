@@ -72,9 +72,18 @@ def test_usage_reads_a_counter_and_names_its_period(client: Floodgate, uid: str)
     assert (usage.rule, usage.limit, usage.used, usage.remaining) == ("per-user", 3, 1, 2)
     assert usage.period_start is not None and usage.period_end is not None
     assert usage.period_start <= time.time() < usage.period_end
+    assert usage.previous is None, "a window keeps no previous period"
     with pytest.raises(NotFound) as unknown:
         client.usage("no-such-rule", {"user": uid})
     assert unknown.value.problem is not None and unknown.value.problem.status == 404
+
+
+def test_usage_of_a_quota_names_the_period_before_the_current_one(client: Floodgate, uid: str) -> None:
+    usage = client.usage("monthly-plan", {"tenant": uid, "plan": "free"})
+    assert usage.previous is not None and usage.period_start is not None
+    assert usage.previous.used == 0, "a tenant never seen spent nothing last month"
+    assert usage.previous.period_end == usage.period_start
+    assert usage.previous.period_start < usage.previous.period_end
 
 
 def test_simulate_runs_the_playground(client: Floodgate) -> None:

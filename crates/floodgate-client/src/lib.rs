@@ -122,7 +122,7 @@ pub use client::Client;
 pub use decision::{Decision, FailMode, LimitStatus, Request};
 pub use error::{Error, FailureReason};
 pub use floodgate::breaker::{BreakerConfig, BreakerState};
-pub use reservation::{Reservation, Reserved, Settled, Usage};
+pub use reservation::{PreviousPeriod, Reservation, Reserved, Settled, Usage};
 pub use retry::{RetryPolicy, Retryable, retry};
 pub use stats::Stats;
 pub use tls::Pem;

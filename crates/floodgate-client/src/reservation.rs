@@ -45,6 +45,22 @@ pub struct Usage {
     pub period_end: Option<u64>,
     /// Until the counter is fully replenished with no further traffic, ms.
     pub reset_after_ms: u64,
+    /// For a quota: what the key counted in the calendar period before the current one; `None`
+    /// for the other algorithms (and from servers that do not say).
+    #[serde(default)]
+    pub previous: Option<PreviousPeriod>,
+}
+
+/// What a quota's key counted in the calendar period before the current one (`GET /v1/usage`'s
+/// `previous`): last month's spend, for a monthly spend quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct PreviousPeriod {
+    /// The count, exactly as kept (not capped at the limit).
+    pub used: u64,
+    /// Start of that period, ms since the Unix epoch.
+    pub period_start: u64,
+    /// Its end (exclusive): the current period's start.
+    pub period_end: u64,
 }
 
 /// The answer to [`Client::reserve`]: the check's decision, and the reservation when allowed.

@@ -135,13 +135,18 @@ pub enum CalendarError {
 /// gap, as jiff's `compatible` disambiguation does; where midnight happens twice, it begins at the
 /// first.
 ///
-/// Quotas ask for the bounds on every decision, so the latest period computed is cached: an instant
-/// inside it costs one atomic load. Clones start with the same cache but do not share it.
+/// Quotas ask for the bounds on every decision, so the two latest periods computed are cached: an
+/// instant inside either costs one or two atomic loads. Two, because a quota asks for the current
+/// period and for the one after it (until whose end a key's count stays readable as the previous
+/// period's): one entry would be evicted by the other on every decision. Clones start with the
+/// same cache but do not share it.
 pub struct Calendar {
     period: Period,
     time_zone: TimeZone,
     /// The latest period computed, packed by [`pack`]; 0 (an empty period) before the first.
     latest: AtomicU64,
+    /// The latest period computed before [`Calendar::latest`]'s (an older one), packed; 0 before.
+    earlier: AtomicU64,
 }
 
 // === impl Calendar ===
@@ -188,7 +193,7 @@ impl Calendar {
     }
 
     fn with_zone(period: Period, time_zone: TimeZone) -> Calendar {
-        Calendar { period, time_zone, latest: AtomicU64::new(0) }
+        Calendar { period, time_zone, latest: AtomicU64::new(0), earlier: AtomicU64::new(0) }
     }
 
     /// How this calendar cuts time.
@@ -220,12 +225,19 @@ impl Calendar {
         if start <= t && t < end {
             return (Timestamp::from_micros(start), Timestamp::from_micros(end));
         }
+        let (start, end) = unpack(self.earlier.load(Ordering::Relaxed));
+        if start <= t && t < end {
+            return (Timestamp::from_micros(start), Timestamp::from_micros(end));
+        }
         let (start, end) = self.compute(t);
-        if let Some(packed) = pack(start, end).filter(|packed| *packed > cached) {
-            // A packed value orders by its start, so the cache keeps the latest period: looking up an
-            // old one (for a refund, or an expiry) does not evict the current one. Any value written is
-            // a complete answer, so no ordering with other memory is needed.
-            self.latest.fetch_max(packed, Ordering::Relaxed);
+        if let Some(packed) = pack(start, end) {
+            // A packed value orders by its start, so the cache keeps the two latest periods: looking
+            // up an older one (for a refund, or the previous period's count) evicts neither, and the
+            // period a newer one displaces becomes the earlier. Any value written is a complete
+            // answer, so no ordering with other memory is needed; two threads racing may leave an
+            // older period than the two latest in `earlier`, which only costs a lookup later.
+            let displaced = self.latest.fetch_max(packed, Ordering::Relaxed).min(packed);
+            self.earlier.fetch_max(displaced, Ordering::Relaxed);
         }
         (Timestamp::from_micros(start), Timestamp::from_micros(end))
     }
@@ -309,6 +321,7 @@ impl Clone for Calendar {
             period: self.period,
             time_zone: self.time_zone.clone(),
             latest: AtomicU64::new(self.latest.load(Ordering::Relaxed)),
+            earlier: AtomicU64::new(self.earlier.load(Ordering::Relaxed)),
         }
     }
 }
@@ -643,13 +656,36 @@ mod tests {
     #[test]
     fn the_cache_keeps_the_latest_period() {
         let c = cal(Period::Day, "Europe/Berlin");
+        let cached = |entry: &AtomicU64| {
+            let (start, end) = unpack(entry.load(Ordering::Relaxed));
+            (Timestamp::from_micros(start), Timestamp::from_micros(end))
+        };
         let today = bounds(&c, "2024-05-17T12:00:00Z");
-        assert_eq!(unpack(c.latest.load(Ordering::Relaxed)), (today.0.as_micros(), today.1.as_micros()));
+        assert_eq!(cached(&c.latest), today);
         bounds(&c, "2024-05-10T12:00:00Z"); // an older period does not evict it
-        assert_eq!(unpack(c.latest.load(Ordering::Relaxed)), (today.0.as_micros(), today.1.as_micros()));
+        assert_eq!(cached(&c.latest), today);
         assert_eq!(bounds(&c, "2024-05-17T21:59:59Z"), today);
         assert_eq!(pack(0, u64::MAX), None);
         assert_eq!(pack(5, 1_000_000), None);
+    }
+
+    #[test]
+    fn the_cache_keeps_the_current_period_beside_the_next() {
+        // A quota asks for today and, for its key's expiry, for tomorrow: both stay cached.
+        let c = cal(Period::Day, "Europe/Berlin");
+        let cached = |entry: &AtomicU64| {
+            let (start, end) = unpack(entry.load(Ordering::Relaxed));
+            (Timestamp::from_micros(start), Timestamp::from_micros(end))
+        };
+        let today = bounds(&c, "2024-05-17T12:00:00Z");
+        let tomorrow = c.bounds(today.1);
+        assert_eq!((cached(&c.latest), cached(&c.earlier)), (tomorrow, today));
+        bounds(&c, "2024-05-10T12:00:00Z"); // an older period evicts neither
+        assert_eq!((cached(&c.latest), cached(&c.earlier)), (tomorrow, today));
+        // The day after tomorrow displaces today; tomorrow becomes the earlier.
+        let after = c.bounds(tomorrow.1);
+        assert_eq!((cached(&c.latest), cached(&c.earlier)), (after, tomorrow));
+        assert_eq!(c.clone().bounds(tomorrow.0), tomorrow);
     }
 
     const ZONES: [&str; 10] = [

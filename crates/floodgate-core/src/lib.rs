@@ -35,8 +35,8 @@ mod rate;
 mod time;
 
 pub use algorithm::{
-    Algorithm, Budget, Concurrency, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota, SlidingLog,
-    SlidingState, SlidingWindow, TokenBucket, WindowState,
+    Algorithm, Budget, Concurrency, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota, QuotaState,
+    SlidingLog, SlidingState, SlidingWindow, TokenBucket, WindowState,
 };
 pub use calendar::Calendar;
 pub use decision::{CostError, Decision, ceil_secs_at_least_one, validate_cost};

@@ -46,7 +46,9 @@
 //!   bounds — one extra round trip around a period boundary when the clocks differ, never a wrong
 //!   count. [`RedisStore::with_clock`] replaces `TIME` by a test clock for deterministic tests.
 //! - **Compact state, always expiring.** One key per limit: a token bucket or GCRA is one number
-//!   (its theoretical arrival time); a fixed window or quota 16 bytes (window start, count); a
+//!   (its theoretical arrival time); a fixed window 16 bytes (window start, count); a quota 32
+//!   bytes (period start, count, period end, the previous period's count: a peek reads the last
+//!   period's count, and 16-byte values of earlier releases still read, with none); a
 //!   sliding window 24 bytes (start, previous count, current count); a sliding log a sorted set of
 //!   admissions; a concurrency limit a sorted set of leases by expiry. Every write leaves the key with
 //!   an expiry no earlier than the moment its state is back to fresh (buckets round it up to whole

@@ -189,11 +189,16 @@ pub(crate) fn invocation<'a>(
         };
         if mode.gives_back() {
             let (at, lease) = op.grant.unwrap_or_default();
-            let extra = match op.limit {
-                Limit::Quota(q) => q.calendar().bounds(at).0.as_micros(),
-                _ => lease,
+            // A quota's grant by the bounds of its period (the script has no calendar): the end
+            // in place of the time, the start in place of the lease id.
+            let (at, extra) = match op.limit {
+                Limit::Quota(q) => {
+                    let (start, end) = q.calendar().bounds(at);
+                    (end.as_micros().min(LUA_EXACT), start.as_micros())
+                }
+                _ => (at.as_micros(), lease),
             };
-            inv.arg(at.as_micros()).arg(extra);
+            inv.arg(at).arg(extra);
         }
     }
     for key in boxes {
@@ -306,7 +311,8 @@ pub(crate) enum Reply {
 }
 
 /// One op's numbers in a reply: allowed, remaining, reset_after µs, retry_after µs, lease id — or
-/// [`NOTHING_TAKEN`] in place of the lease id.
+/// [`NOTHING_TAKEN`] in place of the lease id, or, for a quota in a peek, the previous period's
+/// count in its place.
 pub(crate) type Row = [i64; 5];
 
 /// The lease id of a row whose op consumed nothing in a mode that always consumes (a report on a

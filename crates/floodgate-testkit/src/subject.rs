@@ -200,6 +200,11 @@ impl<S: Store> StoreUnderTest<S> {
             if let Some(g) = r.grant {
                 assert_eq!((g.at, g.cost), (now, op.cost), "{name}: a grant records when and what it took");
             }
+            assert_eq!(
+                r.previous.is_some(),
+                mode == Mode::Peek && matches!(op.limit, Limit::Quota(_)),
+                "{name}: the previous period's count comes exactly with a quota's peek"
+            );
             match mode {
                 Mode::Peek => assert_eq!(r.grant, None, "{name}: a peek grants nothing"),
                 Mode::Report => {

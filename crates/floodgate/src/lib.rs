@@ -92,5 +92,5 @@ pub use reservation::{
 pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Rule, RuleError};
 pub use stated::{Statable, Stated, StatedError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};
-pub use usage::{Usage, UsageError};
+pub use usage::{Previous, Usage, UsageError};
 pub use verdict::{LimitOutcome, Outcome, Verdict};

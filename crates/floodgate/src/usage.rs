@@ -26,8 +26,23 @@ pub struct Usage {
     pub period: Option<(Timestamp, Timestamp)>,
     /// Until the counter is fully replenished, with no further traffic.
     pub reset_after: Duration,
+    /// For a quota: what the key counted in the calendar period before the current one. `None`
+    /// for the other algorithms, which keep no past (and for a store that does not keep it).
+    pub previous: Option<Previous>,
     /// The store's time of the reading.
     pub at: Timestamp,
+}
+
+/// What a quota's key counted in the calendar period before the current one: a tenant's spend last
+/// month. Periods before that one are not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Previous {
+    /// The count, exactly as kept (a sharded rule's shards summed): unlike [`Usage::used`], not
+    /// capped at the limit, so a count reported past the limit shows whole. 0 when the key counted
+    /// nothing then.
+    pub used: u64,
+    /// The period, `[start, end)`: `end` is the current period's start.
+    pub period: (Timestamp, Timestamp),
 }
 
 /// Why usage could not be read.
@@ -149,12 +164,21 @@ impl Policy {
         let capacity = limit.capacity();
         let remaining = remaining.min(capacity);
         let at = applied.at;
+        let previous = match limit {
+            Limit::Quota(q) => applied
+                .results
+                .iter()
+                .try_fold(0u64, |sum, r| Some(sum.saturating_add(r.previous?)))
+                .map(|used| Previous { used, period: q.previous_period(at) }),
+            _ => None,
+        };
         Ok(Usage {
             limit: capacity,
             used: capacity - remaining,
             remaining,
             period: period(limit, at),
             reset_after,
+            previous,
             at,
         })
     }

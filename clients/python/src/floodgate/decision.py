@@ -113,6 +113,18 @@ class Settled:
 
 
 @dataclass(frozen=True, slots=True)
+class PreviousPeriod:
+    """What a quota's key counted in the calendar period before the current one."""
+
+    used: int
+    """The count, exactly as kept (not capped at the limit)."""
+    period_start: float
+    """Start of that period, Unix seconds."""
+    period_end: float
+    """Its end (exclusive): the current period's start."""
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     """One rule's counter for a key, now (``GET /v1/usage``), consuming nothing."""
 
@@ -126,6 +138,9 @@ class Usage:
     period_end: float | None
     reset_after: float
     """Seconds until the counter is fully replenished with no further traffic."""
+    previous: PreviousPeriod | None = None
+    """For a quota: what the key counted in the calendar period before the current one; ``None``
+    for the other algorithms."""
 
 
 @dataclass(frozen=True, slots=True)

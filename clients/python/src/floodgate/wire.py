@@ -12,13 +12,14 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeGuard, cast
+from typing import Any, Literal, TypeGuard, cast
 
 from floodgate.decision import (
     DENYING_OUTCOMES,
     UNENFORCED_OUTCOMES,
     Decision,
     Limit,
+    PreviousPeriod,
     Settled,
     SimulatedDecision,
     Simulation,
@@ -198,11 +199,13 @@ def usage(status: int, headers: Mapping[str, str], content: bytes) -> Usage:
         rule = data.get("rule")
         numbers = [data.get(k) for k in ("limit", "used", "remaining", "reset_after_ms")]
         start, end = data.get("period_start"), data.get("period_end")
+        previous = _previous(data.get("previous"))
         if (
             isinstance(rule, str)
             and all(_is_int(n) for n in numbers)
             and (start is None or _is_int(start))
             and (end is None or _is_int(end))
+            and previous is not False
         ):
             limit, used, remaining, reset = cast(list[int], numbers)
             return Usage(
@@ -213,8 +216,22 @@ def usage(status: int, headers: Mapping[str, str], content: bytes) -> Usage:
                 period_start=_seconds(start),
                 period_end=_seconds(end),
                 reset_after=reset / 1000,
+                previous=previous,
             )
     raise failed("usage", status, content, headers)
+
+
+def _previous(value: object) -> PreviousPeriod | Literal[False] | None:
+    """A usage's ``previous`` (absent or null: ``None``), or ``False`` when it is malformed."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        data = cast(dict[str, Any], value)
+        numbers = [data.get(k) for k in ("used", "period_start", "period_end")]
+        if all(_is_int(n) for n in numbers):
+            used, start, end = cast(list[int], numbers)
+            return PreviousPeriod(used=used, period_start=start / 1000, period_end=end / 1000)
+    return False
 
 
 def simulation(status: int, headers: Mapping[str, str], content: bytes) -> Simulation:

@@ -278,6 +278,11 @@ function units(dimension) {
   return (n) => "$" + (n / 1e6).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 6 });
 }
 
+// An instant (ms since the epoch) as its UTC date and time to the minute, "2026-01-31 23:00".
+function day(ms) {
+  return new Date(ms).toISOString().slice(0, 16).replace("T", " ");
+}
+
 // A wait in ms as it reads best: "750 ms", "42 s", "3 h 20 min", "25 d 4 h" (two units at most).
 function span(ms) {
   if (ms < 1000) return ms + " ms";
@@ -294,8 +299,11 @@ async function inspect(event) {
   const out = $("#key-result"), reply = await api("GET", keyQuery());
   if (!reply.ok) { out.className = "result error"; out.textContent = reply.json?.detail || reply.text; return; }
   const k = reply.json, amount = units(k.dimension);
+  const rows = [["counts", k.dimension], ["limit", amount(k.limit)], ["used", amount(k.used)], ["remaining", amount(k.remaining)], ["reset after", span(k.reset_after_ms)], ["a request of 1 now", k.allowed ? "passes" : `refused, retry after ${k.retry_after_ms} ms`], ["outcome", k.outcome]];
+  // A quota keeps the period before the current one: what the key counted then (UTC dates).
+  if (k.previous) rows.push(["previous period", `${amount(k.previous.used)} (${day(k.previous.period_start)} to ${day(k.previous.period_end)})`]);
   out.className = "result";
-  out.replaceChildren(el("table", {}, ...[["counts", k.dimension], ["limit", amount(k.limit)], ["used", amount(k.used)], ["remaining", amount(k.remaining)], ["reset after", span(k.reset_after_ms)], ["a request of 1 now", k.allowed ? "passes" : `refused, retry after ${k.retry_after_ms} ms`], ["outcome", k.outcome]]
+  out.replaceChildren(el("table", {}, ...rows
     .map(([a, b]) => el("tr", {}, el("td", { class: "muted", textContent: a }), el("td", { textContent: String(b) })))));
 }
 

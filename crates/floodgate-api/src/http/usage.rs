@@ -87,10 +87,36 @@ pub(super) struct UsageBody {
     period_end: Option<u64>,
     /// Until the counter is fully replenished with no further traffic, ms (rounded up).
     reset_after_ms: u64,
+    /// For a quota: what the key counted in the calendar period before the current one (last
+    /// month's spend, for a monthly `usd_micros` quota). Periods before that one are not kept.
+    /// `null` for the other algorithms, which keep no past.
+    previous: Option<PreviousPeriod>,
 }
 
-/// What one rule's counter holds for a key: limit, used, remaining and the period, from the store,
-/// consuming nothing.
+/// What a quota's key counted in the calendar period before the current one.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PreviousPeriod {
+    /// The count, exactly as kept (a sharded rule's shards summed): unlike the current `used`, not
+    /// capped at the limit. 0 when the key counted nothing then.
+    used: u64,
+    /// Start of that period, ms since the Unix epoch.
+    period_start: u64,
+    /// Its end (exclusive): the current period's start.
+    period_end: u64,
+}
+
+impl From<floodgate::Previous> for PreviousPeriod {
+    fn from(p: floodgate::Previous) -> Self {
+        PreviousPeriod {
+            used: p.used,
+            period_start: p.period.0.as_micros() / 1000,
+            period_end: p.period.1.as_micros() / 1000,
+        }
+    }
+}
+
+/// What one rule's counter holds for a key: limit, used, remaining and the period — and for a quota,
+/// the previous period's count — from the store, consuming nothing.
 #[utoipa::path(
     get,
     path = "/v1/usage",
@@ -144,6 +170,7 @@ pub(super) async fn usage(
                 period_start: u.period.map(|(s, _)| s.as_micros() / 1000),
                 period_end: u.period.map(|(_, e)| e.as_micros() / 1000),
                 reset_after_ms: ceil_ms(u.reset_after),
+                previous: u.previous.map(PreviousPeriod::from),
             },
         ),
         Err(UsageError::UnknownRule(_)) => problem(Problem::new(

@@ -50,6 +50,7 @@ async fn costs_count_each_dimension_in_its_own_rule_and_usage_reads_them() {
     let usage = floodgate.usage("tenant-tokens", &tenant("c")).await.unwrap();
     assert_eq!((usage.limit, usage.used, usage.remaining), (10_000, 1500, 8500));
     assert_eq!(usage.period_end.unwrap() - usage.period_start.unwrap(), 3_600_000);
+    assert_eq!(usage.previous, None, "a window keeps no previous period");
     assert!(matches!(
         floodgate.check(&tenant("c").cost(1).costs("tokens", 1)).await,
         Err(Error::InvalidRequest(m)) if m.contains("not both")

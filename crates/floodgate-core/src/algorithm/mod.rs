@@ -11,7 +11,7 @@
 //! | [`TokenBucket`] | theoretical arrival time | 8 bytes | none beyond `burst` |
 //! | [`Gcra`] | theoretical arrival time | 8 bytes | none beyond `burst` |
 //! | [`Concurrency`] | live leases | O(limit) | none |
-//! | [`Quota`] | period start + count | 16 bytes | none within a calendar period |
+//! | [`Quota`] | period start + count + the previous period's count | 24 bytes | none within a calendar period |
 //! | [`Budget`] | first use + count | 16 bytes | none: never refills until `ttl` after the first use |
 
 mod bucket;
@@ -26,7 +26,7 @@ pub use bucket::{Gcra, TokenBucket};
 pub use budget::Budget;
 pub use concurrency::{Concurrency, LeaseState};
 pub use fixed_window::{FixedWindow, WindowState};
-pub use quota::Quota;
+pub use quota::{Quota, QuotaState};
 pub use sliding_log::{LogState, SlidingLog};
 pub use sliding_window::{SlidingState, SlidingWindow};
 

@@ -41,9 +41,10 @@ for i = 1, n do
   else
     local f = algo(ARGV[base + 1])
     local cost = tonumber(ARGV[base + 2])
-    local ok, rem, reset, retry = f('d', i, KEYS[i], cost, tonumber(ARGV[base + 4]),
+    -- `prev`: a quota's previous period's count, in the peek modes (nil otherwise).
+    local ok, rem, reset, retry, prev = f('d', i, KEYS[i], cost, tonumber(ARGV[base + 4]),
       tonumber(ARGV[base + 5]), tonumber(ARGV[base + 6]))
-    out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, rem, reset, retry, 0
+    out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, rem, reset, retry, prev or 0
   end
   if out[o] == 0 and ARGV[base + 3] == '1' then admitted = false end
 end

@@ -33,8 +33,8 @@
 --           now + block, expiring then; 'p' and 'd' write nothing. Either way the op answers
 --           {0, 0, block, block, 0}. A box that has ended reads as none, and the key as fresh: its
 --           count was deleted when the box began.
---   (modes 'u' and 'U' only) at, extra: the grant's time; for 'c' the lease id, for 'q' the start
---           of the period the grant was taken in
+--   (modes 'u' and 'U' only) at, extra: the grant's time, and for 'c' the lease id; for 'q' the
+--           end and the start of the period the grant was taken in (the script has no calendar)
 -- then, optionally, one last argument (ARGV[4 + stride × n]):
 --   not_after  µs since the Unix epoch: the latest `now` at which the caller may still be waiting for
 --           the answer (its deadline plus a margin, on its estimate of Redis's clock). Past it, the
@@ -49,7 +49,8 @@
 --
 -- Returns {now, then per op: allowed (1/0), remaining, reset_after µs, retry_after µs (0 when
 -- allowed), lease id (0 unless a concurrency permit was granted; -1 when the op took nothing in a mode
--- that always takes, see `block`)} — or {-1, now} when a quota op's period bounds do not contain now
+-- that always takes, see `block`; in the peek modes 'p' and 'd', for a 'q' op, what its key counted in
+-- the calendar period before the current one, see window.lua, and 0 for a key in its penalty box)} — or {-1, now} when a quota op's period bounds do not contain now
 -- (the caller recomputes them for that now and calls again; nothing was written) — or {-2, now} when
 -- now is past not_after (stale: nothing was written, the caller answers as at its deadline) — or
 -- {-3, now} when a change made at most once was made before.

@@ -312,7 +312,8 @@ impl RedisStore {
         out: &mut Applied,
     ) {
         let pairs: SmallVec<[(&Group, &Answer); 2]> = groups.iter().zip(answers.iter()).collect();
-        fill(out, ops, Mode::Peek, false, &pairs);
+        // A check, not admitted: nothing granted (and no peek's previous counts).
+        fill(out, ops, Mode::Check, false, &pairs);
         if !took.contains(&true) {
             return;
         }

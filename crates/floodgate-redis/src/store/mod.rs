@@ -670,7 +670,10 @@ fn fill(out: &mut Applied, ops: &[Op<'_>], mode: Mode, admitted: bool, answers: 
                 Mode::Peek => false,
             };
             let grant = granted.then(|| Grant { at: answer.now, cost: op.cost, lease: micros(row[4]) });
-            results[i] = Some(OpResult { decision, grant });
+            // A peek of a quota answers its previous period's count where a lease id would be.
+            let previous =
+                (mode == Mode::Peek && matches!(op.limit, Limit::Quota(_))).then(|| micros(row[4]));
+            results[i] = Some(OpResult { decision, grant, previous });
         }
     }
     out.results.extend(results.into_iter().flatten());

@@ -80,3 +80,45 @@ async fn on_a_cluster_tenants_renew_at_their_own_midnight() {
     tenants_renew_at_their_own_midnight(cluster_store().await.with_clock(clock.clone()), clock, "cluster")
         .await;
 }
+
+/// A quota's value as a release that kept no previous count wrote it, 16 bytes ('<dd': period
+/// start, count as doubles), still counts: a peek reads its count and a previous count of 0, and the
+/// next write keeps the count in the new 32-byte shape, with the previous period's count from then on.
+#[tokio::test]
+async fn a_quota_value_without_a_previous_count_still_reads() {
+    use floodgate::store::{Applied, Mode};
+    use floodgate_testkit::TestKey;
+    use floodgate_testkit::redis::RedisServer;
+
+    let clock = ManualClock::new(NOON);
+    let store = node_store().await.with_clock(clock.clone());
+    let limit: floodgate::Limit =
+        Quota::new(NonZeroU64::new(10).expect("not zero"), Calendar::utc(Period::Day)).into();
+    let key = TestKey::new(&format!("old-quota-{}", std::process::id()), "k");
+    let redis_key = String::from_utf8(store.redis_key(key.bytes(), &limit)).expect("an ASCII key");
+    let midnight = Timestamp::from_secs(1_715_904_000); // 2024-05-17T00:00:00Z
+    // Written as that release's script wrote it.
+    let old = "return redis.call('SET', KEYS[1], struct.pack('<dd', tonumber(ARGV[1]), 4), 'PX', 600000)";
+    RedisServer::shared().cli(&["EVAL", old, "1", &redis_key, &midnight.as_micros().to_string()]);
+    assert_eq!(RedisServer::shared().cli(&["STRLEN", &redis_key]), "16");
+
+    let apply = async |mode: Mode, cost: u64| {
+        let mut out = Applied::default();
+        store.apply(&[key.op(&limit, cost)], mode, &mut out).await.expect("the store answers");
+        out.results[0]
+    };
+    let peeked = apply(Mode::Peek, 1).await;
+    assert_eq!(
+        (peeked.decision.remaining, peeked.previous),
+        (5, Some(0)),
+        "4 counted today, none kept before"
+    );
+    assert!(apply(Mode::Check, 2).await.decision.allowed);
+    assert_eq!(RedisServer::shared().cli(&["STRLEN", &redis_key]), "32", "rewritten in the new shape");
+    let peeked = apply(Mode::Peek, 1).await;
+    assert_eq!((peeked.decision.remaining, peeked.previous), (3, Some(0)));
+    let pttl: i64 = RedisServer::shared().cli(&["PTTL", &redis_key]).parse().expect("a number");
+    assert!(pttl > 600_000, "the longer expiry of the new shape: {pttl}ms");
+    clock.set(Timestamp::from_secs(1_715_990_400)); // the next day
+    assert_eq!(apply(Mode::Peek, 1).await.previous, Some(6), "yesterday's count, from the rewritten value");
+}

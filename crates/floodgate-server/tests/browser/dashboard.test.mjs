@@ -4,7 +4,8 @@
 // Checks: the live chart shows decisions/s; a flooding key appears in the top offenders; rollback
 // after an applied configuration changes the version; the playground's burst shows the refused
 // count of both algorithms (token bucket 8 @ 2/s: 2 of 10; sliding window 5 / 5 s: 5 of 10); the
-// boundary preset shows the fixed window's 2x burst; the key inspector shows a tenant's spend in dollars. Saves a screenshot of each panel under
+// boundary preset shows the fixed window's 2x burst; the key inspector shows a tenant's spend in dollars, and, on a
+// second server whose clock the test moves (--manual-clock), last month's spend beside this month's. Saves a screenshot of each panel under
 // target/dashboard-screenshots/. Exits non-zero on any failure.
 //
 //   FLOODGATE_BIN=target/debug/floodgate node dashboard.test.mjs
@@ -53,12 +54,12 @@ const work = mkdtempSync(join(tmpdir(), "floodgate-dashboard-"));
 const configPath = join(work, "floodgate.yaml");
 writeFileSync(configPath, CONFIG);
 
-let server, browser, traffic;
+let server, lastMonth, browser, traffic;
 const fail = (message) => { throw new Error(message); };
 
-function start() {
+function start(extra = []) {
   return new Promise((resolveStart, reject) => {
-    const child = spawn(binary, ["serve", "--config", configPath, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--no-watch", "--log-format", "json"], { stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(binary, ["serve", "--config", configPath, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--no-watch", "--log-format", "json", ...extra], { stdio: ["ignore", "ignore", "pipe"] });
     let buffer = "";
     const timer = setTimeout(() => reject(new Error("the server did not say where it listens within 20 s")), 20000);
     child.stderr.on("data", (chunk) => {
@@ -207,7 +208,39 @@ async function main() {
   await page.screenshot({ path: join(shots, "page.png"), fullPage: true });
 
   if (problems.length) fail(problems.join("\n"));
+  await previousPeriod();
   console.log("dashboard browser test: ok");
+}
+
+// Last month's spend: a second server on a manual clock (2026-01-20T12:00Z), $12.34 spent in January,
+// the clock moved to 1 February and $1.50 spent: the key inspector shows both, in dollars.
+async function previousPeriod() {
+  const january20 = 1768910400000, february = 1769904000000;
+  const second = await start(["--manual-clock", String(january20)]);
+  lastMonth = second.child;
+  const spend = async (usdMicros) => {
+    const r = await fetch(second.base + "/v1/check", { method: "POST", body: JSON.stringify({ descriptors: { tenant: "acme" }, costs: { usd_micros: usdMicros } }) });
+    if (r.status !== 200) fail(`spending: ${r.status} ${await r.text()}`);
+  };
+  await spend(12340000);
+  const moved = await post(second.base, "/admin/clock", JSON.stringify({ set_ms: february }));
+  if (moved.status !== 200) fail(`moving the clock: ${JSON.stringify(moved)}`);
+  await spend(1500000);
+  const page = await browser.newPage();
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("console", (m) => { if (m.type() === "error") problems.push(`console error: ${m.text()}`); });
+  await page.goto(second.base + "/dashboard");
+  await page.selectOption("#key-rule", "tenant-spend");
+  await page.fill("#key-descriptors", "tenant=acme");
+  await page.click('#key-form button[type="submit"]');
+  await page.locator("#key-result", { hasText: "previous period" }).waitFor({ timeout: 10000 }).catch(async () => fail(`previous period: ${await page.locator("#key-result").textContent()}`));
+  const shown = await page.locator("#key-result").textContent();
+  console.log(`key inspector, last month: ${shown}`);
+  if (!shown.includes("used$1.50") || !shown.includes("previous period$12.34 (2026-01-01 00:00 to 2026-02-01 00:00)")) fail(`last month's spend: ${shown}`);
+  await shoot(page, "#panel-keys", "keys-previous-period");
+  if (problems.length) fail(problems.join("\n"));
+  await page.close();
 }
 
 try {
@@ -219,5 +252,6 @@ try {
   if (traffic) traffic();
   if (browser) await browser.close().catch(() => {});
   if (server) server.kill("SIGTERM");
+  if (lastMonth) lastMonth.kill("SIGTERM");
   rmSync(work, { recursive: true, force: true });
 }

@@ -91,6 +91,50 @@ async fn a_call_is_charged_its_spend_per_tenant_and_per_model() {
 }
 
 #[tokio::test]
+async fn last_months_spend_per_model_is_read_beside_this_months() {
+    // 2026-01-20T12:00:00Z, and midnight UTC on 1 January and 1 February 2026, ms.
+    const JANUARY_20: u64 = 1_768_910_400_000;
+    const JANUARY: u64 = 1_767_225_600_000;
+    const FEBRUARY: u64 = 1_769_904_000_000;
+    let fake = upstream(16).await;
+    let monthly = config(&fake.url(), 1_000_000, "").replace(
+        "algorithm: fixed_window\n    limit: 1000000000\n    window: 1h",
+        "algorithm: quota\n    limit: 1000000000\n    period: month",
+    );
+    assert!(monthly.contains("period: month"), "the spend per model is a monthly quota");
+    let gw = Floodgate::serve_with(&monthly, &[], &["--manual-clock", &JANUARY_20.to_string()]);
+    let usage = async || {
+        let path = "/v1/usage?rule=tenant-model-spend&tenant=t1&model=gpt-4o-mini";
+        let reply = gw.send(gw.http, http::Method::GET, path, &[], String::new()).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()
+    };
+    let mut body = chat("gpt-4o-mini", "What does a river cost?");
+    body["max_tokens"] = json!(100);
+    let p = prompt_of("/v1/chat/completions", &body);
+    let spent = (micros(p, 0.15) + micros(16, 0.60)).ceil() as u64;
+    assert_eq!(gw.post("/v1/chat/completions", "t1", &[], &body).await.status, 200);
+    gw.used_becomes("tenant-spend", "t1", spent).await;
+    assert_eq!(usage().await["previous"]["used"], 0, "nothing spent in December");
+
+    // February: January's spend is last month's, beside February's.
+    let moved = gw
+        .send(gw.http, http::Method::POST, "/admin/clock", &[], format!(r#"{{"set_ms": {FEBRUARY}}}"#))
+        .await;
+    assert_eq!(moved.status, 200, "{}", moved.body);
+    assert_eq!(gw.post("/v1/chat/completions", "t1", &[], &body).await.status, 200);
+    // The hourly spend rule's window is new too: it reads this call's spend once committed.
+    gw.used_becomes("tenant-spend", "t1", spent).await;
+    let february = usage().await;
+    assert_eq!(february["used"], spent, "{february}");
+    assert_eq!(
+        february["previous"],
+        json!({"used": spent, "period_start": JANUARY, "period_end": FEBRUARY}),
+        "{february}"
+    );
+}
+
+#[tokio::test]
 async fn a_model_without_a_price_is_refused_when_calls_are_priced() {
     let fake = upstream(16).await;
     let gw = Floodgate::serve(&config(&fake.url(), 1_000_000, ""));

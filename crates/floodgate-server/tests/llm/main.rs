@@ -119,6 +119,12 @@ impl Floodgate {
 
     /// Serves `yaml` with the environment variables `env`.
     pub(crate) fn serve_env(yaml: &str, env: &[(&str, &str)]) -> Floodgate {
+        Floodgate::serve_with(yaml, env, &[])
+    }
+
+    /// Serves `yaml` with the environment variables `env` and the extra arguments `args` (such as
+    /// `--manual-clock <ms>`).
+    pub(crate) fn serve_with(yaml: &str, env: &[(&str, &str)], args: &[&str]) -> Floodgate {
         let dir = std::env::temp_dir().join(format!("floodgate-llm-{}", fastrand::u64(..)));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("floodgate.yaml");
@@ -127,6 +133,7 @@ impl Floodgate {
             .arg("serve")
             .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--gateway", "127.0.0.1:0", "--config"])
             .arg(&config)
+            .args(args)
             .env("RUST_LOG", "info")
             .env_remove("FLOODGATE_ADMIN_TOKEN")
             .envs(env.iter().copied())

@@ -1,6 +1,9 @@
-//! `GET /v1/usage`: a rule's counter for a key — limit, used, remaining, the period — read from the
-//! store without consuming, on memory and on a real `redis-server`.
+//! `GET /v1/usage`: a rule's counter for a key — limit, used, remaining, the period, and a quota's
+//! previous period — read from the store without consuming, on memory and on a real
+//! `redis-server`; the previous period across month ends on a manual clock.
 
+use floodgate_app::ServeOptions;
+use floodgate_core::Timestamp;
 use serde_json::json;
 
 use crate::support::{TestServer, parse};
@@ -57,6 +60,11 @@ async fn usage_reads_the_counters_without_consuming(server: &TestServer) {
     );
     let span = monthly["period_end"].as_u64().unwrap() - monthly["period_start"].as_u64().unwrap();
     assert!((28 * 86_400_000..=31 * 86_400_000).contains(&span), "a calendar month: {monthly}");
+    let previous = &monthly["previous"];
+    assert_eq!(previous["used"], 0, "nothing counted last month: {monthly}");
+    assert_eq!(previous["period_end"], monthly["period_start"], "last month ends where this one starts");
+    let span = previous["period_end"].as_u64().unwrap() - previous["period_start"].as_u64().unwrap();
+    assert!((28 * 86_400_000..=31 * 86_400_000).contains(&span), "last calendar month: {monthly}");
     let pro = server.get("/v1/usage?rule=monthly&tenant=t1&plan=pro").await.json();
     assert_eq!(
         (pro["limit"].as_u64(), pro["used"].as_u64()),
@@ -67,6 +75,7 @@ async fn usage_reads_the_counters_without_consuming(server: &TestServer) {
     let bucket = server.get("/v1/usage?rule=per-user&user=u1").await.json();
     assert_eq!((bucket["used"].as_u64(), bucket["remaining"].as_u64()), (Some(3), Some(7)), "{bucket}");
     assert!(bucket["period_start"].is_null() && bucket["period_end"].is_null());
+    assert!(bucket["previous"].is_null(), "a bucket keeps no past: {bucket}");
 
     let untouched = server.get("/v1/usage?rule=tokens-per-hour&tenant=t2").await.json();
     assert_eq!((untouched["used"].as_u64(), untouched["remaining"].as_u64()), (Some(0), Some(1000)));
@@ -85,6 +94,83 @@ async fn usage_on_redis() {
     let store = format!("{{ kind: redis, url: \"{}\", deadline: 1s }}", redis.url());
     let server = TestServer::start(parse(&config(&store))).await;
     usage_reads_the_counters_without_consuming(&server).await;
+    server.stop().await;
+}
+
+/// 2026-01-20T12:00:00Z.
+const JANUARY_20: u64 = 1_768_910_400_000;
+/// Midnight UTC on 1 February 2026, 1 March 2026 and 1 April 2026, ms.
+const FEBRUARY: u64 = 1_769_904_000_000;
+const MARCH: u64 = 1_772_323_200_000;
+const APRIL: u64 = 1_775_001_600_000;
+
+#[tokio::test]
+async fn usage_and_the_key_inspector_read_last_months_spend() {
+    let config = "store: { kind: memory }
+descriptors: [model]
+rules:
+  - name: spend
+    key: [tenant, model]
+    algorithm: quota
+    period: month
+    limit: 50000000
+    cost: usd_micros
+";
+    let options = ServeOptions::default().manual_clock(Timestamp::from_millis(JANUARY_20));
+    let server = TestServer::with_options(parse(config), options).await;
+    let spend = |usd_micros: u64| {
+        json!({"descriptors": {"tenant": "t1", "model": "gpt-4o-mini"}, "costs": {"usd_micros": usd_micros}})
+            .to_string()
+    };
+    let usage = async || server.get("/v1/usage?rule=spend&tenant=t1&model=gpt-4o-mini").await.json();
+    let inspected = async || {
+        let reply = server.get("/admin/keys?rule=spend&tenant=t1&model=gpt-4o-mini").await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()
+    };
+    for cost in [12_000_000, 340_000] {
+        assert_eq!(server.post("/v1/check", spend(cost)).await.status, 200);
+    }
+    let january = usage().await;
+    assert_eq!(january["used"], 12_340_000, "{january}");
+    assert_eq!(january["previous"]["used"], 0, "{january}");
+
+    // February, before the tenant spends: January's spend, with January's bounds.
+    server.post("/admin/clock", format!(r#"{{"set_ms": {FEBRUARY}}}"#)).await;
+    let february = usage().await;
+    assert_eq!((february["used"].as_u64(), february["period_start"].as_u64()), (Some(0), Some(FEBRUARY)));
+    assert_eq!(
+        february["previous"],
+        json!({"used": 12_340_000, "period_start": 1_767_225_600_000u64, "period_end": FEBRUARY}),
+        "{february}"
+    );
+    assert_eq!(inspected().await["previous"]["used"], 12_340_000);
+    // Spent in February: January's stays the previous period's.
+    assert_eq!(server.post("/v1/check", spend(1_500_000)).await.status, 200);
+    let february = usage().await;
+    assert_eq!(
+        (february["used"].as_u64(), february["previous"]["used"].as_u64()),
+        (Some(1_500_000), Some(12_340_000))
+    );
+    let key = inspected().await;
+    assert_eq!(
+        (key["used"].as_u64(), key["previous"]["used"].as_u64()),
+        (Some(1_500_000), Some(12_340_000)),
+        "{key}"
+    );
+    assert_eq!(key["dimension"], "usd_micros");
+
+    // March: February's 28 days. April, after a March without spend: nothing is kept.
+    server.post("/admin/clock", format!(r#"{{"set_ms": {MARCH}}}"#)).await;
+    let march = usage().await;
+    assert_eq!(
+        march["previous"],
+        json!({"used": 1_500_000, "period_start": FEBRUARY, "period_end": MARCH}),
+        "{march}"
+    );
+    server.post("/admin/clock", format!(r#"{{"set_ms": {APRIL}}}"#)).await;
+    assert_eq!(usage().await["previous"]["used"], 0);
+    assert_eq!(inspected().await["previous"]["used"], 0);
     server.stop().await;
 }
 

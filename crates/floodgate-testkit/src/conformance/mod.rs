@@ -21,6 +21,7 @@
 //! | [`only_the_limits_that_deny_go_in_the_box`] | all-or-nothing with boxes; shadow limits never box |
 //! | [`a_peek_tells_of_the_box_without_closing_it`] | a peek says a check would box, and writes nothing |
 //! | [`stated_limits_count_per_statement`] | caller-stated limits through the engine: a counter per statement, bounds, a stated block |
+//! | [`a_quota_keeps_the_previous_period`] | a peek reads what a quota's key counted in the period before the current one, exactly |
 //!
 //! Every call also checks the answer's shape (see [`StoreUnderTest::apply`]): the store's time is
 //! the clock's, one result per op, `retry_after` exactly on denials, grants exactly for what was
@@ -34,6 +35,7 @@ mod consume;
 mod give_back;
 mod keys;
 mod penalty;
+mod previous;
 mod stated;
 mod time;
 
@@ -51,6 +53,7 @@ pub use penalty::{
     a_peek_tells_of_the_box_without_closing_it, only_the_limits_that_deny_go_in_the_box,
     penalty_box_refuses_for_exactly_block_for_then_forgets,
 };
+pub use previous::a_quota_keeps_the_previous_period;
 pub use stated::stated_limits_count_per_statement;
 pub use time::{
     every_algorithm_retry_after_is_exact_through_the_store, reset_after_is_when_the_limit_is_full_again,
@@ -94,6 +97,7 @@ macro_rules! conformance_tests {
             only_the_limits_that_deny_go_in_the_box
             a_peek_tells_of_the_box_without_closing_it
             stated_limits_count_per_statement
+            a_quota_keeps_the_previous_period
         );
     };
     (@run ($make:expr) $($behaviour:ident)*) => {

@@ -277,7 +277,7 @@ impl<S, C: Clock> Fallback<S, C> {
                 _ => {
                     let capacity =
                         too_costly.iter().find(|(j, _)| *j == i).map_or(op.limit.capacity(), |c| c.1);
-                    OpResult { decision: never(capacity), grant: None }
+                    OpResult { decision: never(capacity), grant: None, previous: None }
                 }
             };
             out.results.push(result);

@@ -85,6 +85,10 @@ pub struct OpResult {
     pub decision: Decision,
     /// What was consumed, if anything.
     pub grant: Option<Grant>,
+    /// For a quota in [`Mode::Peek`]: what the key counted in the calendar period before the
+    /// current one ([`Quota::previous`](floodgate_core::Quota::previous)), 0 when that is not
+    /// kept. `None` for every other algorithm and mode: a check or a report never reads it.
+    pub previous: Option<u64>,
 }
 
 /// The results of [`Store::apply`], in the order of the ops. Callers keep one and reuse it.

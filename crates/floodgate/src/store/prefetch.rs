@@ -470,8 +470,9 @@ impl<S, C: Clock> Prefetch<S, C> {
                 Local::Spent { taken, decision, .. } => OpResult {
                     decision,
                     grant: admitted.then_some(Grant { at: taken, cost: op.cost, lease: 0 }),
+                    previous: None,
                 },
-                Local::Denied(decision) => OpResult { decision, grant: None },
+                Local::Denied(decision) => OpResult { decision, grant: None, previous: None },
                 Local::Store { .. } => unreachable!("finish_locally is called when every op is local"),
             });
         }
@@ -620,11 +621,14 @@ impl<S: Store, C: Clock> Prefetch<S, C> {
                 Local::Spent { taken, decision, .. } => OpResult {
                     decision,
                     grant: admitted.then_some(Grant { at: taken, cost: op.cost, lease: 0 }),
+                    previous: None,
                 },
-                Local::Denied(decision) => OpResult { decision, grant: None },
+                Local::Denied(decision) => OpResult { decision, grant: None, previous: None },
                 Local::Store { ask } => {
                     let mut result = *answers.next().expect("the store answers every op it is asked");
                     self.record(op, ask, &mut result, applied.at, now, admitted);
+                    // Asked as a peek when denied locally, answered for a check.
+                    result.previous = None;
                     result
                 }
             };

@@ -33,8 +33,9 @@ fn sweep_removes_keys_once_their_state_expires_and_not_before() {
     assert_eq!(t.store().sweep(), 0, "nothing has expired yet");
 
     // Taken at START (a UTC midnight): buckets are full again after one 12s cell, minute windows,
-    // logs and leases end after 60s, a sliding window forgets after two windows, a quota at midnight.
-    for (expiry_s, swept, left) in [(12, 2, 5), (60, 3, 2), (120, 1, 1), (86_400, 1, 0)] {
+    // logs and leases end after 60s, a sliding window forgets after two windows, a daily quota at the
+    // second midnight (its count is the previous day's for the whole of the next).
+    for (expiry_s, swept, left) in [(12, 2, 5), (60, 3, 2), (120, 1, 1), (172_800, 1, 0)] {
         let expiry = at(Duration::from_secs(expiry_s));
         t.set(Timestamp::from_micros(expiry.as_micros() - 1));
         assert_eq!(t.store().sweep(), 0, "nothing is swept 1µs before it expires at +{expiry_s}s");

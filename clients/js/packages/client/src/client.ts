@@ -234,6 +234,18 @@ export interface Usage {
   periodEnd: number | null;
   /** Until the counter is fully replenished with no further traffic (ms). */
   resetAfterMs: number;
+  /** For a quota: what the key counted in the calendar period before the current one; null for the other algorithms. */
+  previous: PreviousPeriod | null;
+}
+
+/** What a quota's key counted in the calendar period before the current one (`GET /v1/usage`'s `previous`). */
+export interface PreviousPeriod {
+  /** The count, exactly as kept (not capped at the limit). */
+  used: number;
+  /** Start of that period (ms since the Unix epoch). */
+  periodStart: number;
+  /** Its end (exclusive): the current period's start. */
+  periodEnd: number;
 }
 
 /** What a client counted since it was made. */
@@ -298,6 +310,14 @@ function isVerdict(body: unknown): body is WireVerdict {
     typeof (body as WireVerdict).allowed === 'boolean' &&
     Array.isArray((body as WireVerdict).limits)
   );
+}
+
+/** A usage's `previous` as the server sends it (`{used, period_start, period_end}` or null). */
+function previousPeriod(value: unknown): PreviousPeriod | null {
+  if (typeof value !== 'object' || value === null) return null;
+  const p = value as { used?: unknown; period_start?: unknown; period_end?: unknown };
+  if (typeof p.used !== 'number' || typeof p.period_start !== 'number' || typeof p.period_end !== 'number') return null;
+  return { used: p.used, periodStart: p.period_start, periodEnd: p.period_end };
 }
 
 /** The network error's code (`ECONNREFUSED`, `ECONNRESET`…), looked for along the cause chain. */
@@ -568,6 +588,7 @@ export class FloodgateClient {
         periodStart: (body.period_start as number | null) ?? null,
         periodEnd: (body.period_end as number | null) ?? null,
         resetAfterMs: body.reset_after_ms as number,
+        previous: previousPeriod(body.previous),
       };
     }
     throw this.failed('usage', status, text, body);

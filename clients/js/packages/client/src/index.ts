@@ -8,6 +8,7 @@ export {
   type SettleOptions,
   type Settled,
   type Usage,
+  type PreviousPeriod,
   type ClientStats,
   type Decision,
   type Descriptors,

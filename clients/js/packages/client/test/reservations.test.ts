@@ -138,6 +138,7 @@ describe('reserve, commit, release and usage against the real server', () => {
     const u = await client.usage('tenant-requests', { tenant: 'usage' });
     assert.deepEqual([u.rule, u.limit, u.used, u.remaining], ['tenant-requests', 100, 3, 97]);
     assert.ok(u.periodStart !== null && u.periodEnd !== null && u.periodEnd - u.periodStart === 3_600_000);
+    assert.equal(u.previous, null, 'a window keeps no previous period');
     assert.equal((await client.usage('tenant-requests', { tenant: 'usage' })).used, 3);
     await assert.rejects(client.usage('nope', { tenant: 'usage' }), (e: unknown) => e instanceof FloodgateProblemError && e.status === 404);
     await assert.rejects(client.usage('tenant-requests', {}), (e: unknown) => e instanceof FloodgateProblemError && e.status === 422);

@@ -16,6 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::http::api::as_domain_sees_them;
 use crate::http::responses::{AdminAccess, KeyProblems, StoreProblem, TAG_ADMIN};
+use crate::http::usage::PreviousPeriod;
 use crate::http::{invalid, json, problem};
 use floodgate_app::App;
 use floodgate_app::audit::AuditedKey;
@@ -80,6 +81,9 @@ pub(super) struct KeyView {
     /// What the rule would do with a request of cost 1 (as a verdict's `outcome`).
     #[schema(value_type = String)]
     outcome: &'static str,
+    /// For a quota: what the key counted in the calendar period before the current one, as
+    /// `GET /v1/usage` reads it. `null` for the other algorithms, which keep no past.
+    previous: Option<PreviousPeriod>,
 }
 
 /// A `/admin/keys` query resolved against the running configuration: the rule it names, in the
@@ -158,6 +162,25 @@ pub(super) async fn inspect_key(
     // A peek reports what would be left after a request of 1; when it would pass, one more is left
     // now.
     let remaining = if d.allowed { d.remaining.saturating_add(1).min(d.limit) } else { d.remaining };
+    // A quota's previous period: one more read, of the usage (which the verdict does not carry, so
+    // that decisions carry nothing they do not use).
+    let previous = match definition.limit() {
+        floodgate::Limit::Quota(_) => {
+            match target.policy().policy.usage(app.control().store(), rule, descriptors).await {
+                Ok(usage) => usage.previous.map(PreviousPeriod::from),
+                Err(floodgate::usage::UsageError::Store(e)) => {
+                    return problem(Problem::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        STORE_UNAVAILABLE_TYPE,
+                        "Store Unavailable",
+                        format!("The key's previous period could not be read: {e}."),
+                    ));
+                }
+                Err(e) => return invalid(format!("The key's previous period cannot be read: {e}.")),
+            }
+        }
+        _ => None,
+    };
     json(
         StatusCode::OK,
         &KeyView {
@@ -170,6 +193,7 @@ pub(super) async fn inspect_key(
             allowed: d.allowed,
             retry_after_ms: d.retry_after.map(ceil_ms),
             outcome: limit.outcome.as_str(),
+            previous,
         },
     )
 }

@@ -11,7 +11,9 @@ use smallvec::SmallVec;
 use super::key::spilled;
 use super::lock::Locked;
 use super::persist::{Wal, encode_delete, encode_group, encode_key, encode_record};
-use super::slot::{BUCKET, Cell, Fresh, GCRA, Held, block, blocked, consume, decide, refund, report, status};
+use super::slot::{
+    BUCKET, Cell, Fresh, GCRA, Held, block, blocked, consume, decide, previous, refund, report, status,
+};
 use super::{Kept, MemoryStore};
 use crate::Limit;
 use crate::limit::with_algorithm;
@@ -82,11 +84,11 @@ impl<C: Clock> MemoryStore<C> {
                                 reset_after: Duration::from_micros(until - now.as_micros()),
                                 retry_after: None,
                             };
-                            results.push(OpResult { decision, grant: None });
+                            results.push(OpResult { decision, grant: None, previous: None });
                             continue;
                         }
                         let (decision, grant) = with_algorithm!(op.limit, a => report(a, s, now, op.cost));
-                        results.push(OpResult { decision, grant: Some(grant) });
+                        results.push(OpResult { decision, grant: Some(grant), previous: None });
                     }
                 }
                 return Ok(self.log_locked(ops, &locked, &guard, None));
@@ -110,7 +112,8 @@ impl<C: Clock> MemoryStore<C> {
                     }
                     None => with_algorithm!(op.limit, a => decide(a, &mut state, now, op.cost)),
                 };
-                results.push(OpResult { decision, grant: None });
+                let previous = if mode == Mode::Peek { previous(op.limit, &mut state, now) } else { None };
+                results.push(OpResult { decision, grant: None, previous });
             }
             let admitted = ops.iter().zip(results.iter()).all(|(op, r)| !op.enforce || r.decision.allowed);
             if !admitted {
@@ -282,7 +285,8 @@ impl<C: Clock> MemoryStore<C> {
             let Some(slot) = self.slot(op.key, op.scope_len, create, guard)? else {
                 let mut fresh = Fresh::default();
                 let decision = with_algorithm!(op.limit, a => decide(a, &mut fresh, now, op.cost));
-                results.push(OpResult { decision, grant: None });
+                let previous = if mode == Mode::Peek { previous(op.limit, &mut fresh, now) } else { None };
+                results.push(OpResult { decision, grant: None, previous });
                 return Ok(0);
             };
             let done = !persisted
@@ -307,13 +311,18 @@ impl<C: Clock> MemoryStore<C> {
             results.push(match mode {
                 Mode::Report => {
                     let (decision, grant) = with_algorithm!(op.limit, a => report(a, &mut s, now, op.cost));
-                    OpResult { decision, grant: Some(grant) }
+                    OpResult { decision, grant: Some(grant), previous: None }
                 }
-                Mode::Check | Mode::Peek => {
+                Mode::Check => {
                     let decision = with_algorithm!(op.limit, a => decide(a, &mut s, now, op.cost));
-                    let grant = (mode == Mode::Check && decision.allowed)
+                    let grant = decision
+                        .allowed
                         .then(|| with_algorithm!(op.limit, a => consume(a, &mut s, now, op.cost)));
-                    OpResult { decision, grant }
+                    OpResult { decision, grant, previous: None }
+                }
+                Mode::Peek => {
+                    let decision = with_algorithm!(op.limit, a => decide(a, &mut s, now, op.cost));
+                    OpResult { decision, grant: None, previous: previous(op.limit, &mut s, now) }
                 }
             });
             if let Some(wal) = &self.inner.wal

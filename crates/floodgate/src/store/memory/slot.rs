@@ -25,14 +25,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use floodgate_core::{
     Algorithm, Budget, Concurrency, Decision, FixedWindow, Gcra, Grant, LeaseState, LogState, Quota,
-    SlidingLog, SlidingState, SlidingWindow, Timestamp, TokenBucket, WindowState,
+    QuotaState, SlidingLog, SlidingState, SlidingWindow, Timestamp, TokenBucket, WindowState,
 };
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
+use crate::Limit;
 use crate::store::{Mode, OpResult};
 
-/// Per-key state: which algorithm's state the key holds.
+/// Per-key state: which algorithm's state the key holds. 32 bytes (a tag and the largest inline
+/// state, a sliding window's or a quota's 24 bytes): `slot_sizes_stay_compact` holds it there.
 #[derive(Debug, Default, Clone)]
 pub(super) enum State {
     #[default]
@@ -43,7 +45,7 @@ pub(super) enum State {
     /// from one to the other starts it afresh).
     Gcra(u64),
     Window(WindowState),
-    Quota(WindowState),
+    Quota(QuotaState),
     Budget(WindowState),
     Sliding(SlidingState),
     Log(Box<LogState>),
@@ -168,7 +170,7 @@ impl Slot {
                     let decision = a.decide(&tat, now, cost);
                     if mode == Mode::Peek || !decision.allowed {
                         // Nothing to write: the decision is on the value just read.
-                        results.push(OpResult { decision, grant: None });
+                        results.push(OpResult { decision, grant: None, previous: None });
                         return true;
                     }
                     (decision, Some(a.consume(&mut tat, now, cost)))
@@ -179,7 +181,7 @@ impl Slot {
             }
             match self.word.compare_exchange_weak(word, tag | tat, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    results.push(OpResult { decision, grant });
+                    results.push(OpResult { decision, grant, previous: None });
                     return true;
                 }
                 Err(current) => word = current,
@@ -322,7 +324,7 @@ macro_rules! stateful {
 }
 
 stateful!(FixedWindow, Window, WindowState::default());
-stateful!(Quota, Quota, WindowState::default());
+stateful!(Quota, Quota, QuotaState::default());
 stateful!(Budget, Budget, WindowState::default());
 stateful!(SlidingWindow, Sliding, SlidingState::default());
 stateful!(SlidingLog, Log, Box::default());
@@ -372,6 +374,18 @@ pub(super) fn refund<A: Stateful>(a: &A, s: &mut impl Cell, now: Timestamp, gran
     let state = A::state(state);
     a.refund(state, now, grant);
     *expires_secs = secs_up(a.expires_at(state));
+}
+
+/// For a quota: what the key counted in the calendar period before the one containing `now`
+/// ([`Quota::previous`]); `None` for every other algorithm. A key in a penalty box, or holding
+/// another algorithm's state, has no count kept: 0.
+#[inline]
+pub(super) fn previous(limit: &Limit, s: &mut impl Cell, now: Timestamp) -> Option<u64> {
+    let Limit::Quota(q) = limit else { return None };
+    Some(match s.parts().0 {
+        State::Quota(state) => q.previous(state, now),
+        _ => 0,
+    })
 }
 
 /// Puts the key in a penalty box until `now + block_for`, forgetting its count: the decision of the

@@ -156,18 +156,18 @@ fn same_as_the_algorithm<A: Algorithm<State = u64>>(
                     ops.push(op(b"x", &other, 1));
                 }
                 last = grant.or(last);
-                (OpResult { decision, grant }, apply(&store, &ops, Mode::Check).results[0])
+                (OpResult { decision, grant, previous: None }, apply(&store, &ops, Mode::Check).results[0])
             }
             Step::Peek(c) => {
                 let decision = a.decide(&tat, now, clamp(c));
                 let got = apply(&store, &[op(b"k", limit, clamp(c))], Mode::Peek).results[0];
-                (OpResult { decision, grant: None }, got)
+                (OpResult { decision, grant: None, previous: None }, got)
             }
             Step::Report(c) => {
                 let (decision, grant) = a.report(&mut tat, now, c);
                 last = Some(grant);
                 let got = apply(&store, &[op(b"k", limit, c)], Mode::Report).results[0];
-                (OpResult { decision, grant: Some(grant) }, got)
+                (OpResult { decision, grant: Some(grant), previous: None }, got)
             }
             Step::Refund => {
                 if let Some(g) = last.take() {

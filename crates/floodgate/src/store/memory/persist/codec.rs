@@ -2,7 +2,7 @@
 //! payload`, the payload a key's state, its removal, a reservation record, a snapshot's end, or a
 //! group of entries that stand or fall together; and the files' headers.
 
-use floodgate_core::{LeaseState, LogState, SlidingState, Timestamp, WindowState};
+use floodgate_core::{LeaseState, LogState, QuotaState, SlidingState, Timestamp, WindowState};
 
 use crate::store::memory::Kept;
 use crate::store::memory::slot::State;
@@ -19,6 +19,12 @@ const RECORD: u8 = 3;
 const END: u8 = 4;
 /// Entries that stand or fall together: replay applies all of them or, when the group is torn, none.
 const GROUP: u8 = 5;
+
+/// The state tag of a quota written before quotas kept their previous period's count: start,
+/// count. Still read (the previous count as 0), no longer written.
+const QUOTA_WITHOUT_PREV: u8 = 4;
+/// The state tag of a quota: start, count, the previous period's count.
+const QUOTA: u8 = 10;
 
 /// Appends one framed entry: `payload` writes it.
 fn frame(buf: &mut Vec<u8>, payload: impl FnOnce(&mut Vec<u8>)) {
@@ -47,7 +53,7 @@ pub(crate) fn encode_key(buf: &mut Vec<u8>, key: &[u8], state: &State, expires_s
             State::Tat(_) => 1,
             State::Gcra(_) => 2,
             State::Window(_) => 3,
-            State::Quota(_) => 4,
+            State::Quota(_) => QUOTA,
             State::Budget(_) => 5,
             State::Sliding(_) => 6,
             State::Log(_) => 7,
@@ -65,9 +71,14 @@ pub(crate) fn encode_key(buf: &mut Vec<u8>, key: &[u8], state: &State, expires_s
         b.push(tag);
         match state {
             State::Tat(t) | State::Gcra(t) | State::Blocked(t) => put_u64(b, *t),
-            State::Window(w) | State::Quota(w) | State::Budget(w) => {
+            State::Window(w) | State::Budget(w) => {
                 put_u64(b, w.start);
                 put_u64(b, w.count);
+            }
+            State::Quota(q) => {
+                put_u64(b, q.start);
+                put_u64(b, q.count);
+                put_u64(b, q.prev);
             }
             State::Sliding(s) => {
                 put_u64(b, s.start);
@@ -194,14 +205,10 @@ pub(super) fn decode(payload: &[u8]) -> Option<Entry> {
             let state = match r.u8()? {
                 1 => State::Tat(r.u64()?),
                 2 => State::Gcra(r.u64()?),
-                t @ 3..=5 => {
-                    let w = WindowState { start: r.u64()?, count: r.u64()? };
-                    match t {
-                        3 => State::Window(w),
-                        4 => State::Quota(w),
-                        _ => State::Budget(w),
-                    }
-                }
+                3 => State::Window(WindowState { start: r.u64()?, count: r.u64()? }),
+                QUOTA_WITHOUT_PREV => State::Quota(QuotaState { start: r.u64()?, count: r.u64()?, prev: 0 }),
+                5 => State::Budget(WindowState { start: r.u64()?, count: r.u64()? }),
+                QUOTA => State::Quota(QuotaState { start: r.u64()?, count: r.u64()?, prev: r.u64()? }),
                 6 => State::Sliding(SlidingState { start: r.u64()?, prev: r.u64()?, curr: r.u64()? }),
                 7 => {
                     let n = r.count(16)?;
@@ -288,4 +295,44 @@ fn grouped_at(bytes: &[u8], pos: usize) -> Option<(&[u8], usize)> {
         return None;
     }
     Some((bytes.get(pos + 8..pos + 8 + len)?, pos + 8 + len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The quota state of the one entry in `bytes`, with its key and expiry.
+    fn quota_in(bytes: &[u8]) -> (Box<[u8]>, QuotaState, u32) {
+        let (payload, end) = entry_at(bytes, 0).expect("a valid entry");
+        assert_eq!(end, bytes.len());
+        match decode(payload) {
+            Some(Entry::Put(key, State::Quota(q), expires)) => (key, q, expires),
+            _ => panic!("not a quota's state"),
+        }
+    }
+
+    #[test]
+    fn a_quota_keeps_its_previous_count_on_disk() {
+        let state = QuotaState { start: 1_736_895_600_000_000, count: 12, prev: 34 };
+        let mut buf = Vec::new();
+        encode_key(&mut buf, b"k", &State::Quota(state), 1_739_574_000);
+        assert_eq!(quota_in(&buf), (b"k".to_vec().into_boxed_slice(), state, 1_739_574_000));
+    }
+
+    #[test]
+    fn a_quota_written_before_previous_counts_were_kept_still_loads() {
+        // What a store of the previous release wrote: tag 4, start and count.
+        let mut buf = Vec::new();
+        frame(&mut buf, |b| {
+            b.push(PUT);
+            put_bytes(b, b"k");
+            b.extend_from_slice(&1_736_895_600u32.to_le_bytes());
+            b.push(QUOTA_WITHOUT_PREV);
+            put_u64(b, 1_734_217_200_000_000);
+            put_u64(b, 7);
+        });
+        let (_, state, expires) = quota_in(&buf);
+        assert_eq!(state, QuotaState { start: 1_734_217_200_000_000, count: 7, prev: 0 });
+        assert_eq!(expires, 1_736_895_600);
+    }
 }
