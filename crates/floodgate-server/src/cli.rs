@@ -280,6 +280,7 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
             event = "serving",
             http = %server.http_addr(),
             grpc = %grpc,
+            workers = floodgate_app::workers::Workers::get().map_or(0, floodgate_app::workers::Workers::count),
             version = env!("CARGO_PKG_VERSION"),
             commit = COMMIT,
             "floodgate serving"
