@@ -33,46 +33,46 @@ impl LlmRequest {
         allowance: &Allowance,
     ) -> Result<LlmRequest, Refusal> {
         let dialect = endpoint.dialect();
-        let invalid = |message: String, param: Option<&str>| invalid(dialect, message, param);
+        let refuse = |message: String, param: Option<&str>| invalid(dialect, message, param);
         let body = match serde_json::from_slice::<Value>(&raw) {
             Ok(Value::Object(body)) => body,
-            Ok(_) => return Err(invalid("The request body must be a JSON object.".to_owned(), None)),
+            Ok(_) => return Err(refuse("The request body must be a JSON object.".to_owned(), None)),
             Err(e) => {
-                return Err(invalid(format!("We could not parse the JSON body of your request: {e}."), None));
+                return Err(refuse(format!("We could not parse the JSON body of your request: {e}."), None));
             }
         };
         let model = match body.get("model") {
             Some(Value::String(model)) if !model.is_empty() => model.clone(),
             Some(Value::String(_)) | None | Some(Value::Null) => {
-                return Err(invalid("You must provide a model parameter.".to_owned(), Some("model")));
+                return Err(refuse("You must provide a model parameter.".to_owned(), Some("model")));
             }
             Some(other) => {
-                return Err(invalid(format!("`model` must be a string, not {other}."), Some("model")));
+                return Err(refuse(format!("`model` must be a string, not {other}."), Some("model")));
             }
         };
         let stream = match body.get("stream") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
             Some(other) => {
-                return Err(invalid(format!("`stream` must be a boolean, not {other}."), Some("stream")));
+                return Err(refuse(format!("`stream` must be a boolean, not {other}."), Some("stream")));
             }
         };
         if stream && endpoint == Endpoint::Embeddings {
-            return Err(invalid("Embeddings are not streamed.".to_owned(), Some("stream")));
+            return Err(refuse("Embeddings are not streamed.".to_owned(), Some("stream")));
         }
         let mut asked: Option<u64> = None;
         for field in endpoint.limit_fields() {
             let n = match body.get(*field) {
                 None | Some(Value::Null) => continue,
                 Some(value) => value.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
-                    invalid(
+                    refuse(
                         format!("`{field}` must be a whole number of tokens from 1, not {value}."),
                         Some(field),
                     )
                 })?,
             };
             if n > allowance.max_tokens {
-                return Err(invalid(
+                return Err(refuse(
                     format!(
                         "`{field}` is {n}, above the most this gateway lets one request generate ({}).",
                         allowance.max_tokens
@@ -86,7 +86,7 @@ impl LlmRequest {
             && let [field] = endpoint.limit_fields()
             && endpoint.limit_required()
         {
-            return Err(invalid(
+            return Err(refuse(
                 format!("{field}: Field required (the most tokens the answer may generate)."),
                 Some(field),
             ));
@@ -126,6 +126,14 @@ impl LlmRequest {
                 Endpoint::Embeddings => return,
             };
             self.body.insert(field.to_owned(), Value::from(tokens));
+        }
+        // Anthropic's extended thinking must think less than `max_tokens`: a budget the bound
+        // leaves no room under is lowered below it (Anthropic refuses one under 1024).
+        if self.endpoint == Endpoint::Messages
+            && let Some(budget) = self.body.get_mut("thinking").and_then(|t| t.get_mut("budget_tokens"))
+            && budget.as_u64().is_some_and(|b| b >= tokens)
+        {
+            *budget = Value::from(tokens.saturating_sub(1).max(1));
         }
         self.changed = true;
     }
@@ -211,6 +219,14 @@ mod tests {
         request.bound(120);
         let body: Value = serde_json::from_slice(&request.into_bytes()).unwrap();
         assert_eq!(body["max_tokens"], 120);
+        let thinking = r#"{"model":"claude-sonnet-4-5","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":4000}}"#;
+        let mut request = parse(Endpoint::Messages, thinking).unwrap();
+        request.bound(3000);
+        let body: Value = serde_json::from_slice(&request.into_bytes()).unwrap();
+        assert_eq!(
+            (body["max_tokens"].as_u64(), body["thinking"]["budget_tokens"].as_u64()),
+            (Some(3000), Some(2999))
+        );
     }
 
     #[test]
