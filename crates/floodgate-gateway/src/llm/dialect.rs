@@ -85,6 +85,19 @@ impl Dialect {
     }
 }
 
+// Here rather than in endpoint.rs, so that the dialect knows its endpoints and not the reverse.
+impl Endpoint {
+    /// The dialect it belongs to (its error format).
+    pub(crate) fn dialect(self) -> Dialect {
+        match self {
+            Endpoint::Messages => Dialect::Anthropic,
+            Endpoint::Chat | Endpoint::Completions | Endpoint::Responses | Endpoint::Embeddings => {
+                Dialect::OpenAi
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

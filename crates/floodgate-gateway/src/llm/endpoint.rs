@@ -1,8 +1,6 @@
 //! Which endpoint of a model API a request is (told by its path's end, in its route's dialect:
 //! [`Dialect::endpoint`](super::dialect::Dialect::endpoint)), and what each reads.
 
-use super::dialect::Dialect;
-
 /// A metered endpoint of a model API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Endpoint {
@@ -19,14 +17,6 @@ pub(crate) enum Endpoint {
 }
 
 impl Endpoint {
-    /// The dialect it belongs to (its error format).
-    pub(crate) fn dialect(self) -> Dialect {
-        match self {
-            Endpoint::Messages => Dialect::Anthropic,
-            _ => Dialect::OpenAi,
-        }
-    }
-
     /// Whether it generates text (and so has a completion allowance).
     pub(crate) fn generates(self) -> bool {
         self != Endpoint::Embeddings
