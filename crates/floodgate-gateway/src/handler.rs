@@ -188,7 +188,11 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     // 4. Rules of the identity: per user, tenant, plan; the anonymous pool. On an LLM route's
     // metered endpoints, one reservation of the request's tokens on them and on every token rule
     // instead (its permits are freed when it is settled).
-    let llm = route.config.llm.as_ref().and_then(|llm| Some((llm, llm::Endpoint::of(parts.uri.path())?)));
+    let llm = route
+        .config
+        .llm
+        .as_ref()
+        .and_then(|llm| Some((llm, llm::Dialect::of(llm.api).endpoint(parts.uri.path())?)));
     let (after, call, body) = match llm {
         Some((llm, endpoint)) => {
             let tier = tier_of(route, table, &parts.headers, &descriptors).unwrap_or(tier);

@@ -31,14 +31,23 @@
 //! | `x-fake-overshoot: N` | generate N tokens past the request's bound (an upstream that ignores it) |
 //! | `x-fake-cached: N` | report N of the prompt's tokens as read from a cache |
 //!
+//! It speaks **Anthropic's Messages API** too (`POST /v1/messages`, streamed and not, and
+//! `/v1/messages/count_tokens`), byte for byte in Anthropic's wire format, with the same headers
+//! (a 429's wait in `retry-after` seconds, as Anthropic sends it) and two more of its own:
+//! `x-fake-cache-write: N` (N prompt tokens reported as written to the cache) and
+//! `x-fake-error-after: N` (an `event: error` of `overloaded_error` after N text deltas, as
+//! Anthropic ends a stream that fails). Its input is counted by [`anthropic_prompt_tokens`].
+//!
 //! [`FakeOpenAi`] keeps what it was asked ([`FakeOpenAi::seen`]) and what each stream sent
 //! ([`FakeOpenAi::outcomes`]), and lets a test wait for those events rather than sleep.
 
+mod anthropic;
 mod prompt;
 mod server;
 mod wire;
 mod words;
 
+pub use self::anthropic::prompt_tokens as anthropic_prompt_tokens;
 pub use self::prompt::{Encoding, encoding_of, prompt_tokens};
 pub use self::server::{FakeOpenAi, Outcome, Seen, Settings};
 pub use self::words::WORDS;

@@ -68,22 +68,32 @@ pub struct Outcome {
     pub usage_sent: bool,
 }
 
-struct Shared {
-    settings: Settings,
+pub(crate) struct Shared {
+    pub(crate) settings: Settings,
     seen: Mutex<Vec<Seen>>,
     outcomes: Mutex<Vec<Outcome>>,
     paused: AtomicU64,
     resumed: watch::Sender<u64>,
     changed: Notify,
-    answers: AtomicU64,
+    pub(crate) answers: AtomicU64,
     /// A status every request gets, as [`FakeOpenAi::answer_with`] set it.
     forced: Mutex<Option<(StatusCode, u64)>>,
 }
 
 impl Shared {
-    fn note(&self, outcome: Outcome) {
+    pub(crate) fn note(&self, outcome: Outcome) {
         self.outcomes.lock().push(outcome);
         self.changed.notify_waiters();
+    }
+
+    /// Waits, counted among the paused streams, until [`FakeOpenAi::resume`].
+    pub(crate) async fn pause(&self) {
+        let mut resumed = self.resumed.subscribe();
+        resumed.mark_unchanged();
+        self.paused.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+        let _ = resumed.changed().await;
+        self.paused.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -188,16 +198,20 @@ impl FakeOpenAi {
 
 /// What a request asked for with the `x-fake-*` headers.
 #[derive(Debug, Default)]
-struct Controls {
-    tokens: Option<u64>,
-    delay: Option<Duration>,
-    status: Option<StatusCode>,
-    retry_after_ms: Option<u64>,
-    fail_after: Option<u64>,
-    no_usage: bool,
-    pause_after: Option<u64>,
-    overshoot: u64,
-    cached: u64,
+pub(crate) struct Controls {
+    pub(crate) tokens: Option<u64>,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) status: Option<StatusCode>,
+    pub(crate) retry_after_ms: Option<u64>,
+    pub(crate) fail_after: Option<u64>,
+    pub(crate) no_usage: bool,
+    pub(crate) pause_after: Option<u64>,
+    pub(crate) overshoot: u64,
+    pub(crate) cached: u64,
+    /// Anthropic's messages: the prompt tokens written to the cache.
+    pub(crate) cache_write: u64,
+    /// Anthropic's messages: an `error` event (`overloaded_error`) after this many text deltas.
+    pub(crate) error_after: Option<u64>,
 }
 
 impl Controls {
@@ -214,18 +228,20 @@ impl Controls {
             pause_after: number("x-fake-pause-after"),
             overshoot: number("x-fake-overshoot").unwrap_or(0),
             cached: number("x-fake-cached").unwrap_or(0),
+            cache_write: number("x-fake-cache-write").unwrap_or(0),
+            error_after: number("x-fake-error-after"),
         }
     }
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     let mut response = Response::new(Body::from(body.to_string()));
     *response.status_mut() = status;
     response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
@@ -244,6 +260,10 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
     if let Some((status, ms)) = *shared.forced.lock() {
         controls.status = Some(status);
         controls.retry_after_ms = Some(ms);
+    }
+    // Anthropic's Messages API, in its own wire format.
+    if crate::anthropic::serves(&path) {
+        return crate::anthropic::answer(shared, &parts.headers, path, parsed, controls).await;
     }
     if let Some(status) = controls.status {
         let mut response = if status == StatusCode::TOO_MANY_REQUESTS {
@@ -340,7 +360,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         shared.note(outcome);
         return json_response(StatusCode::OK, &body);
     }
-    let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
     let plan = Plan {
         answer,
         count,
@@ -361,6 +381,11 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         outcome.usage_sent = usage_sent;
         shared.note(outcome);
     });
+    event_stream(rx)
+}
+
+/// A response of server-sent events, whose body is what comes on `rx` (an error breaks it).
+pub(crate) fn event_stream(mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Response {
     // A break waits one poll before it is passed on: the server aborts the connection on a body
     // error, dropping what it has not yet written, and the head and the chunks before the break
     // must reach the client first (the server writes what it holds when the body is pending).
@@ -452,12 +477,7 @@ impl Plan {
                 return (sent, false, false);
             }
             if self.pause_after == Some(i) {
-                let mut resumed = shared.resumed.subscribe();
-                resumed.mark_unchanged();
-                shared.paused.fetch_add(1, Ordering::AcqRel);
-                shared.changed.notify_waiters();
-                let _ = resumed.changed().await;
-                shared.paused.fetch_sub(1, Ordering::AcqRel);
+                shared.pause().await;
             }
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;

@@ -240,6 +240,10 @@ gateway:
       match: { path: "/v2/{*rest}" }
       upstream: http://127.0.0.1:9000
       llm: { api: openai }
+    - name: claude
+      match: { path: "/anthropic/{*rest}" }
+      upstream: http://127.0.0.1:9001
+      llm: { api: anthropic, prices: { "claude-*": { input: 3, cached_input: 0.3, cache_write: 3.75, output: 15 } } }
 "#;
     let gateway = config::parse("gw.yaml", yaml).unwrap().gateway.unwrap();
     let llm = gateway.routes[0].llm.as_ref().unwrap();
@@ -257,25 +261,45 @@ gateway:
     );
     assert_eq!(llm.chars_per_token, 2.5);
     use floodgate_config::gateway::Price;
-    assert_eq!(llm.price("gpt-4o-mini"), Some(Price { input: 0.15, cached_input: 0.075, output: 0.60 }));
-    assert_eq!(llm.price("gpt-4o-2024-08-06"), Some(Price { input: 2.5, cached_input: 2.5, output: 10.0 }));
+    assert_eq!(
+        llm.price("gpt-4o-mini"),
+        Some(Price { input: 0.15, cached_input: 0.075, output: 0.60, cache_write: 0.15 })
+    );
+    assert_eq!(
+        llm.price("gpt-4o-2024-08-06"),
+        Some(Price { input: 2.5, cached_input: 2.5, output: 10.0, cache_write: 2.5 })
+    );
     assert_eq!(llm.price("gpt-4.1"), None);
     assert_eq!(llm.price_dimension, "usd_micros");
     assert_eq!(llm.max_body, 1 << 20);
     assert_eq!(llm.reservation_ttl, Duration::from_secs(120));
     let plain = gateway.routes[1].llm.as_ref().unwrap();
+    assert_eq!(plain.api, floodgate_config::gateway::LlmApi::OpenAi);
+    let anthropic = gateway.routes[2].llm.as_ref().unwrap();
+    assert_eq!(anthropic.api, floodgate_config::gateway::LlmApi::Anthropic);
+    assert_eq!(
+        anthropic.price("claude-sonnet-4-5"),
+        Some(Price { input: 3.0, cached_input: 0.3, output: 15.0, cache_write: 3.75 })
+    );
     assert_eq!(plain.allowance.default_max_tokens, 1024);
     assert_eq!(plain.allowance.when_short, WhenShort::Cap);
     assert_eq!(plain.over_budget_mid_stream, OverBudget::Cut);
     assert_eq!(plain.dimension, "tokens");
-    assert_eq!(gateway.routes.len(), 2);
+    assert_eq!(gateway.routes.len(), 3);
 }
 
 #[test]
 fn each_llm_mistake_is_reported_at_its_field() {
     // Line 7 is `      llm: <llm>`: a value's column is 12 plus its place in `llm`.
     for (llm, at, field, says) in [
-        ("{ api: anthropic }", "anthropic", "gateway.routes[0].llm.api", "unknown model API"),
+        ("{ api: anthropics }", "anthropics", "gateway.routes[0].llm.api", "unknown model API"),
+        ("{ api: gemini }", "gemini", "gateway.routes[0].llm.api", "openai (OpenAI-compatible) or anthropic"),
+        (
+            "{ api: anthropic, prices: { claude: { input: 3, output: 15, cache_write: -1 } } }",
+            "-1",
+            "gateway.routes[0].llm.prices.claude.cache_write",
+            "invalid cache_write price",
+        ),
         ("{ allowance: {} }", "{ allowance", "gateway.routes[0].llm.api", "missing field \"api\""),
         (
             "{ api: openai, allowance: { when_short: wait } }",

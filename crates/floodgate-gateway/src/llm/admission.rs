@@ -19,6 +19,7 @@ use floodgate_config::gateway::{Llm, WhenShort};
 use floodgate_core::CostError;
 use floodgate_http::HeaderStyle;
 
+use super::dialect::Dialect;
 use super::respond::{self, invalid, never_affordable};
 use super::tariff::{Tariff, Used};
 use crate::state::GatewayState;
@@ -50,11 +51,13 @@ pub(crate) struct Estimate<'a> {
     /// Whether the request generates text (an embedding has no allowance to cap).
     pub(crate) generates: bool,
     pub(crate) tariff: &'a Tariff,
+    /// The dialect its refusals are written in.
+    pub(crate) dialect: Dialect,
 }
 
 impl Estimate<'_> {
     fn used(&self, allowance: u64) -> Used {
-        Used { prompt: self.prompt, cached: 0, completion: allowance }
+        Used { prompt: self.prompt, completion: allowance, ..Used::default() }
     }
 }
 
@@ -102,7 +105,7 @@ pub(crate) async fn admit(
         true => wait_for(app, domain, estimate.descriptors, &tariff.costs(estimate.used(least), true)).await,
         false => None,
     };
-    Err(respond::limited(&verdict, style, wait, tariff.tokens()))
+    Err(respond::limited(estimate.dialect, &verdict, style, wait, tariff.tokens()))
 }
 
 /// One decision: the estimate reserved, its allowance capped (`cap`) and reserved again while a
@@ -133,10 +136,13 @@ async fn attempt(app: &App, domain: &Domain, llm: &Llm, estimate: Estimate<'_>) 
                     continue;
                 }
                 let needed = tariff.cost_in(dimension, prompt, allowance);
-                return Err(never_affordable(needed, &rule, capacity, dimension).into_response());
+                let refusal = never_affordable(estimate.dialect, needed, &rule, capacity, dimension);
+                return Err(refusal.into_response());
             }
-            Err(ReserveError::Engine(error)) => return Err(engine_refusal(&error)),
-            Err(ReserveError::Store(error)) => return Err(respond::unavailable(&error.to_string())),
+            Err(ReserveError::Engine(error)) => return Err(engine_refusal(estimate.dialect, &error)),
+            Err(ReserveError::Store(error)) => {
+                return Err(respond::unavailable(estimate.dialect, &error.to_string()));
+            }
         };
         let verdict = reserved.verdict;
         if let Some(reservation) = reserved.reservation {
@@ -168,7 +174,7 @@ async fn attempt(app: &App, domain: &Domain, llm: &Llm, estimate: Estimate<'_>) 
         }
         return Ok(Attempt::Denied(verdict));
     }
-    Err(respond::unavailable("the budgets changed under every capped attempt"))
+    Err(respond::unavailable(estimate.dialect, "the budgets changed under every capped attempt"))
 }
 
 /// The most a request of `prompt` tokens may generate by a denied `verdict` of a request with
@@ -212,7 +218,7 @@ async fn wait_for(
 }
 
 /// The answer to a request a rule cannot decide: a descriptor it needs is missing or malformed.
-fn engine_refusal(error: &EngineError) -> Response {
+fn engine_refusal(dialect: Dialect, error: &EngineError) -> Response {
     let message = match error {
         EngineError::Descriptor { descriptor, value, expected, .. } => {
             format!("The request's {descriptor} descriptor is {value:?}, which is not {expected}.")
@@ -222,7 +228,7 @@ fn engine_refusal(error: &EngineError) -> Response {
         }
         other => format!("{other}."),
     };
-    invalid(message, None).into_response()
+    invalid(dialect, message, None).into_response()
 }
 
 #[cfg(test)]
@@ -264,7 +270,12 @@ mod tests {
     fn tariff(prices: bool) -> Tariff {
         let mut llm = Llm::default();
         if prices {
-            let price = floodgate_config::gateway::Price { input: 1.0, cached_input: 1.0, output: 2.0 };
+            let price = floodgate_config::gateway::Price {
+                input: 1.0,
+                cached_input: 1.0,
+                output: 2.0,
+                cache_write: 1.0,
+            };
             llm.prices.push(("m".into(), price));
         }
         Tariff::of(&llm, "m").unwrap()

@@ -77,6 +77,7 @@ impl ChatUsage {
             prompt: self.prompt_tokens,
             cached: self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
             completion: self.completion_tokens,
+            cache_write: 0,
         }
     }
 }
@@ -118,6 +119,7 @@ impl ResponsesUsage {
             prompt: self.input_tokens,
             cached: self.input_tokens_details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0),
             completion: self.output_tokens,
+            cache_write: 0,
         }
     }
 }

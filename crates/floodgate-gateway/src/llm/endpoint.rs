@@ -1,36 +1,22 @@
-//! Which endpoint of OpenAI's API a request is, told by its path's end.
+//! Which endpoint of a model API a request is (told by its path's end, in its route's dialect:
+//! [`Dialect::endpoint`](super::dialect::Dialect::endpoint)), and what each reads.
 
-/// An endpoint of OpenAI's API, told by the request path's end.
+/// A metered endpoint of a model API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Endpoint {
-    /// `…/chat/completions`.
+    /// OpenAI's `…/chat/completions`.
     Chat,
-    /// `…/completions`.
+    /// OpenAI's `…/completions`.
     Completions,
-    /// `…/responses`.
+    /// OpenAI's `…/responses`.
     Responses,
-    /// `…/embeddings`.
+    /// OpenAI's `…/embeddings`.
     Embeddings,
+    /// Anthropic's `…/messages`.
+    Messages,
 }
 
 impl Endpoint {
-    /// The endpoint of `path`; `None` for one that is not metered (`/v1/models`, say), which the
-    /// route proxies as any route does.
-    pub(crate) fn of(path: &str) -> Option<Endpoint> {
-        let path = path.trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            Some(Endpoint::Chat)
-        } else if path.ends_with("/completions") {
-            Some(Endpoint::Completions)
-        } else if path.ends_with("/responses") {
-            Some(Endpoint::Responses)
-        } else if path.ends_with("/embeddings") {
-            Some(Endpoint::Embeddings)
-        } else {
-            None
-        }
-    }
-
     /// Whether it generates text (and so has a completion allowance).
     pub(crate) fn generates(self) -> bool {
         self != Endpoint::Embeddings
@@ -40,23 +26,15 @@ impl Endpoint {
     pub(super) fn limit_fields(self) -> &'static [&'static str] {
         match self {
             Endpoint::Chat => &["max_completion_tokens", "max_tokens"],
-            Endpoint::Completions => &["max_tokens"],
+            Endpoint::Completions | Endpoint::Messages => &["max_tokens"],
             Endpoint::Responses => &["max_output_tokens"],
             Endpoint::Embeddings => &[],
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_are_told_by_the_path_end() {
-        assert_eq!(Endpoint::of("/v1/chat/completions"), Some(Endpoint::Chat));
-        assert_eq!(Endpoint::of("/openai/v1/completions"), Some(Endpoint::Completions));
-        assert_eq!(Endpoint::of("/v1/responses"), Some(Endpoint::Responses));
-        assert_eq!(Endpoint::of("/v1/embeddings/"), Some(Endpoint::Embeddings));
-        assert_eq!(Endpoint::of("/v1/models"), None);
+    /// Whether a request must name its limit (Anthropic's `max_tokens` is required: a request
+    /// without it is a 400, as the provider answers).
+    pub(super) fn limit_required(self) -> bool {
+        self == Endpoint::Messages
     }
 }

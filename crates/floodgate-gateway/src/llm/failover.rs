@@ -167,7 +167,9 @@ pub(crate) async fn call_in_order(
         }
     }
     match refused {
-        Some(verdict) => Tried::Refused(respond::limited(&verdict, style, None, &llm.dimension)),
+        Some(verdict) => {
+            Tried::Refused(respond::limited(call.dialect, &verdict, style, None, &llm.dimension))
+        }
         None => Tried::Failed(last_failure),
     }
 }

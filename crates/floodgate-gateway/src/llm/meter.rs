@@ -3,6 +3,9 @@
 //! usage when it comes, and committed when the response ends — or, when the client goes away
 //! mid-stream, what was generated so far; the rest of the reservation goes back.
 //!
+//! - Anthropic's messages stream reports its input in `message_start` and its cumulative output in
+//!   `message_delta`; its text deltas are counted as they flow, and the last `message_delta`'s
+//!   usage is what is charged when the stream ends whole.
 //! - A stream of chat completions or completions was asked for its usage
 //!   (`stream_options.include_usage`); when its client had not asked, that last chunk of empty
 //!   `choices` is not forwarded.
@@ -11,8 +14,9 @@
 //!   event in the API's format and the upstream connection is dropped; under `finish`, it is
 //!   forwarded and what passed the reservation is charged on top when it ends.
 //! - An answer without usage is charged the documented estimate: the prompt as counted at
-//!   admission plus the completion tokens counted in the text (never nothing); a JSON body too
-//!   large to read back is charged its whole reservation.
+//!   admission (or as the provider reported it at the stream's start) plus the completion tokens
+//!   counted in the text (never nothing); a JSON body too large to read back is charged its whole
+//!   reservation.
 
 use crate::metrics::LlmMetrics;
 use std::borrow::Cow;
@@ -24,11 +28,12 @@ use floodgate_app::App;
 use floodgate_config::gateway::OverBudget;
 use serde_json::Value;
 
+use super::anthropic;
 use super::chunk;
+use super::counter::Counter;
 use super::endpoint::Endpoint;
 use super::respond::cut_event;
 use super::tariff::{Tariff, Used};
-use super::tokens::Counter;
 use crate::routes::RouteTable;
 
 /// The largest JSON answer kept to read its usage.
@@ -113,6 +118,8 @@ pub(crate) struct Meter {
     counted: u64,
     /// What the provider reported.
     usage: Option<Used>,
+    /// The input the provider reported before its usage (Anthropic's `message_start`).
+    input: Option<Used>,
     /// The responses API's last event number.
     sequence: Option<u64>,
     cut: bool,
@@ -163,6 +170,7 @@ impl Meter {
             overflowed: false,
             counted: 0,
             usage: None,
+            input: None,
             sequence: None,
             cut: false,
             reached_end: false,
@@ -264,12 +272,16 @@ impl Meter {
             self.read_json(&body);
         }
         if !self.stream && self.overflowed && self.usage.is_none() {
-            return Used { prompt: self.prompt, cached: 0, completion: self.allowance };
+            return Used { prompt: self.prompt, completion: self.allowance, ..Used::default() };
         }
         match self.usage {
-            // A stream cut before its usage came: what was counted.
+            // A stream cut before its usage came: what was counted, beside the input the provider
+            // reported when it did.
             Some(usage) if !self.cut => usage,
-            _ => Used { prompt: self.prompt, cached: 0, completion: self.counted },
+            _ => {
+                let input = self.input.unwrap_or(Used { prompt: self.prompt, ..Used::default() });
+                Used { completion: self.counted, ..input }
+            }
         }
     }
 
@@ -303,6 +315,16 @@ impl Meter {
         }
         let before = self.counted;
         let hide = match self.endpoint {
+            Endpoint::Messages => {
+                let Ok(event) = serde_json::from_str::<anthropic::Event<'_>>(&data) else {
+                    return Forward::Yes;
+                };
+                let read = event.read(&self.counter, self.input);
+                self.counted += read.generated;
+                self.input = read.input.or(self.input);
+                self.usage = read.usage.or(self.usage);
+                false
+            }
             Endpoint::Responses => {
                 let Ok(event) = serde_json::from_str::<chunk::Event<'_>>(&data) else { return Forward::Yes };
                 self.responses_event(&event);
@@ -397,6 +419,13 @@ impl Meter {
         // A whole JSON document came: the server may stop reading at its length, before the body
         // says it ended.
         self.reached_end = true;
+        if self.endpoint == Endpoint::Messages {
+            match anthropic::answer(&value, &self.counter) {
+                Ok(usage) => self.usage = Some(usage),
+                Err(generated) => self.counted += generated,
+            }
+            return;
+        }
         if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
             let usage = match self.endpoint {
                 Endpoint::Responses => responses_usage(usage),
@@ -423,8 +452,8 @@ impl Meter {
                     }
                 }
             }
-            Endpoint::Embeddings => {}
-            _ => {
+            Endpoint::Embeddings | Endpoint::Messages => {}
+            Endpoint::Chat | Endpoint::Completions => {
                 if let Some(Value::Array(choices)) = value.get("choices") {
                     let n: u64 = choices.iter().map(|c| self.choice_tokens(c)).sum();
                     self.counted += n;
@@ -457,6 +486,7 @@ fn chat_usage(usage: &Value) -> Used {
         prompt: number(usage, "/prompt_tokens"),
         cached: number(usage, "/prompt_tokens_details/cached_tokens"),
         completion: number(usage, "/completion_tokens"),
+        cache_write: 0,
     }
 }
 
@@ -466,6 +496,7 @@ fn responses_usage(usage: &Value) -> Used {
         prompt: number(usage, "/input_tokens"),
         cached: number(usage, "/input_tokens_details/cached_tokens"),
         completion: number(usage, "/output_tokens"),
+        cache_write: 0,
     }
 }
 
@@ -589,6 +620,64 @@ mod tests {
         let done = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}},\"sequence_number\":5}\n\n";
         pass(m.data(&Bytes::from(done)));
         assert_eq!(m.cost(), 10);
+    }
+
+    fn event(kind: &str, data: &str) -> String {
+        format!("event: {kind}\ndata: {data}\n\n")
+    }
+
+    fn messages_stream(words: &[&str]) -> String {
+        let mut text = event(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":9,"cache_read_input_tokens":3,"output_tokens":1}}}"#,
+        );
+        text += &event(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        );
+        text += &event("ping", r#"{"type": "ping"}"#);
+        for word in words {
+            let delta = serde_json::json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": word}});
+            text += &event("content_block_delta", &delta.to_string());
+        }
+        text
+    }
+
+    fn messages_end(output: u64) -> String {
+        let delta = format!(
+            r#"{{"type":"message_delta","delta":{{"stop_reason":"end_turn","stop_sequence":null}},"usage":{{"output_tokens":{output}}}}}"#
+        );
+        event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#)
+            + &event("message_delta", &delta)
+            + &event("message_stop", r#"{"type":"message_stop"}"#)
+    }
+
+    #[test]
+    fn a_messages_stream_is_counted_as_it_flows_and_charged_its_final_usage() {
+        let mut m = meter(Endpoint::Messages, 100, OverBudget::Cut, false);
+        let text = messages_stream(&[" river", " stone"]);
+        assert_eq!(pass(m.data(&Bytes::from(text.clone()))), text);
+        assert_eq!(m.counted, 2);
+        assert_eq!(m.cost(), 12 + 2, "the input the provider reported, and the text counted");
+        let end = messages_end(5);
+        assert_eq!(pass(m.data(&Bytes::from(end.clone()))), end);
+        assert_eq!(m.used(), Used { prompt: 12, cached: 3, cache_write: 0, completion: 5 });
+    }
+
+    #[test]
+    fn a_messages_stream_past_its_allowance_ends_with_anthropics_error_event() {
+        let mut m = meter(Endpoint::Messages, 2, OverBudget::Cut, false);
+        let text = messages_stream(&[" river", " stone", " light"]);
+        let Step::End(bytes) = m.data(&Bytes::from(text)) else { panic!("not cut") };
+        let out = String::from_utf8(bytes.to_vec()).unwrap();
+        assert!(out.contains(" stone") && !out.contains(" light"), "{out}");
+        let last = out.trim_end().rsplit("\n\n").next().unwrap();
+        let data = last.strip_prefix("event: error\ndata: ").expect(last);
+        let error: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(error["type"], "error");
+        assert_eq!(error["error"]["type"], "rate_limit_error");
+        assert_eq!(m.cost(), 12 + 3, "the crossing delta was generated: charged");
     }
 
     #[test]

@@ -1,17 +1,21 @@
-//! LLM routes (`llm: {api: openai}`, DESIGN.md §16): the traffic that costs money, metered on the
-//! wire.
+//! LLM routes (`llm: {api: openai}` or `{api: anthropic}`, DESIGN.md §16): the traffic that costs
+//! money, metered on the wire.
 //!
 //! ```text
-//!  request ─► endpoint of the path (chat completions, completions, responses, embeddings; any
-//!             other path is proxied as on any route)
-//!     ─► body read (up to `max_body`), checked: JSON, a model, sane limits (else 400, OpenAI's format)
-//!     ─► prompt tokens counted (tokens.rs) + the completion allowance (the request's
-//!        max_tokens / max_completion_tokens / max_output_tokens, or `default_max_tokens`)
+//!  request ─► endpoint of the path in the route's dialect (dialect.rs: OpenAI's chat completions,
+//!             completions, responses, embeddings; Anthropic's messages; any other path is
+//!             proxied as on any route)
+//!     ─► body read (up to `max_body`), checked: JSON, a model, sane limits (else 400, in the
+//!        dialect's error format)
+//!     ─► prompt tokens counted (tokens.rs; anthropic.rs estimates Anthropic's) + the completion
+//!        allowance (the request's max_tokens / max_completion_tokens / max_output_tokens, or
+//!        `default_max_tokens`; Anthropic's max_tokens is required)
 //!     ─► one reservation on every rule after verification and every token rule (admission.rs):
 //!        allowed; or capped to what is left (`cap`); or 429 with the exact wait
 //!     ─► the request bounded at its allowance, a stream asked for its usage (request.rs)
-//!     ─► upstream ─► the answer metered as it flows, committed when it ends (meter.rs);
-//!        an answer that is not a success releases the reservation
+//!     ─► upstream ─► the answer metered as it flows, committed when it ends (meter.rs; each
+//!        endpoint's usage and stream events read its way: chunk.rs, anthropic.rs); an answer
+//!        that is not a success releases the reservation
 //! ```
 //!
 //! The reservation's verdict gives the rate-limit headers, so `x-ratelimit-remaining-tokens`
@@ -19,7 +23,10 @@
 //! `capped-from=` what it asked for when that was capped.
 
 mod admission;
+mod anthropic;
 mod chunk;
+mod counter;
+mod dialect;
 mod endpoint;
 mod failover;
 mod meter;
@@ -39,15 +46,16 @@ use floodgate_config::gateway::Llm;
 use floodgate_http::HeaderStyle;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
+pub(crate) use self::dialect::Dialect;
 pub(crate) use self::endpoint::Endpoint;
 pub(crate) use self::failover::{Hold, Request as Attempts, Tried, call_in_order};
 pub(crate) use self::meter::{Meter, Step};
 
 use self::admission::{Estimate, admit};
+use self::counter::Counter;
 use self::meter::{Account, Metering};
 use self::request::LlmRequest;
 use self::tariff::Tariff;
-use self::tokens::Counter;
 use crate::metrics::LlmMetrics;
 use crate::routes::RouteTable;
 use crate::state::GatewayState;
@@ -60,6 +68,8 @@ pub(crate) const ALLOWANCE_HEADER: HeaderName = HeaderName::from_static("floodga
 pub(crate) struct Call {
     /// The reservation's verdict, for the rate-limit headers.
     pub(crate) verdict: Verdict,
+    /// The dialect it speaks.
+    pub(crate) dialect: Dialect,
     /// The body to send upstream.
     pub(crate) body: Bytes,
     endpoint: Endpoint,
@@ -91,16 +101,17 @@ pub(crate) async fn admit_call(
     style: HeaderStyle,
     metrics: &LlmMetrics,
 ) -> Result<Call, Response> {
+    let dialect = endpoint.dialect();
     let admitted: Result<Call, Response> = async {
         let limited = http_body_util::Limited::new(body, llm.max_body);
         let raw = match http_body_util::BodyExt::collect(limited).await {
             Ok(collected) => collected.to_bytes(),
             Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-                return Err(respond::too_large(llm.max_body).into_response());
+                return Err(respond::too_large(dialect, llm.max_body).into_response());
             }
             Err(e) => {
-                return Err(respond::invalid(format!("The request body could not be read: {e}."), None)
-                    .into_response());
+                let message = format!("The request body could not be read: {e}.");
+                return Err(respond::invalid(dialect, message, None).into_response());
             }
         };
         let mut request = LlmRequest::parse(endpoint, raw, &llm.allowance).map_err(|r| r.into_response())?;
@@ -109,7 +120,7 @@ pub(crate) async fn admit_call(
                 "The model `{}` has no price on this gateway, and every call here is priced.",
                 request.model
             );
-            return Err(respond::unpriced(message).into_response());
+            return Err(respond::unpriced(dialect, message).into_response());
         };
         // Rules may count per model (`key: [tenant, model]`).
         let mut descriptors = descriptors.clone();
@@ -118,7 +129,8 @@ pub(crate) async fn admit_call(
         let prompt = tokens::prompt_tokens(endpoint, request.body(), &counter);
         let generates = endpoint.generates();
         let wanted = if generates { request.asked.unwrap_or(llm.allowance.default_max_tokens) } else { 0 };
-        let estimate = Estimate { descriptors: &descriptors, prompt, wanted, generates, tariff: &tariff };
+        let estimate =
+            Estimate { descriptors: &descriptors, prompt, wanted, generates, tariff: &tariff, dialect };
         let admitted = admit(gateway, &table.policies.metered, llm, estimate, style, tier).await?;
         // A plan past its limit switches the call to a smaller model: the upstream is asked for it,
         // and it is counted and priced as that model (its price when it has one, else the one asked
@@ -138,6 +150,7 @@ pub(crate) async fn admit_call(
         let stream = request.stream;
         Ok(Call {
             verdict: admitted.verdict,
+            dialect,
             body: request.into_bytes(),
             endpoint,
             stream,
@@ -188,7 +201,8 @@ impl Call {
 
     /// What the call was reserved: its prompt and whole allowance, per dimension.
     pub(crate) fn estimate(&self) -> floodgate::Costs {
-        let used = tariff::Used { prompt: self.prompt, cached: 0, completion: self.allowance };
+        let used =
+            tariff::Used { prompt: self.prompt, completion: self.allowance, ..tariff::Used::default() };
         self.tariff.costs(used, true)
     }
 

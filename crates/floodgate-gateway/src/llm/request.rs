@@ -1,6 +1,6 @@
 //! An LLM request as the gateway reads it: which endpoint, which model, streamed or not, how many
 //! tokens it may generate — and the rewrites admission makes (the allowance capped, usage asked of
-//! a stream). What cannot be read is refused in OpenAI's error format.
+//! a stream). What cannot be read is refused in the endpoint's dialect's error format.
 
 use bytes::Bytes;
 use floodgate_config::gateway::Allowance;
@@ -32,45 +32,47 @@ impl LlmRequest {
         raw: Bytes,
         allowance: &Allowance,
     ) -> Result<LlmRequest, Refusal> {
+        let dialect = endpoint.dialect();
+        let refuse = |message: String, param: Option<&str>| invalid(dialect, message, param);
         let body = match serde_json::from_slice::<Value>(&raw) {
             Ok(Value::Object(body)) => body,
-            Ok(_) => return Err(invalid("The request body must be a JSON object.", None)),
+            Ok(_) => return Err(refuse("The request body must be a JSON object.".to_owned(), None)),
             Err(e) => {
-                return Err(invalid(format!("We could not parse the JSON body of your request: {e}."), None));
+                return Err(refuse(format!("We could not parse the JSON body of your request: {e}."), None));
             }
         };
         let model = match body.get("model") {
             Some(Value::String(model)) if !model.is_empty() => model.clone(),
             Some(Value::String(_)) | None | Some(Value::Null) => {
-                return Err(invalid("You must provide a model parameter.", Some("model")));
+                return Err(refuse("You must provide a model parameter.".to_owned(), Some("model")));
             }
             Some(other) => {
-                return Err(invalid(format!("`model` must be a string, not {other}."), Some("model")));
+                return Err(refuse(format!("`model` must be a string, not {other}."), Some("model")));
             }
         };
         let stream = match body.get("stream") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
             Some(other) => {
-                return Err(invalid(format!("`stream` must be a boolean, not {other}."), Some("stream")));
+                return Err(refuse(format!("`stream` must be a boolean, not {other}."), Some("stream")));
             }
         };
         if stream && endpoint == Endpoint::Embeddings {
-            return Err(invalid("Embeddings are not streamed.", Some("stream")));
+            return Err(refuse("Embeddings are not streamed.".to_owned(), Some("stream")));
         }
         let mut asked: Option<u64> = None;
         for field in endpoint.limit_fields() {
             let n = match body.get(*field) {
                 None | Some(Value::Null) => continue,
                 Some(value) => value.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
-                    invalid(
+                    refuse(
                         format!("`{field}` must be a whole number of tokens from 1, not {value}."),
                         Some(field),
                     )
                 })?,
             };
             if n > allowance.max_tokens {
-                return Err(invalid(
+                return Err(refuse(
                     format!(
                         "`{field}` is {n}, above the most this gateway lets one request generate ({}).",
                         allowance.max_tokens
@@ -79,6 +81,15 @@ impl LlmRequest {
                 ));
             }
             asked = Some(asked.map_or(n, |a| a.min(n)));
+        }
+        if asked.is_none()
+            && let [field] = endpoint.limit_fields()
+            && endpoint.limit_required()
+        {
+            return Err(refuse(
+                format!("{field}: Field required (the most tokens the answer may generate)."),
+                Some(field),
+            ));
         }
         let client_wants_usage = body
             .get("stream_options")
@@ -110,11 +121,19 @@ impl LlmRequest {
             let field = match self.endpoint {
                 // OpenAI's reasoning models refuse `max_tokens`.
                 Endpoint::Chat if reasoning(&self.model) => "max_completion_tokens",
-                Endpoint::Chat | Endpoint::Completions => "max_tokens",
+                Endpoint::Chat | Endpoint::Completions | Endpoint::Messages => "max_tokens",
                 Endpoint::Responses => "max_output_tokens",
                 Endpoint::Embeddings => return,
             };
             self.body.insert(field.to_owned(), Value::from(tokens));
+        }
+        // Anthropic's extended thinking must think less than `max_tokens`: a budget the bound
+        // leaves no room under is lowered below it (Anthropic refuses one under 1024).
+        if self.endpoint == Endpoint::Messages
+            && let Some(budget) = self.body.get_mut("thinking").and_then(|t| t.get_mut("budget_tokens"))
+            && budget.as_u64().is_some_and(|b| b >= tokens)
+        {
+            *budget = Value::from(tokens.saturating_sub(1).max(1));
         }
         self.changed = true;
     }
@@ -172,6 +191,42 @@ mod tests {
 
     fn parse(endpoint: Endpoint, body: &str) -> Result<LlmRequest, Refusal> {
         LlmRequest::parse(endpoint, Bytes::from(body.to_owned()), &Allowance::default())
+    }
+
+    #[test]
+    fn a_messages_request_must_name_a_sane_max_tokens_and_is_refused_in_anthropics_format() {
+        for body in [
+            "not json",
+            r#"{"model": "claude-sonnet-4-5", "messages": []}"#,
+            r#"{"max_tokens": 10, "messages": []}"#,
+            r#"{"model": "claude-sonnet-4-5", "max_tokens": -5}"#,
+            r#"{"model": "claude-sonnet-4-5", "max_tokens": 0}"#,
+            r#"{"model": "claude-sonnet-4-5", "max_tokens": 100000000}"#,
+        ] {
+            let refusal = parse(Endpoint::Messages, body).expect_err(body);
+            assert_eq!(refusal.status, StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(refusal.body["type"], "error", "{body}");
+            assert_eq!(refusal.body["error"]["type"], "invalid_request_error", "{body}");
+        }
+        let refusal =
+            parse(Endpoint::Messages, r#"{"model": "claude-sonnet-4-5", "messages": []}"#).unwrap_err();
+        assert!(refusal.body["error"]["message"].as_str().unwrap().starts_with("max_tokens: Field required"));
+        let mut request =
+            parse(Endpoint::Messages, r#"{"model":"claude-sonnet-4-5","max_tokens":500,"stream":true}"#)
+                .unwrap();
+        assert_eq!(request.asked, Some(500));
+        assert!(!request.ask_usage(), "Anthropic's streams always carry their usage");
+        request.bound(120);
+        let body: Value = serde_json::from_slice(&request.into_bytes()).unwrap();
+        assert_eq!(body["max_tokens"], 120);
+        let thinking = r#"{"model":"claude-sonnet-4-5","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":4000}}"#;
+        let mut request = parse(Endpoint::Messages, thinking).unwrap();
+        request.bound(3000);
+        let body: Value = serde_json::from_slice(&request.into_bytes()).unwrap();
+        assert_eq!(
+            (body["max_tokens"].as_u64(), body["thinking"]["budget_tokens"].as_u64()),
+            (Some(3000), Some(2999))
+        );
     }
 
     #[test]

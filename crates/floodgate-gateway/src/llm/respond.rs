@@ -1,7 +1,8 @@
-//! What an LLM route answers itself, in OpenAI's error format (`{"error": {"message", "type",
-//! "param", "code"}}`) so that the SDKs read it as they read the provider's: 400s for what cannot
-//! be read, 429s with `Retry-After`, OpenAI's `retry-after-ms` (which the SDKs honour) and the
-//! rate-limit headers, and the event that ends a stream cut at its budget.
+//! What an LLM route answers itself, in its dialect's error format (OpenAI's `{"error": {"message",
+//! "type", "param", "code"}}`, Anthropic's `{"type": "error", "error": {"type", "message"}}`:
+//! [`Dialect::error`]) so that the SDKs read it as they read the provider's: 400s for what cannot
+//! be read, 429s with `Retry-After`, `retry-after-ms` (which the OpenAI and Anthropic SDKs honour)
+//! and the rate-limit headers, and the event that ends a stream cut at its budget.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
+use super::dialect::{Dialect, Fault};
 use super::endpoint::Endpoint;
 
 /// OpenAI's header of an exact wait, in milliseconds.
@@ -34,65 +36,52 @@ impl Refusal {
     }
 }
 
-fn error(message: impl Into<String>, kind: &str, param: Option<&str>, code: Option<&str>) -> Value {
-    json!({"error": {"message": message.into(), "type": kind, "param": param, "code": code}})
-}
-
 /// 400: a request that cannot be read, naming the field at fault.
-pub(crate) fn invalid(message: impl Into<String>, param: Option<&str>) -> Refusal {
-    Refusal { status: StatusCode::BAD_REQUEST, body: error(message, "invalid_request_error", param, None) }
+pub(crate) fn invalid(dialect: Dialect, message: impl Into<String>, param: Option<&str>) -> Refusal {
+    let body = dialect.error(&message.into(), Fault::Invalid { param, code: None });
+    Refusal { status: StatusCode::BAD_REQUEST, body }
 }
 
 /// 400: a model the route has no price for, when it prices every call.
-pub(crate) fn unpriced(message: String) -> Refusal {
-    Refusal {
-        status: StatusCode::BAD_REQUEST,
-        body: error(message, "invalid_request_error", Some("model"), Some("model_not_priced")),
-    }
+pub(crate) fn unpriced(dialect: Dialect, message: String) -> Refusal {
+    let fault = Fault::Invalid { param: Some("model"), code: Some("model_not_priced") };
+    Refusal { status: StatusCode::BAD_REQUEST, body: dialect.error(&message, fault) }
 }
 
 /// 400: a request whose estimate no budget can ever grant at once.
-pub(crate) fn never_affordable(needed: u64, rule: &str, capacity: u64, dimension: &str) -> Refusal {
-    Refusal {
-        status: StatusCode::BAD_REQUEST,
-        body: error(
-            format!(
-                "This request needs {needed} {dimension} (its prompt and completion allowance), more than limit \
-                 {rule:?} grants at once ({capacity}): shorten the prompt or lower max_tokens."
-            ),
-            "invalid_request_error",
-            None,
-            Some("budget_exceeded"),
-        ),
-    }
+pub(crate) fn never_affordable(
+    dialect: Dialect,
+    needed: u64,
+    rule: &str,
+    capacity: u64,
+    dimension: &str,
+) -> Refusal {
+    let message = format!(
+        "This request needs {needed} {dimension} (its prompt and completion allowance), more than limit {rule:?} \
+         grants at once ({capacity}): shorten the prompt or lower max_tokens."
+    );
+    let fault = Fault::Invalid { param: None, code: Some("budget_exceeded") };
+    Refusal { status: StatusCode::BAD_REQUEST, body: dialect.error(&message, fault) }
 }
 
 /// 413: a body larger than the route reads.
-pub(crate) fn too_large(limit: usize) -> Refusal {
-    Refusal {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        body: error(
-            format!("The request body is larger than this gateway reads ({limit} bytes)."),
-            "invalid_request_error",
-            None,
-            None,
-        ),
-    }
+pub(crate) fn too_large(dialect: Dialect, limit: usize) -> Refusal {
+    let message = format!("The request body is larger than this gateway reads ({limit} bytes).");
+    Refusal { status: StatusCode::PAYLOAD_TOO_LARGE, body: dialect.error(&message, Fault::TooLarge) }
 }
 
 /// 503: the limits could not be decided (the store failed and the rules fail closed).
-pub(crate) fn unavailable(why: &str) -> Response {
-    Refusal {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        body: error(format!("The rate limiter is unavailable: {why}."), "server_error", None, None),
-    }
-    .into_response()
+pub(crate) fn unavailable(dialect: Dialect, why: &str) -> Response {
+    let message = format!("The rate limiter is unavailable: {why}.");
+    Refusal { status: StatusCode::SERVICE_UNAVAILABLE, body: dialect.error(&message, Fault::Unavailable) }
+        .into_response()
 }
 
 /// 429 for `verdict`, denied: which limit, and when to retry — `Retry-After` in seconds (rounded
 /// up) and `retry-after-ms` exact — beside the rate-limit headers of `style`. `wait` replaces the
 /// verdict's own wait when given (the wait for a smaller request, under `cap`).
 pub(crate) fn limited(
+    dialect: Dialect,
     verdict: &Verdict,
     style: HeaderStyle,
     wait: Option<Duration>,
@@ -121,11 +110,8 @@ pub(crate) fn limited(
         }
         None => ("requests", "Rate limit reached.".to_owned()),
     };
-    let mut response = Refusal {
-        status: StatusCode::TOO_MANY_REQUESTS,
-        body: error(message, kind, None, Some("rate_limit_exceeded")),
-    }
-    .into_response();
+    let body = dialect.error(&message, Fault::Limited { dimension: kind });
+    let mut response = Refusal { status: StatusCode::TOO_MANY_REQUESTS, body }.into_response();
     let headers = response.headers_mut();
     rate_limit_headers(verdict, style, headers);
     let secs = floodgate_core::ceil_secs_at_least_one(wait);
@@ -143,7 +129,8 @@ fn go_duration(wait: Duration) -> String {
 
 /// The server-sent event that ends a stream cut at its budget, in the endpoint's format: chat
 /// completions and completions end with `data: {"error": {…}}` (what the SDKs raise), the
-/// responses API with an `error` event.
+/// responses API with an `error` event, Anthropic's messages with `event: error` and a
+/// `rate_limit_error` (which the Anthropic SDKs raise).
 pub(crate) fn cut_event(
     endpoint: Endpoint,
     generated: u64,
@@ -160,8 +147,13 @@ pub(crate) fn cut_event(
                 "sequence_number": sequence.unwrap_or(0)});
             format!("event: error\ndata: {event}\n\n")
         }
-        _ => {
-            format!("data: {}\n\n", error(message, "tokens", None, Some("rate_limit_exceeded")))
+        Endpoint::Messages => {
+            let event = Dialect::Anthropic.error(&message, Fault::Limited { dimension });
+            format!("event: error\ndata: {event}\n\n")
+        }
+        Endpoint::Chat | Endpoint::Completions | Endpoint::Embeddings => {
+            let event = Dialect::OpenAi.error(&message, Fault::Limited { dimension: "tokens" });
+            format!("data: {event}\n\n")
         }
     }
 }

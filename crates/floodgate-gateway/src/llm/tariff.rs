@@ -1,7 +1,9 @@
 //! What a call costs in each dimension an LLM route charges: `requests` (1), tokens (its prompt and
 //! what it generates), and with a price table, spend in micro-dollars — a price in dollars per
-//! million tokens being the micro-dollars one token costs. Each call's spend is rounded up to the
-//! micro-dollar.
+//! million tokens being the micro-dollars one token costs: a prompt token at `input`, one read
+//! from the provider's cache at `cached_input`, one written to it (Anthropic's
+//! `cache_creation_input_tokens`) at `cache_write`, a generated token at `output`. Each call's
+//! spend is rounded up to the micro-dollar.
 
 use floodgate::Costs;
 use floodgate::cost::REQUESTS;
@@ -21,6 +23,8 @@ pub(crate) struct Used {
     pub(crate) prompt: u64,
     /// Of which read from the cache.
     pub(crate) cached: u64,
+    /// Of which written to the cache (Anthropic's prompt caching).
+    pub(crate) cache_write: u64,
     /// Generated tokens.
     pub(crate) completion: u64,
 }
@@ -48,8 +52,10 @@ impl Tariff {
     /// The micro-dollars of `used`, rounded up.
     fn micros(price: &Price, used: Used) -> u64 {
         let cached = used.cached.min(used.prompt);
-        let dollars_per_million = (used.prompt - cached) as f64 * price.input
+        let written = used.cache_write.min(used.prompt - cached);
+        let dollars_per_million = (used.prompt - cached - written) as f64 * price.input
             + cached as f64 * price.cached_input
+            + written as f64 * price.cache_write
             + used.completion as f64 * price.output;
         // A price in $ per million tokens is µ$ per token. The small epsilon keeps an exact product
         // (150.0000000001 from floating point) from rounding up a micro-dollar.
@@ -87,7 +93,7 @@ impl Tariff {
         }
         // The most completion tokens whose cost, added to the prompt's, stays within `left`.
         let mut n = (rest as f64 / price.output).floor() as u64;
-        while n > 0 && Tariff::micros(price, Used { prompt, cached: 0, completion: n }) > left {
+        while n > 0 && Tariff::micros(price, Used { prompt, completion: n, ..Used::default() }) > left {
             n -= 1;
         }
         Some(n)
@@ -95,7 +101,7 @@ impl Tariff {
 
     /// What `dimension` costs a call of `prompt` tokens and `allowance`.
     pub(crate) fn cost_in(&self, dimension: &str, prompt: u64, allowance: u64) -> u64 {
-        self.costs(Used { prompt, cached: 0, completion: allowance }, true).get(dimension)
+        self.costs(Used { prompt, completion: allowance, ..Used::default() }, true).get(dimension)
     }
 }
 
@@ -104,21 +110,28 @@ mod tests {
     use super::*;
 
     fn tariff() -> Tariff {
-        let price = Price { input: 0.15, cached_input: 0.075, output: 0.60 };
+        let price = Price { input: 0.15, cached_input: 0.075, output: 0.60, cache_write: 0.1875 };
         Tariff { tokens: "tokens".into(), money: Some(("usd_micros".into(), price)) }
     }
 
     #[test]
     fn a_price_per_million_tokens_is_micro_dollars_per_token() {
-        let costs = tariff().costs(Used { prompt: 1000, cached: 0, completion: 100 }, true);
+        let costs = tariff().costs(Used { prompt: 1000, completion: 100, ..Used::default() }, true);
         assert_eq!(costs.get("requests"), 1);
         assert_eq!(costs.get("tokens"), 1100);
         assert_eq!(costs.get("usd_micros"), 150 + 60);
-        let cached = tariff().costs(Used { prompt: 1000, cached: 400, completion: 0 }, false);
+        let cached = tariff().costs(Used { prompt: 1000, cached: 400, ..Used::default() }, false);
         assert_eq!(cached.get("usd_micros"), 90 + 30, "600 at 0.15 and 400 at 0.075");
         assert!(!cached.names("requests"));
-        let odd = tariff().costs(Used { prompt: 1, cached: 0, completion: 1 }, false);
+        let odd = tariff().costs(Used { prompt: 1, completion: 1, ..Used::default() }, false);
         assert_eq!(odd.get("usd_micros"), 1, "0.75 µ$ rounds up");
+        let written =
+            tariff().costs(Used { prompt: 1000, cached: 200, cache_write: 400, completion: 0 }, false);
+        assert_eq!(
+            written.get("usd_micros"),
+            60 + 15 + 75,
+            "400 at 0.15, 200 at 0.075, 400 written at 0.1875"
+        );
     }
 
     #[test]

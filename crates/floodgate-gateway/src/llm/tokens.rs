@@ -8,50 +8,19 @@
 //!   plus 3 for the reply; the `tools` and `functions` declared count as their JSON text;
 //! - responses: `instructions`, and `input` as a string or as messages (as a chat's);
 //! - completions and embeddings: the `prompt` or `input` text (a list: each item; token ids:
-//!   one each).
+//!   one each);
+//! - Anthropic's messages: as [`anthropic::prompt_tokens`] estimates them.
 
 use floodgate_config::gateway::{Llm, Tokenizer};
 use serde_json::Value;
-use tiktoken_rs::CoreBPE;
 
+use super::anthropic;
+use super::counter::Counter;
 use super::endpoint::Endpoint;
 
 /// What a low-detail image costs (OpenAI's base figure); larger images cost more upstream, which
 /// the final usage reconciles.
 const IMAGE_TOKENS: u64 = 85;
-
-/// How one model's text is counted.
-#[derive(Clone, Copy)]
-pub(crate) enum Counter {
-    Bpe(&'static CoreBPE),
-    /// One token per this many characters, rounded up.
-    Ratio(f64),
-}
-
-impl std::fmt::Debug for Counter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Counter::Bpe(_) => f.write_str("Counter::Bpe"),
-            Counter::Ratio(r) => write!(f, "Counter::Ratio({r})"),
-        }
-    }
-}
-
-impl Counter {
-    /// The tokens of `text`.
-    pub(crate) fn count(&self, text: &str) -> u64 {
-        match self {
-            Counter::Bpe(bpe) => bpe.encode_ordinary(text).len() as u64,
-            Counter::Ratio(chars_per_token) => (text.chars().count() as f64 / chars_per_token).ceil() as u64,
-        }
-    }
-
-    /// Whether this is OpenAI's encoding (not an estimate).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn exact(&self) -> bool {
-        matches!(self, Counter::Bpe(_))
-    }
-}
 
 fn of(tokenizer: &Tokenizer) -> Counter {
     match tokenizer {
@@ -120,6 +89,7 @@ pub(crate) fn prompt_tokens(
         }
         Endpoint::Completions => texts(body.get("prompt"), counter),
         Endpoint::Embeddings => texts(body.get("input"), counter),
+        Endpoint::Messages => anthropic::prompt_tokens(body, counter),
     }
 }
 

@@ -5,6 +5,8 @@
 //! waits — never durations; waits are for events.
 
 mod admission;
+mod anthropic;
+mod anthropic_sdk;
 mod dollars;
 mod example;
 mod fallback;

@@ -14,12 +14,12 @@ use serde_json::{Value, json};
 
 use super::{Floodgate, chat, config, prompt_of, upstream};
 
-fn here() -> PathBuf {
+pub(super) fn here() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/llm")
 }
 
 /// The venv's Python: `FLOODGATE_LLM_PYTHON`, else `<workspace>/target/llm-sdk/venv/bin/python`.
-fn python() -> PathBuf {
+pub(super) fn python() -> PathBuf {
     let path = std::env::var_os("FLOODGATE_LLM_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
@@ -34,7 +34,7 @@ fn python() -> PathBuf {
     path
 }
 
-fn node_package() -> PathBuf {
+pub(super) fn node_package() -> PathBuf {
     let dir = here().join("sdk-node");
     assert!(
         dir.join("node_modules/openai").exists(),
@@ -46,7 +46,7 @@ fn node_package() -> PathBuf {
 
 /// Runs the driver `command` against `gw` for tenants `prefix-*` (the upstream answers meanwhile,
 /// on this test's runtime); its JSON output.
-async fn drive(mut command: Command, gw: &Floodgate, prefix: &str) -> Value {
+pub(super) async fn drive(mut command: Command, gw: &Floodgate, prefix: &str) -> Value {
     let output = command
         .env("FLOODGATE_LLM_BASE_URL", format!("http://{}/v1", gw.gateway))
         .env("FLOODGATE_LLM_TENANT", prefix)

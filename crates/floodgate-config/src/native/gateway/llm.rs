@@ -14,6 +14,9 @@ pub enum LlmApi {
     /// local servers speak).
     #[default]
     OpenAi,
+    /// Anthropic's Messages API (`POST …/v1/messages`; `…/v1/messages/count_tokens` is proxied
+    /// unmetered).
+    Anthropic,
 }
 
 /// What happens when the completion allowance a request asks for is more than its budgets have left.
@@ -84,6 +87,9 @@ pub struct Price {
     pub cached_input: f64,
     /// A generated token.
     pub output: f64,
+    /// A prompt token written to the provider's cache (Anthropic's `cache_creation_input_tokens`;
+    /// default: `input`).
+    pub cache_write: f64,
 }
 
 /// One of an LLM route's upstreams, tried in order.
@@ -100,7 +106,7 @@ pub struct LlmUpstream {
 /// A route's LLM settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Llm {
-    /// The API it speaks (`openai`).
+    /// The API it speaks (`openai` or `anthropic`).
     pub api: LlmApi,
     /// The completion allowance.
     pub allowance: Allowance,
@@ -189,13 +195,15 @@ const FIELDS: &[&str] = &[
 pub(super) fn llm(item: Item<'_>, rules: &[floodgate::Rule]) -> Result<Llm, Invalid> {
     let fields = item.fields("the LLM settings", Some(FIELDS))?;
     let mut llm = Llm::default();
-    let api = fields.require("api", "the model API the route speaks: api: openai")?;
+    let api = fields.require("api", "the model API the route speaks: api: openai, or api: anthropic")?;
     llm.api = match api.str("a model API")? {
         "openai" => LlmApi::OpenAi,
+        "anthropic" => LlmApi::Anthropic,
         other => {
             return Err(api.error(format!(
-                "unknown model API {other:?}: expected openai (OpenAI-compatible){}",
-                did_you_mean(other, ["openai"])
+                "unknown model API {other:?}: expected openai (OpenAI-compatible) or anthropic (Anthropic's \
+                 Messages API){}",
+                did_you_mean(other, ["openai", "anthropic"])
             )));
         }
     };
@@ -323,9 +331,12 @@ fn dimension(item: &Item<'_>, example: &str) -> Result<String, Invalid> {
     Ok(name.to_owned())
 }
 
-/// `{input, cached_input, output}`: dollars per million tokens.
+/// `{input, cached_input, cache_write, output}`: dollars per million tokens.
 fn price(item: &Item<'_>) -> Result<Price, Invalid> {
-    let fields = item.fields("a price ($ per million tokens)", Some(&["input", "cached_input", "output"]))?;
+    let fields = item.fields(
+        "a price ($ per million tokens)",
+        Some(&["input", "cached_input", "cache_write", "output"]),
+    )?;
     let dollars = |field: &str| -> Result<Option<f64>, Invalid> {
         let Some(value) = fields.get(field) else { return Ok(None) };
         match value.number().filter(|n| n.is_finite() && *n >= 0.0 && *n <= 100_000.0) {
@@ -343,7 +354,8 @@ fn price(item: &Item<'_>) -> Result<Price, Invalid> {
         item.missing("output", "missing field \"output\": dollars per million generated tokens, e.g. 0.60")
     })?;
     let cached_input = dollars("cached_input")?.unwrap_or(input);
-    Ok(Price { input, cached_input, output })
+    let cache_write = dollars("cache_write")?.unwrap_or(input);
+    Ok(Price { input, cached_input, output, cache_write })
 }
 
 fn chars_per_token(item: &Item<'_>) -> Result<f64, Invalid> {
