@@ -424,3 +424,33 @@ async fn a_client_token_from_the_environment_is_required_and_never_logged() {
     assert!(log.iter().any(|l| l.contains("\"event\":\"decision\"")), "decisions were logged: {log:?}");
     assert!(!log.iter().any(|l| l.contains(TOKEN)), "the token in the log: {log:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_workers_setting_serves_counts_exactly_and_shuts_down_gracefully() {
+    let dir = TempDir::new("workers");
+    let path = dir.write_atomic("floodgate.yaml", GOOD);
+    let path = path.to_str().unwrap();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    for (flag, workers) in [(Some("0"), 0), (Some("1"), 1), (Some("3"), 3), (None, cores)] {
+        let mut args = vec!["--config", path, "--no-watch"];
+        if let Some(flag) = flag {
+            args.extend(["--workers", flag]);
+        }
+        let mut floodgate = Floodgate::serve_with(&["--log-format", "json"], &args);
+        // Six connections at once, spread over the workers: the one user's limit of 3 admits 3.
+        let answers = futures_util::future::join_all(
+            (0..6).map(|_| raw(floodgate.http, "POST", "/v1/check", r#"{"descriptors": {"user": "w"}}"#)),
+        )
+        .await;
+        let allowed = answers.iter().filter(|a| a.starts_with("HTTP/1.1 200")).count();
+        let denied = answers.iter().filter(|a| a.starts_with("HTTP/1.1 429")).count();
+        assert_eq!((allowed, denied), (3, 3), "--workers {flag:?}: {answers:#?}");
+        floodgate.signal("TERM");
+        assert_eq!(floodgate.wait(), 0, "--workers {flag:?}");
+        let log = floodgate.log();
+        let lines = json_lines(&log);
+        let serving = events(&lines, "serving");
+        assert_eq!(serving.len(), 1, "{log:#?}");
+        assert_eq!(serving[0]["workers"], workers, "--workers {flag:?}: {:?}", serving[0]);
+    }
+}
