@@ -170,6 +170,11 @@ impl Problem {
         Problem::new(StatusCode::UNPROCESSABLE_ENTITY, INVALID_TYPE, "Invalid Request", detail)
     }
 
+    /// A 503 for a store that failed: `detail` says what could not be done and why.
+    pub fn store_unavailable(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::SERVICE_UNAVAILABLE, STORE_UNAVAILABLE_TYPE, "Store Unavailable", detail)
+    }
+
     /// A 413 for a body over `limit` bytes.
     pub fn too_large(limit: usize) -> Problem {
         Problem::new(

@@ -14,7 +14,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use floodgate::cost::valid_dimension;
 use floodgate::{Costs, ReserveError, SettleError, Settled, Settlement};
-use floodgate_http::problem::{NOT_FOUND_TYPE, RESERVATION_SETTLED_TYPE, STORE_UNAVAILABLE_TYPE};
+use floodgate_http::problem::{NOT_FOUND_TYPE, RESERVATION_SETTLED_TYPE};
 use floodgate_http::wire::{CheckRequest, Cost, VerdictBody};
 use floodgate_http::{Problem, rate_limit_headers, tag_header};
 use http::StatusCode;
@@ -389,10 +389,5 @@ fn body(id: &str, settled: &Settled) -> SettledBody {
 }
 
 fn unavailable(detail: &str) -> Response {
-    problem(Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        STORE_UNAVAILABLE_TYPE,
-        "Store Unavailable",
-        format!("The reservation could not be kept: {detail}."),
-    ))
+    problem(Problem::store_unavailable(format!("The reservation could not be kept: {detail}.")))
 }

@@ -8,7 +8,7 @@ use floodgate::usage::UsageError;
 use floodgate_http::Problem;
 use floodgate_http::ceil_ms;
 use floodgate_http::openapi::with_keywords;
-use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE};
+use floodgate_http::problem::NOT_FOUND_TYPE;
 use http::StatusCode;
 use serde::Serialize;
 use serde_json::json;
@@ -179,12 +179,9 @@ pub(super) async fn usage(
             "Not Found",
             format!("No rule named {rule:?}."),
         )),
-        Err(UsageError::Store(error)) => problem(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            STORE_UNAVAILABLE_TYPE,
-            "Store Unavailable",
-            format!("The usage could not be read: {error}."),
-        )),
+        Err(UsageError::Store(error)) => {
+            problem(Problem::store_unavailable(format!("The usage could not be read: {error}.")))
+        }
         Err(error) => invalid(format!("{error}.")),
     }
 }

@@ -8,7 +8,7 @@ use axum::Extension;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use floodgate::{Descriptors, Hit, Impossible, Mode};
-use floodgate_http::problem::{NOT_FOUND_TYPE, STORE_UNAVAILABLE_TYPE};
+use floodgate_http::problem::NOT_FOUND_TYPE;
 use floodgate_http::{Problem, ceil_ms};
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -169,12 +169,9 @@ pub(super) async fn inspect_key(
             match target.policy().policy.usage(app.control().store(), rule, descriptors).await {
                 Ok(usage) => usage.previous.map(PreviousPeriod::from),
                 Err(floodgate::usage::UsageError::Store(e)) => {
-                    return problem(Problem::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        STORE_UNAVAILABLE_TYPE,
-                        "Store Unavailable",
-                        format!("The key's previous period could not be read: {e}."),
-                    ));
+                    return problem(Problem::store_unavailable(format!(
+                        "The key's previous period could not be read: {e}."
+                    )));
                 }
                 Err(e) => return invalid(format!("The key's previous period cannot be read: {e}.")),
             }
@@ -240,12 +237,7 @@ pub(super) async fn reset_key(
     app.control().record_key_reset(key, by, error).await;
     match result {
         Ok(existed) => json(StatusCode::OK, &Reset { rule, reset: existed }),
-        Err(e) => problem(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            STORE_UNAVAILABLE_TYPE,
-            "Store Unavailable",
-            format!("The key could not be reset: {e}."),
-        )),
+        Err(e) => problem(Problem::store_unavailable(format!("The key could not be reset: {e}."))),
     }
 }
 
