@@ -128,35 +128,37 @@ mod tests {
     #[test]
     fn a_connection_runs_on_the_least_loaded_worker_and_is_counted_there_until_it_ends() {
         let workers = Workers::start(2).unwrap();
-        let (ran, on) = std::sync::mpsc::channel();
-        let (end, ended) = tokio::sync::oneshot::channel::<()>();
-        // The first goes to worker 0 and stays; the second then finds worker 1 the least loaded.
-        workers.spawn({
-            let ran = ran.clone();
-            move |assigned| async move {
-                ran.send((assigned.index, current())).unwrap();
-                let _ = ended.await;
+        // Each connection says where it ran, and says again once it has given its worker back.
+        let (said, heard) = std::sync::mpsc::channel();
+        let connection = |hold: Option<tokio::sync::oneshot::Receiver<()>>| {
+            let said = said.clone();
+            move |assigned: Assigned| async move {
+                said.send(("ran", assigned.index, current())).unwrap();
+                if let Some(hold) = hold {
+                    let _ = hold.await;
+                }
+                let index = assigned.index;
                 drop(assigned);
+                said.send(("ended", index, current())).unwrap();
             }
-        });
-        assert_eq!(on.recv().unwrap(), (0, Some(0)));
-        workers.spawn(move |assigned| async move {
-            ran.send((assigned.index, current())).unwrap();
-        });
-        assert_eq!(on.recv().unwrap(), (1, Some(1)));
-        assert_eq!(current(), None, "the test's own thread is no worker");
-        // Ended, each is no longer counted: the next goes to worker 0 again.
-        end.send(()).unwrap();
-        let (done, finished) = std::sync::mpsc::channel();
-        let probe = |done: std::sync::mpsc::Sender<usize>| {
-            move |assigned: Assigned| async move { done.send(assigned.index).unwrap() }
         };
-        // Worker 1's connection ended at once; wait for worker 0's to be given back too.
-        while workers.serving.iter().any(|n| n.load(Ordering::Relaxed) > 0) {
-            std::thread::yield_now();
-        }
-        workers.spawn(probe(done));
-        assert_eq!(finished.recv().unwrap(), 0);
+        // The first goes to worker 0 and stays; the second then finds worker 1 the least loaded.
+        let (end, hold) = tokio::sync::oneshot::channel();
+        workers.spawn(connection(Some(hold)));
+        assert_eq!(heard.recv().unwrap(), ("ran", 0, Some(0)));
+        workers.spawn(connection(None));
+        assert_eq!(heard.recv().unwrap(), ("ran", 1, Some(1)));
+        assert_eq!(heard.recv().unwrap(), ("ended", 1, Some(1)));
+        assert_eq!(current(), None, "the test's own thread is no worker");
+        // Worker 0's connection still counts there: the next goes to worker 1 again.
+        workers.spawn(connection(None));
+        assert_eq!(heard.recv().unwrap(), ("ran", 1, Some(1)));
+        assert_eq!(heard.recv().unwrap(), ("ended", 1, Some(1)));
+        // Once it ended, worker 0 is the least loaded again.
+        end.send(()).unwrap();
+        assert_eq!(heard.recv().unwrap(), ("ended", 0, Some(0)));
+        workers.spawn(connection(None));
+        assert_eq!(heard.recv().unwrap(), ("ran", 0, Some(0)));
     }
 
     #[test]

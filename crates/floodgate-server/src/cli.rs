@@ -203,9 +203,12 @@ pub fn serve(args: ServeArgs, config: Config) -> ExitCode {
     options.state_dir = args.state_dir.clone();
     options.manual_clock = args.manual_clock.map(floodgate_core::Timestamp::from_millis);
 
-    if let Some(workers) = args.workers {
-        // Before anything is served: nothing has started the workers yet.
-        let _ = floodgate_app::workers::Workers::configure(workers);
+    // Before anything is served: nothing has started the workers yet.
+    if let Some(workers) = args.workers
+        && let Err(running) = floodgate_app::workers::Workers::configure(workers)
+    {
+        eprintln!("floodgate: --workers {workers} comes too late: {running} workers already serve");
+        return exit(EXIT_RUNTIME);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
