@@ -175,18 +175,17 @@ impl Event<'_> {
     }
 }
 
-/// A whole JSON answer: its usage, else `None` and the tokens of its content.
-pub(crate) fn answer(body: &Value, counter: &Counter) -> Result<Used, u64> {
-    if let Some(usage) = body.get("usage").filter(|u| u.is_object())
-        && let Ok(usage) = Usage::deserialize(usage)
-    {
-        return Ok(usage.used());
-    }
-    let generated = match body.get("content") {
+/// A whole JSON answer's `usage` object, read; `None` when it is not Anthropic's.
+pub(crate) fn usage(usage: &Value) -> Option<Used> {
+    Usage::deserialize(usage).ok().map(|u| u.used())
+}
+
+/// The tokens of a whole JSON answer's content, counted (for an answer without usage).
+pub(crate) fn content_tokens(body: &Value, counter: &Counter) -> u64 {
+    match body.get("content") {
         Some(Value::Array(blocks)) => blocks.iter().map(|b| block(b, counter)).sum(),
         _ => 0,
-    };
-    Err(generated)
+    }
 }
 
 #[cfg(test)]
@@ -255,8 +254,8 @@ mod tests {
     fn an_answer_without_usage_is_its_contents_tokens() {
         let c = counter();
         let body = json!({"content": [{"type": "text", "text": "abcdef"}]});
-        assert_eq!(answer(&body, &c), Err(2));
+        assert_eq!(content_tokens(&body, &c), 2);
         let body = json!({"content": [], "usage": {"input_tokens": 3, "output_tokens": 4}});
-        assert_eq!(answer(&body, &c), Ok(Used { prompt: 3, completion: 4, ..Used::default() }));
+        assert_eq!(usage(&body["usage"]), Some(Used { prompt: 3, completion: 4, ..Used::default() }));
     }
 }

@@ -419,21 +419,17 @@ impl Meter {
         // A whole JSON document came: the server may stop reading at its length, before the body
         // says it ended.
         self.reached_end = true;
-        if self.endpoint == Endpoint::Messages {
-            match anthropic::answer(&value, &self.counter) {
-                Ok(usage) => self.usage = Some(usage),
-                Err(generated) => self.counted += generated,
-            }
-            return;
-        }
         if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
             let usage = match self.endpoint {
-                Endpoint::Responses => responses_usage(usage),
-                Endpoint::Embeddings => Used { completion: 0, ..chat_usage(usage) },
-                _ => chat_usage(usage),
+                Endpoint::Responses => Some(responses_usage(usage)),
+                Endpoint::Embeddings => Some(Used { completion: 0, ..chat_usage(usage) }),
+                Endpoint::Messages => anthropic::usage(usage),
+                Endpoint::Chat | Endpoint::Completions => Some(chat_usage(usage)),
             };
-            self.usage = Some(usage);
-            return;
+            if let Some(usage) = usage {
+                self.usage = Some(usage);
+                return;
+            }
         }
         match self.endpoint {
             Endpoint::Responses => {
@@ -452,7 +448,8 @@ impl Meter {
                     }
                 }
             }
-            Endpoint::Embeddings | Endpoint::Messages => {}
+            Endpoint::Messages => self.counted += anthropic::content_tokens(&value, &self.counter),
+            Endpoint::Embeddings => {}
             Endpoint::Chat | Endpoint::Completions => {
                 if let Some(Value::Array(choices)) = value.get("choices") {
                     let n: u64 = choices.iter().map(|c| self.choice_tokens(c)).sum();
