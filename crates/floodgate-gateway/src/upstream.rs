@@ -291,6 +291,15 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 /// Removes the hop-by-hop headers, and those `Connection` names; keeps `Upgrade` (and
 /// `Connection: upgrade`) when `upgrade`.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    // Most messages carry none of them: one pass over the few names present tells, where removing
+    // each of the nine by name would hash it.
+    let present = headers.keys().any(|name| name == UPGRADE || HOP_BY_HOP.contains(name));
+    if !present {
+        if upgrade {
+            headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        return;
+    }
     if headers.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
@@ -332,22 +341,26 @@ pub(super) fn forward_headers(
     upgrade: bool,
     identity_headers: &[(HeaderName, Option<String>)],
 ) {
-    use std::fmt::Write as _;
-
     let original_host = headers.remove(HOST);
     strip_hop_by_hop(headers, upgrade);
     let ip = peer.ip().to_canonical();
+    let text = super::descriptors::ip_text(ip);
     let mut buf = bytes::BytesMut::with_capacity(96);
-    // Writing into a `BytesMut` cannot fail.
-    let _ = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(existing) => write!(buf, "{existing}, {ip}"),
-        None => write!(buf, "{ip}"),
-    };
+    if let Some(existing) = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        buf.extend_from_slice(existing.as_bytes());
+        buf.extend_from_slice(b", ");
+    }
+    buf.extend_from_slice(text.as_bytes());
     let xff_end = buf.len();
-    let _ = match ip {
-        std::net::IpAddr::V4(v4) => write!(buf, "for={v4};proto=http"),
-        std::net::IpAddr::V6(v6) => write!(buf, "for=\"[{v6}]\";proto=http"),
-    };
+    match ip {
+        std::net::IpAddr::V4(_) => buf.extend_from_slice(b"for="),
+        std::net::IpAddr::V6(_) => buf.extend_from_slice(b"for=\"["),
+    }
+    buf.extend_from_slice(text.as_bytes());
+    match ip {
+        std::net::IpAddr::V4(_) => buf.extend_from_slice(b";proto=http"),
+        std::net::IpAddr::V6(_) => buf.extend_from_slice(b"]\";proto=http"),
+    }
     let mut values = buf.freeze();
     let forwarded = values.split_off(xff_end);
     if let Ok(value) = HeaderValue::from_maybe_shared(values) {
@@ -377,7 +390,13 @@ pub(super) fn target(base: &Uri, path_and_query: &str) -> Option<Uri> {
     let prefix = base.path().trim_end_matches('/');
     let authority = base.authority()?;
     let scheme = base.scheme_str().unwrap_or("http");
-    format!("{scheme}://{authority}{prefix}{path_and_query}").parse().ok()
+    let authority = authority.as_str();
+    let mut uri =
+        String::with_capacity(scheme.len() + 3 + authority.len() + prefix.len() + path_and_query.len());
+    for part in [scheme, "://", authority, prefix, path_and_query] {
+        uri.push_str(part);
+    }
+    uri.parse().ok()
 }
 
 /// A request body: kept whole (replayable), or streamed once.
@@ -418,4 +437,84 @@ pub(super) fn idempotent(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs.iter().map(|(n, v)| (HeaderName::from_static(n), HeaderValue::from_static(v))).collect()
+    }
+
+    fn names(headers: &HeaderMap) -> Vec<&str> {
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn the_forwarding_headers_name_the_client_for_each_address_family() {
+        let mut first = headers(&[("host", "app.example")]);
+        forward_headers(&mut first, "10.1.2.3:5000".parse().unwrap(), false, &[]);
+        assert_eq!(first["x-forwarded-for"], "10.1.2.3");
+        assert_eq!(first["forwarded"], "for=10.1.2.3;proto=http");
+        assert_eq!(first["x-forwarded-host"], "app.example");
+        assert_eq!(first["x-forwarded-proto"], "http");
+
+        let mut behind = headers(&[("x-forwarded-for", "203.0.113.9")]);
+        forward_headers(&mut behind, "[2001:db8::1]:5000".parse().unwrap(), false, &[]);
+        assert_eq!(behind["x-forwarded-for"], "203.0.113.9, 2001:db8::1");
+        assert_eq!(behind["forwarded"], "for=\"[2001:db8::1]\";proto=http");
+
+        // An IPv4 client on a dual-stack socket is named by its IPv4 address.
+        let mut mapped = HeaderMap::new();
+        forward_headers(&mut mapped, "[::ffff:192.0.2.1]:5000".parse().unwrap(), false, &[]);
+        assert_eq!(mapped["x-forwarded-for"], "192.0.2.1");
+        assert_eq!(mapped["forwarded"], "for=192.0.2.1;proto=http");
+    }
+
+    #[test]
+    fn an_upstream_target_joins_the_base_path_and_the_request() {
+        let base: Uri = "http://api.internal:8080/v2/".parse().unwrap();
+        assert_eq!(target(&base, "/users?id=7").unwrap(), "http://api.internal:8080/v2/users?id=7");
+        let root: Uri = "https://api.internal".parse().unwrap();
+        assert_eq!(target(&root, "/").unwrap(), "https://api.internal/");
+    }
+
+    #[test]
+    fn a_message_without_hop_by_hop_headers_keeps_all_of_them() {
+        let mut plain = headers(&[("host", "a"), ("content-length", "2"), ("x-id", "7")]);
+        strip_hop_by_hop(&mut plain, false);
+        assert_eq!(names(&plain), ["content-length", "host", "x-id"]);
+        strip_hop_by_hop(&mut plain, true);
+        assert_eq!(plain["connection"], "upgrade", "an upgrade says so");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_removed() {
+        let mut message = headers(&[
+            ("host", "a"),
+            ("connection", "close, x-trace"),
+            ("x-trace", "1"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("x-id", "7"),
+        ]);
+        strip_hop_by_hop(&mut message, false);
+        assert_eq!(names(&message), ["host", "x-id"]);
+
+        let mut upgrade =
+            headers(&[("connection", "upgrade, x-trace"), ("x-trace", "1"), ("upgrade", "websocket")]);
+        strip_hop_by_hop(&mut upgrade, true);
+        assert_eq!(names(&upgrade), ["connection", "upgrade"]);
+        assert_eq!(upgrade["connection"], "upgrade");
+
+        // `Upgrade` alone, outside an upgrade, is removed too.
+        let mut stray = headers(&[("upgrade", "h2c"), ("x-id", "7")]);
+        strip_hop_by_hop(&mut stray, false);
+        assert_eq!(names(&stray), ["x-id"]);
+    }
 }
