@@ -8,7 +8,8 @@
 //!
 //! - **Exactness**, once per policy (`cut`, `finish`): `--clients` concurrent clients of the tenant,
 //!   spread over the instances, each streaming chat completions of `max_tokens: --tokens` until it
-//!   is refused. What the upstream generated for the tenant (its prompt and completion tokens, as
+//!   is refused, all within one budget window (a phase starts in a window with half of it left, or
+//!   waits for the next, and stops before that window ends: a refill would count twice). What the upstream generated for the tenant (its prompt and completion tokens, as
 //!   the upstream itself counts what it sent) against the budget: `overshoot` = generated − budget
 //!   when positive. `--overshoot N` makes the upstream generate N tokens past each request's
 //!   `max_tokens` (one that ignores it): where `cut` and `finish` differ.
@@ -237,6 +238,19 @@ async fn one_call(
     (status, started.elapsed())
 }
 
+/// Past a window's start, the wait for it also lets the processes' clocks agree on which it is.
+const WINDOW_MARGIN: Duration = Duration::from_millis(100);
+
+/// How long is left of the current `window`, windows being aligned to the Unix epoch.
+fn window_left(window: Duration) -> Duration {
+    let window_ms = window.as_millis().max(1);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis());
+    let left_ms = window_ms - now_ms % window_ms;
+    Duration::from_millis(u64::try_from(left_ms).unwrap_or(u64::MAX))
+}
+
 /// The exactness phase against `target` (see the module docs).
 async fn exactness(
     args: &LlmArgs,
@@ -245,12 +259,22 @@ async fn exactness(
     fake: &FakeOpenAi,
     overshoot: u64,
 ) -> anyhow::Result<Exactness> {
+    // The budget is a fixed window aligned to the Unix epoch (Floodgate's `fixed_window`): a phase
+    // that ran across a window's end would see the budget refilled, and count more than a window. The phase starts in a window with at least half of
+    // it left (waiting for the next one otherwise) and stops before that window ends.
+    let left = window_left(args.window);
+    let left = if left < args.window / 2 {
+        tokio::time::sleep(left + WINDOW_MARGIN).await;
+        window_left(args.window)
+    } else {
+        left
+    };
     let (before, seen_before) = (fake.outcomes().len(), fake.seen().len());
     let admitted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let deadline = started + args.window.mul_f64(0.9).max(Duration::from_secs(5));
+    let deadline = started + left.saturating_sub(args.window / 10).max(WINDOW_MARGIN);
     let mut clients = Vec::new();
     for c in 0..args.clients {
         let (target, admitted, refused, failed) =
@@ -265,7 +289,7 @@ async fn exactness(
                 ("x-fake-tokens", (tokens + overshoot).to_string()),
             ];
             let mut i = c as u64;
-            // Until refused, or the budget's window is nearly over (a refill would blur the count).
+            // Until refused, or the budget's window is nearly over (a refill would count twice).
             while Instant::now() < deadline {
                 let (status, _) = one_call(&client, &target, &url, body(tokens, i), &extra, timeout).await;
                 i += 4096;
