@@ -3,10 +3,10 @@
 //! `floodgate_tower::route_template` writes it), `method`, the `header.<name>` descriptors the rules use, and once
 //! the identity is known `user`, `tenant`, `plan` and `authenticated`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use floodgate::{Descriptors, Policy};
-use floodgate_tower::ClientIp;
+use floodgate_tower::{ClientIp, ip_text, route_descriptor};
 use http::HeaderName;
 use http::request::Parts;
 
@@ -28,24 +28,6 @@ pub(super) fn header_descriptors(policy: &Policy) -> Vec<(HeaderName, String)> {
     found
 }
 
-/// `ip`'s text, as [`IpAddr`]'s `Display` writes it: an IPv4 address written octet by octet (the
-/// formatting machinery costs more than the rest of the descriptors together).
-pub(super) fn ip_text(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => {
-            let mut text = String::with_capacity(15);
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    text.push('.');
-                }
-                text.push_str(itoa::Buffer::new().format(octet));
-            }
-            text
-        }
-        IpAddr::V6(_) => ip.to_string(),
-    }
-}
-
 /// The descriptors known before the identity: `ip`, `route` (the method and the matched
 /// `template`), `method` and the headers.
 pub(super) fn before_identity(
@@ -59,13 +41,8 @@ pub(super) fn before_identity(
     // `authenticated`) without growing.
     let mut descriptors = Descriptors::with_capacity(3 + headers.len() + 4);
     descriptors.insert("ip", ip_text(client_ip.resolve_from(peer.ip(), &parts.headers)));
-    let method = parts.method.as_str();
-    let mut route = String::with_capacity(method.len() + 1 + template.len());
-    route.push_str(method);
-    route.push(' ');
-    route.push_str(template);
-    descriptors.insert("route", route);
-    descriptors.insert("method", method.to_owned());
+    descriptors.insert("route", route_descriptor(&parts.method, template));
+    descriptors.insert("method", parts.method.as_str().to_owned());
     for (header, descriptor) in headers {
         if let Some(value) = parts.headers.get(header) {
             // Bytes that are not UTF-8 are replaced rather than dropping the descriptor: a client
@@ -74,26 +51,4 @@ pub(super) fn before_identity(
         }
     }
     descriptors
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_address_is_written_as_display_writes_it() {
-        for ip in [
-            "0.0.0.0",
-            "255.255.255.255",
-            "10.0.0.1",
-            "192.168.100.7",
-            "1.20.255.9",
-            "::1",
-            "2001:db8::8a2e:370:7334",
-            "::ffff:10.0.0.1",
-        ] {
-            let ip: IpAddr = ip.parse().unwrap();
-            assert_eq!(ip_text(ip), ip.to_string());
-        }
-    }
 }

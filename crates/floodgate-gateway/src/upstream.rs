@@ -344,7 +344,7 @@ pub(super) fn forward_headers(
     let original_host = headers.remove(HOST);
     strip_hop_by_hop(headers, upgrade);
     let ip = peer.ip().to_canonical();
-    let text = super::descriptors::ip_text(ip);
+    let text = floodgate_tower::ip_text(ip);
     let mut buf = bytes::BytesMut::with_capacity(96);
     if let Some(existing) = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         buf.extend_from_slice(existing.as_bytes());
