@@ -293,13 +293,16 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     // Most messages carry none of them: one pass over the few names present tells, where removing
     // each of the nine by name would hash it.
-    let present = headers.keys().any(|name| name == UPGRADE || HOP_BY_HOP.contains(name));
-    if !present {
-        if upgrade {
-            headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        return;
+    if headers.keys().any(|name| name == UPGRADE || HOP_BY_HOP.contains(name)) {
+        remove_hop_by_hop(headers, upgrade);
     }
+    if upgrade {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+/// [`strip_hop_by_hop`]'s removals, for a message that has one of those headers.
+fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     if headers.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
@@ -316,9 +319,7 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     for name in &HOP_BY_HOP {
         headers.remove(name);
     }
-    if upgrade {
-        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
+    if !upgrade {
         headers.remove(UPGRADE);
     }
 }
@@ -352,14 +353,13 @@ pub(super) fn forward_headers(
     }
     buf.extend_from_slice(text.as_bytes());
     let xff_end = buf.len();
-    match ip {
-        std::net::IpAddr::V4(_) => buf.extend_from_slice(b"for="),
-        std::net::IpAddr::V6(_) => buf.extend_from_slice(b"for=\"["),
-    }
-    buf.extend_from_slice(text.as_bytes());
-    match ip {
-        std::net::IpAddr::V4(_) => buf.extend_from_slice(b";proto=http"),
-        std::net::IpAddr::V6(_) => buf.extend_from_slice(b"]\";proto=http"),
+    // RFC 7239: an IPv6 node is quoted and bracketed.
+    let (open, close): (&[u8], &[u8]) = match ip {
+        std::net::IpAddr::V4(_) => (b"for=", b";proto=http"),
+        std::net::IpAddr::V6(_) => (b"for=\"[", b"]\";proto=http"),
+    };
+    for part in [open, text.as_bytes(), close] {
+        buf.extend_from_slice(part);
     }
     let mut values = buf.freeze();
     let forwarded = values.split_off(xff_end);
