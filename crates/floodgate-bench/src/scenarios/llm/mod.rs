@@ -9,8 +9,9 @@
 //! - **Exactness**, once per policy (`cut`, `finish`): `--clients` concurrent clients of the tenant,
 //!   spread over the instances, each streaming chat completions of `max_tokens: --tokens` until it
 //!   is refused, all within one budget window (a phase starts in a window with half of it left, or
-//!   waits for the next, and stops before that window ends: a refill would count twice). What the upstream generated for the tenant (its prompt and completion tokens, as
-//!   the upstream itself counts what it sent) against the budget: `overshoot` = generated − budget
+//!   waits for the next, and stops before that window ends: a refill would count twice). What the
+//!   upstream generated for the tenant (its prompt and completion tokens, as the upstream itself
+//!   counts what it sent) against the budget: `overshoot` = generated − budget
 //!   when positive. `--overshoot N` makes the upstream generate N tokens past each request's
 //!   `max_tokens` (one that ignores it): where `cut` and `finish` differ.
 //! - **Throughput and added latency**: a budget no run reaches, the upstream without delay,
@@ -260,8 +261,9 @@ async fn exactness(
     overshoot: u64,
 ) -> anyhow::Result<Exactness> {
     // The budget is a fixed window aligned to the Unix epoch (Floodgate's `fixed_window`): a phase
-    // that ran across a window's end would see the budget refilled, and count more than a window. The phase starts in a window with at least half of
-    // it left (waiting for the next one otherwise) and stops before that window ends.
+    // that ran across a window's end would see the budget refilled, and count more than a window.
+    // The phase starts in a window with at least half of it left (waiting for the next one
+    // otherwise) and stops before that window ends.
     let left = window_left(args.window);
     let left = if left < args.window / 2 {
         tokio::time::sleep(left + WINDOW_MARGIN).await;
