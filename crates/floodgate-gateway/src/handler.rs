@@ -46,15 +46,13 @@ fn permits(
     })
 }
 
-/// Both phases' verdicts as one, for the rate-limit headers.
-fn merged(before: Verdict, after: Verdict) -> Verdict {
-    let mut limits = before.limits;
-    limits.extend(after.limits);
-    Verdict {
-        allowed: before.allowed && after.allowed,
-        at: before.at.max(after.at),
-        limits,
-        store_error: before.store_error.or(after.store_error),
+/// Both phases' verdicts as one, for the rate-limit headers: `after` merged into `before`.
+fn merge(before: &mut Verdict, after: Verdict) {
+    before.allowed &= after.allowed;
+    before.at = before.at.max(after.at);
+    before.limits.extend(after.limits);
+    if before.store_error.is_none() {
+        before.store_error = after.store_error;
     }
 }
 
@@ -158,15 +156,17 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         Ok(tier) => tier,
         Err(detail) => return respond::malformed(detail),
     };
-    let before = match gateway.gate(&table.policies.before, &descriptors, tier).await {
+    // Both phases' verdicts, merged into this one as the second is decided (one verdict held
+    // across the upstream call, not three).
+    let mut verdict = match gateway.gate(&table.policies.before, &descriptors, tier).await {
         Ok(verdict) => verdict,
         Err(refused) => return refused,
     };
-    if !before.allowed {
-        return respond::limited(&before, style);
+    if !verdict.allowed {
+        return respond::limited(&verdict, style);
     }
     let mut held = Held::default();
-    held.permits.extend(permits(gateway, &table.policies.before, &descriptors, &before));
+    held.permits.extend(permits(gateway, &table.policies.before, &descriptors, &verdict));
 
     // 3. Identity: a token present but invalid is refused here, after the ip pool counted it.
     let identity_config = &table.config.identity;
@@ -193,7 +193,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         .llm
         .as_ref()
         .and_then(|llm| Some((llm, llm::Dialect::of(llm.api).endpoint(parts.uri.path())?)));
-    let (after, call, body) = match llm {
+    let (mut call, body) = match llm {
         Some((llm, endpoint)) => {
             let tier = tier_of(route, table, &parts.headers, &descriptors).unwrap_or(tier);
             match Box::pin(llm::admit_call(
@@ -209,7 +209,11 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
             ))
             .await
             {
-                Ok(call) => (call.verdict.clone(), Some(call), Body::empty()),
+                Ok(call) => {
+                    merge(&mut verdict, call.verdict.clone());
+                    // Boxed: a call is a kilobyte, and the request's future holds it throughout.
+                    (Some(Box::new(call)), Body::empty())
+                }
                 Err(refused) => return refused,
             }
         }
@@ -219,14 +223,16 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
                 Ok(verdict) => verdict,
                 Err(refused) => return refused,
             };
-            if !after.allowed {
-                return respond::limited(&merged(before, after), style);
+            if after.allowed {
+                held.permits.extend(permits(gateway, &table.policies.after, &descriptors, &after));
             }
-            held.permits.extend(permits(gateway, &table.policies.after, &descriptors, &after));
-            (after, None, body)
+            merge(&mut verdict, after);
+            if !verdict.allowed {
+                return respond::limited(&verdict, style);
+            }
+            (None, body)
         }
     };
-    let verdict = merged(before, after);
 
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let cache_key = (route.config.degrade.stale_cache && parts.method == Method::GET)
@@ -289,7 +295,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
             Err(response) => return response,
         },
     };
-    let (mut call, llm) = (call, llm.map(|(llm, _)| llm));
+    let llm = llm.map(|(llm, _)| llm);
     let mut hold = None;
     let outcome = match (&call, llm) {
         // An LLM route with upstreams in order: each tried until one answers.

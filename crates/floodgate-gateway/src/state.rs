@@ -4,10 +4,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::response::Response;
-use floodgate::delay::{DelayQueues, InTurn, Room, Waiting, decide_in_turn};
+use floodgate::delay::{DelayQueues, InTurn, Room, Waiting, decide_in_turn, next_wait};
 use floodgate::{Descriptors, EngineError, Hit, Verdict};
 use floodgate_app::App;
 use floodgate_app::control::{Domain, Running};
@@ -182,16 +183,28 @@ impl GatewayState {
         domain: &Domain,
         descriptors: &Descriptors,
         tier: u8,
-        decide: F,
+        mut decide: F,
     ) -> Result<Verdict, E>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Verdict, E>>,
     {
+        // With nobody waiting, decided here once; the waiting room (its future several kilobytes,
+        // which every request in flight would carry) only for a request a delay rule makes wait.
+        let first = match self.queues.is_empty() {
+            true => {
+                let verdict = decide().await?;
+                if verdict.allowed || next_wait(&domain.policy, &verdict, Duration::ZERO).is_none() {
+                    return Ok(verdict);
+                }
+                Some(verdict)
+            }
+            false => None,
+        };
         let room = Room { waiting: &self.waiting, queues: &self.queues, sleep: tokio::time::sleep };
         let on_wait = || self.metrics.waiting.set(self.waiting.waiting() as f64);
         let InTurn { result, waited } =
-            decide_in_turn(room, &domain.policy, descriptors, tier, None, decide, on_wait).await;
+            Box::pin(decide_in_turn(room, &domain.policy, descriptors, tier, first, decide, on_wait)).await;
         if waited {
             self.metrics.waiting.set(self.waiting.waiting() as f64);
             if let Ok(verdict) = &result {
