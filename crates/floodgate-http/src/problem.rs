@@ -17,6 +17,7 @@ use http::{HeaderValue, StatusCode};
 use serde::Serialize;
 
 use crate::headers::{HeaderStyle, is_enforced, rate_limit_headers, reset_unix_secs};
+use crate::wire::push_json_string;
 
 /// The media type of a [`Problem`] body.
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
@@ -144,13 +145,12 @@ impl Problem {
         } else {
             (RATE_LIMITED_TYPE, "Too Many Requests", "Rate limit exceeded")
         };
-        let unit = if retry_after == 1 { "second" } else { "seconds" };
-        let mut problem = Problem::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            type_uri,
-            title,
-            format!("{what}; retry in {retry_after} {unit}."),
-        );
+        let unit = if retry_after == 1 { " second." } else { " seconds." };
+        let mut detail = String::with_capacity(48);
+        for part in [what, "; retry in ", itoa::Buffer::new().format(retry_after), unit] {
+            detail.push_str(part);
+        }
+        let mut problem = Problem::new(StatusCode::TOO_MANY_REQUESTS, type_uri, title, detail);
         problem.retry_after = Some(retry_after);
         if let Some(l) = denying.filter(|l| is_enforced(verdict, l)) {
             problem.limit = Some(l.decision.limit);
@@ -201,10 +201,33 @@ impl Problem {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
-    /// The JSON body.
+    /// The JSON body, written straight into one buffer; the `Serialize` implementation writes the
+    /// same JSON for callers that embed it elsewhere (a test keeps the two byte for byte equal).
     pub fn to_json(&self) -> String {
-        // Strings and integers always serialize; the fallback only keeps this panic-free.
-        serde_json::to_string(self).unwrap_or_else(|_| {
+        let mut out = Vec::with_capacity(128 + self.detail.len());
+        let mut n = itoa::Buffer::new();
+        out.extend_from_slice(b"{\"type\":");
+        push_json_string(&mut out, &self.type_uri);
+        out.extend_from_slice(b",\"title\":");
+        push_json_string(&mut out, &self.title);
+        out.extend_from_slice(b",\"status\":");
+        out.extend_from_slice(n.format(self.status).as_bytes());
+        out.extend_from_slice(b",\"detail\":");
+        push_json_string(&mut out, &self.detail);
+        for (name, value) in [
+            (&b",\"retry_after\":"[..], self.retry_after),
+            (b",\"limit\":", self.limit),
+            (b",\"remaining\":", self.remaining),
+            (b",\"reset\":", self.reset),
+        ] {
+            if let Some(value) = value {
+                out.extend_from_slice(name);
+                out.extend_from_slice(n.format(value).as_bytes());
+            }
+        }
+        out.push(b'}');
+        // Only ASCII and whole `str`s were written; the fallback only keeps this panic-free.
+        String::from_utf8(out).unwrap_or_else(|_| {
             format!(r#"{{"type":"about:blank","title":"Error","status":{}}}"#, self.status)
         })
     }
@@ -214,6 +237,9 @@ impl Problem {
     pub fn to_response(&self) -> http::Response<Bytes> {
         let mut response = http::Response::new(Bytes::from(self.to_json()));
         *response.status_mut() = self.status_code();
+        // Room for the content type and the rate-limit headers of a 429 (`rate_limit_headers`
+        // writes at most twelve), so that the map is made once rather than grown.
+        *response.headers_mut() = http::HeaderMap::with_capacity(13);
         response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
         response
     }

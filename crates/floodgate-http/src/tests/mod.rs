@@ -475,3 +475,19 @@ fn generic_problem_skips_rate_limit_fields() {
     assert_eq!(never.status, 400);
     assert_eq!(never.type_uri, NEVER_ALLOWED_TYPE);
 }
+
+proptest::proptest! {
+    /// The hand-written problem JSON is the JSON serde writes, byte for byte, whatever the strings
+    /// (escapes included) and numbers.
+    #[test]
+    fn the_problem_json_is_what_serde_writes(
+        strings in proptest::array::uniform3("\\PC{0,16}|[\\x00-\\x20\"\\\\/]{0,4}"),
+        status in 100u16..600,
+        numbers in proptest::prelude::any::<[Option<u64>; 4]>(),
+    ) {
+        let [type_uri, title, detail] = strings;
+        let [retry_after, limit, remaining, reset] = numbers;
+        let problem = Problem { type_uri: type_uri.into(), title: title.into(), status, detail, retry_after, limit, remaining, reset };
+        proptest::prop_assert_eq!(problem.to_json(), serde_json::to_string(&problem).unwrap());
+    }
+}
