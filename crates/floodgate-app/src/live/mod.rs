@@ -325,7 +325,8 @@ pub type Subscription = (Vec<Arc<Second>>, broadcast::Receiver<Arc<str>>);
 /// The dashboard's live view of decisions. See the module docs.
 #[derive(Debug)]
 pub struct Live {
-    rules: papaya::HashMap<RuleId, Arc<RuleLive>>,
+    /// Keyed by the configuration's rule names, never by a client's values: a fast hash.
+    rules: papaya::HashMap<RuleId, Arc<RuleLive>, foldhash::fast::RandomState>,
     /// Decision latency: counts per bucket of [`DURATION_BUCKETS`], the last one beyond.
     latency: Sharded,
     store_errors: Sharded,
@@ -356,7 +357,7 @@ impl Live {
     pub fn new() -> Self {
         let (feed, _) = broadcast::channel(16);
         Live {
-            rules: papaya::HashMap::new(),
+            rules: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
             latency: Sharded::new(DURATION_BUCKETS.len() + 1),
             store_errors: Sharded::new(1),
             hasher: std::collections::hash_map::RandomState::new(),
