@@ -273,7 +273,8 @@ pub(super) enum Failure {
 
 /// Headers that concern one connection, never forwarded (RFC 9110 §7.6.1), besides those the
 /// `Connection` header names.
-const HOP_BY_HOP: [HeaderName; 8] = [
+const HOPS: usize = 8;
+const HOP_BY_HOP: [HeaderName; HOPS] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -291,19 +292,50 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 /// Removes the hop-by-hop headers, and those `Connection` names; keeps `Upgrade` (and
 /// `Connection: upgrade`) when `upgrade`.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    // Most messages carry none of them: one pass over the few names present tells, where removing
-    // each of the nine by name would hash it.
-    if headers.keys().any(|name| name == UPGRADE || HOP_BY_HOP.contains(name)) {
-        remove_hop_by_hop(headers, upgrade);
+    // One pass over the few names present tells which hop-by-hop headers the message has (most
+    // have none, or only `Connection`); only those are removed, where removing each of the nine
+    // by name would hash every one.
+    let mut present = Present::default();
+    for name in headers.keys() {
+        present.see(name, upgrade);
+    }
+    if !present.is_empty() {
+        remove_hop_by_hop(headers, upgrade, present);
     }
     if upgrade {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
     }
 }
 
-/// [`strip_hop_by_hop`]'s removals, for a message that has one of those headers.
-fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    if headers.contains_key(CONNECTION) {
+/// Which of [`HOP_BY_HOP`] (bit `i` for entry `i`) and `Upgrade` (the bit after them) a message
+/// has, among those to remove.
+#[derive(Debug, Default, Clone, Copy)]
+struct Present(u16);
+
+impl Present {
+    const UPGRADE_BIT: u16 = 1 << HOPS;
+
+    fn see(&mut self, name: &HeaderName, upgrade: bool) {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            self.0 |= 1 << i;
+        } else if !upgrade && name == UPGRADE {
+            self.0 |= Self::UPGRADE_BIT;
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    fn has(self, bit: u16) -> bool {
+        self.0 & bit != 0
+    }
+}
+
+/// [`strip_hop_by_hop`]'s removals: the `present` ones, and the headers `Connection` names.
+fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool, present: Present) {
+    // `CONNECTION` is the first of `HOP_BY_HOP`.
+    if present.has(1) {
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
             .iter()
@@ -316,10 +348,12 @@ fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
             headers.remove(&name);
         }
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present.has(1 << i) {
+            headers.remove(name);
+        }
     }
-    if !upgrade {
+    if present.has(Present::UPGRADE_BIT) {
         headers.remove(UPGRADE);
     }
 }
@@ -516,5 +550,15 @@ mod tests {
         let mut stray = headers(&[("upgrade", "h2c"), ("x-id", "7")]);
         strip_hop_by_hop(&mut stray, false);
         assert_eq!(names(&stray), ["x-id"]);
+
+        // The usual upstream answer: `Connection: keep-alive` alone goes, with what it names.
+        let mut answer = headers(&[
+            ("connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("content-length", "2"),
+            ("proxy-authenticate", "Basic"),
+        ]);
+        strip_hop_by_hop(&mut answer, false);
+        assert_eq!(names(&answer), ["content-length"]);
     }
 }
