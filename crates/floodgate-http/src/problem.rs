@@ -201,19 +201,28 @@ impl Problem {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
-    /// The JSON body, written straight into one buffer; the `Serialize` implementation writes the
-    /// same JSON for callers that embed it elsewhere (a test keeps the two byte for byte equal).
+    /// The JSON body; the `Serialize` implementation writes the same JSON for callers that embed
+    /// it elsewhere (a test keeps the two byte for byte equal).
     pub fn to_json(&self) -> String {
         let mut out = Vec::with_capacity(128 + self.detail.len());
+        self.write_json(&mut out);
+        // Only ASCII and whole `str`s were written; the fallback only keeps this panic-free.
+        String::from_utf8(out).unwrap_or_else(|_| {
+            format!(r#"{{"type":"about:blank","title":"Error","status":{}}}"#, self.status)
+        })
+    }
+
+    /// Appends the JSON body to `out`, written straight into it.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
         let mut n = itoa::Buffer::new();
         out.extend_from_slice(b"{\"type\":");
-        push_json_string(&mut out, &self.type_uri);
+        push_json_string(out, &self.type_uri);
         out.extend_from_slice(b",\"title\":");
-        push_json_string(&mut out, &self.title);
+        push_json_string(out, &self.title);
         out.extend_from_slice(b",\"status\":");
         out.extend_from_slice(n.format(self.status).as_bytes());
         out.extend_from_slice(b",\"detail\":");
-        push_json_string(&mut out, &self.detail);
+        push_json_string(out, &self.detail);
         for (name, value) in [
             (&b",\"retry_after\":"[..], self.retry_after),
             (b",\"limit\":", self.limit),
@@ -226,16 +235,14 @@ impl Problem {
             }
         }
         out.push(b'}');
-        // Only ASCII and whole `str`s were written; the fallback only keeps this panic-free.
-        String::from_utf8(out).unwrap_or_else(|_| {
-            format!(r#"{{"type":"about:blank","title":"Error","status":{}}}"#, self.status)
-        })
     }
 
     /// The problem as a response: its status, `Content-Type: application/problem+json` and its
     /// JSON body. Map the body into the front door's own type (`.map(Body::from)`).
     pub fn to_response(&self) -> http::Response<Bytes> {
-        let mut response = http::Response::new(Bytes::from(self.to_json()));
+        let mut body = Vec::with_capacity(128 + self.detail.len());
+        self.write_json(&mut body);
+        let mut response = http::Response::new(Bytes::from(body));
         *response.status_mut() = self.status_code();
         // Room for the content type and the rate-limit headers of a 429 (`rate_limit_headers`
         // writes at most twelve), so that the map is made once rather than grown.

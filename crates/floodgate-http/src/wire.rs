@@ -554,9 +554,11 @@ impl VerdictBody<'_> {
 pub(crate) fn push_json_string(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut rest = s.as_bytes();
+    loop {
+        let clean = clean_len(rest);
+        out.extend_from_slice(&rest[..clean]);
+        let Some((&b, after)) = rest[clean..].split_first() else { break };
         let escape: &[u8] = match b {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -565,15 +567,33 @@ pub(crate) fn push_json_string(out: &mut Vec<u8>, s: &str) {
             b'\t' => b"\\t",
             0x08 => b"\\b",
             0x0c => b"\\f",
-            0x00..=0x1f => &[b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]],
-            _ => continue,
+            _ => &[b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]],
         };
-        out.extend_from_slice(&bytes[start..i]);
         out.extend_from_slice(escape);
-        start = i + 1;
+        rest = after;
     }
-    out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// How many bytes `bytes` starts with that a JSON string takes as they are (none of `"`, `\`
+/// and the control characters below 0x20): eight at a time, then one by one.
+fn clean_len(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    // Whether a byte of `word` is below `n` (n <= 0x80): the borrow of the subtraction reaches
+    // the high bit of such a byte, and `!word` leaves out those already at 0x80 or above.
+    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH != 0;
+    let mut n = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let word = u64::from_le_bytes([
+            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+        ]);
+        if below(word, 0x20) || below(word ^ (ONES * 0x22), 1) || below(word ^ (ONES * 0x5c), 1) {
+            break;
+        }
+        n += 8;
+    }
+    n + bytes[n..].iter().take_while(|&&b| b >= 0x20 && b != b'"' && b != b'\\').count()
 }
 
 impl Serialize for VerdictBody<'_> {

@@ -491,3 +491,14 @@ proptest::proptest! {
         proptest::prop_assert_eq!(problem.to_json(), serde_json::to_string(&problem).unwrap());
     }
 }
+
+#[test]
+fn a_character_to_escape_is_escaped_at_every_place_in_a_long_string() {
+    for special in ['"', '\\', '\n', '\u{1}', '\u{1f}', '\u{7f}', 'é', ' ', '!', '#', '[', ']'] {
+        for at in 0..20 {
+            let detail: String = (0..20).map(|i| if i == at { special } else { 'a' }).collect();
+            let problem = Problem::malformed(detail);
+            assert_eq!(problem.to_json(), serde_json::to_string(&problem).unwrap(), "{special:?} at {at}");
+        }
+    }
+}
