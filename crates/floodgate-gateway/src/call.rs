@@ -27,9 +27,14 @@ pub(super) struct Via<'a> {
 }
 
 /// Calls `route`'s upstream with `request`, retrying as the route allows, within `deadline`.
-pub(super) async fn call(route: &RouteState, request: Prepared, deadline: Option<Instant>) -> Outcome {
+/// [`call_via`]'s own future, not one around it: a request's future moves it into place once.
+pub(super) fn call(
+    route: &RouteState,
+    request: Prepared,
+    deadline: Option<Instant>,
+) -> impl Future<Output = Outcome> + '_ {
     let via = Via { client: &route.client, inline: route.inline.as_ref(), breaker: route.breaker.as_deref() };
-    call_via(route, via, request, deadline).await
+    call_via(route, via, request, deadline)
 }
 
 /// Calls the upstream of `via` for `route` (one of an LLM route's upstreams), as [`call`] does.
