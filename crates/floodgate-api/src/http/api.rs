@@ -187,7 +187,10 @@ where
         let store = app.control().store();
         let hit = request.hit(&descriptors);
         let ttl = lease.unwrap_or_default().max(std::time::Duration::from_secs(1));
-        if let Ok(r) = policy.policy.record_reservation(store, hit, &verdict, ttl, Kind::Permits).await
+        // Boxed: this future is several kilobytes, and only a check that took permits awaits it;
+        // inline, every check's future would be that much larger to move into place.
+        let recorded = Box::pin(policy.policy.record_reservation(store, hit, &verdict, ttl, Kind::Permits));
+        if let Ok(r) = recorded.await
             && let Ok(value) = http::HeaderValue::from_str(&r.id)
         {
             response.headers_mut().insert(RESERVATION_HEADER, value);

@@ -41,10 +41,8 @@ pub async fn serve(
         // One reference per connection: requests clone it (a count only this connection touches)
         // rather than the app's, which every core would contend for on every request.
         let connection = Arc::new(Connection { app: app.clone(), router: router.clone(), peer });
-        move |request| {
-            let connection = Arc::clone(&connection);
-            async move { connection.dispatch(request).await }
-        }
+        // The request's future is `dispatch`'s own, not one around it: hyper moves it into place.
+        move |request| Arc::clone(&connection).dispatch(request)
     };
     listener::serve(listener, "http", limits, tls, connection, stop).await;
     Ok(())
@@ -59,7 +57,7 @@ struct Connection {
 
 impl Connection {
     /// The check API's requests to their handler, the rest through the router.
-    async fn dispatch(&self, request: http::Request<Incoming>) -> http::Response<Body> {
+    async fn dispatch(self: Arc<Self>, request: http::Request<Incoming>) -> http::Response<Body> {
         if request.method() == http::Method::POST {
             let api = match request.uri().path() {
                 "/v1/check" => Some(Api::Check),
