@@ -1,6 +1,6 @@
 # Sourced by bench/service/workers and bench/gateway/per-request: a temporary directory ($DIR),
 # the processes started on loopback ($PIDS, all stopped, and $DIR removed, at exit), and helpers
-# to wait for their ports and to write an nginx prefix.
+# to wait for their ports, to write an nginx prefix and to count instructions under callgrind.
 
 DIR=$(mktemp -d)
 PIDS=()
@@ -41,4 +41,26 @@ http {
 $3
 }
 NGINX
+}
+
+# instructions NAME PORT COMMAND...: the user-space instructions a request of COMMAND, run under
+# valgrind's callgrind, over 10 s of load after 5 s of warm-up. The load is the sourcing script's
+# `drive PORT SECS`, which prints wrk's output. The same binary gives the same count, however busy
+# the machine; the kernel's share is not in it, and a `rep movsb` copy counts one instruction a byte.
+instructions() {
+  local name=$1 port=$2 pid requests total=0 n f
+  shift 2
+  mkdir -p "$DIR/cg"; rm -f "$DIR"/cg/*
+  valgrind --tool=callgrind --callgrind-out-file="$DIR/cg/out.%p" "$@" >/dev/null 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_port "$port" || { echo "instructions: $name did not start under valgrind" >&2; exit 1; }
+  drive "$port" 5 >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  requests=$(drive "$port" 10 | awk '/requests in/ { print $1 }')
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  for f in "$DIR"/cg/out.*.*; do
+    n=$(awk '/^(summary|totals):/ { print $2; exit }' "$f"); total=$((total + ${n:-0}))
+  done
+  stop "$pid"; wait_gone "$port"
+  printf "  %-52s %8d requests   %6d instructions a request\n" "$name" "$requests" $((total / requests))
 }

@@ -117,10 +117,8 @@ impl Gateway {
         };
         let connection = |peer| {
             let gateway = Arc::clone(&self.inner);
-            move |request| {
-                let gateway = Arc::clone(&gateway);
-                async move { handler::dispatch(gateway, request, peer).await }
-            }
+            // The request's future is `dispatch`'s own, not one around it: hyper moves it into place.
+            move |request| handler::dispatch(Arc::clone(&gateway), request, peer)
         };
         listener::serve(listener, "gateway", limits, tls, connection, stop).await;
         let _ = replayer.await;
