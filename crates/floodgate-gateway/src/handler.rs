@@ -81,9 +81,7 @@ pub(super) async fn dispatch(
     let context = Context { table: gateway.table(), gateway, peer };
     let unrouted = match context.table.router.route(request.method(), request.uri().path()) {
         Routed::To(route, template) => {
-            // Boxed: the gates' future is several kilobytes, and the listener's futures around this
-            // one are moved as hyper polls them; a pointer moves cheaper.
-            let response = Box::pin(gates(&context, route, &template.path, request.map(Body::new))).await;
+            let response = gates(&context, route, &template.path, request.map(Body::new)).await;
             route.metrics.answered(response.status());
             return response;
         }
