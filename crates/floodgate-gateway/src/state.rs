@@ -4,11 +4,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::response::Response;
-use floodgate::delay::{DelayQueues, InTurn, Room, Waiting, decide_in_turn, next_wait};
+use floodgate::delay::{DelayQueues, InTurn, Room, Waiting, decide_in_turn, makes_wait};
 use floodgate::{Descriptors, EngineError, Hit, Verdict};
 use floodgate_app::App;
 use floodgate_app::control::{Domain, Running};
@@ -194,7 +193,7 @@ impl GatewayState {
         let first = match self.queues.is_empty() {
             true => {
                 let verdict = decide().await?;
-                if verdict.allowed || next_wait(&domain.policy, &verdict, Duration::ZERO).is_none() {
+                if !makes_wait(&domain.policy, &verdict) {
                     return Ok(verdict);
                 }
                 Some(verdict)

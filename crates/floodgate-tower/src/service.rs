@@ -6,9 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use std::time::Duration;
-
-use floodgate::delay::{InTurn, Room, decide_in_turn, next_wait};
+use floodgate::delay::{InTurn, Room, decide_in_turn, makes_wait};
 use floodgate::{Descriptors, Engine, EngineError, MemoryStore, Store};
 use http::{Request, Response};
 use tower_service::Service;
@@ -104,13 +102,9 @@ where
             false => None,
         };
         let check = match now {
-            Some(Ok(verdict)) if delays(engine, &verdict) => CheckFuture::Waiting(Box::pin(check(
-                Arc::clone(&self.config),
-                descriptors,
-                cost,
-                tier,
-                Some(verdict),
-            ))),
+            Some(Ok(verdict)) if makes_wait(&engine.policy(), &verdict) => CheckFuture::Waiting(Box::pin(
+                check(Arc::clone(&self.config), descriptors, cost, tier, Some(verdict)),
+            )),
             Some(result) => CheckFuture::Ready(Some(checked(engine, result, descriptors, cost))),
             None => {
                 CheckFuture::Waiting(Box::pin(check(Arc::clone(&self.config), descriptors, cost, tier, None)))
@@ -145,11 +139,6 @@ impl Future for CheckFuture {
             CheckFuture::Waiting(future) => future.as_mut().poll(cx),
         }
     }
-}
-
-/// Whether a denied `verdict` is one a delay rule makes wait.
-fn delays<S: Store>(engine: &Engine<S>, verdict: &floodgate::Verdict) -> bool {
-    !verdict.allowed && next_wait(&engine.policy(), verdict, Duration::ZERO).is_some()
 }
 
 /// Checks the request (starting from `first`, when already decided with nobody waiting), in turn

@@ -42,7 +42,7 @@
 //! use std::num::NonZeroU64;
 //! use std::time::Duration;
 //! use floodgate::{Action, Descriptors, Engine, MemoryStore, Policy, Rule};
-//! use floodgate::delay::next_wait;
+//! use floodgate::delay::{makes_wait, next_wait};
 //! use floodgate_core::{FixedWindow, ManualClock, Timestamp};
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
@@ -51,8 +51,10 @@
 //! let clock = ManualClock::new(Timestamp::from_secs(100));
 //! let engine = Engine::new(Policy::new([rule])?, MemoryStore::with_config(Default::default(), clock.clone()));
 //! let any = Descriptors::new();
-//! assert!(engine.check(&any, 1).await?.allowed);
+//! let allowed = engine.check(&any, 1).await?;
+//! assert!(allowed.allowed && !makes_wait(&engine.policy(), &allowed));
 //! let denied = engine.check(&any, 1).await?;
+//! assert!(makes_wait(&engine.policy(), &denied));
 //! // Denied by a delay rule: wait one second (the window's end), well within max_wait.
 //! assert_eq!(next_wait(&engine.policy(), &denied, Duration::ZERO), Some(Duration::from_secs(1)));
 //! // Having already waited 1.5 s, another second would pass max_wait: deny.
@@ -94,6 +96,13 @@ pub fn next_wait(policy: &Policy, verdict: &Verdict, waited: Duration) -> Option
         wait = wait.max(limit.decision.retry_after?);
     }
     (!wait.is_zero() && waited.saturating_add(wait) <= budget).then_some(wait)
+}
+
+/// Whether `verdict`, decided with nobody waiting ([`DelayQueues::is_empty`]), must go on in
+/// [`decide_in_turn`] (as its `first`): it is denied, and a delay rule makes it wait. Otherwise it
+/// is the request's answer as it is, and a front door need not enter the waiting room at all.
+pub fn makes_wait(policy: &Policy, verdict: &Verdict) -> bool {
+    !verdict.allowed && next_wait(policy, verdict, Duration::ZERO).is_some()
 }
 
 /// The smallest `max_wait` of the delay rules that denied `verdict`, or `None` when a limit that
