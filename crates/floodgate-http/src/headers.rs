@@ -260,6 +260,10 @@ impl std::fmt::Display for HeaderStyle {
 
 // === rate-limit headers ===
 
+/// The most headers [`rate_limit_headers`] writes: `Retry-After`, the two IETF ones, the three
+/// legacy ones and six OpenAI ones.
+pub(crate) const MAX_RATE_LIMIT_HEADERS: usize = 12;
+
 /// Writes the rate-limit headers of `verdict` into `out`, replacing any already there.
 ///
 /// - IETF draft ([`HeaderStyle::ietf`]; draft-ietf-httpapi-ratelimit-headers-11):
@@ -293,7 +297,7 @@ pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut Heade
     // Every value is written into one buffer, then each header takes its slice of it: one
     // allocation for all the headers of a response, rather than one per header.
     let mut buf = BytesMut::with_capacity(64 + 96 * verdict.limits.len());
-    let mut values: [(Option<HeaderName>, usize, usize); 12] = Default::default();
+    let mut values: [(Option<HeaderName>, usize, usize); MAX_RATE_LIMIT_HEADERS] = Default::default();
     let mut n = 0;
     let mut push = |buf: &mut BytesMut, name: HeaderName, write: &dyn Fn(&mut BytesMut)| {
         let start = buf.len();

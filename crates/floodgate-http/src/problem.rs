@@ -16,7 +16,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, StatusCode};
 use serde::Serialize;
 
-use crate::headers::{HeaderStyle, is_enforced, rate_limit_headers, reset_unix_secs};
+use crate::headers::{HeaderStyle, MAX_RATE_LIMIT_HEADERS, is_enforced, rate_limit_headers, reset_unix_secs};
 use crate::wire::push_json_string;
 
 /// The media type of a [`Problem`] body.
@@ -204,25 +204,24 @@ impl Problem {
     /// The JSON body; the `Serialize` implementation writes the same JSON for callers that embed
     /// it elsewhere (a test keeps the two byte for byte equal).
     pub fn to_json(&self) -> String {
-        let mut out = Vec::with_capacity(128 + self.detail.len());
-        self.write_json(&mut out);
         // Only ASCII and whole `str`s were written; the fallback only keeps this panic-free.
-        String::from_utf8(out).unwrap_or_else(|_| {
+        String::from_utf8(self.json()).unwrap_or_else(|_| {
             format!(r#"{{"type":"about:blank","title":"Error","status":{}}}"#, self.status)
         })
     }
 
-    /// Appends the JSON body to `out`, written straight into it.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
+    /// The JSON body's bytes, written straight into one buffer.
+    fn json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128 + self.detail.len());
         let mut n = itoa::Buffer::new();
         out.extend_from_slice(b"{\"type\":");
-        push_json_string(out, &self.type_uri);
+        push_json_string(&mut out, &self.type_uri);
         out.extend_from_slice(b",\"title\":");
-        push_json_string(out, &self.title);
+        push_json_string(&mut out, &self.title);
         out.extend_from_slice(b",\"status\":");
         out.extend_from_slice(n.format(self.status).as_bytes());
         out.extend_from_slice(b",\"detail\":");
-        push_json_string(out, &self.detail);
+        push_json_string(&mut out, &self.detail);
         for (name, value) in [
             (&b",\"retry_after\":"[..], self.retry_after),
             (b",\"limit\":", self.limit),
@@ -235,18 +234,17 @@ impl Problem {
             }
         }
         out.push(b'}');
+        out
     }
 
     /// The problem as a response: its status, `Content-Type: application/problem+json` and its
     /// JSON body. Map the body into the front door's own type (`.map(Body::from)`).
     pub fn to_response(&self) -> http::Response<Bytes> {
-        let mut body = Vec::with_capacity(128 + self.detail.len());
-        self.write_json(&mut body);
-        let mut response = http::Response::new(Bytes::from(body));
+        let mut response = http::Response::new(Bytes::from(self.json()));
         *response.status_mut() = self.status_code();
-        // Room for the content type and the rate-limit headers of a 429 (`rate_limit_headers`
-        // writes at most twelve), so that the map is made once rather than grown.
-        *response.headers_mut() = http::HeaderMap::with_capacity(13);
+        // Room for the content type and the rate-limit headers of a 429, so that the map is made
+        // once rather than grown.
+        *response.headers_mut() = http::HeaderMap::with_capacity(1 + MAX_RATE_LIMIT_HEADERS);
         response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
         response
     }
