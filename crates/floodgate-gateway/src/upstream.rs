@@ -313,6 +313,8 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 struct Present(u16);
 
 impl Present {
+    /// `Connection`'s, the first of [`HOP_BY_HOP`].
+    const CONNECTION_BIT: u16 = 1;
     const UPGRADE_BIT: u16 = 1 << HOPS;
 
     fn see(&mut self, name: &HeaderName, upgrade: bool) {
@@ -334,8 +336,7 @@ impl Present {
 
 /// [`strip_hop_by_hop`]'s removals: the `present` ones, and the headers `Connection` names.
 fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool, present: Present) {
-    // `CONNECTION` is the first of `HOP_BY_HOP`.
-    if present.has(1) {
+    if present.has(Present::CONNECTION_BIT) {
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
             .iter()
