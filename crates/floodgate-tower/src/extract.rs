@@ -486,10 +486,16 @@ mod tests {
 
     #[test]
     fn an_address_is_written_as_display_writes_it() {
-        for text in ["0.0.0.0", "255.255.255.255", "10.0.0.1", "192.168.100.7", "1.20.255.9", "::1"] {
-            assert_eq!(ip_text(ip(text)), ip(text).to_string());
-        }
-        for text in ["2001:db8::8a2e:370:7334", "::ffff:10.0.0.1"] {
+        for text in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.0.1",
+            "192.168.100.7",
+            "1.20.255.9",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:10.0.0.1",
+        ] {
             assert_eq!(ip_text(ip(text)), ip(text).to_string());
         }
     }
