@@ -169,13 +169,81 @@ async fn serve_connection<I, S, F>(
     let (io, activity) = Watched::new(io);
     let served =
         watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned());
-    tokio::select! {
-        result = served => if let Err(e) = result {
+    let (served, idle) = (std::pin::pin!(served), std::pin::pin!(activity.idle(idle_timeout)));
+    match UntilIdle::new(served, idle).await {
+        Some(Err(e)) => {
             tracing::debug!(error = %e, %peer, listener = what, "connection ended with an error");
-        },
-        () = activity.idle(idle_timeout) => {
-            tracing::debug!(%peer, listener = what, "idle connection closed");
         }
+        Some(Ok(())) => {}
+        None => tracing::debug!(%peer, listener = what, "idle connection closed"),
+    }
+}
+
+/// A connection's future raced against its idle watch, which is polled only when its own timer
+/// woke the task (and on the first poll): the connection's task wakes for every read and write,
+/// and polling the watch's timer on each of those wake-ups is work for nothing.
+///
+/// Completes with the connection's output, or `None` when the watch completed first.
+struct UntilIdle<'a, F, W> {
+    served: Pin<&'a mut F>,
+    idle: Pin<&'a mut W>,
+    /// The waker the watch is polled with.
+    timer: Arc<TimerWake>,
+    timer_waker: std::task::Waker,
+    /// The task's waker last handed to `timer`.
+    task: Option<std::task::Waker>,
+}
+
+/// The idle watch's waker: notes that the watch has something to say, then wakes the task.
+#[derive(Default)]
+struct TimerWake {
+    fired: AtomicBool,
+    task: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl std::task::Wake for TimerWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        let task = self.task.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(task) = task.as_ref() {
+            task.wake_by_ref();
+        }
+    }
+}
+
+impl<'a, F, W> UntilIdle<'a, F, W> {
+    fn new(served: Pin<&'a mut F>, idle: Pin<&'a mut W>) -> Self {
+        let timer = Arc::new(TimerWake::default());
+        let timer_waker = std::task::Waker::from(Arc::clone(&timer));
+        UntilIdle { served, idle, timer, timer_waker, task: None }
+    }
+}
+
+impl<F: Future, W: Future<Output = ()>> Future for UntilIdle<'_, F, W> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Poll::Ready(output) = this.served.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        let new_task = !this.task.as_ref().is_some_and(|task| task.will_wake(cx.waker()));
+        if new_task {
+            let mut task = this.timer.task.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *task = Some(cx.waker().clone());
+            this.task = task.clone();
+        }
+        if new_task || this.timer.fired.swap(false, Ordering::AcqRel) {
+            let mut timer_cx = Context::from_waker(&this.timer_waker);
+            if this.idle.as_mut().poll(&mut timer_cx).is_ready() {
+                return Poll::Ready(None);
+            }
+        }
+        Poll::Pending
     }
 }
 
@@ -502,4 +570,110 @@ pub fn grpc_incoming(
         }
     });
     ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU32;
+    use std::task::{Wake, Waker};
+
+    use super::*;
+
+    /// Counts its wake-ups.
+    #[derive(Default)]
+    struct Wakes(AtomicU32);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A future standing for the idle watch: counts its polls, keeps the waker of the last, and
+    /// completes once `done` is set.
+    #[derive(Default)]
+    struct Watch {
+        polls: AtomicU32,
+        waker: std::sync::Mutex<Option<Waker>>,
+        done: AtomicBool,
+    }
+
+    fn watching(watch: &Watch) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            watch.polls.fetch_add(1, Ordering::SeqCst);
+            *watch.waker.lock().unwrap() = Some(cx.waker().clone());
+            if watch.done.load(Ordering::SeqCst) { Poll::Ready(()) } else { Poll::Pending }
+        })
+    }
+
+    /// A connection standing in: pending until `ready` is set.
+    fn serving(ready: &AtomicBool) -> impl Future<Output = &'static str> + '_ {
+        std::future::poll_fn(
+            |_| if ready.load(Ordering::SeqCst) { Poll::Ready("served") } else { Poll::Pending },
+        )
+    }
+
+    #[test]
+    fn the_watch_is_polled_on_the_first_poll_and_when_its_timer_fires_only() {
+        let (watch, ready) = (Watch::default(), AtomicBool::new(false));
+        let (served, idle) = (std::pin::pin!(serving(&ready)), std::pin::pin!(watching(&watch)));
+        let mut race = std::pin::pin!(UntilIdle::new(served, idle));
+        let task = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&task));
+        let mut cx = Context::from_waker(&waker);
+        assert!(race.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(watch.polls.load(Ordering::SeqCst), 1, "the first poll registers the watch");
+        // The connection's own wake-ups (reads, writes) do not poll the watch.
+        for _ in 0..10 {
+            assert!(race.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(watch.polls.load(Ordering::SeqCst), 1);
+        // The watch's timer fires: the task is woken, and its next poll polls the watch.
+        watch.waker.lock().unwrap().take().expect("the watch's waker").wake();
+        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        assert!(race.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(watch.polls.load(Ordering::SeqCst), 2);
+        assert!(race.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(watch.polls.load(Ordering::SeqCst), 2, "once per firing");
+        ready.store(true, Ordering::SeqCst);
+        assert_eq!(race.as_mut().poll(&mut cx), Poll::Ready(Some("served")));
+    }
+
+    #[test]
+    fn the_watch_ends_the_race_when_its_timer_fires_and_it_completes() {
+        let (watch, ready) = (Watch::default(), AtomicBool::new(false));
+        let (served, idle) = (std::pin::pin!(serving(&ready)), std::pin::pin!(watching(&watch)));
+        let mut race = std::pin::pin!(UntilIdle::new(served, idle));
+        let waker = Waker::from(Arc::new(Wakes::default()));
+        let mut cx = Context::from_waker(&waker);
+        assert!(race.as_mut().poll(&mut cx).is_pending());
+        watch.done.store(true, Ordering::SeqCst);
+        // Not polled until its timer says so.
+        assert!(race.as_mut().poll(&mut cx).is_pending());
+        watch.waker.lock().unwrap().take().expect("the watch's waker").wake();
+        assert_eq!(race.as_mut().poll(&mut cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_timer_firing_wakes_the_task_that_polled_last() {
+        let (watch, ready) = (Watch::default(), AtomicBool::new(false));
+        let (served, idle) = (std::pin::pin!(serving(&ready)), std::pin::pin!(watching(&watch)));
+        let mut race = std::pin::pin!(UntilIdle::new(served, idle));
+        let (first, second) = (Arc::new(Wakes::default()), Arc::new(Wakes::default()));
+        let first_waker = Waker::from(Arc::clone(&first));
+        assert!(race.as_mut().poll(&mut Context::from_waker(&first_waker)).is_pending());
+        let second_waker = Waker::from(Arc::clone(&second));
+        assert!(race.as_mut().poll(&mut Context::from_waker(&second_waker)).is_pending());
+        watch.waker.lock().unwrap().take().expect("the watch's waker").wake();
+        assert_eq!((first.0.load(Ordering::SeqCst), second.0.load(Ordering::SeqCst)), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_closed_by_the_watch_on_a_real_timer() {
+        let ready = AtomicBool::new(false);
+        let activity = Activity(Arc::new(AtomicBool::new(true)));
+        let (served, idle) =
+            (std::pin::pin!(serving(&ready)), std::pin::pin!(activity.idle(Duration::from_secs(60))));
+        assert_eq!(UntilIdle::new(served, idle).await, None);
+    }
 }
