@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use floodgate::{Descriptors, Verdict};
 use floodgate_core::{Clock, SystemClock};
 use floodgate_http::rate_limit_headers;
+use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body::Body as _;
 use tokio::time::Instant;
@@ -232,9 +233,10 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         }
     };
 
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let path_and_query =
+        parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let cache_key = (route.config.degrade.stale_cache && parts.method == Method::GET)
-        .then(|| StaleCache::key(&route.config.name, &path_and_query));
+        .then(|| StaleCache::key(&route.config.name, path_and_query.as_str()));
     let breaker_open =
         route.breaker.as_ref().is_some_and(|b| b.open_remaining().is_some_and(|r| !r.is_zero()));
 

@@ -67,7 +67,7 @@ async fn deliver(gateway: &GatewayState, accepted: &Accepted) -> Option<Delivere
     }
     let request = Prepared {
         method: Method::from_bytes(accepted.method.as_bytes()).ok()?,
-        uri: upstream::target(&route.config.upstream.uri, &accepted.path_and_query)?,
+        uri: upstream::target(&route.config.upstream.uri, &accepted.path_and_query.parse().ok()?)?,
         headers,
         body: Outgoing::Kept(accepted.body.clone()),
         upgrade: false,

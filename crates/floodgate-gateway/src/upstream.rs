@@ -44,6 +44,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use floodgate_config::gateway::Upstream;
 use http::header::{CONNECTION, HOST, HeaderName, UPGRADE};
+use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderValue, Method, Request, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -337,13 +338,20 @@ impl Present {
 /// [`strip_hop_by_hop`]'s removals: the `present` ones, and the headers `Connection` names.
 fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool, present: Present) {
     if present.has(Present::CONNECTION_BIT) {
+        // The names that are hop-by-hop themselves (`Connection: keep-alive`, the usual value) are
+        // removed below by their bits, and `Upgrade` is either kept or removed by its own: only
+        // the other names are made and collected (none, most often: no allocation).
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-            .filter(|name| !(upgrade && name == UPGRADE))
+            .map(str::trim)
+            .filter(|name| {
+                !name.eq_ignore_ascii_case(UPGRADE.as_str())
+                    && !HOP_BY_HOP.iter().any(|hop| name.eq_ignore_ascii_case(hop.as_str()))
+            })
+            .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
             .collect();
         for name in named {
             headers.remove(&name);
@@ -420,18 +428,24 @@ pub(super) fn forward_headers(
     }
 }
 
-/// The upstream URI of a request for `path_and_query` on a route whose base is `base`.
-pub(super) fn target(base: &Uri, path_and_query: &str) -> Option<Uri> {
+/// The upstream URI of a request for `path_and_query` on a route whose base is `base`: the base's
+/// scheme and authority as they are (shared, not parsed again), and the request's path after the
+/// base's path, which is parsed only when there is a base path to join it to.
+pub(super) fn target(base: &Uri, path_and_query: &PathAndQuery) -> Option<Uri> {
     let prefix = base.path().trim_end_matches('/');
-    let authority = base.authority()?;
-    let scheme = base.scheme_str().unwrap_or("http");
-    let authority = authority.as_str();
-    let mut uri =
-        String::with_capacity(scheme.len() + 3 + authority.len() + prefix.len() + path_and_query.len());
-    for part in [scheme, "://", authority, prefix, path_and_query] {
-        uri.push_str(part);
-    }
-    uri.parse().ok()
+    let path_and_query = if prefix.is_empty() {
+        path_and_query.clone()
+    } else {
+        let mut joined = String::with_capacity(prefix.len() + path_and_query.as_str().len());
+        joined.push_str(prefix);
+        joined.push_str(path_and_query.as_str());
+        PathAndQuery::from_maybe_shared(Bytes::from(joined)).ok()?
+    };
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(base.scheme().cloned().unwrap_or(Scheme::HTTP));
+    parts.authority = Some(base.authority()?.clone());
+    parts.path_and_query = Some(path_and_query);
+    Uri::from_parts(parts).ok()
 }
 
 /// A request body: kept whole (replayable), or streamed once.
@@ -512,9 +526,16 @@ mod tests {
     #[test]
     fn an_upstream_target_joins_the_base_path_and_the_request() {
         let base: Uri = "http://api.internal:8080/v2/".parse().unwrap();
-        assert_eq!(target(&base, "/users?id=7").unwrap(), "http://api.internal:8080/v2/users?id=7");
+        let path = |p: &'static str| PathAndQuery::from_static(p);
+        assert_eq!(target(&base, &path("/users?id=7")).unwrap(), "http://api.internal:8080/v2/users?id=7");
         let root: Uri = "https://api.internal".parse().unwrap();
-        assert_eq!(target(&root, "/").unwrap(), "https://api.internal/");
+        assert_eq!(target(&root, &path("/")).unwrap(), "https://api.internal/");
+        let slash: Uri = "http://api.internal:8080/".parse().unwrap();
+        assert_eq!(target(&slash, &path("/a/b?c=d&e")).unwrap(), "http://api.internal:8080/a/b?c=d&e");
+        let deep: Uri = "http://[::1]:9000/v1/chat".parse().unwrap();
+        let joined = target(&deep, &path("/completions?x=%20")).unwrap();
+        assert_eq!(joined, "http://[::1]:9000/v1/chat/completions?x=%20");
+        assert_eq!((joined.path(), joined.query()), ("/v1/chat/completions", Some("x=%20")));
     }
 
     #[test]
@@ -561,5 +582,18 @@ mod tests {
         ]);
         strip_hop_by_hop(&mut answer, false);
         assert_eq!(names(&answer), ["content-length"]);
+
+        // Names in any case, hop-by-hop ones among them, over two `Connection` headers.
+        let mut mixed = headers(&[
+            ("connection", "Keep-Alive, X-Trace"),
+            ("connection", "TE,  x-session ,Upgrade"),
+            ("x-trace", "1"),
+            ("x-session", "s"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("x-id", "7"),
+        ]);
+        strip_hop_by_hop(&mut mixed, false);
+        assert_eq!(names(&mixed), ["x-id"]);
     }
 }

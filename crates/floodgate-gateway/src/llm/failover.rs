@@ -82,7 +82,7 @@ pub(crate) enum Tried {
 /// What each attempt is sent.
 pub(crate) struct Request<'a> {
     pub(crate) method: &'a Method,
-    pub(crate) path_and_query: &'a str,
+    pub(crate) path_and_query: &'a http::uri::PathAndQuery,
     pub(crate) headers: &'a HeaderMap,
     pub(crate) body: Bytes,
     pub(crate) deadline: Option<Instant>,
