@@ -93,4 +93,4 @@ pub use rule::{Action, ByDescriptor, Condition, OnStoreError, Pattern, Rule, Rul
 pub use stated::{Statable, Stated, StatedError};
 pub use store::{MemoryConfig, MemoryStore, Mode, OnFull, Store, StoreError};
 pub use usage::{Previous, Usage, UsageError};
-pub use verdict::{LimitOutcome, Outcome, Verdict};
+pub use verdict::{INLINE_LIMITS, LimitOutcome, Limits, Outcome, Verdict};

@@ -112,6 +112,15 @@ pub struct LimitOutcome {
     pub partition: Option<PartitionKey>,
 }
 
+/// A verdict's limits: the first [`INLINE_LIMITS`] held in the verdict itself, more on the heap.
+pub type Limits = SmallVec<[LimitOutcome; INLINE_LIMITS]>;
+
+/// How many limit outcomes a [`Verdict`] holds without an allocation. A verdict is moved several
+/// times on its way from the store to the response (each move copies it whole), so it is kept to
+/// what most requests have, one or two limits; a request that more rules apply to allocates once,
+/// and its verdict's moves then copy less.
+pub const INLINE_LIMITS: usize = 2;
+
 /// The answer for one request: allowed or not, and why, limit by limit.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Verdict {
@@ -120,7 +129,7 @@ pub struct Verdict {
     /// The store's time of the decision.
     pub at: Timestamp,
     /// One entry per rule that applied, in the order of the hits, then of the rules.
-    pub limits: SmallVec<[LimitOutcome; 4]>,
+    pub limits: Limits,
     /// Set when the store failed and the rules' failure policies decided instead: the store's own
     /// error, typed ([`StoreError::is_transient`], its `source()`), so that whoever decides what to
     /// do about it (a fallback, a breaker, a log) can tell a timeout from a permanent fault.

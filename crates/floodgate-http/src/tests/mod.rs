@@ -42,7 +42,7 @@ fn limit(rule: &str, outcome: Outcome, limit: u64, remaining: u64, reset_ms: u64
 }
 
 fn verdict(limits: impl IntoIterator<Item = LimitOutcome>) -> Verdict {
-    let limits: smallvec::SmallVec<[LimitOutcome; 4]> = limits.into_iter().collect();
+    let limits: floodgate::Limits = limits.into_iter().collect();
     let allowed = !limits.iter().any(|l| l.outcome.denies());
     Verdict { allowed, at: AT, limits, store_error: None }
 }

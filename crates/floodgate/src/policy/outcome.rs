@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate_core::{Decision, Grant, Timestamp};
-use smallvec::SmallVec;
 
 use super::plan::{Merged, Planned, Request};
 use crate::store::{Applied, StoreError};
-use crate::{Action, Limit, LimitOutcome, OnStoreError, Outcome, Verdict};
+use crate::{Action, Limit, LimitOutcome, Limits, OnStoreError, Outcome, Verdict};
 
 impl Request<'_> {
     /// The verdict from what the store answered.
@@ -26,7 +25,7 @@ impl Request<'_> {
 
 /// The verdict of a request from the store's results.
 fn verdict(planned: &[Planned<'_>], merged: &[Merged<'_>], applied: &Applied) -> Verdict {
-    let limits: SmallVec<[LimitOutcome; 4]> = planned
+    let limits: Limits = planned
         .iter()
         .map(|p| {
             if p.impossible {
@@ -92,7 +91,7 @@ fn never_allowed(limit: &Limit) -> Decision {
 const STORE_ERROR_RETRY: Duration = Duration::from_secs(1);
 
 fn failure_verdict(planned: &[Planned<'_>], error: StoreError) -> Verdict {
-    let limits: SmallVec<[LimitOutcome; 4]> = planned.iter().map(failed).collect();
+    let limits: Limits = planned.iter().map(failed).collect();
     let allowed = !limits.iter().any(|l| l.outcome.denies());
     Verdict { allowed, at: Timestamp::EPOCH, limits, store_error: Some(Arc::new(error)) }
 }
@@ -137,7 +136,7 @@ fn fallback_verdict(
     applied: &Applied,
     error: Arc<StoreError>,
 ) -> Verdict {
-    let limits: SmallVec<[LimitOutcome; 4]> = planned
+    let limits: Limits = planned
         .iter()
         .map(|p| {
             if p.impossible {
