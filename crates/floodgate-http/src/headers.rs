@@ -353,9 +353,13 @@ pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut Heade
         }
     }
     let buf = buf.freeze();
-    for (name, start, end) in values.into_iter().take(n) {
+    // Taken in place: the array is not moved (copied) into an iterator.
+    out.reserve(n);
+    for (name, start, end) in &mut values[..n] {
         // Built from printable ASCII only; a value that is not is skipped rather than panicked on.
-        if let (Some(name), Ok(value)) = (name, HeaderValue::from_maybe_shared(buf.slice(start..end))) {
+        if let (Some(name), Ok(value)) =
+            (name.take(), HeaderValue::from_maybe_shared(buf.slice(*start..*end)))
+        {
             out.insert(name, value);
         }
     }
