@@ -136,7 +136,7 @@ impl Body for GatewayBody {
                 this.ended(true);
                 Poll::Ready(None)
             }
-            Some(Err(e)) => this.broken(Box::new(e), cx),
+            Some(Err(e)) => this.broken(e, cx),
             Some(Ok(frame)) => {
                 if let (Some(tee), Some(data)) = (this.tee.as_mut(), frame.data_ref()) {
                     if tee.buf.len() + data.len() > tee.cache.max_entry() {
@@ -181,7 +181,7 @@ impl GatewayBody {
                     self.done = true;
                     return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(rest))));
                 }
-                Some(Err(e)) => return self.broken(Box::new(e), cx),
+                Some(Err(e)) => return self.broken(e, cx),
                 Some(Ok(frame)) => {
                     let Some(data) = frame.data_ref() else {
                         // Trailers pass as they are.

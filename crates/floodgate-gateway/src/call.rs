@@ -10,7 +10,8 @@ use http::Response;
 use tokio::time::Instant;
 
 use super::budget::RetrySlot;
-use super::pool::{ConnectFailed, Inline, InlineBody, Unanswered, exchange};
+use super::h1::H1Error;
+use super::pool::{ConnectFailed, Inline, InlineBody, Payload, Sending, Unanswered, exchange};
 use super::routes::RouteState;
 use super::upstream::{Attempt, Client, Failure, Outgoing, Prepared, UpstreamBody, idempotent};
 
@@ -61,7 +62,7 @@ pub(super) async fn call_via(
         let outcome = match via.inline {
             // Upgrades (and CONNECT) go through the pooled client, which hands the connection over.
             Some(inline) if !request.upgrade && request.method != http::Method::CONNECT => {
-                attempt_inline(route, inline, &mut request, retries.is_none(), deadline).await
+                attempt_inline(route, inline, &mut request, deadline).await
             }
             _ => attempt_once(route, via.client, &mut request, retries.is_none(), deadline).await,
         };
@@ -159,19 +160,21 @@ async fn backoff(
 /// One attempt on an inline connection: a pooled one still open, else a new one; the request sent
 /// and the response head awaited, within the route's timeouts and the request's deadline as
 /// [`attempt_once`] (`connect` bounds a new connection; `first_byte` counts from its being made,
-/// or from the attempt's start on a pooled one).
+/// or from the attempt's start on a pooled one). The request's head is written from `request`
+/// itself, borrowed: an attempt copies none of it.
 async fn attempt_inline(
     route: &RouteState,
     inline: &Inline,
     request: &mut Prepared,
-    last: bool,
     deadline: Option<Instant>,
 ) -> Outcome {
-    let Some(mut outgoing) = request.build(last) else { return Err(Failure::Broken) };
-    inline.shape(&mut outgoing);
+    let Some(payload) = payload(request) else { return Err(Failure::Broken) };
     let first_byte = route.config.timeouts.first_byte;
     let started = Instant::now();
-    let result = inline_head(inline, outgoing, started, first_byte, deadline).await;
+    let Prepared { method, uri, headers, .. } = &*request;
+    let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
+    let sending = Sending { method, path_and_query, host: inline.host(), headers };
+    let result = inline_head(inline, sending, payload, started, first_byte, deadline).await;
     route.metrics.upstream_took(started.elapsed());
     match result {
         Ok(response) => Ok(response.map(UpstreamBody::Inline)),
@@ -183,17 +186,34 @@ async fn attempt_inline(
     }
 }
 
-/// The response head of `outgoing` on an inline connection; a request a pooled connection handed
-/// back unsent (it closed before writing it) is sent on another connection. `Err(Ok(failure))`: a
-/// timeout or a connection that could not be made; `Err(Err(e))`: hyper's error once the request
-/// went out (the caller's [`Failure::Broken`]).
+/// The body of an attempt: a kept body again (shared, not copied), or the streamed one, once.
+fn payload(request: &mut Prepared) -> Option<Payload> {
+    match &mut request.body {
+        Outgoing::Kept(bytes) if bytes.is_empty() => Some(Payload::Empty),
+        Outgoing::Kept(bytes) => Some(Payload::Whole(bytes.clone())),
+        Outgoing::Streamed(body) => {
+            let body = body.take()?;
+            if http_body::Body::is_end_stream(&body) {
+                return Some(Payload::Empty);
+            }
+            let length = http_body::Body::size_hint(&body).exact();
+            Some(Payload::Stream { body, length })
+        }
+    }
+}
+
+/// The response head of `request` on an inline connection; a request whose pooled connection
+/// failed before any of it was written is sent on another connection. `Err(Ok(failure))`: a
+/// timeout or a connection that could not be made; `Err(Err(e))`: the connection's error once the
+/// request started going out (the caller's [`Failure::Broken`]).
 async fn inline_head(
     inline: &Inline,
-    mut outgoing: http::Request<axum::body::Body>,
+    request: Sending<'_>,
+    mut payload: Payload,
     started: Instant,
     first_byte: std::time::Duration,
     deadline: Option<Instant>,
-) -> Result<Response<InlineBody>, Result<Failure, hyper::Error>> {
+) -> Result<Response<InlineBody>, Result<Failure, H1Error>> {
     loop {
         let (lease, sent_at) = match inline.pooled() {
             Some(lease) => (lease, started),
@@ -206,14 +226,13 @@ async fn inline_head(
                 };
                 match made {
                     Ok(lease) => (lease, Instant::now()),
-                    Err(ConnectFailed::Connect(e)) => {
+                    Err(ConnectFailed(e)) => {
                         return Err(Ok(if timed_out(&*e) {
                             Failure::ConnectTimeout
                         } else {
                             Failure::Connect
                         }));
                     }
-                    Err(ConnectFailed::Handshake(e)) => return Err(Err(e)),
                 }
             }
         };
@@ -223,10 +242,10 @@ async fn inline_head(
             Some(d) if d < head_due => (d, Failure::TotalTimeout),
             _ => (head_due, Failure::FirstByteTimeout),
         };
-        match tokio::time::timeout_at(limit, exchange(lease, outgoing)).await {
+        match tokio::time::timeout_at(limit, exchange(lease, request, payload)).await {
             Err(_) => return Err(Ok(on_timeout)),
             Ok(Ok(response)) => return Ok(response),
-            Ok(Err(Unanswered::Unsent(request))) if reused => outgoing = *request,
+            Ok(Err(Unanswered::Unsent(back))) if reused => payload = back,
             Ok(Err(Unanswered::Unsent(_))) => return Err(Ok(Failure::Broken)),
             Ok(Err(Unanswered::Failed(e))) => return Err(Err(e)),
         }

@@ -21,10 +21,12 @@
 //!   axum router or tower service sits in the per-request path. Each applied configuration
 //!   rebuilds the table on the first request that sees it; a route's breaker, concurrency, retry
 //!   budget and stale cache survive a reload when its settings do (`routes.rs`).
-//! - Upstream HTTP/1.1 connections are hyper's `client::conn::http1`, polled by the task of the
-//!   request using them — no connection task, no channel between the request and its connection —
-//!   and pooled per upstream between requests (`pool.rs`). h2c upstreams and upgrades (WebSocket)
-//!   go through hyper-util's pooled client (`upstream.rs`).
+//! - Upstream HTTP/1.1 connections are TCP streams that the task of the request using them writes
+//!   and reads itself — no connection task, no channel between the request and its connection —
+//!   speaking HTTP/1.1 through the gateway's own codec (`h1.rs`: the request head written from the
+//!   request's parts, the response head parsed with httparse, the body's framing decoded in place),
+//!   and pooled per upstream between requests (`pool.rs`). h2c and `https` upstreams and upgrades
+//!   (WebSocket) go through hyper-util's pooled client (`upstream.rs`).
 //! - The client's address is [`floodgate_tower::ClientIp`]'s walk of the forwarding header from
 //!   the right, past `trusted_proxies`.
 //! - Identity (`identity.rs`): a `Bearer` JWT verified with HS256 (the env var's raw bytes) or
@@ -45,6 +47,7 @@ mod budget;
 mod call;
 mod cool_off;
 mod descriptors;
+mod h1;
 mod handler;
 mod identity;
 mod llm;

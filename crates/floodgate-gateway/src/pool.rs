@@ -1,56 +1,139 @@
-//! Upstream HTTP/1.1 connections driven inline: each is hyper's [`client::conn::http1`]
-//! connection, polled by the task of the request that uses it — while the request waits for the
-//! response head ([`exchange`]), then from the response body ([`InlineBody`]) — never by a task of
-//! its own, so that a request's bytes cross no channel between tasks on their way up or down.
+//! Upstream HTTP/1.1 connections driven inline: each a TCP stream that the task of the request
+//! using it writes and reads itself — the request's head and body, then the response's head
+//! ([`exchange`]), then its body ([`InlineBody`]) — with no task of its own and no channel between
+//! tasks, and with the request head written straight from the request's parts ([`h1`]).
 //!
-//! A connection whose response body ended whole, and that hyper says is ready for another request,
-//! goes back to its upstream's [`Pool`]: a short list under a lock, newest last, at most
-//! [`MAX_IDLE`] connections, each dropped once idle longer than [`IDLE_TIMEOUT`] (checked when the
-//! list is touched). A connection that is not read to its end — the client went away, the meter cut
-//! the stream, the `total` deadline passed, the upstream broke it — is closed, never pooled.
+//! A connection whose response body ended whole, with nothing after it, and whose response says it
+//! stays open, goes back to its upstream's [`Pool`]: a short list under a lock, newest last, at
+//! most [`MAX_IDLE`] connections, each dropped once idle longer than [`IDLE_TIMEOUT`] (checked when
+//! the list is touched). A connection that is not read to its end — the client went away, the
+//! meter cut the stream, the `total` deadline passed, the upstream broke it — is closed, never
+//! pooled; so is one whose request body was not sent whole (the upstream answered first).
 //!
-//! An idle connection is polled by nobody: one the upstream closed meanwhile is found out when it
-//! is taken (it is polled once then, and hyper reads the close), and skipped. A request that hyper
-//! hands back unsent because its pooled connection closed before writing it (the race the check
-//! cannot close) is sent again on another connection, as hyper-util's pooled client does with
-//! `retry_canceled_requests`: it never reached the upstream. Once a byte of it was written, a
-//! failure is the attempt's, and [`call`](super::call)'s retry rules decide.
-//!
-//! [`client::conn::http1`]: hyper::client::conn::http1
+//! An idle connection is watched by nobody: one the upstream closed meanwhile is found out when it
+//! is taken (a read that would not wait says so), and skipped. A request whose write fails before
+//! any byte of it went out on a pooled connection (the race that check cannot close) is sent again
+//! on another connection, as hyper-util's pooled client does with `retry_canceled_requests`: it
+//! never reached the upstream. Once a byte of it was written, a failure is the attempt's, and
+//! [`call`](super::call)'s retry rules decide.
 
 use std::collections::{HashMap, VecDeque};
+use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::body::Body;
-use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Uri};
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue, Method, Response, Uri};
 use http_body::{Body as _, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+
+use super::h1::{self, Decoded, Decoder, H1Error, RequestFraming};
 
 /// How long a pooled connection may stay idle (hyper-util's pool had the same).
 pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// The most idle connections kept for one upstream.
 pub(super) const MAX_IDLE: usize = 1024;
+/// The read buffer's spare room before a read (it grows by [`READ_CHUNK`] when it has less).
+const MIN_READ_ROOM: usize = 1024;
+const READ_CHUNK: usize = 8 * 1024;
 
-type Conn = Connection<TokioIo<TcpStream>, Body>;
-
-/// A connection and its sender, boxed: hyper's connection is several hundred bytes, moved in and
-/// out of the pool and along with the response body as a pointer.
+/// A connection: its stream, what was read of it and not yet used, and the buffer request heads are
+/// written into (kept, so that its allocation serves the next request too).
 struct Link {
-    send: SendRequest<Body>,
-    conn: Conn,
+    io: TcpStream,
+    read: BytesMut,
+    head: BytesMut,
 }
 
-/// A connection with its sender: one exchange at a time.
+impl Link {
+    /// Reads what the stream has into `read`: the count (0 at the end of the stream). A read that
+    /// fills less than the room it had tells the reactor the socket is drained, so that
+    /// [`Link::idle_and_open`] then needs no system call to see it still open.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        if self.read.capacity() - self.read.len() < MIN_READ_ROOM {
+            self.read.reserve(READ_CHUNK);
+        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read)
+    }
+
+    /// Writes `out` whole, counting what went into `sent`.
+    fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Outbox,
+        sent: &mut u64,
+    ) -> Poll<std::io::Result<()>> {
+        while !out.is_empty() {
+            let mut slices = [IoSlice::new(&[]); 3];
+            let count = out.slices(&mut slices);
+            match self.io.try_write_vectored(&slices[..count]) {
+                Ok(0) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    out.advance(n);
+                    *sent += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready!(self.io.poll_write_ready(cx))?,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Open, with nothing unread: a read that would not wait finds no end of stream and no bytes.
+    fn idle_and_open(&mut self) -> bool {
+        self.read.is_empty()
+            && matches!(self.io.try_read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+/// Bytes on their way to the stream: up to three pieces (a head and a body; a chunk's size line,
+/// data and CRLF), written with one vectored write where the stream takes them.
+#[derive(Default)]
+struct Outbox {
+    parts: [Bytes; 3],
+    first: usize,
+}
+
+impl Outbox {
+    fn is_empty(&self) -> bool {
+        self.parts[self.first..].iter().all(Bytes::is_empty)
+    }
+
+    fn set(&mut self, parts: [Bytes; 3]) {
+        self.parts = parts;
+        self.first = 0;
+    }
+
+    fn slices<'a>(&'a self, slices: &mut [IoSlice<'a>; 3]) -> usize {
+        let mut count = 0;
+        for part in self.parts[self.first..].iter().filter(|p| !p.is_empty()) {
+            slices[count] = IoSlice::new(part);
+            count += 1;
+        }
+        count
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 && self.first < self.parts.len() {
+            let part = &mut self.parts[self.first];
+            let take = n.min(part.len());
+            part.advance(take);
+            n -= take;
+            if part.is_empty() {
+                self.first += 1;
+            }
+        }
+    }
+}
+
+/// A connection, boxed (moved in and out of the pool and along with the response body as a
+/// pointer), with the pool it goes back to.
 pub(super) struct Lease {
     link: Box<Link>,
     pool: Arc<Pool>,
@@ -59,15 +142,9 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    /// Polls the connection once with `cx`: false once it is done (closed or failed).
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        Pin::new(&mut self.link.conn).poll(cx).is_pending()
-    }
-
-    /// Back to the pool when the connection is open and ready for another request; else closed.
+    /// Back to the pool when nothing is left unread on it and it is still open; else closed.
     fn release(mut self) {
-        let mut cx = Context::from_waker(Waker::noop());
-        if self.drive(&mut cx) && self.link.send.is_ready() {
+        if self.link.idle_and_open() {
             self.pool.put(Idle { link: self.link, since: Instant::now() });
         }
     }
@@ -122,10 +199,9 @@ impl Pool {
                 }
                 idle
             };
-            let mut lease = Lease { link: idle.link, pool: Arc::clone(self), reused: true };
-            let mut cx = Context::from_waker(Waker::noop());
-            if lease.drive(&mut cx) && lease.link.send.is_ready() {
-                return Some(lease);
+            let mut link = idle.link;
+            if link.idle_and_open() {
+                return Some(Lease { link, pool: Arc::clone(self), reused: true });
             }
         }
     }
@@ -217,14 +293,10 @@ impl Pools {
     }
 }
 
-/// Why no connection could be had.
+/// Why no connection could be had: the connector's error (refused, unreachable, its `connect`
+/// timeout).
 #[derive(Debug)]
-pub(super) enum ConnectFailed {
-    /// The connector's error (refused, unreachable, its `connect` timeout).
-    Connect(Box<dyn std::error::Error + Send + Sync>),
-    /// hyper refused the connection (its handshake).
-    Handshake(hyper::Error),
-}
+pub(super) struct ConnectFailed(pub(super) Box<dyn std::error::Error + Send + Sync>);
 
 impl Inline {
     /// A pooled connection still open, if there is one.
@@ -236,104 +308,287 @@ impl Inline {
     pub(super) async fn connect(&self) -> Result<Lease, ConnectFailed> {
         let io = tower::ServiceExt::oneshot(self.connector.clone(), self.base.clone())
             .await
-            .map_err(|e| ConnectFailed::Connect(Box::new(e)))?;
-        let (send, conn) = http1::Builder::new().handshake(io).await.map_err(ConnectFailed::Handshake)?;
-        Ok(Lease { link: Box::new(Link { send, conn }), pool: Arc::clone(&self.pool), reused: false })
+            .map_err(|e| ConnectFailed(Box::new(e)))?;
+        let link = Link { io: io.into_inner(), read: BytesMut::new(), head: BytesMut::new() };
+        Ok(Lease { link: Box::new(link), pool: Arc::clone(&self.pool), reused: false })
     }
 
-    /// The request as an upstream connection sends it: origin-form, with the upstream's `Host`.
-    pub(super) fn shape(&self, request: &mut Request<Body>) {
-        if let Some(path) = request.uri().path_and_query().cloned() {
-            *request.uri_mut() = Uri::from(path);
-        }
-        request.headers_mut().insert(http::header::HOST, self.host.clone());
+    /// The `Host` the upstream is sent.
+    pub(super) fn host(&self) -> &HeaderValue {
+        &self.host
     }
+}
+
+/// A request as an inline connection sends it: its head's parts, borrowed (written straight into
+/// the connection's buffer, so a retry sends them again without a copy).
+#[derive(Clone, Copy)]
+pub(super) struct Sending<'a> {
+    pub(super) method: &'a Method,
+    pub(super) path_and_query: &'a str,
+    pub(super) host: &'a HeaderValue,
+    pub(super) headers: &'a HeaderMap,
+}
+
+/// A request's body.
+pub(super) enum Payload {
+    Empty,
+    /// Whole, and sent with the head in one write where the stream takes both.
+    Whole(Bytes),
+    /// Streamed as it comes: `Content-Length` when the length is known, else chunked.
+    Stream {
+        body: Body,
+        length: Option<u64>,
+    },
 }
 
 /// How an exchange ended before a response head came.
 pub(super) enum Unanswered {
-    /// hyper handed the request back unsent: the connection closed before writing it.
-    Unsent(Box<Request<Body>>),
-    /// The exchange failed after the request went out.
-    Failed(hyper::Error),
+    /// The connection failed before any byte of the request was written: the body, to send again.
+    Unsent(Payload),
+    /// The exchange failed once the request had started going out.
+    Failed(H1Error),
 }
 
-/// Sends `request` on `lease` and waits for the response head, driving the connection meanwhile.
-/// Cancel-safe: dropping it closes the connection (the lease goes with it).
-pub(super) async fn exchange(
-    mut lease: Lease,
-    request: Request<Body>,
-) -> Result<Response<InlineBody>, Unanswered> {
-    let mut sending = std::pin::pin!(lease.link.send.try_send_request(request));
-    let mut open = true;
-    let answer = std::future::poll_fn(|cx| {
-        if open {
-            open = lease.drive(cx);
+/// What is left to send of a request: the outbox, and the rest of a streamed body.
+struct Upload {
+    out: Outbox,
+    stream: Option<(Body, Option<u64>)>,
+    /// Body bytes sent (checked against a `Content-Length`).
+    body_sent: u64,
+    /// Bytes written to the stream in all.
+    sent: u64,
+    /// The chunked body's last chunk is queued.
+    ending: bool,
+    done: bool,
+}
+
+impl Upload {
+    /// Sends what can be sent now: `Ready(Ok)` once the request is written whole.
+    fn poll(&mut self, link: &mut Link, cx: &mut Context<'_>) -> Poll<Result<(), UploadError>> {
+        while !self.done {
+            if let Err(e) = ready!(link.poll_send(cx, &mut self.out, &mut self.sent)) {
+                return Poll::Ready(Err(UploadError::Io(e)));
+            }
+            let Some((body, length)) = self.stream.as_mut() else {
+                self.done = true;
+                break;
+            };
+            if self.ending {
+                self.done = true;
+                break;
+            }
+            match ready!(Pin::new(body).poll_frame(cx)) {
+                None => match *length {
+                    Some(n) if n != self.body_sent => return Poll::Ready(Err(UploadError::Length)),
+                    Some(_) => self.done = true,
+                    None => {
+                        self.out.set([Bytes::from_static(b"0\r\n\r\n"), Bytes::new(), Bytes::new()]);
+                        self.ending = true;
+                    }
+                },
+                Some(Err(e)) => return Poll::Ready(Err(UploadError::Body(e))),
+                Some(Ok(frame)) => {
+                    // Trailers of the client's body are not passed on.
+                    let Ok(data) = frame.into_data() else { continue };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    self.body_sent += data.len() as u64;
+                    match *length {
+                        Some(n) if self.body_sent > n => return Poll::Ready(Err(UploadError::Length)),
+                        Some(_) => self.out.set([data, Bytes::new(), Bytes::new()]),
+                        None => self.out.set([h1::chunk_line(data.len()), data, Bytes::from_static(b"\r\n")]),
+                    }
+                }
+            }
         }
-        sending.as_mut().poll(cx)
-    })
-    .await;
-    match answer {
-        Ok(response) => {
-            let lease = open.then_some(lease);
-            Ok(response.map(|incoming| InlineBody { incoming, lease, ended: false }))
-        }
-        Err(mut e) => match e.take_message() {
-            Some(request) => Err(Unanswered::Unsent(Box::new(request))),
-            None => Err(Unanswered::Failed(e.into_error())),
-        },
+        Poll::Ready(Ok(()))
     }
 }
 
-/// A response body read from a connection driven inline: the connection is polled alongside the
-/// body (it is what reads the socket), and goes back to its pool when the body ended whole.
+/// Why a request could not be sent whole.
+#[derive(Debug)]
+enum UploadError {
+    Io(std::io::Error),
+    /// The client's body broke.
+    Body(axum::Error),
+    /// The client's body did not match its length.
+    Length,
+}
+
+impl From<UploadError> for H1Error {
+    fn from(e: UploadError) -> H1Error {
+        match e {
+            UploadError::Io(e) => H1Error::Io(e),
+            UploadError::Body(e) => H1Error::RequestBody(e.to_string()),
+            UploadError::Length => H1Error::RequestBodyLength,
+        }
+    }
+}
+
+/// Sends `request` with `payload` on `lease` and waits for the response head; an answer that comes
+/// while a streamed body is still going out is taken, and the body goes on being sent from the
+/// response body's polls. Cancel-safe: dropping it closes the connection (the lease goes with it).
+pub(super) async fn exchange(
+    mut lease: Lease,
+    request: Sending<'_>,
+    payload: Payload,
+) -> Result<Response<InlineBody>, Unanswered> {
+    let framing = match &payload {
+        Payload::Empty => RequestFraming::None,
+        Payload::Whole(bytes) => RequestFraming::Length(bytes.len() as u64),
+        Payload::Stream { length: Some(n), .. } => RequestFraming::Length(*n),
+        Payload::Stream { length: None, .. } => RequestFraming::Chunked,
+    };
+    let link = &mut *lease.link;
+    link.head.clear();
+    h1::write_head(
+        &mut link.head,
+        request.method,
+        request.path_and_query,
+        request.host,
+        request.headers,
+        framing,
+    );
+    let head = link.head.split().freeze();
+    let (whole, stream) = match payload {
+        Payload::Empty => (Bytes::new(), None),
+        Payload::Whole(bytes) => (bytes, None),
+        Payload::Stream { body, length } => (Bytes::new(), Some((body, length))),
+    };
+    let mut upload =
+        Upload { out: Outbox::default(), stream, body_sent: 0, sent: 0, ending: false, done: false };
+    upload.out.set([head, whole.clone(), Bytes::new()]);
+    let answer = std::future::poll_fn(|cx| {
+        let link = &mut *lease.link;
+        if !upload.done
+            && let Poll::Ready(Err(e)) = upload.poll(link, cx)
+        {
+            return Poll::Ready(Err(e.into()));
+        }
+        loop {
+            if let Some(head) = h1::parse_head(&mut link.read, request.method)? {
+                return Poll::Ready(Ok(head));
+            }
+            match ready!(link.poll_fill(cx)) {
+                Ok(0) => return Poll::Ready(Err(H1Error::ClosedBeforeHead)),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(H1Error::Io(e))),
+            }
+        }
+    })
+    .await;
+    match answer {
+        Ok(head) => {
+            let upload = (!upload.done).then(|| Box::new(upload));
+            let body = InlineBody::new(lease, head.decoder, head.keep_alive, upload);
+            Ok(head.response.map(|()| body))
+        }
+        Err(H1Error::Io(_)) if upload.sent == 0 => Err(Unanswered::Unsent(match upload.stream.take() {
+            Some((body, length)) => Payload::Stream { body, length },
+            None if whole.is_empty() => Payload::Empty,
+            None => Payload::Whole(whole),
+        })),
+        Err(e) => Err(Unanswered::Failed(e)),
+    }
+}
+
+/// A response body read from a connection driven inline, which goes back to its pool when the body
+/// ended whole (and the request was sent whole).
 pub(super) struct InlineBody {
-    incoming: Incoming,
-    /// The connection while it is open.
+    /// The connection while the body is being read.
     lease: Option<Lease>,
-    /// The body was read to its end.
+    decoder: Decoder,
+    /// The response lets the connection carry another request.
+    keep_alive: bool,
+    /// The rest of a streamed request body, sent as the response is read.
+    upload: Option<Box<Upload>>,
+    /// The body ended whole.
     ended: bool,
+}
+
+impl InlineBody {
+    fn new(lease: Lease, decoder: Decoder, keep_alive: bool, upload: Option<Box<Upload>>) -> InlineBody {
+        let mut body = InlineBody { lease: Some(lease), decoder, keep_alive, upload, ended: false };
+        if body.decoder.is_done() {
+            body.finish();
+        }
+        body
+    }
+
+    /// The body ended whole: the connection goes back to its pool if it can carry another request.
+    fn finish(&mut self) {
+        self.ended = true;
+        if let Some(lease) = self.lease.take()
+            && self.keep_alive
+            && self.upload.is_none()
+        {
+            lease.release();
+        }
+    }
+
+    fn broke(&mut self, error: H1Error) -> Poll<Option<Result<Frame<Bytes>, H1Error>>> {
+        self.lease = None;
+        self.upload = None;
+        Poll::Ready(Some(Err(error)))
+    }
 }
 
 impl http_body::Body for InlineBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = H1Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        if let Some(lease) = this.lease.as_mut()
-            && !lease.drive(cx)
-        {
-            // Done: what it read is in the body's channel still.
-            this.lease = None;
+        let Some(lease) = this.lease.as_mut() else { return Poll::Ready(None) };
+        if let Some(upload) = this.upload.as_mut() {
+            match upload.poll(&mut lease.link, cx) {
+                Poll::Ready(Ok(())) => this.upload = None,
+                Poll::Ready(Err(e)) => return this.broke(e.into()),
+                Poll::Pending => {}
+            }
         }
-        let frame = std::task::ready!(Pin::new(&mut this.incoming).poll_frame(cx));
-        match &frame {
-            None => this.ended = true,
-            Some(Ok(_)) => this.ended = this.incoming.is_end_stream(),
-            Some(Err(_)) => this.lease = None,
+        loop {
+            let Some(lease) = this.lease.as_mut() else { return Poll::Ready(None) };
+            match this.decoder.decode(&mut lease.link.read) {
+                Err(e) => return this.broke(e),
+                Ok(Decoded::Data(data)) => {
+                    if this.decoder.is_done() {
+                        this.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(Decoded::Trailers(trailers)) => return Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+                Ok(Decoded::End) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Decoded::More) => match ready!(lease.link.poll_fill(cx)) {
+                    Ok(0) => {
+                        if let Err(e) = this.decoder.closed() {
+                            return this.broke(e);
+                        }
+                        // Framed by the close: over, and the connection with it.
+                        this.keep_alive = false;
+                    }
+                    Ok(_) => {}
+                    Err(e) => return this.broke(H1Error::Io(e)),
+                },
+            }
         }
-        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.incoming.is_end_stream()
+        self.ended || self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
-    }
-}
-
-impl Drop for InlineBody {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take()
-            && (self.ended || self.incoming.is_end_stream())
-        {
-            lease.release();
+        match self.decoder.exact_left() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
         }
     }
 }
@@ -380,11 +635,15 @@ mod tests {
         (format!("http://{addr}").parse().unwrap(), accepts)
     }
 
+    fn sending<'a>(inline: &'a Inline, headers: &'a HeaderMap) -> Sending<'a> {
+        Sending { method: &Method::GET, path_and_query: "/x", host: inline.host(), headers }
+    }
+
     async fn get(inline: &Inline, lease: Lease) -> Bytes {
-        let mut request = Request::new(Body::empty());
-        *request.uri_mut() = "http://upstream/x".parse().unwrap();
-        inline.shape(&mut request);
-        let Ok(response) = exchange(lease, request).await else { panic!("no answer") };
+        let headers = HeaderMap::new();
+        let Ok(response) = exchange(lease, sending(inline, &headers), Payload::Empty).await else {
+            panic!("no answer")
+        };
         response.into_body().collect().await.unwrap().to_bytes()
     }
 
@@ -454,14 +713,215 @@ mod tests {
         });
         let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
         let lease = inline.connect().await.unwrap();
-        let mut request = Request::new(Body::empty());
-        inline.shape(&mut request);
-        let Ok(response) = exchange(lease, request).await else { panic!("no answer") };
+        let headers = HeaderMap::new();
+        let Ok(response) = exchange(lease, sending(&inline, &headers), Payload::Empty).await else {
+            panic!("no answer")
+        };
         let mut body = response.into_body();
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(first, "first");
         drop(body);
         assert_eq!(inline.pool.len(), 0);
         assert!(closed_rx.await.unwrap(), "the upstream's connection is closed");
+    }
+
+    /// A request body of the given frames; after them, it ends, or (`then_wait`) never does.
+    struct Frames {
+        frames: std::collections::VecDeque<&'static str>,
+        then_wait: bool,
+    }
+
+    impl http_body::Body for Frames {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            match self.frames.pop_front() {
+                Some(frame) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(frame.as_bytes()))))),
+                None if self.then_wait => Poll::Pending,
+                None => Poll::Ready(None),
+            }
+        }
+    }
+
+    fn frames(frames: &[&'static str], then_wait: bool) -> Body {
+        Body::new(Frames { frames: frames.iter().copied().collect(), then_wait })
+    }
+
+    /// An upstream for one connection: reads until `until` holds for what it read, sends `reply`,
+    /// and reports what it read and whether the gateway then closed the connection.
+    async fn one_exchange(
+        until: fn(&[u8]) -> bool,
+        reply: &'static [u8],
+        close_after: bool,
+    ) -> (Uri, tokio::sync::oneshot::Receiver<(Vec<u8>, bool)>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: Uri = format!("http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut tcp, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = vec![0u8; 4096];
+            while !until(&seen) {
+                match tcp.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            tcp.write_all(reply).await.unwrap();
+            if close_after {
+                drop(tcp);
+                let _ = tx.send((seen, false));
+                return;
+            }
+            // Anything more, or the gateway's close.
+            let closed = loop {
+                match tcp.read(&mut buf).await {
+                    Ok(0) | Err(_) => break true,
+                    Ok(_) => {}
+                }
+            };
+            let _ = tx.send((seen, closed));
+        });
+        (uri, rx)
+    }
+
+    fn ends_with(seen: &[u8], end: &[u8]) -> bool {
+        seen.ends_with(end)
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_of_unknown_length_goes_out_chunked() {
+        let (uri, seen) = one_exchange(
+            |s| ends_with(s, b"0\r\n\r\n"),
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            false,
+        )
+        .await;
+        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let lease = inline.connect().await.unwrap();
+        let headers = HeaderMap::new();
+        let request = Sending { method: &Method::POST, ..sending(&inline, &headers) };
+        let body = frames(&["hello", "", " world!"], false);
+        let Ok(response) = exchange(lease, request, Payload::Stream { body, length: None }).await else {
+            panic!("no answer")
+        };
+        assert_eq!(response.status(), 200);
+        drop(response);
+        let host = inline.host().to_str().unwrap().to_owned();
+        // The connection, pooled, closes with the pool.
+        drop(inline);
+        let (seen, _) = seen.await.unwrap();
+        let expected = format!(
+            "POST /x HTTP/1.1\r\nhost: {host}\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n world!\r\n0\r\n\r\n"
+        );
+        assert_eq!(String::from_utf8(seen).unwrap(), expected);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_of_known_length_goes_out_with_it_and_its_connection_is_pooled() {
+        let (uri, seen) = one_exchange(
+            |s| ends_with(s, b"hello world!"),
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            false,
+        )
+        .await;
+        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let lease = inline.connect().await.unwrap();
+        let headers = HeaderMap::new();
+        let request = Sending { method: &Method::PUT, ..sending(&inline, &headers) };
+        let body = frames(&["hello", " world!"], false);
+        let Ok(response) = exchange(lease, request, Payload::Stream { body, length: Some(12) }).await else {
+            panic!("no answer")
+        };
+        assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(inline.pool.len(), 1, "sent whole and read whole: pooled");
+        drop(inline);
+        let (seen, closed) = seen.await.unwrap();
+        let text = String::from_utf8(seen).unwrap();
+        assert!(text.contains("\r\ncontent-length: 12\r\n\r\nhello world!"), "{text}");
+        assert!(closed, "the pool closed it once no route used it");
+    }
+
+    #[tokio::test]
+    async fn an_answer_before_the_body_is_sent_is_taken_and_its_connection_closed() {
+        let (uri, seen) = one_exchange(
+            |s| s.windows(4).any(|w| w == b"\r\n\r\n"),
+            b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 0\r\n\r\n",
+            false,
+        )
+        .await;
+        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let lease = inline.connect().await.unwrap();
+        let headers = HeaderMap::new();
+        let request = Sending { method: &Method::POST, ..sending(&inline, &headers) };
+        // The body's first part goes, then it never ends.
+        let body = frames(&["part"], true);
+        let Ok(response) = exchange(lease, request, Payload::Stream { body, length: Some(100) }).await else {
+            panic!("no answer")
+        };
+        assert_eq!(response.status(), 413);
+        assert!(response.into_body().collect().await.unwrap().to_bytes().is_empty());
+        assert_eq!(inline.pool.len(), 0, "the request was not sent whole: not pooled");
+        let (_, closed) = seen.await.unwrap();
+        assert!(closed);
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_is_read_to_its_trailers_and_its_connection_pooled() {
+        let (uri, _seen) = one_exchange(
+            |s| ends_with(s, b"\r\n\r\n"),
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nx-sum: 5\r\n\r\n",
+            false,
+        )
+        .await;
+        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let lease = inline.connect().await.unwrap();
+        let headers = HeaderMap::new();
+        let Ok(response) = exchange(lease, sending(&inline, &headers), Payload::Empty).await else {
+            panic!("no answer")
+        };
+        assert!(response.headers().contains_key("transfer-encoding"));
+        let collected = response.into_body().collect().await.unwrap();
+        assert_eq!(collected.trailers().map(|t| t["x-sum"].clone()), Some(HeaderValue::from_static("5")));
+        assert_eq!(collected.to_bytes(), "abcde");
+        assert_eq!(inline.pool.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_framed_by_the_close_is_read_to_it_and_a_broken_one_is_an_error() {
+        let (uri, _seen) =
+            one_exchange(|s| ends_with(s, b"\r\n\r\n"), b"HTTP/1.1 200 OK\r\n\r\nto the end", true).await;
+        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let headers = HeaderMap::new();
+        let lease = inline.connect().await.unwrap();
+        let Ok(response) = exchange(lease, sending(&inline, &headers), Payload::Empty).await else {
+            panic!("no answer")
+        };
+        assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), "to the end");
+        assert_eq!(inline.pool.len(), 0, "framed by the close: never pooled");
+
+        let (uri, _seen) = one_exchange(
+            |s| ends_with(s, b"\r\n\r\n"),
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+            true,
+        )
+        .await;
+        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let lease = inline.connect().await.unwrap();
+        let Ok(response) = exchange(lease, sending(&inline, &headers), Payload::Empty).await else {
+            panic!("no answer")
+        };
+        let error = response.into_body().collect().await.expect_err("closed five bytes short");
+        assert!(matches!(error, H1Error::ClosedInBody), "{error:?}");
+
+        let (uri, _seen) = one_exchange(|s| ends_with(s, b"\r\n\r\n"), b"HTTP/1.1 200", true).await;
+        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let lease = inline.connect().await.unwrap();
+        let failed = exchange(lease, sending(&inline, &headers), Payload::Empty).await;
+        assert!(matches!(failed, Err(Unanswered::Failed(H1Error::ClosedBeforeHead))));
     }
 }

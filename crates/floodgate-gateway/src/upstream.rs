@@ -3,12 +3,14 @@
 //! identity headers set). Two ways to an upstream:
 //!
 //! - **HTTP/1.1, inline** (every request but those below): a connection of the upstream's pool, or
-//!   a new one, driven by the request's own task ([`pool`](super::pool)); its response body is
-//!   [`UpstreamBody::Inline`], which polls the connection alongside and gives it back to the pool
-//!   when read to its end. Chosen from measurement (`BENCHMARKS.md`, the gateway beside nginx):
-//!   hyper-util's pooled client runs each connection as a task of its own, fed through a channel,
-//!   so every request crossed tasks both ways — the largest share of the gateway's CPU after hyper's
-//!   own parsing.
+//!   a new one, written and read by the request's own task ([`pool`](super::pool)) in the gateway's
+//!   own HTTP/1.1 codec ([`h1`](super::h1)); its response body is [`UpstreamBody::Inline`], which
+//!   reads the connection as it is polled and gives it back to the pool when read to its end.
+//!   Chosen from measurement (`BENCHMARKS.md`, the gateway beside nginx): hyper-util's pooled
+//!   client runs each connection as a task of its own, fed through a channel, so every request
+//!   crossed tasks both ways; and hyper's own client connection, driven inline, still cost a
+//!   request's head built as a second header map, a channel between its sender and its dispatcher,
+//!   and a body channel.
 //! - **hyper-util's pooled client** ([`Client`]): h2c upstreams (`http2: true`, prior knowledge,
 //!   where one connection carries many requests at once and a connection task is what HTTP/2
 //!   needs), `https` upstreams (TLS, HTTP/2 when ALPN agrees on it: [`tls_upstream`](super::tls_upstream)),
@@ -27,9 +29,9 @@
 //!   only when the request body was small enough to be kept whole (`retries.max_body`), never for
 //!   a breaker's probe or an upgrade; each retry needs a place in the budget ([`Budget`]) and waits
 //!   a backoff drawn uniformly below `min(max_backoff, backoff × 2^(n-1))` (full jitter). A request
-//!   that a pooled connection hands back unsent (it closed before the request was written) goes out
-//!   on another connection within the same attempt, whatever its method — it never reached the
-//!   upstream, and the pooled client did the same.
+//!   whose pooled connection failed before any byte of it was written goes out on another
+//!   connection within the same attempt, whatever its method — it never reached the upstream, and
+//!   the pooled client did the same.
 //! - **Breaker**: every attempt asks it; a failure is a connection or timeout error or a 5xx.
 
 use std::collections::HashMap;
@@ -228,16 +230,19 @@ pub(super) enum UpstreamBody {
 
 impl http_body::Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        match self.get_mut() {
-            UpstreamBody::Shared(incoming) => Pin::new(incoming).poll_frame(cx),
-            UpstreamBody::Inline(inline) => Pin::new(inline).poll_frame(cx),
-        }
+        let frame = match self.get_mut() {
+            UpstreamBody::Shared(incoming) => std::task::ready!(Pin::new(incoming).poll_frame(cx))
+                .map(|frame| frame.map_err(|e| Box::new(e) as Self::Error)),
+            UpstreamBody::Inline(inline) => std::task::ready!(Pin::new(inline).poll_frame(cx))
+                .map(|frame| frame.map_err(|e| Box::new(e) as Self::Error)),
+        };
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -301,7 +306,7 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
         present.see(name, upgrade);
     }
     if !present.is_empty() {
-        remove_hop_by_hop(headers, upgrade, present);
+        remove_hop_by_hop(headers, present);
     }
     if upgrade {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -336,7 +341,7 @@ impl Present {
 }
 
 /// [`strip_hop_by_hop`]'s removals: the `present` ones, and the headers `Connection` names.
-fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: bool, present: Present) {
+fn remove_hop_by_hop(headers: &mut HeaderMap, present: Present) {
     if present.has(Present::CONNECTION_BIT) {
         // The names that are hop-by-hop themselves (`Connection: keep-alive`, the usual value) are
         // removed below by their bits, and `Upgrade` is either kept or removed by its own: only
