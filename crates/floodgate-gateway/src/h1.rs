@@ -195,7 +195,9 @@ fn parse_fields(
 }
 
 /// The response of a head whose bytes are `head`, its body's framing and whether the connection
-/// stays open after it.
+/// stays open after it. The hop-by-hop fields that concern only this connection and that the
+/// gateway would remove anyway — `Transfer-Encoding`, `Keep-Alive`, and a `Connection` that names no
+/// other field — are read, not put in the response's map.
 fn head_of(
     head: &Bytes,
     status: StatusCode,
@@ -207,6 +209,7 @@ fn head_of(
     let mut length: Option<u64> = None;
     let mut chunked = None;
     let (mut close, mut keep_alive) = (false, false);
+    let keep_alive_name = HeaderName::from_static("keep-alive");
     for field in fields {
         let (start, len) = (field.name.0 as usize, field.name.1 as usize);
         let name = HeaderName::from_bytes(&head[start..start + len])
@@ -226,11 +229,24 @@ fn head_of(
             // Only the last coding matters: chunked, or not (then the body runs to the close).
             let last = value.as_bytes().rsplit(|b| *b == b',').next().unwrap_or_default();
             chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            // Hop-by-hop: the gateway frames the client's response itself.
+            continue;
         } else if name == CONNECTION {
+            let mut names_others = false;
             for token in value.as_bytes().split(|b| *b == b',').map(<[u8]>::trim_ascii) {
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                let is_close = token.eq_ignore_ascii_case(b"close");
+                let is_keep_alive = token.eq_ignore_ascii_case(b"keep-alive");
+                close |= is_close;
+                keep_alive |= is_keep_alive;
+                names_others |= !(is_close || is_keep_alive || token.is_empty());
             }
+            // Hop-by-hop: kept only when it names other fields, which the gateway then removes
+            // with it (`upstream::strip_hop_by_hop`).
+            if !names_others {
+                continue;
+            }
+        } else if name == keep_alive_name {
+            continue;
         }
         headers.append(name, value);
     }
@@ -589,6 +605,27 @@ mod tests {
         assert_eq!(both.decoder, Decoder::chunked());
         assert!(!both.keep_alive);
         assert!(!both.response.headers().contains_key(CONTENT_LENGTH));
+    }
+
+    #[test]
+    fn the_connections_own_fields_are_read_not_kept() {
+        let parsed = complete(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nx-id: 7\r\n\r\n",
+        );
+        let names: Vec<&str> = parsed.response.headers().keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["x-id"]);
+        assert_eq!((parsed.decoder, parsed.keep_alive), (Decoder::chunked(), true));
+        // `close` is read (the connection is not used again), and not kept either.
+        let closing = complete("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+        assert!(!closing.response.headers().contains_key(CONNECTION));
+        assert!(!closing.keep_alive);
+        // A Connection that names another field stays, so that the field is removed with it.
+        let naming = complete(
+            "HTTP/1.1 200 OK\r\nconnection: keep-alive, x-hop\r\nx-hop: 1\r\ncontent-length: 0\r\n\r\n",
+        );
+        assert_eq!(naming.response.headers()["connection"], "keep-alive, x-hop");
+        assert!(naming.response.headers().contains_key("x-hop"));
+        assert!(naming.keep_alive);
     }
 
     #[test]

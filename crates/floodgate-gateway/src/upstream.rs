@@ -395,7 +395,11 @@ pub(super) fn forward_headers(
     let ip = peer.ip().to_canonical();
     let text = floodgate_tower::ip_text(ip);
     let mut buf = bytes::BytesMut::with_capacity(96);
-    if let Some(existing) = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+    // Each forwarding header is looked up once (an entry), not once to read and again to write.
+    let xff = headers.entry(X_FORWARDED_FOR);
+    if let http::header::Entry::Occupied(existing) = &xff
+        && let Ok(existing) = existing.get().to_str()
+    {
         buf.extend_from_slice(existing.as_bytes());
         buf.extend_from_slice(b", ");
     }
@@ -412,15 +416,18 @@ pub(super) fn forward_headers(
     let mut values = buf.freeze();
     let forwarded = values.split_off(xff_end);
     if let Ok(value) = HeaderValue::from_maybe_shared(values) {
-        headers.insert(X_FORWARDED_FOR, value);
+        match xff {
+            http::header::Entry::Occupied(mut existing) => {
+                existing.insert(value);
+            }
+            http::header::Entry::Vacant(vacant) => {
+                vacant.insert(value);
+            }
+        }
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    }
-    if let Some(host) = original_host
-        && !headers.contains_key(&X_FORWARDED_HOST)
-    {
-        headers.insert(X_FORWARDED_HOST, host);
+    headers.entry(X_FORWARDED_PROTO).or_insert(HeaderValue::from_static("http"));
+    if let Some(host) = original_host {
+        headers.entry(X_FORWARDED_HOST).or_insert(host);
     }
     if let Ok(value) = HeaderValue::from_maybe_shared(forwarded) {
         headers.append(http::header::FORWARDED, value);
