@@ -183,7 +183,14 @@ pub fn ip_text(ip: IpAddr) -> String {
                 if i > 0 {
                     text.push('.');
                 }
-                text.push_str(itoa::Buffer::new().format(octet));
+                // Digit by digit: a copy call per octet costs more than the digits.
+                if octet >= 100 {
+                    text.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    text.push(char::from(b'0' + octet / 10 % 10));
+                }
+                text.push(char::from(b'0' + octet % 10));
             }
             text
         }
@@ -497,6 +504,11 @@ mod tests {
             "::ffff:10.0.0.1",
         ] {
             assert_eq!(ip_text(ip(text)), ip(text).to_string());
+        }
+        // Every octet value, in every position.
+        for octet in 0..=255u8 {
+            let v4 = IpAddr::from([octet, 255 - octet, octet / 3, octet.wrapping_mul(7)]);
+            assert_eq!(ip_text(v4), v4.to_string());
         }
     }
 
