@@ -789,26 +789,28 @@ mod tests {
         (uri, rx)
     }
 
-    fn ends_with(seen: &[u8], end: &[u8]) -> bool {
-        seen.ends_with(end)
+    fn inline_to(uri: &Uri) -> Inline {
+        Pools::default().inline(uri, Duration::from_secs(5)).unwrap()
+    }
+
+    /// Sends `method /x` with `payload` on a new connection of `inline`: the answer.
+    async fn send(inline: &Inline, method: &Method, payload: Payload) -> Response<InlineBody> {
+        let lease = inline.connect().await.unwrap();
+        let headers = HeaderMap::new();
+        let request = Sending { method, ..sending(inline, &headers) };
+        match exchange(lease, request, payload).await {
+            Ok(response) => response,
+            Err(_) => panic!("no answer"),
+        }
     }
 
     #[tokio::test]
     async fn a_streamed_body_of_unknown_length_goes_out_chunked() {
-        let (uri, seen) = one_exchange(
-            |s| ends_with(s, b"0\r\n\r\n"),
-            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
-            false,
-        )
-        .await;
-        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
-        let lease = inline.connect().await.unwrap();
-        let headers = HeaderMap::new();
-        let request = Sending { method: &Method::POST, ..sending(&inline, &headers) };
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        let (uri, seen) = one_exchange(|s| s.ends_with(b"0\r\n\r\n"), ok, false).await;
+        let inline = inline_to(&uri);
         let body = frames(&["hello", "", " world!"], false);
-        let Ok(response) = exchange(lease, request, Payload::Stream { body, length: None }).await else {
-            panic!("no answer")
-        };
+        let response = send(&inline, &Method::POST, Payload::Stream { body, length: None }).await;
         assert_eq!(response.status(), 200);
         drop(response);
         let host = inline.host().to_str().unwrap().to_owned();
@@ -823,20 +825,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_streamed_body_of_known_length_goes_out_with_it_and_its_connection_is_pooled() {
-        let (uri, seen) = one_exchange(
-            |s| ends_with(s, b"hello world!"),
-            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
-            false,
-        )
-        .await;
-        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
-        let lease = inline.connect().await.unwrap();
-        let headers = HeaderMap::new();
-        let request = Sending { method: &Method::PUT, ..sending(&inline, &headers) };
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (uri, seen) = one_exchange(|s| s.ends_with(b"hello world!"), ok, false).await;
+        let inline = inline_to(&uri);
         let body = frames(&["hello", " world!"], false);
-        let Ok(response) = exchange(lease, request, Payload::Stream { body, length: Some(12) }).await else {
-            panic!("no answer")
-        };
+        let response = send(&inline, &Method::PUT, Payload::Stream { body, length: Some(12) }).await;
         assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), "ok");
         assert_eq!(inline.pool.len(), 1, "sent whole and read whole: pooled");
         drop(inline);
@@ -848,21 +841,12 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_before_the_body_is_sent_is_taken_and_its_connection_closed() {
-        let (uri, seen) = one_exchange(
-            |s| s.windows(4).any(|w| w == b"\r\n\r\n"),
-            b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 0\r\n\r\n",
-            false,
-        )
-        .await;
-        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
-        let lease = inline.connect().await.unwrap();
-        let headers = HeaderMap::new();
-        let request = Sending { method: &Method::POST, ..sending(&inline, &headers) };
+        let too_large = b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 0\r\n\r\n";
+        let (uri, seen) = one_exchange(|s| s.windows(4).any(|w| w == b"\r\n\r\n"), too_large, false).await;
+        let inline = inline_to(&uri);
         // The body's first part goes, then it never ends.
         let body = frames(&["part"], true);
-        let Ok(response) = exchange(lease, request, Payload::Stream { body, length: Some(100) }).await else {
-            panic!("no answer")
-        };
+        let response = send(&inline, &Method::POST, Payload::Stream { body, length: Some(100) }).await;
         assert_eq!(response.status(), 413);
         assert!(response.into_body().collect().await.unwrap().to_bytes().is_empty());
         assert_eq!(inline.pool.len(), 0, "the request was not sent whole: not pooled");
@@ -872,18 +856,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_chunked_answer_is_read_to_its_trailers_and_its_connection_pooled() {
-        let (uri, _seen) = one_exchange(
-            |s| ends_with(s, b"\r\n\r\n"),
-            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nx-sum: 5\r\n\r\n",
-            false,
-        )
-        .await;
-        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
-        let lease = inline.connect().await.unwrap();
-        let headers = HeaderMap::new();
-        let Ok(response) = exchange(lease, sending(&inline, &headers), Payload::Empty).await else {
-            panic!("no answer")
-        };
+        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nx-sum: 5\r\n\r\n";
+        let (uri, _seen) = one_exchange(|s| s.ends_with(b"\r\n\r\n"), chunked, false).await;
+        let inline = inline_to(&uri);
+        let response = send(&inline, &Method::GET, Payload::Empty).await;
         assert!(!response.headers().contains_key("transfer-encoding"), "hop-by-hop: not passed on");
         let collected = response.into_body().collect().await.unwrap();
         assert_eq!(collected.trailers().map(|t| t["x-sum"].clone()), Some(HeaderValue::from_static("5")));
@@ -893,34 +869,23 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_framed_by_the_close_is_read_to_it_and_a_broken_one_is_an_error() {
-        let (uri, _seen) =
-            one_exchange(|s| ends_with(s, b"\r\n\r\n"), b"HTTP/1.1 200 OK\r\n\r\nto the end", true).await;
-        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
-        let headers = HeaderMap::new();
-        let lease = inline.connect().await.unwrap();
-        let Ok(response) = exchange(lease, sending(&inline, &headers), Payload::Empty).await else {
-            panic!("no answer")
-        };
+        let head_end = |s: &[u8]| s.ends_with(b"\r\n\r\n");
+        let (uri, _seen) = one_exchange(head_end, b"HTTP/1.1 200 OK\r\n\r\nto the end", true).await;
+        let inline = inline_to(&uri);
+        let response = send(&inline, &Method::GET, Payload::Empty).await;
         assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), "to the end");
         assert_eq!(inline.pool.len(), 0, "framed by the close: never pooled");
 
-        let (uri, _seen) = one_exchange(
-            |s| ends_with(s, b"\r\n\r\n"),
-            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
-            true,
-        )
-        .await;
-        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
-        let lease = inline.connect().await.unwrap();
-        let Ok(response) = exchange(lease, sending(&inline, &headers), Payload::Empty).await else {
-            panic!("no answer")
-        };
+        let short = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort";
+        let (uri, _seen) = one_exchange(head_end, short, true).await;
+        let response = send(&inline_to(&uri), &Method::GET, Payload::Empty).await;
         let error = response.into_body().collect().await.expect_err("closed five bytes short");
         assert!(matches!(error, H1Error::ClosedInBody), "{error:?}");
 
-        let (uri, _seen) = one_exchange(|s| ends_with(s, b"\r\n\r\n"), b"HTTP/1.1 200", true).await;
-        let inline = Pools::default().inline(&uri, Duration::from_secs(5)).unwrap();
+        let (uri, _seen) = one_exchange(head_end, b"HTTP/1.1 200", true).await;
+        let inline = inline_to(&uri);
         let lease = inline.connect().await.unwrap();
+        let headers = HeaderMap::new();
         let failed = exchange(lease, sending(&inline, &headers), Payload::Empty).await;
         assert!(matches!(failed, Err(Unanswered::Failed(H1Error::ClosedBeforeHead))));
     }
