@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Ver
 
 /// The most header fields a response head may have (hyper's own bound).
 pub(super) const MAX_HEADERS: usize = 100;
-/// The most bytes a response head may take, its informational (1xx) heads included.
+/// The most bytes a response head may take (each informational, 1xx, head within it on its own).
 pub(super) const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most bytes a chunk's size line (with its extensions) may take.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
