@@ -84,28 +84,12 @@ pub(super) fn write_head(
         RequestFraming::None => {}
         RequestFraming::Length(n) => {
             out.put_slice(b"content-length: ");
-            put_decimal(out, n);
+            out.put_slice(itoa::Buffer::new().format(n).as_bytes());
             out.put_slice(b"\r\n");
         }
         RequestFraming::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
     }
     out.put_slice(b"\r\n");
-}
-
-/// Appends `n` in decimal.
-fn put_decimal(out: &mut BytesMut, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.put_slice(&digits[at..]);
 }
 
 /// The size line of a chunk of `len` bytes (`len` in hex, CRLF).
@@ -530,12 +514,6 @@ mod tests {
             &out[..],
             b"DELETE /r/1 HTTP/1.1\r\nhost: upstream:8080\r\nx-id: 7\r\nx-id: 8\r\ncontent-length: 0\r\n\r\n"
         );
-        let mut decimal = BytesMut::new();
-        for n in [0, 9, 10, 1234567890, u64::MAX] {
-            decimal.clear();
-            put_decimal(&mut decimal, n);
-            assert_eq!(&decimal[..], n.to_string().as_bytes());
-        }
         assert_eq!(chunk_line(255), "FF\r\n");
     }
 

@@ -467,7 +467,10 @@ pub(super) async fn exchange(
             return Poll::Ready(Err(e.into()));
         }
         loop {
-            if let Some(head) = h1::parse_head(&mut link.read, request.method)? {
+            // Nothing read yet: nothing to parse.
+            if !link.read.is_empty()
+                && let Some(head) = h1::parse_head(&mut link.read, request.method)?
+            {
                 return Poll::Ready(Ok(head));
             }
             match ready!(link.poll_fill(cx)) {
