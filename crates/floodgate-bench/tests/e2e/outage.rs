@@ -143,13 +143,14 @@ async fn a_killed_redis_under_fail_closed_denies_until_a_new_one_decides_from_ze
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_under_fail_closed_charges_nothing_for_the_requests_it_denied() {
-    // Token buckets of 50 per second, burst 50: the load keeps them empty, and the 1 s pause fills
-    // them again. The requests denied during the pause are queued in the frozen Redis; when it
-    // resumes it runs them past their deadline, so they must take nothing: the buckets are still
-    // full for the requests sent after the resume.
-    let (keys, limit) = (2.0, 50.0);
+    // Token buckets of 20 per second, burst 20: the load keeps them empty (it needs to outrun 40
+    // requests a second on the two keys, which a sender starved of CPU still does), and the 1 s
+    // pause fills them again. The requests denied during the pause are queued in the frozen Redis;
+    // when it resumes it runs them past their deadline, so they must take nothing: the buckets are
+    // still full for the requests sent after the resume.
+    let (keys, limit) = (2.0, 20.0);
     let extra = ["--fault", "pause", "--on-store-error", "fail_closed", "--algorithm", "token_bucket"];
-    let v = outage("50", &extra).await;
+    let v = outage("20", &extra).await;
     assert_common(&v, "outage");
     assert_eq!((v["fault"].as_str(), v["on_store_error"].as_str()), (Some("pause"), Some("fail_closed")));
     assert_phases_add_up(&v);
@@ -161,8 +162,8 @@ async fn a_paused_redis_under_fail_closed_charges_nothing_for_the_requests_it_de
 
     // After the resume the callers, always ready, take what the buckets hold plus what refills:
     // full buckets at the resume, less the few requests Redis ran within a margin (50 ms) past their
-    // deadline. Charged with the ~100 requests per key denied during the pause, the buckets would
-    // hold nothing. (A store error after the resume may have taken a token too: counted.)
+    // deadline. Charged with the requests per key denied during the pause (far more than 20), the
+    // buckets would hold nothing. (A store error after the resume may have taken a token too: counted.)
     let after = &v["phases"]["after"];
     let seconds = (f(after, "to_ms") - f(after, "from_ms")) / 1000.0;
     let refill = keys * limit * seconds;
