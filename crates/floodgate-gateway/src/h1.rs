@@ -12,6 +12,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
 
+use super::upstream::KEEP_ALIVE;
+
 /// The most header fields a response head may have (hyper's own bound).
 pub(super) const MAX_HEADERS: usize = 100;
 /// The most bytes a response head may take (each informational, 1xx, head within it on its own).
@@ -193,7 +195,6 @@ fn head_of(
     let mut length: Option<u64> = None;
     let mut chunked = None;
     let (mut close, mut keep_alive) = (false, false);
-    let keep_alive_name = HeaderName::from_static("keep-alive");
     for field in fields {
         let (start, len) = (field.name.0 as usize, field.name.1 as usize);
         let name = HeaderName::from_bytes(&head[start..start + len])
@@ -229,7 +230,7 @@ fn head_of(
             if !names_others {
                 continue;
             }
-        } else if name == keep_alive_name {
+        } else if name == KEEP_ALIVE {
             continue;
         }
         headers.append(name, value);

@@ -364,10 +364,10 @@ struct Upload {
 
 impl Upload {
     /// Sends what can be sent now: `Ready(Ok)` once the request is written whole.
-    fn poll(&mut self, link: &mut Link, cx: &mut Context<'_>) -> Poll<Result<(), UploadError>> {
+    fn poll(&mut self, link: &mut Link, cx: &mut Context<'_>) -> Poll<Result<(), H1Error>> {
         while !self.done {
             if let Err(e) = ready!(link.poll_send(cx, &mut self.out, &mut self.sent)) {
-                return Poll::Ready(Err(UploadError::Io(e)));
+                return Poll::Ready(Err(H1Error::Io(e)));
             }
             let Some((body, length)) = self.stream.as_mut() else {
                 self.done = true;
@@ -379,14 +379,14 @@ impl Upload {
             }
             match ready!(Pin::new(body).poll_frame(cx)) {
                 None => match *length {
-                    Some(n) if n != self.body_sent => return Poll::Ready(Err(UploadError::Length)),
+                    Some(n) if n != self.body_sent => return Poll::Ready(Err(H1Error::RequestBodyLength)),
                     Some(_) => self.done = true,
                     None => {
                         self.out.set([Bytes::from_static(b"0\r\n\r\n"), Bytes::new(), Bytes::new()]);
                         self.ending = true;
                     }
                 },
-                Some(Err(e)) => return Poll::Ready(Err(UploadError::Body(e))),
+                Some(Err(e)) => return Poll::Ready(Err(H1Error::RequestBody(e.to_string()))),
                 Some(Ok(frame)) => {
                     // Trailers of the client's body are not passed on.
                     let Ok(data) = frame.into_data() else { continue };
@@ -395,7 +395,7 @@ impl Upload {
                     }
                     self.body_sent += data.len() as u64;
                     match *length {
-                        Some(n) if self.body_sent > n => return Poll::Ready(Err(UploadError::Length)),
+                        Some(n) if self.body_sent > n => return Poll::Ready(Err(H1Error::RequestBodyLength)),
                         Some(_) => self.out.set([data, Bytes::new(), Bytes::new()]),
                         None => self.out.set([h1::chunk_line(data.len()), data, Bytes::from_static(b"\r\n")]),
                     }
@@ -403,26 +403,6 @@ impl Upload {
             }
         }
         Poll::Ready(Ok(()))
-    }
-}
-
-/// Why a request could not be sent whole.
-#[derive(Debug)]
-enum UploadError {
-    Io(std::io::Error),
-    /// The client's body broke.
-    Body(axum::Error),
-    /// The client's body did not match its length.
-    Length,
-}
-
-impl From<UploadError> for H1Error {
-    fn from(e: UploadError) -> H1Error {
-        match e {
-            UploadError::Io(e) => H1Error::Io(e),
-            UploadError::Body(e) => H1Error::RequestBody(e.to_string()),
-            UploadError::Length => H1Error::RequestBodyLength,
-        }
     }
 }
 
@@ -464,7 +444,7 @@ pub(super) async fn exchange(
         if !upload.done
             && let Poll::Ready(Err(e)) = upload.poll(link, cx)
         {
-            return Poll::Ready(Err(e.into()));
+            return Poll::Ready(Err(e));
         }
         loop {
             // Nothing read yet: nothing to parse.
@@ -550,7 +530,7 @@ impl http_body::Body for InlineBody {
         if let Some(upload) = this.upload.as_mut() {
             match upload.poll(&mut lease.link, cx) {
                 Poll::Ready(Ok(())) => this.upload = None,
-                Poll::Ready(Err(e)) => return this.broke(e.into()),
+                Poll::Ready(Err(e)) => return this.broke(e),
                 Poll::Pending => {}
             }
         }

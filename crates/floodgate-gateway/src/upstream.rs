@@ -282,7 +282,7 @@ pub(super) enum Failure {
 const HOPS: usize = 8;
 const HOP_BY_HOP: [HeaderName; HOPS] = [
     CONNECTION,
-    HeaderName::from_static("keep-alive"),
+    KEEP_ALIVE,
     HeaderName::from_static("proxy-connection"),
     http::header::PROXY_AUTHENTICATE,
     http::header::PROXY_AUTHORIZATION,
@@ -291,6 +291,8 @@ const HOP_BY_HOP: [HeaderName; HOPS] = [
     http::header::TRANSFER_ENCODING,
 ];
 
+/// `Keep-Alive` (RFC 9112 §C.2.2), which `http` has no constant for.
+pub(super) const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
