@@ -486,13 +486,11 @@ pub(super) struct InlineBody {
     keep_alive: bool,
     /// The rest of a streamed request body, sent as the response is read.
     upload: Option<Box<Upload>>,
-    /// The body ended whole.
-    ended: bool,
 }
 
 impl InlineBody {
     fn new(lease: Lease, decoder: Decoder, keep_alive: bool, upload: Option<Box<Upload>>) -> InlineBody {
-        let mut body = InlineBody { lease: Some(lease), decoder, keep_alive, upload, ended: false };
+        let mut body = InlineBody { lease: Some(lease), decoder, keep_alive, upload };
         if body.decoder.is_done() {
             body.finish();
         }
@@ -501,7 +499,6 @@ impl InlineBody {
 
     /// The body ended whole: the connection goes back to its pool if it can carry another request.
     fn finish(&mut self) {
-        self.ended = true;
         if let Some(lease) = self.lease.take()
             && self.keep_alive
             && self.upload.is_none()
@@ -565,7 +562,7 @@ impl http_body::Body for InlineBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.decoder.is_done()
+        self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
