@@ -12,7 +12,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, Version};
 
-use super::upstream::KEEP_ALIVE;
+/// `Keep-Alive` (RFC 9112 §C.2.2), which `http` has no constant for.
+pub(super) const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// The most header fields a response head may have (hyper's own bound).
 pub(super) const MAX_HEADERS: usize = 100;

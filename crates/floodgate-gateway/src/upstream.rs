@@ -57,6 +57,7 @@ use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use tokio_rustls::rustls;
 
+use super::h1::KEEP_ALIVE;
 use super::pool::{Inline, InlineBody, Pools};
 use super::tls_upstream::{Conn, client_config, handshake};
 
@@ -291,8 +292,6 @@ const HOP_BY_HOP: [HeaderName; HOPS] = [
     http::header::TRANSFER_ENCODING,
 ];
 
-/// `Keep-Alive` (RFC 9112 §C.2.2), which `http` has no constant for.
-pub(super) const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
