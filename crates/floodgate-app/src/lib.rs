@@ -33,6 +33,7 @@ pub mod audit;
 pub mod auth;
 pub mod control;
 pub mod decide;
+mod http1;
 pub mod listener;
 pub mod live;
 pub mod metrics;

@@ -2,7 +2,9 @@
 //! (`http:` and `gateway.http:`, DESIGN.md §12): at most `max_connections` open at once (one more is
 //! closed as soon as it is accepted), HTTP/1 request heads within `header_read_timeout` and
 //! `max_header_bytes`, and a connection without a byte read or written for `idle_timeout` closed.
-//! The HTTP listener and the gateway serve their connections here with hyper ([`serve`]); the gRPC
+//! The HTTP listener and the gateway serve their connections here ([`serve`]): plain HTTP/1.1
+//! requests with the listeners' own HTTP/1.1 (`http1.rs`), and from the first request that is not
+//! one (HTTP/2, an upgrade, a streamed request body, a head to refuse), with hyper; the gRPC
 //! listener's connections, which tonic serves, are accepted by the same loop ([`Accepting`]) and
 //! wrapped by [`grpc_incoming`], which applies the same limits from below (HTTP/2's connection
 //! preface within `header_read_timeout`). Every listener's TLS is the one acceptor of [`Tls`].
@@ -15,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
 use floodgate_config::http_server::HttpConfig;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -26,6 +29,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::http1::{self, Served};
 use crate::tls::Tls;
 use crate::workers::Workers;
 use crate::{App, stopped};
@@ -87,7 +91,7 @@ impl Accepting {
     }
 }
 
-/// Serves `listener`'s connections with hyper until `stop` turns true, then stops accepting and
+/// Serves `listener`'s connections (see [`serve_connection`]) until `stop` turns true, then stops accepting and
 /// waits for the requests in flight (idle keep-alive connections are closed). Each connection is
 /// accepted under the `limits()` in force then (see [`Accepting::next`]), handshaken with `tls`
 /// when given (on the connection's own task, within `header_read_timeout`), and served by the
@@ -103,8 +107,8 @@ pub async fn serve<L, M, S, F>(
 ) where
     L: Fn() -> HttpConfig,
     M: Fn(SocketAddr) -> S,
-    S: Fn(http::Request<Incoming>) -> F + Send + Sync + 'static,
-    F: Future<Output = http::Response<axum::body::Body>> + Send + 'static,
+    S: Fn(http::Request<Body>) -> F + Send + Sync + 'static,
+    F: Future<Output = http::Response<Body>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
     let accepting = Accepting::new(listener, what);
@@ -114,13 +118,13 @@ pub async fn serve<L, M, S, F>(
         let service = connection(peer);
         let watcher = graceful.watcher();
         let tls = tls.clone();
+        let serving = Serving { builder, watcher, limits, stop: stop.clone(), peer, what };
         let connection = move |tcp: TcpStream| async move {
             let _slot = slot;
-            let idle = limits.idle_timeout;
             match tls {
-                None => serve_connection(tcp, builder, service, watcher, idle, peer, what).await,
+                None => serve_connection(tcp, service, serving).await,
                 Some(tls) => match tls.accept(tcp).await {
-                    Ok(io) => serve_connection(io, builder, service, watcher, idle, peer, what).await,
+                    Ok(io) => serve_connection(io, service, serving).await,
                     Err(e) => tracing::debug!(error = %e, %peer, listener = what, "TLS handshake failed"),
                 },
             }
@@ -147,29 +151,46 @@ pub async fn serve<L, M, S, F>(
     graceful.shutdown().await;
 }
 
-/// Serves one connection on `io` with `service` until it ends, the server shuts down, or it is idle
-/// for `idle_timeout`. `what` names the listener in the logs.
-async fn serve_connection<I, S, F>(
-    io: I,
+/// What a connection is served with, besides its service.
+struct Serving {
     builder: auto::Builder<TokioExecutor>,
-    service: S,
+    /// Holds the listener's graceful shutdown until the connection ends.
     watcher: Watcher,
-    idle_timeout: Duration,
+    limits: HttpConfig,
+    stop: watch::Receiver<bool>,
     peer: SocketAddr,
     what: &'static str,
-) where
+}
+
+/// Serves one connection on `io` with `service` until it ends, the server shuts down, or it is idle
+/// for `idle_timeout`: its plain HTTP/1.1 requests with the listeners' own HTTP/1.1
+/// ([`http1`](crate::http1)), and from the first request that is not one (HTTP/2, an upgrade, a
+/// streamed body, a head to refuse), with hyper.
+async fn serve_connection<I, S, F>(io: I, service: S, serving: Serving)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: Fn(http::Request<Incoming>) -> F + Send + Sync + 'static,
-    F: Future<Output = http::Response<axum::body::Body>> + Send + 'static,
+    S: Fn(http::Request<Body>) -> F + Send + Sync + 'static,
+    F: Future<Output = http::Response<Body>> + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |request| {
-        let response = service(request);
-        async move { Ok::<_, std::convert::Infallible>(response.await) }
-    });
+    let Serving { builder, watcher, limits, mut stop, peer, what } = serving;
     let (io, activity) = Watched::new(io);
-    let served =
-        watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned());
-    let (served, idle) = (std::pin::pin!(served), std::pin::pin!(activity.idle(idle_timeout)));
+    let served = async move {
+        let own = http1::Limits {
+            max_header_bytes: limits.max_header_bytes,
+            header_read_timeout: limits.header_read_timeout,
+        };
+        let io = match http1::serve(io, &service, own, &mut stop).await {
+            Ok(Served::Closed) => return Ok(()),
+            Ok(Served::Hyper(io)) => io,
+            Err(e) => return Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
+        };
+        let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+            let response = service(request.map(Body::new));
+            async move { Ok::<_, std::convert::Infallible>(response.await) }
+        });
+        watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned()).await
+    };
+    let (served, idle) = (std::pin::pin!(served), std::pin::pin!(activity.idle(limits.idle_timeout)));
     match UntilIdle::new(served, idle).await {
         Some(Err(e)) => {
             tracing::debug!(error = %e, %peer, listener = what, "connection ended with an error");

@@ -73,7 +73,7 @@ pub(super) fn build_table(
 /// the configuration in force and taken through every gate of its route (see the module docs).
 pub(super) async fn dispatch(
     gateway: Arc<GatewayState>,
-    request: http::Request<hyper::body::Incoming>,
+    request: Request,
     peer: std::net::SocketAddr,
 ) -> Response {
     if let Some(response) = gateway.own(&request) {
@@ -82,7 +82,7 @@ pub(super) async fn dispatch(
     let context = Context { table: gateway.table(), gateway, peer };
     let unrouted = match context.table.router.route(request.method(), request.uri().path()) {
         Routed::To(route, template) => {
-            let response = gates(&context, route, &template.path, request.map(Body::new)).await;
+            let response = gates(&context, route, &template.path, request).await;
             route.metrics.answered(response.status());
             return response;
         }

@@ -15,7 +15,6 @@ use floodgate_app::metrics::{Api, Metrics};
 use floodgate_config::gateway::Switches;
 use floodgate_core::SystemClock;
 use http::Method;
-use hyper::body::Incoming;
 
 use super::metrics::GatewayMetrics;
 use super::queue::{Queue, QueueError};
@@ -126,7 +125,7 @@ impl GatewayState {
 
     /// The answer to a request for the gateway's own endpoints (an accepted write's status), if
     /// it is one.
-    pub(super) fn own(&self, request: &http::Request<Incoming>) -> Option<Response> {
+    pub(super) fn own<B>(&self, request: &http::Request<B>) -> Option<Response> {
         let id = request.uri().path().strip_prefix(OWN_PREFIX).filter(|_| request.method() == Method::GET)?;
         Some(match &self.queue {
             Some(queue) => queue.status(id),

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::ServiceExt;
@@ -57,7 +56,7 @@ struct Connection {
 
 impl Connection {
     /// The check API's requests to their handler, the rest through the router.
-    async fn dispatch(self: Arc<Self>, request: http::Request<Incoming>) -> http::Response<Body> {
+    async fn dispatch(self: Arc<Self>, request: http::Request<Body>) -> http::Response<Body> {
         if request.method() == http::Method::POST {
             let api = match request.uri().path() {
                 "/v1/check" => Some(Api::Check),
@@ -69,7 +68,7 @@ impl Connection {
                 return api::handle(&self.app, request, api).await;
             }
         }
-        let mut request = request.map(Body::new);
+        let mut request = request;
         request.extensions_mut().insert(ConnectInfo(self.peer));
         match self.router.clone().oneshot(request).await {
             Ok(response) => response,
