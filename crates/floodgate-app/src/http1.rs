@@ -39,6 +39,12 @@ use tokio::time::{Instant, Sleep};
 /// The most header fields a request head may have here (hyper's own bound; a head with more is
 /// hyper's to refuse, with a 431).
 const MAX_HEADERS: usize = 100;
+/// Room a request's header map keeps for headers the door adds (a gateway's forwarding headers:
+/// `X-Forwarded-For`, `Forwarded`, `X-Forwarded-Proto`, `X-Forwarded-Host`), so that adding them does
+/// not grow (rehash) the map.
+const ADDED_HEADERS: usize = 6;
+/// Fields a head has without its field positions leaving the stack.
+const INLINE_FIELDS: usize = 24;
 /// Free room the read buffer keeps before each read.
 const READ_ROOM: usize = 4 * 1024;
 /// A data frame under this size is copied beside the head and framing; a larger one is written
@@ -240,7 +246,7 @@ enum Parsed {
 const BAD_REQUEST: &[u8] = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
 /// Where a header's name and value lie in the head's bytes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Field {
     name: (u32, u32),
     value: (u32, u32),
@@ -248,17 +254,18 @@ struct Field {
 
 /// The request at the start of `read` (see [`Parsed`]).
 fn parse(read: &mut BytesMut, max_head: usize) -> Parsed {
-    let mut fields = [Field::default(); MAX_HEADERS];
-    let Some((len, method, path, count)) = parse_fields(read, max_head, &mut fields) else {
+    let mut fields = Fields::new();
+    let Some((len, method, path)) = parse_fields(read, max_head, &mut fields) else {
         return Parsed::Hyper;
     };
+    let count = fields.len();
     if len == 0 {
         return Parsed::Partial;
     }
     let field = |at: (u32, u32)| &read[at.0 as usize..(at.0 + at.1) as usize];
     let mut length = 0u64;
     let (mut lengths, mut close) = (0, false);
-    for f in &fields[..count] {
+    for f in &fields {
         let name = field(f.name);
         let is = |known: &HeaderName| name.eq_ignore_ascii_case(known.as_str().as_bytes());
         if is(&CONTENT_LENGTH) {
@@ -284,8 +291,8 @@ fn parse(read: &mut BytesMut, max_head: usize) -> Parsed {
     };
     let slice = |at: (u32, u32)| head.slice(at.0 as usize..(at.0 + at.1) as usize);
     let Ok(uri) = Uri::from_maybe_shared(slice(path)) else { return Parsed::Invalid };
-    let mut headers = HeaderMap::with_capacity(count);
-    for f in &fields[..count] {
+    let mut headers = HeaderMap::with_capacity(count + ADDED_HEADERS);
+    for f in &fields {
         let Ok(name) = HeaderName::from_bytes(&head[f.name.0 as usize..(f.name.0 + f.name.1) as usize])
         else {
             return Parsed::Invalid;
@@ -300,20 +307,23 @@ fn parse(read: &mut BytesMut, max_head: usize) -> Parsed {
     Parsed::Request(request, !close)
 }
 
-/// The head's length (0 while it is not whole), method, target and field count, and where its
-/// fields lie (in `fields`); `None` for a head that is hyper's.
+/// Where a head's fields lie.
+type Fields = smallvec::SmallVec<[Field; INLINE_FIELDS]>;
+
+/// The head's length (0 while it is not whole), method and target, and where its fields lie (in
+/// `fields`); `None` for a head that is hyper's.
 fn parse_fields(
     read: &BytesMut,
     max_head: usize,
-    fields: &mut [Field; MAX_HEADERS],
-) -> Option<(usize, Method, (u32, u32), usize)> {
+    fields: &mut Fields,
+) -> Option<(usize, Method, (u32, u32))> {
     let mut slots: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
         [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut []);
     let len = match request.parse_with_uninit_headers(read, &mut slots) {
         Ok(httparse::Status::Complete(len)) if len <= max_head => len,
         Ok(httparse::Status::Complete(_)) | Err(_) => return None,
-        Ok(httparse::Status::Partial) => return Some((0, Method::GET, (0, 0), 0)),
+        Ok(httparse::Status::Partial) => return Some((0, Method::GET, (0, 0))),
     };
     if request.version != Some(1) {
         return None;
@@ -325,11 +335,8 @@ fn parse_fields(
     let base = read.as_ptr() as usize;
     let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
     let path = at(request.path?.as_bytes());
-    let count = request.headers.len();
-    for (field, header) in fields.iter_mut().zip(request.headers.iter()) {
-        *field = Field { name: at(header.name.as_bytes()), value: at(header.value) };
-    }
-    Some((len, method, path, count))
+    fields.extend(request.headers.iter().map(|h| Field { name: at(h.name.as_bytes()), value: at(h.value) }));
+    Some((len, method, path))
 }
 
 /// A `Content-Length` value: decimal digits only, within `u64`.
@@ -362,14 +369,40 @@ async fn respond<I: AsyncRead + AsyncWrite + Unpin>(
     let Client { io, read, room } = client;
     let (parts, mut body) = response.into_parts();
     let status = parts.status;
-    let said_close = parts.headers.get(CONNECTION).is_some_and(|v| has_token(v.as_bytes(), b"close"));
-    close |= said_close;
-    let declared = parts.headers.get(CONTENT_LENGTH);
-    let framing = if head_only
+    let bodiless = head_only
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-    {
+        || status == StatusCode::NOT_MODIFIED;
+    out.reserve(128 + parts.headers.len() * 48);
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.put_slice(b"\r\n");
+    // One pass over the headers: each is written, and the few that frame the message are noted
+    // on the way (no lookup by name).
+    let (mut declared, mut said_close, mut dated) = (None, false, false);
+    for (name, value) in &parts.headers {
+        if *name == TRANSFER_ENCODING {
+            continue;
+        } else if *name == CONTENT_LENGTH {
+            // Written with the framing, below (a HEAD answer's own length goes out as it is).
+            if !bodiless {
+                declared = Some(value);
+                continue;
+            }
+        } else if *name == CONNECTION {
+            said_close |= has_token(value.as_bytes(), b"close");
+        } else if *name == DATE {
+            dated = true;
+        }
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    close |= said_close;
+    let framing = if bodiless {
         Framing::None
     } else {
         match declared.map(|v| content_length(v.as_bytes().trim_ascii())) {
@@ -378,23 +411,6 @@ async fn respond<I: AsyncRead + AsyncWrite + Unpin>(
             _ => body.size_hint().exact().map_or(Framing::Chunked, Framing::Length),
         }
     };
-    out.reserve(128 + parts.headers.len() * 48);
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(status.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.put_slice(b"\r\n");
-    let mut dated = false;
-    for (name, value) in &parts.headers {
-        if *name == TRANSFER_ENCODING || (*name == CONTENT_LENGTH && framing != Framing::None) {
-            continue;
-        }
-        dated |= *name == DATE;
-        out.put_slice(name.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(value.as_bytes());
-        out.put_slice(b"\r\n");
-    }
     if !dated {
         out.put_slice(b"date: ");
         put_date(out);

@@ -19,6 +19,9 @@ pub(super) const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 pub(super) const MAX_HEADERS: usize = 100;
 /// The most bytes a response head may take (each informational, 1xx, head within it on its own).
 pub(super) const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Room a response's header map keeps for the headers the gateway adds to it (the rate-limit
+/// headers: five in the default style), so that adding them does not grow (rehash) the map.
+const ADDED_HEADERS: usize = 6;
 /// The most bytes a chunk's size line (with its extensions) may take.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
 /// The most bytes a chunked body's trailer section may take.
@@ -115,9 +118,9 @@ pub(super) struct Head {
 /// heads before it are read past. `Ok(None)`: the head is not complete yet. The head's bytes are
 /// taken from `buf`; what follows (the body's first bytes) stays.
 pub(super) fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, H1Error> {
-    let mut fields = [Field::default(); MAX_HEADERS];
+    let mut fields = Fields::new();
     loop {
-        let Some((len, status, version, count)) = parse_fields(buf, &mut fields)? else {
+        let Some((len, status, version)) = parse_fields(buf, &mut fields)? else {
             return Ok(None);
         };
         if status.is_informational() {
@@ -130,23 +133,26 @@ pub(super) fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<H
             continue;
         }
         let head = buf.split_to(len).freeze();
-        return head_of(&head, status, version, &fields[..count], method).map(Some);
+        return head_of(&head, status, version, &fields, method).map(Some);
     }
 }
 
 /// Where a header's name and value lie in the head's bytes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Field {
     name: (u32, u32),
     value: (u32, u32),
 }
 
-/// The head's length, status, version and field count, and where its fields lie (in `fields`);
+/// Where a head's fields lie (on the stack for the usual few: no 100-field array set each time).
+type Fields = smallvec::SmallVec<[Field; 24]>;
+
+/// The head's length, status and version, and where its fields lie (in `fields`, emptied first);
 /// `None` while incomplete.
 fn parse_fields(
     buf: &BytesMut,
-    fields: &mut [Field; MAX_HEADERS],
-) -> Result<Option<(usize, StatusCode, Version, usize)>, H1Error> {
+    fields: &mut Fields,
+) -> Result<Option<(usize, StatusCode, Version)>, H1Error> {
     let mut slots: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
         [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
@@ -174,11 +180,9 @@ fn parse_fields(
     };
     let base = buf.as_ptr() as usize;
     let at = |s: &[u8]| ((s.as_ptr() as usize - base) as u32, s.len() as u32);
-    let count = response.headers.len();
-    for (field, header) in fields.iter_mut().zip(response.headers.iter()) {
-        *field = Field { name: at(header.name.as_bytes()), value: at(header.value) };
-    }
-    Ok(Some((len, status, version, count)))
+    fields.clear();
+    fields.extend(response.headers.iter().map(|h| Field { name: at(h.name.as_bytes()), value: at(h.value) }));
+    Ok(Some((len, status, version)))
 }
 
 /// The response of a head whose bytes are `head`, its body's framing and whether the connection
@@ -192,7 +196,7 @@ fn head_of(
     fields: &[Field],
     method: &Method,
 ) -> Result<Head, H1Error> {
-    let mut headers = HeaderMap::with_capacity(fields.len());
+    let mut headers = HeaderMap::with_capacity(fields.len() + ADDED_HEADERS);
     let mut length: Option<u64> = None;
     let mut chunked = None;
     let (mut close, mut keep_alive) = (false, false);
