@@ -89,9 +89,11 @@ where
     let mut read = BytesMut::new();
     let mut out = BytesMut::new();
     let mut timer: Option<Pin<Box<Sleep>>> = None;
+    // A head must be whole within `header_read_timeout` of the connection's start, then of the
+    // previous response (hyper's timeout runs so too); the idle timeout is the listener's.
+    let mut deadline = Instant::now() + limits.header_read_timeout;
     loop {
         // The next request's head, whole.
-        let mut began: Option<Instant> = None;
         let (request, keep_alive) = loop {
             if !read.is_empty() {
                 match parse(&mut read, limits.max_header_bytes) {
@@ -109,12 +111,10 @@ where
                     Parsed::Partial => {}
                 }
             }
-            let deadline = match read.is_empty() {
-                // Between requests the idle timeout governs (the listener's), and a stop ends it.
-                true if *stop.borrow() => return Ok(Served::Closed),
-                true => None,
-                false => Some(*began.get_or_insert_with(Instant::now) + limits.header_read_timeout),
-            };
+            // A stop ends a connection between requests.
+            if read.is_empty() && *stop.borrow() {
+                return Ok(Served::Closed);
+            }
             match fill(&mut io, &mut read, &mut timer, deadline, stop).await? {
                 Filled::Bytes => {}
                 Filled::Closed | Filled::Stopped => return Ok(Served::Closed),
@@ -145,6 +145,7 @@ where
             let _ = io.shutdown().await;
             return Ok(Served::Closed);
         }
+        deadline = Instant::now() + limits.header_read_timeout;
     }
 }
 
@@ -184,13 +185,13 @@ enum Filled {
     Late,
 }
 
-/// Reads what `io` has into `read`, waiting until `deadline` when given; while the connection is
-/// idle (nothing read of a next request), until `stop` turns true.
+/// Reads what `io` has into `read`, waiting until `deadline`; while the connection is idle (nothing
+/// read of a next request), until `stop` turns true.
 async fn fill<I: AsyncRead + Unpin>(
     io: &mut I,
     read: &mut BytesMut,
     timer: &mut Option<Pin<Box<Sleep>>>,
-    deadline: Option<Instant>,
+    deadline: Instant,
     stop: &mut watch::Receiver<bool>,
 ) -> std::io::Result<Filled> {
     if read.capacity() - read.len() < READ_ROOM {
@@ -211,14 +212,14 @@ async fn fill<I: AsyncRead + Unpin>(
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
             Poll::Pending => {}
         }
-        if let Some(deadline) = deadline {
-            let sleep = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            if sleep.deadline() != deadline {
-                sleep.as_mut().reset(deadline);
-            }
-            if sleep.as_mut().poll(cx).is_ready() {
+        // One timer for the connection, set for an earlier head's deadline until it fires: then
+        // it is moved on to this one (not reset on every request).
+        let sleep = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        while sleep.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
                 return Poll::Ready(Ok(Filled::Late));
             }
+            sleep.as_mut().reset(deadline);
         }
         if stopped.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Ok(Filled::Stopped));
@@ -944,12 +945,24 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_head_not_whole_within_the_header_read_timeout_closes_the_connection() {
+        // From the connection's start: part of a head, or nothing at all.
+        for sent in [&b"GET / HTTP/1.1\r\nHost: f\r\n"[..], b""] {
+            let (mut client, served, _stop) = echoing(LIMITS);
+            client.write_all(sent).await.unwrap();
+            let started = Instant::now();
+            assert_eq!(read_to_close(&mut client).await, "");
+            assert_eq!(served.await.unwrap(), Ok(None));
+            assert_eq!(started.elapsed(), LIMITS.header_read_timeout);
+        }
+        // From the previous response, the timer set for the first head's deadline moved on.
         let (mut client, served, _stop) = echoing(LIMITS);
-        client.write_all(b"GET / HTTP/1.1\r\nHost: f\r\n").await.unwrap();
-        let started = Instant::now();
+        tokio::time::sleep(LIMITS.header_read_timeout / 2).await;
+        client.write_all(b"GET /1 HTTP/1.1\r\nHost: f\r\n\r\n").await.unwrap();
+        read_until(&mut client, |s| s.ends_with("GET /1\n")).await;
+        let answered = Instant::now();
         assert_eq!(read_to_close(&mut client).await, "");
+        assert_eq!(answered.elapsed(), LIMITS.header_read_timeout);
         assert_eq!(served.await.unwrap(), Ok(None));
-        assert!(started.elapsed() >= LIMITS.header_read_timeout);
     }
 
     #[tokio::test]
