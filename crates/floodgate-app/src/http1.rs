@@ -32,7 +32,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body::Body as _;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
@@ -56,14 +56,9 @@ pub(crate) enum Served<I> {
     /// The connection is done: closed by either side, idle when the server stopped, or late with
     /// a head.
     Closed,
-    /// The connection is hyper's from here: its next request is one only hyper serves.
-    Hyper(Rewind<I>),
-}
-
-/// A connection handed to hyper: the bytes read from it and not yet used, then the rest of it.
-pub(crate) struct Rewind<I> {
-    read: BytesMut,
-    io: I,
+    /// The connection is hyper's from here: its next request is one only hyper serves. `read`
+    /// holds the bytes read from `io` and not yet used, which hyper must read first.
+    Hyper { io: I, read: BytesMut },
 }
 
 /// The connection's limits that this side applies.
@@ -98,7 +93,7 @@ where
             if !read.is_empty() {
                 match parse(&mut read, limits.max_header_bytes) {
                     Parsed::Request(request, keep_alive) => break (request, keep_alive),
-                    Parsed::Hyper => return Ok(Served::Hyper(Rewind { read, io })),
+                    Parsed::Hyper => return Ok(Served::Hyper { io, read }),
                     Parsed::Invalid => {
                         io.write_all(BAD_REQUEST).await?;
                         let _ = io.shutdown().await;
@@ -106,7 +101,7 @@ where
                     }
                     // Hyper answers a head over the limit (431) once it has read it.
                     Parsed::Partial if read.len() >= limits.max_header_bytes => {
-                        return Ok(Served::Hyper(Rewind { read, io }));
+                        return Ok(Served::Hyper { io, read });
                     }
                     Parsed::Partial => {}
                 }
@@ -597,49 +592,6 @@ fn put_date(out: &mut BytesMut) {
     });
 }
 
-impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        if !this.read.is_empty() {
-            let n = this.read.len().min(buf.remaining());
-            buf.put_slice(&this.read[..n]);
-            this.read.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -674,7 +626,7 @@ mod tests {
         tokio::spawn(async move {
             match serve(server, &service, limits, &mut stop).await {
                 Ok(Served::Closed) => Ok(None),
-                Ok(Served::Hyper(rewind)) => Ok(Some(rewind.read.to_vec())),
+                Ok(Served::Hyper { read, .. }) => Ok(Some(read.to_vec())),
                 Err(e) => Err(e.to_string()),
             }
         })

@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use bytes::BytesMut;
 use floodgate_config::http_server::HttpConfig;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -181,7 +182,10 @@ where
         };
         let io = match http1::serve(io, &service, own, &mut stop).await {
             Ok(Served::Closed) => return Ok(()),
-            Ok(Served::Hyper(io)) => io,
+            Ok(Served::Hyper { mut io, read }) => {
+                io.replay = read;
+                io
+            }
             Err(e) => return Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
         };
         let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
@@ -317,6 +321,9 @@ impl Drop for Slot {
 struct Watched<I> {
     tcp: I,
     moved: Arc<AtomicBool>,
+    /// Bytes read already and given back first: what the listeners' own HTTP/1.1 read before it
+    /// handed the connection to hyper.
+    replay: BytesMut,
 }
 
 /// Whether a [`Watched`] socket is idle.
@@ -325,7 +332,7 @@ struct Activity(Arc<AtomicBool>);
 impl<I> Watched<I> {
     fn new(tcp: I) -> (Watched<I>, Activity) {
         let moved = Arc::new(AtomicBool::new(true));
-        (Watched { tcp, moved: Arc::clone(&moved) }, Activity(moved))
+        (Watched { tcp, moved: Arc::clone(&moved), replay: BytesMut::new() }, Activity(moved))
     }
 
     fn note<T>(&self, poll: &Poll<std::io::Result<T>>) {
@@ -362,6 +369,11 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
+        if !this.replay.is_empty() {
+            let n = this.replay.len().min(buf.remaining());
+            buf.put_slice(&this.replay.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let poll = Pin::new(&mut this.tcp).poll_read(cx, buf);
         this.note(&poll);
         poll
