@@ -1004,6 +1004,80 @@ mod tests {
         assert!(said.starts_with("4\r\nlast\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n"), "{said:?}");
     }
 
+    /// What a parse came to, for comparing: the request's method, target, headers and body.
+    fn outcome(read: &mut BytesMut) -> Result<(String, Vec<(String, Vec<u8>)>, Vec<u8>, bool), &'static str> {
+        match parse(read, 8 * 1024) {
+            Parsed::Partial => Err("partial"),
+            Parsed::Hyper => Err("hyper"),
+            Parsed::Invalid => Err("invalid"),
+            Parsed::Request(request, keep_alive) => {
+                let (parts, body) = request.into_parts();
+                let headers =
+                    parts.headers.iter().map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())).collect();
+                let body = futures_body(body);
+                Ok((format!("{} {}", parts.method, parts.uri), headers, body, keep_alive))
+            }
+        }
+    }
+
+    /// A body made of bytes already read, read out without a runtime.
+    fn futures_body(body: Body) -> Vec<u8> {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut body = std::pin::pin!(body);
+        let mut out = Vec::new();
+        while let Poll::Ready(Some(frame)) = body.as_mut().poll_frame(&mut cx) {
+            out.extend_from_slice(&frame.expect("a frame").into_data().expect("data"));
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Any bytes: a request taken, a refusal, or nothing taken (for more bytes, or for hyper);
+        /// never a panic.
+        #[test]
+        fn any_bytes_are_taken_whole_or_left_whole(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let mut read = BytesMut::from(&bytes[..]);
+            match outcome(&mut read) {
+                Err("partial" | "hyper") => proptest::prop_assert_eq!(&read[..], &bytes[..]),
+                _ => proptest::prop_assert!(bytes.ends_with(&read[..])),
+            }
+        }
+
+        /// A plain request, read in any pieces: each prefix that ends in its head waits for more,
+        /// one that ends in its body is hyper's, and the whole is the same request as when read at
+        /// once (the bytes after it left for the next).
+        #[test]
+        fn a_request_read_in_pieces_is_the_request_read_whole(
+            path in "/[a-z0-9/._~-]{0,24}",
+            values in proptest::collection::vec("[!-~]([ -~]{0,14}[!-~])?", 0..6),
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let mut text = format!("POST {path} HTTP/1.1\r\nHost: f\r\n").into_bytes();
+            for (i, value) in values.iter().enumerate() {
+                text.extend_from_slice(format!("X-H{i}: {value}\r\n").as_bytes());
+            }
+            text.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+            let head = text.len();
+            text.extend_from_slice(&body);
+            let whole = outcome(&mut BytesMut::from(&[&text[..], b"GET /next"].concat()[..]));
+            let (target, headers, got, keep_alive) = whole.expect("a plain request");
+            proptest::prop_assert_eq!(target, format!("POST {path}"));
+            proptest::prop_assert_eq!(headers.len(), values.len() + 2);
+            for (i, value) in values.iter().enumerate() {
+                proptest::prop_assert_eq!(&headers[i + 1], &(format!("x-h{i}"), value.as_bytes().to_vec()));
+            }
+            proptest::prop_assert_eq!(got, body.clone());
+            proptest::prop_assert!(keep_alive);
+            let at = cut.index(text.len());
+            let mut prefix = BytesMut::from(&text[..at]);
+            let expected = if at < head { "partial" } else { "hyper" };
+            proptest::prop_assert_eq!(outcome(&mut prefix).err(), Some(expected));
+            proptest::prop_assert_eq!(&prefix[..], &text[..at]);
+        }
+    }
+
     #[test]
     fn chunk_sizes_are_hexadecimal() {
         for n in [0usize, 1, 9, 10, 15, 16, 255, 4096, 65_535, usize::MAX] {
