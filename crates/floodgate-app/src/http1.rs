@@ -1004,8 +1004,12 @@ mod tests {
         assert!(said.starts_with("4\r\nlast\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n"), "{said:?}");
     }
 
-    /// What a parse came to, for comparing: the request's method, target, headers and body.
-    fn outcome(read: &mut BytesMut) -> Result<(String, Vec<(String, Vec<u8>)>, Vec<u8>, bool), &'static str> {
+    /// A parsed request, for comparing: its method and target, headers, body, and whether the
+    /// connection stays open after it.
+    type Seen = (String, Vec<(String, Vec<u8>)>, Vec<u8>, bool);
+
+    /// What a parse came to: the request, or which other way it went.
+    fn outcome(read: &mut BytesMut) -> Result<Seen, &'static str> {
         match parse(read, 8 * 1024) {
             Parsed::Partial => Err("partial"),
             Parsed::Hyper => Err("hyper"),
