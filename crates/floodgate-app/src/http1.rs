@@ -29,6 +29,7 @@ use std::time::SystemTime;
 
 use axum::body::Body;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use floodgate_http::RateLimitLines;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body::Body as _;
@@ -363,13 +364,16 @@ async fn respond<I: AsyncRead + AsyncWrite + Unpin>(
     mut close: bool,
 ) -> std::io::Result<bool> {
     let Client { io, read, room } = client;
-    let (parts, mut body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
+    // Rate-limit headers rendered as lines go into the head as they are, replacing the response's
+    // own headers of the same names.
+    let lines = parts.extensions.remove::<RateLimitLines>();
     let status = parts.status;
     let bodiless = head_only
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
-    out.reserve(128 + parts.headers.len() * 48);
+    out.reserve(128 + parts.headers.len() * 48 + lines.as_ref().map_or(0, |lines| lines.as_bytes().len()));
     out.put_slice(b"HTTP/1.1 ");
     out.put_slice(status.as_str().as_bytes());
     out.put_u8(b' ');
@@ -379,7 +383,7 @@ async fn respond<I: AsyncRead + AsyncWrite + Unpin>(
     // on the way (no lookup by name).
     let (mut declared, mut said_close, mut dated) = (None, false, false);
     for (name, value) in &parts.headers {
-        if *name == TRANSFER_ENCODING {
+        if *name == TRANSFER_ENCODING || lines.as_ref().is_some_and(|lines| lines.replaces(name)) {
             continue;
         } else if *name == CONTENT_LENGTH {
             // Written with the framing, below (a HEAD answer's own length goes out as it is).
@@ -396,6 +400,9 @@ async fn respond<I: AsyncRead + AsyncWrite + Unpin>(
         out.put_slice(b": ");
         out.put_slice(value.as_bytes());
         out.put_slice(b"\r\n");
+    }
+    if let Some(lines) = &lines {
+        out.put_slice(lines.as_bytes());
     }
     close |= said_close;
     let framing = if bodiless {

@@ -20,6 +20,7 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::BytesMut;
 use floodgate_config::http_server::HttpConfig;
+use floodgate_http::RateLimitLines;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -190,7 +191,14 @@ where
         };
         let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
             let response = service(request.map(Body::new));
-            async move { Ok::<_, std::convert::Infallible>(response.await) }
+            async move {
+                let mut response = response.await;
+                // Rate-limit headers rendered as lines go into the header map hyper writes.
+                if let Some(lines) = response.extensions_mut().remove::<RateLimitLines>() {
+                    lines.apply(response.headers_mut());
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
         watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned()).await
     };

@@ -9,7 +9,7 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use floodgate::{Descriptors, Verdict};
 use floodgate_core::{Clock, SystemClock};
-use floodgate_http::rate_limit_headers;
+use floodgate_http::{RateLimitLines, rate_limit_headers};
 use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body::Body as _;
@@ -382,7 +382,9 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     }
     let (mut head, incoming) = response.into_parts();
     upstream::strip_hop_by_hop(&mut head.headers, false);
-    rate_limit_headers(&verdict, style, &mut head.headers);
+    // Rendered once as header lines, which the listener writes into the head as they are (or
+    // puts in the header map for hyper), replacing the upstream's own of the same names.
+    head.extensions.insert(RateLimitLines::render(&verdict, style));
     floodgate_http::degrade_header(&verdict, &mut head.headers);
     let meter = match (call, llm) {
         (Some(call), Some(llm)) => {

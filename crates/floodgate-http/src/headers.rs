@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use floodgate::{LimitOutcome, Verdict};
 use floodgate_core::{Timestamp, ceil_secs_at_least_one};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -294,73 +294,152 @@ pub(crate) const MAX_RATE_LIMIT_HEADERS: usize = 12;
 /// `Retry-After`. Rule names are written as structured-field strings: `"` and `\` are escaped and
 /// any character outside printable ASCII becomes `?`.
 pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut HeaderMap) {
-    // Every value is written into one buffer, then each header takes its slice of it: one
-    // allocation for all the headers of a response, rather than one per header.
-    let mut buf = BytesMut::with_capacity(64 + 96 * verdict.limits.len());
-    let mut values: [(Option<HeaderName>, usize, usize); MAX_RATE_LIMIT_HEADERS] = Default::default();
-    let mut n = 0;
-    let mut push = |buf: &mut BytesMut, name: HeaderName, write: &dyn Fn(&mut BytesMut)| {
-        let start = buf.len();
-        write(buf);
-        values[n] = (Some(name), start, buf.len());
-        n += 1;
-    };
-    if !verdict.allowed {
-        let secs = ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default());
-        push(&mut buf, http::header::RETRY_AFTER, &|b| push_u64(b, secs));
-    }
-    if let Some(first) = verdict.most_restrictive().filter(|l| is_enforced(verdict, l)) {
-        let decision = &first.decision;
-        if style.ietf() {
-            push(&mut buf, RATELIMIT_POLICY, &|b| {
-                push_policy_item(b, first);
-                for other in verdict.enforced().filter(|l| !std::ptr::eq(*l, first)) {
-                    b.extend_from_slice(b", ");
-                    push_policy_item(b, other);
-                }
-            });
-            push(&mut buf, RATELIMIT, &|b| {
-                push_sf_string(b, &first.rule);
-                b.extend_from_slice(b";r=");
-                push_u64(b, decision.remaining);
-                b.extend_from_slice(b";t=");
-                push_u64(b, ceil_secs(decision.reset_after));
-                push_partition_key(b, first);
-            });
+    RateLimitLines::render(verdict, style).apply(out);
+}
+
+/// The names [`RateLimitLines`] may write, by their index in its fields.
+const LINE_NAMES: [HeaderName; MAX_RATE_LIMIT_HEADERS] = [
+    http::header::RETRY_AFTER,
+    RATELIMIT_POLICY,
+    RATELIMIT,
+    X_RATELIMIT_LIMIT,
+    X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
+    X_RATELIMIT_LIMIT_REQUESTS,
+    X_RATELIMIT_REMAINING_REQUESTS,
+    X_RATELIMIT_RESET_REQUESTS,
+    X_RATELIMIT_LIMIT_TOKENS,
+    X_RATELIMIT_REMAINING_TOKENS,
+    X_RATELIMIT_RESET_TOKENS,
+];
+const RETRY_AFTER_LINE: usize = 0;
+const POLICY_LINE: usize = 1;
+const RATELIMIT_LINE: usize = 2;
+const LEGACY_LINES: usize = 3;
+const OPENAI_REQUESTS_LINES: usize = 6;
+const OPENAI_TOKENS_LINES: usize = 9;
+
+/// The rate-limit headers of one verdict ([`rate_limit_headers`] says which), rendered once as
+/// HTTP/1.1 header lines, `name: value\r\n` each, in one buffer.
+///
+/// [`RateLimitLines::apply`] puts them in a header map. A server that writes its HTTP/1.1 response
+/// heads itself can instead copy [`RateLimitLines::as_bytes`] into the head as they are, skipping
+/// the response's own headers they replace ([`RateLimitLines::replaces`]): no header map's
+/// hashing, and no second check of values built from printable ASCII only. The gateway attaches
+/// them to its responses as an extension that `floodgate serve`'s listeners write so, or apply
+/// before hyper writes the response.
+///
+/// ```
+/// use floodgate_http::{HeaderStyle, RateLimitLines};
+/// // A refusal that names no limit (the store-failure policy's): `Retry-After` only.
+/// let refused = floodgate::Verdict {
+///     allowed: false,
+///     at: floodgate::core::Timestamp::from_secs(1_700_000_000),
+///     limits: Default::default(),
+///     store_error: None,
+/// };
+/// let lines = RateLimitLines::render(&refused, HeaderStyle::Both);
+/// assert_eq!(lines.as_bytes(), b"retry-after: 1\r\n");
+/// assert!(lines.replaces(&http::header::RETRY_AFTER));
+/// assert!(!lines.replaces(&floodgate_http::headers::RATELIMIT));
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("120"));
+/// lines.apply(&mut headers);
+/// assert_eq!(headers["retry-after"], "1");
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimitLines {
+    lines: Bytes,
+    /// Each header's name (its index in [`LINE_NAMES`]) and where its value is in `lines`.
+    fields: [(u8, u32, u32); MAX_RATE_LIMIT_HEADERS],
+    len: u8,
+}
+
+impl RateLimitLines {
+    /// Renders the rate-limit headers of `verdict` in `style`.
+    pub fn render(verdict: &Verdict, style: HeaderStyle) -> RateLimitLines {
+        // Every line is written into one buffer: one allocation for all the headers of a response.
+        let mut buf = BytesMut::with_capacity(160 + 96 * verdict.limits.len());
+        let mut fields = [(0u8, 0u32, 0u32); MAX_RATE_LIMIT_HEADERS];
+        let mut n = 0;
+        let mut push = |buf: &mut BytesMut, name: usize, write: &dyn Fn(&mut BytesMut)| {
+            buf.extend_from_slice(LINE_NAMES[name].as_str().as_bytes());
+            buf.extend_from_slice(b": ");
+            let start = buf.len();
+            write(buf);
+            // A value is far below 4 GiB: a few bytes a limit.
+            fields[n] = (name as u8, start as u32, buf.len() as u32);
+            n += 1;
+            buf.extend_from_slice(b"\r\n");
+        };
+        if !verdict.allowed {
+            let secs = ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default());
+            push(&mut buf, RETRY_AFTER_LINE, &|b| push_u64(b, secs));
         }
-        if style.legacy() {
-            push(&mut buf, X_RATELIMIT_LIMIT, &|b| push_u64(b, decision.limit));
-            push(&mut buf, X_RATELIMIT_REMAINING, &|b| push_u64(b, decision.remaining));
-            push(&mut buf, X_RATELIMIT_RESET, &|b| {
-                push_u64(b, reset_unix_secs(verdict.at, decision.reset_after))
-            });
-        }
-    }
-    if style.openai() {
-        for (dimension, [limit, remaining, reset]) in [
-            (
-                floodgate::cost::REQUESTS,
-                [X_RATELIMIT_LIMIT_REQUESTS, X_RATELIMIT_REMAINING_REQUESTS, X_RATELIMIT_RESET_REQUESTS],
-            ),
-            ("tokens", [X_RATELIMIT_LIMIT_TOKENS, X_RATELIMIT_REMAINING_TOKENS, X_RATELIMIT_RESET_TOKENS]),
-        ] {
-            if let Some(tightest) = tightest_of(verdict, dimension) {
-                let decision = &tightest.decision;
-                push(&mut buf, limit, &|b| push_u64(b, decision.limit));
-                push(&mut buf, remaining, &|b| push_u64(b, decision.remaining));
-                push(&mut buf, reset, &|b| push_go_duration(b, decision.reset_after));
+        if let Some(first) = verdict.most_restrictive().filter(|l| is_enforced(verdict, l)) {
+            let decision = &first.decision;
+            if style.ietf() {
+                push(&mut buf, POLICY_LINE, &|b| {
+                    push_policy_item(b, first);
+                    for other in verdict.enforced().filter(|l| !std::ptr::eq(*l, first)) {
+                        b.extend_from_slice(b", ");
+                        push_policy_item(b, other);
+                    }
+                });
+                push(&mut buf, RATELIMIT_LINE, &|b| {
+                    push_sf_string(b, &first.rule);
+                    b.extend_from_slice(b";r=");
+                    push_u64(b, decision.remaining);
+                    b.extend_from_slice(b";t=");
+                    push_u64(b, ceil_secs(decision.reset_after));
+                    push_partition_key(b, first);
+                });
+            }
+            if style.legacy() {
+                push(&mut buf, LEGACY_LINES, &|b| push_u64(b, decision.limit));
+                push(&mut buf, LEGACY_LINES + 1, &|b| push_u64(b, decision.remaining));
+                push(&mut buf, LEGACY_LINES + 2, &|b| {
+                    push_u64(b, reset_unix_secs(verdict.at, decision.reset_after))
+                });
             }
         }
+        if style.openai() {
+            for (dimension, first) in
+                [(floodgate::cost::REQUESTS, OPENAI_REQUESTS_LINES), ("tokens", OPENAI_TOKENS_LINES)]
+            {
+                if let Some(tightest) = tightest_of(verdict, dimension) {
+                    let decision = &tightest.decision;
+                    push(&mut buf, first, &|b| push_u64(b, decision.limit));
+                    push(&mut buf, first + 1, &|b| push_u64(b, decision.remaining));
+                    push(&mut buf, first + 2, &|b| push_go_duration(b, decision.reset_after));
+                }
+            }
+        }
+        RateLimitLines { lines: buf.freeze(), fields, len: n as u8 }
     }
-    let buf = buf.freeze();
-    // Taken in place: the array is not moved (copied) into an iterator.
-    out.reserve(n);
-    for (name, start, end) in &mut values[..n] {
-        // Built from printable ASCII only; a value that is not is skipped rather than panicked on.
-        if let (Some(name), Ok(value)) =
-            (name.take(), HeaderValue::from_maybe_shared(buf.slice(*start..*end)))
-        {
-            out.insert(name, value);
+
+    /// The header lines, `name: value\r\n` each (nothing when the verdict advertises nothing).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.lines
+    }
+
+    /// Whether these lines hold a header named `name`: a response's own header of that name is
+    /// replaced by them.
+    pub fn replaces(&self, name: &HeaderName) -> bool {
+        self.fields[..usize::from(self.len)].iter().any(|(i, _, _)| LINE_NAMES[usize::from(*i)] == *name)
+    }
+
+    /// Puts the headers in `out`, replacing any already there of the same names.
+    pub fn apply(self, out: &mut HeaderMap) {
+        out.reserve(usize::from(self.len));
+        for (i, start, end) in &self.fields[..usize::from(self.len)] {
+            // Built from printable ASCII only; a value that is not is skipped rather than
+            // panicked on.
+            let value = self.lines.slice(*start as usize..*end as usize);
+            if let Ok(value) = HeaderValue::from_maybe_shared(value) {
+                out.insert(LINE_NAMES[usize::from(*i)].clone(), value);
+            }
         }
     }
 }

@@ -16,7 +16,9 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, StatusCode};
 use serde::Serialize;
 
-use crate::headers::{HeaderStyle, MAX_RATE_LIMIT_HEADERS, is_enforced, rate_limit_headers, reset_unix_secs};
+use crate::headers::{
+    HeaderStyle, MAX_RATE_LIMIT_HEADERS, RateLimitLines, is_enforced, rate_limit_headers, reset_unix_secs,
+};
 use crate::wire::push_json_string;
 
 /// The media type of a [`Problem`] body.
@@ -253,6 +255,21 @@ impl Problem {
 /// The 429 of a denied `verdict`, as every front door answers it: the denying limit's problem
 /// ([`Problem::from_verdict`]), `Retry-After` and the rate-limit headers in `style`.
 pub fn limited_response(verdict: &Verdict, style: HeaderStyle) -> http::Response<Bytes> {
+    let mut response = limited_problem(verdict);
+    rate_limit_headers(verdict, style, response.headers_mut());
+    response
+}
+
+/// [`limited_response`] with its `Retry-After` and rate-limit headers rendered as
+/// [`RateLimitLines`] in the response's extensions, for a server that writes them into the head
+/// itself (or applies them before handing the response on), rather than in its header map.
+pub fn limited_response_lines(verdict: &Verdict, style: HeaderStyle) -> http::Response<Bytes> {
+    let mut response = limited_problem(verdict);
+    response.extensions_mut().insert(RateLimitLines::render(verdict, style));
+    response
+}
+
+fn limited_problem(verdict: &Verdict) -> http::Response<Bytes> {
     let problem = Problem::from_verdict(verdict).unwrap_or_else(|| {
         Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -261,7 +278,5 @@ pub fn limited_response(verdict: &Verdict, style: HeaderStyle) -> http::Response
             "Rate limit exceeded.",
         )
     });
-    let mut response = problem.to_response();
-    rate_limit_headers(verdict, style, response.headers_mut());
-    response
+    problem.to_response()
 }

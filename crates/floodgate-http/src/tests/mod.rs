@@ -502,3 +502,47 @@ fn a_character_to_escape_is_escaped_at_every_place_in_a_long_string() {
         }
     }
 }
+
+proptest::proptest! {
+    /// Whatever the rules are called (control characters, CR and LF included) and whatever the
+    /// style, the rendered lines are `name: value\r\n` lines of visible ASCII, one per header, the
+    /// same headers [`rate_limit_headers`] puts in a map; and they replace exactly those names.
+    #[test]
+    fn the_rendered_lines_are_the_headers_a_map_gets(
+        names in proptest::collection::vec("\\PC{1,8}|[\\x00-\\x20\\r\\n\"\\\\]{1,4}", 1..4),
+        denied in proptest::prelude::any::<bool>(),
+        style in 0u8..8,
+        tokens in proptest::prelude::any::<bool>(),
+    ) {
+        let style = ["none", "ietf", "legacy", "both", "openai", "ietf,openai", "legacy,openai", "both,openai"]
+            [usize::from(style)]
+            .parse::<HeaderStyle>()
+            .unwrap();
+        let limits = names.iter().enumerate().map(|(i, name)| {
+            let outcome = if denied && i == 0 { Outcome::Denied } else { Outcome::Allowed };
+            let l = limit(name, outcome, 10 + i as u64, 3, 1_500 * (i as u64 + 1));
+            if tokens && i == 1 { LimitOutcome { dimension: "tokens".into(), ..l } } else { l }
+        });
+        let v = verdict(limits);
+        let lines = crate::RateLimitLines::render(&v, style);
+        let text = std::str::from_utf8(lines.as_bytes()).expect("ASCII");
+        proptest::prop_assert!(text.is_empty() || text.ends_with("\r\n"));
+        let parsed: Vec<(String, String)> = text
+            .split_terminator("\r\n")
+            .map(|line| {
+                let (name, value) = line.split_once(": ").expect("name: value");
+                (name.to_owned(), value.to_owned())
+            })
+            .collect();
+        let map = render(&v, style);
+        let from_map: Vec<(String, String)> =
+            map.iter().map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap().to_owned())).collect();
+        proptest::prop_assert_eq!(&parsed, &from_map);
+        for (_, value) in &parsed {
+            proptest::prop_assert!(value.bytes().all(|b| (b' '..=b'~').contains(&b)), "{:?}", value);
+        }
+        for name in [http::header::RETRY_AFTER, X_RATELIMIT_LIMIT, crate::headers::RATELIMIT, http::header::DATE] {
+            proptest::prop_assert_eq!(lines.replaces(&name), map.contains_key(&name));
+        }
+    }
+}

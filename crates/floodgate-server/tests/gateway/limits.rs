@@ -487,3 +487,96 @@ gateway:
     assert_eq!(upstream.count(), 1, "refused requests never reach the upstream");
     gateway.stop().await;
 }
+
+/// An upstream that answers every request with its own rate-limit headers beside one of its own.
+async fn upstream_with_its_own_rate_limit_headers() -> (String, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    // Each request head (the gateway sends bodiless GETs here) gets one answer.
+                    while let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") {
+                        read.drain(..end + 4);
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\
+                            ratelimit-policy: \"upstream\";q=1;w=1\r\nx-ratelimit-remaining: 999\r\n\
+                            retry-after: 7\r\nx-own: kept\r\n\r\nok";
+                        if tcp.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn the_rate_limit_headers_replace_the_upstreams_own_over_http1_and_http2() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let (url, upstream) = upstream_with_its_own_rate_limit_headers().await;
+    let gateway = Gateway::start(&format!(
+        r#"
+rules:
+  - name: per-ip
+    key: [ip]
+    algorithm: fixed_window
+    limit: 2
+    window: 60s
+gateway:
+  routes:
+    - name: app
+      match: {{ path: "/{{*rest}}" }}
+      upstream: {url}
+"#
+    ))
+    .await;
+    let http1 = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let http2 = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    // The first answer is written by the listener's own HTTP/1.1, the second by hyper (HTTP/2),
+    // the third (refused) by hyper too.
+    let mut answers = Vec::new();
+    for (client, remaining) in [(&http1, "1"), (&http2, "0"), (&http2, "0")] {
+        let request = http::Request::get(format!("http://{}/a", gateway.addr)).body(Full::default()).unwrap();
+        let response = client.request(request).await.expect("an answer");
+        let (head, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        let all = |name: &str| -> Vec<String> {
+            head.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+        };
+        if head.status == 200 {
+            assert_eq!(all("ratelimit-policy"), [r#""per-ip";q=2;w=60"#], "{:?}", head.version);
+            assert_eq!(all("x-ratelimit-remaining"), [remaining], "{:?}", head.version);
+            // An allowed answer has no Retry-After of Floodgate's: the upstream's own stays.
+            assert_eq!(all("retry-after"), ["7"], "{:?}", head.version);
+            assert_eq!(all("x-own"), ["kept"], "{:?}", head.version);
+            assert_eq!(body, "ok");
+        } else {
+            assert_eq!(all("x-ratelimit-remaining"), ["0"], "{:?}", head.version);
+            let retry: u64 = all("retry-after")[0].parse().unwrap();
+            assert!((1..=60).contains(&retry), "{retry}");
+            assert_eq!(all("retry-after").len(), 1);
+        }
+        answers.push((head.version, head.status.as_u16()));
+    }
+    assert_eq!(
+        answers,
+        [(http::Version::HTTP_11, 200), (http::Version::HTTP_2, 200), (http::Version::HTTP_2, 429)]
+    );
+    gateway.stop().await;
+    upstream.abort();
+}
