@@ -297,8 +297,8 @@ pub fn rate_limit_headers(verdict: &Verdict, style: HeaderStyle, out: &mut Heade
     RateLimitLines::render(verdict, style).apply(out);
 }
 
-/// The names [`RateLimitLines`] may write, by their index in its fields.
-const LINE_NAMES: [HeaderName; MAX_RATE_LIMIT_HEADERS] = [
+/// The names [`RateLimitLines`] may write, in the order it writes them.
+pub(crate) static LINE_NAMES: [HeaderName; MAX_RATE_LIMIT_HEADERS] = [
     http::header::RETRY_AFTER,
     RATELIMIT_POLICY,
     RATELIMIT,
@@ -311,6 +311,21 @@ const LINE_NAMES: [HeaderName; MAX_RATE_LIMIT_HEADERS] = [
     X_RATELIMIT_LIMIT_TOKENS,
     X_RATELIMIT_REMAINING_TOKENS,
     X_RATELIMIT_RESET_TOKENS,
+];
+/// What starts each line of [`LINE_NAMES`]: the name and `: `.
+pub(crate) const LINE_STARTS: [&[u8]; MAX_RATE_LIMIT_HEADERS] = [
+    b"retry-after: ",
+    b"ratelimit-policy: ",
+    b"ratelimit: ",
+    b"x-ratelimit-limit: ",
+    b"x-ratelimit-remaining: ",
+    b"x-ratelimit-reset: ",
+    b"x-ratelimit-limit-requests: ",
+    b"x-ratelimit-remaining-requests: ",
+    b"x-ratelimit-reset-requests: ",
+    b"x-ratelimit-limit-tokens: ",
+    b"x-ratelimit-remaining-tokens: ",
+    b"x-ratelimit-reset-tokens: ",
 ];
 const RETRY_AFTER_LINE: usize = 0;
 const POLICY_LINE: usize = 1;
@@ -351,9 +366,9 @@ const OPENAI_TOKENS_LINES: usize = 9;
 #[derive(Clone, Debug)]
 pub struct RateLimitLines {
     lines: Bytes,
-    /// Each header's name (its index in [`LINE_NAMES`]) and where its value is in `lines`.
-    fields: [(u8, u32, u32); MAX_RATE_LIMIT_HEADERS],
-    len: u8,
+    /// The headers written, a bit each by their index in [`LINE_NAMES`] (the lines are in that
+    /// order).
+    names: u16,
 }
 
 impl RateLimitLines {
@@ -361,17 +376,12 @@ impl RateLimitLines {
     pub fn render(verdict: &Verdict, style: HeaderStyle) -> RateLimitLines {
         // Every line is written into one buffer: one allocation for all the headers of a response.
         let mut buf = BytesMut::with_capacity(160 + 96 * verdict.limits.len());
-        let mut fields = [(0u8, 0u32, 0u32); MAX_RATE_LIMIT_HEADERS];
-        let mut n = 0;
+        let mut names = 0u16;
         let mut push = |buf: &mut BytesMut, name: usize, write: &dyn Fn(&mut BytesMut)| {
-            buf.extend_from_slice(LINE_NAMES[name].as_str().as_bytes());
-            buf.extend_from_slice(b": ");
-            let start = buf.len();
+            buf.extend_from_slice(LINE_STARTS[name]);
             write(buf);
-            // A value is far below 4 GiB: a few bytes a limit.
-            fields[n] = (name as u8, start as u32, buf.len() as u32);
-            n += 1;
             buf.extend_from_slice(b"\r\n");
+            names |= 1 << name;
         };
         if !verdict.allowed {
             let secs = ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default());
@@ -416,7 +426,7 @@ impl RateLimitLines {
                 }
             }
         }
-        RateLimitLines { lines: buf.freeze(), fields, len: n as u8 }
+        RateLimitLines { lines: buf.freeze(), names }
     }
 
     /// The header lines, `name: value\r\n` each (nothing when the verdict advertises nothing).
@@ -427,18 +437,34 @@ impl RateLimitLines {
     /// Whether these lines hold a header named `name`: a response's own header of that name is
     /// replaced by them.
     pub fn replaces(&self, name: &HeaderName) -> bool {
-        self.fields[..usize::from(self.len)].iter().any(|(i, _, _)| LINE_NAMES[usize::from(*i)] == *name)
+        // Every name they may hold starts with `r` or `x`: most names are ruled out by that alone.
+        if !matches!(name.as_str().as_bytes().first(), Some(b'r' | b'x')) {
+            return false;
+        }
+        self.names().any(|i| LINE_NAMES[i] == *name)
+    }
+
+    /// The indices in [`LINE_NAMES`] of the headers held, in order.
+    fn names(&self) -> impl Iterator<Item = usize> + use<> {
+        let names = self.names;
+        (0..MAX_RATE_LIMIT_HEADERS).filter(move |i| names & (1 << i) != 0)
     }
 
     /// Puts the headers in `out`, replacing any already there of the same names.
     pub fn apply(self, out: &mut HeaderMap) {
-        out.reserve(usize::from(self.len));
-        for (i, start, end) in &self.fields[..usize::from(self.len)] {
+        out.reserve(self.names.count_ones() as usize);
+        let mut at = 0;
+        for i in self.names() {
+            let start = at + LINE_STARTS[i].len();
+            let Some(end) = self.lines[start..].windows(2).position(|w| w == b"\r\n").map(|n| start + n)
+            else {
+                return;
+            };
+            at = end + 2;
             // Built from printable ASCII only; a value that is not is skipped rather than
             // panicked on.
-            let value = self.lines.slice(*start as usize..*end as usize);
-            if let Ok(value) = HeaderValue::from_maybe_shared(value) {
-                out.insert(LINE_NAMES[usize::from(*i)].clone(), value);
+            if let Ok(value) = HeaderValue::from_maybe_shared(self.lines.slice(start..end)) {
+                out.insert(LINE_NAMES[i].clone(), value);
             }
         }
     }

@@ -546,3 +546,10 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn each_line_starts_with_its_name() {
+    for (name, start) in crate::headers::LINE_NAMES.iter().zip(crate::headers::LINE_STARTS) {
+        assert_eq!(start, format!("{}: ", name.as_str()).as_bytes());
+    }
+}
