@@ -19,7 +19,7 @@ use floodgate_http::envoy::{ENVOY_KEYS, envoy_descriptors};
 use floodgate_http::headers::RESERVATION_HEADER;
 use floodgate_http::problem::{FORBIDDEN_TYPE, NEVER_ALLOWED_TYPE, UNAUTHORIZED_TYPE};
 use floodgate_http::wire::{CheckRequest, VerdictBody};
-use floodgate_http::{Problem, rate_limit_headers, tag_header};
+use floodgate_http::{Problem, RateLimitLines, rate_limit_headers, tag_header};
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use http::{HeaderValue, StatusCode};
 
@@ -43,7 +43,7 @@ use floodgate_config::auth::Scope;
     responses(Decided),
 )]
 pub(super) async fn check(State(app): State<App>, request: Request) -> Response {
-    handle(&app, request, Api::Check).await
+    handle(&app, request, Api::Check, Headers::InMap).await
 }
 
 /// What `check` would answer, consuming nothing: which limits this request would hit.
@@ -57,7 +57,7 @@ pub(super) async fn check(State(app): State<App>, request: Request) -> Response 
     responses(Decided),
 )]
 pub(super) async fn peek(State(app): State<App>, request: Request) -> Response {
-    handle(&app, request, Api::Peek).await
+    handle(&app, request, Api::Peek, Headers::InMap).await
 }
 
 /// Consumes a cost after the fact (e.g. LLM tokens known once a response is done); never denies,
@@ -72,13 +72,23 @@ pub(super) async fn peek(State(app): State<App>, request: Request) -> Response {
     responses(Reported),
 )]
 pub(super) async fn report(State(app): State<App>, request: Request) -> Response {
-    handle(&app, request, Api::Report).await
+    handle(&app, request, Api::Report, Headers::InMap).await
+}
+
+/// Where an answer's rate-limit headers go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Headers {
+    /// In its header map: the router's answers, which any tower service may take and read.
+    InMap,
+    /// Rendered as [`RateLimitLines`] in its extensions, which the listener writes into the head
+    /// as they are (or applies for hyper): the HTTP listener's own answers.
+    AsLines,
 }
 
 /// One check, peek or report: from the HTTP listener directly, or through the router. With
 /// `auth:` clients configured, the caller's bearer token must be one with the endpoint's scope
 /// (401 / 403 otherwise, before the body is read).
-pub(super) async fn handle<B>(app: &App, request: http::Request<B>, api: Api) -> Response
+pub(super) async fn handle<B>(app: &App, request: http::Request<B>, api: Api, headers: Headers) -> Response
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -86,7 +96,7 @@ where
     let running = app.control().load();
     let authorization = request.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
     let (client, response) = match running.authorize(authorization, scope_of(api)) {
-        Ok(client) => (client, decide(app, &running, request, api, client).await),
+        Ok(client) => (client, decide(app, &running, request, api, client, headers).await),
         Err(refusal) => (refusal.client(), refused(&refusal)),
     };
     app.metrics().http_request(client.map(|c| &*c.requests), api, response.status());
@@ -141,6 +151,7 @@ async fn decide<B>(
     request: http::Request<B>,
     api: Api,
     client: Option<&Client>,
+    headers: Headers,
 ) -> Response
 where
     B: http_body::Body<Data = bytes::Bytes>,
@@ -177,8 +188,16 @@ where
 
     let status = if verdict.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     let mut response = json_bytes(status, VerdictBody::from(&verdict).to_json());
-    rate_limit_headers(&verdict, running.headers, response.headers_mut());
-    tag_header(&verdict, response.headers_mut());
+    match headers {
+        Headers::InMap => rate_limit_headers(&verdict, running.headers, response.headers_mut()),
+        Headers::AsLines => {
+            response.extensions_mut().insert(RateLimitLines::render(&verdict, running.headers));
+        }
+    }
+    // The answer is new: there is nothing of these to remove when no rule tagged or degraded it.
+    if verdict.tags().next().is_some() || verdict.degrade_to().is_some() {
+        tag_header(&verdict, response.headers_mut());
+    }
     // A check that took concurrency permits: an id `/v1/release` frees them with, kept as long as
     // the longest of their leases. Without one (the store could not keep it), they end with it.
     // (Not for stated values: the record names the rule's own counters.)

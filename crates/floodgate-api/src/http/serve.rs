@@ -65,7 +65,7 @@ impl Connection {
                 _ => None,
             };
             if let Some(api) = api {
-                return api::handle(&self.app, request, api).await;
+                return api::handle(&self.app, request, api, api::Headers::AsLines).await;
             }
         }
         let mut request = request;
