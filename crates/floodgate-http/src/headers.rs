@@ -652,6 +652,12 @@ impl<'a> QuotaUnit<'a> {
 /// ASCII (which an sf-string cannot hold) replaced by `?`.
 fn push_sf_string(out: &mut BytesMut, s: &str) {
     out.extend_from_slice(b"\"");
+    // A name of printable ASCII with nothing to escape (nearly every rule's) is copied whole.
+    if s.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\') {
+        out.extend_from_slice(s.as_bytes());
+        out.extend_from_slice(b"\"");
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' | '\\' => out.extend_from_slice(&[b'\\', c as u8]),
