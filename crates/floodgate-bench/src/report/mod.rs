@@ -363,9 +363,12 @@ impl Grid {
     }
 }
 
-/// Microseconds for humans: `850 ns`, `12.3 µs`, `4.56 ms`.
+/// Microseconds for humans: `850 ns`, `12.3 µs`, `4.56 ms`; a difference below zero (a peer's
+/// latency under its upstream's, in a noisy run) with its sign: `-56.92 ms`.
 pub fn human_us(us: f64) -> String {
-    if us < 1.0 {
+    if us < 0.0 {
+        format!("-{}", human_us(-us))
+    } else if us < 1.0 {
         format!("{:.0} ns", us * 1000.0)
     } else if us < 1000.0 {
         format!("{us:.1} µs")
@@ -485,5 +488,7 @@ mod tests {
         assert_eq!(human_us(0.25), "250 ns");
         assert_eq!(human_us(12.34), "12.3 µs");
         assert_eq!(human_us(4560.0), "4.56 ms");
+        assert_eq!(human_us(-56_918.016), "-56.92 ms");
+        assert_eq!(human_us(-0.5), "-500 ns");
     }
 }

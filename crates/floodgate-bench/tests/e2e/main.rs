@@ -15,6 +15,7 @@ mod outage;
 mod reserve;
 mod rlqs;
 mod soak;
+mod terminate;
 mod timeouts;
 mod upstreams;
 
