@@ -129,11 +129,13 @@ async fn nginx(
     rate: &str,
     burst: &str,
 ) -> anyhow::Result<(Process, SocketAddr)> {
+    // Client connections kept open for the whole run, as Floodgate keeps them (nginx closes one
+    // after 1,000 requests by default, and the request in flight then fails).
     process::nginx(binary, dir, |port| {
         format!(
             "  limit_req_zone $binary_remote_addr zone=ip:10m rate={rate};\n  limit_req_status 429;\n\
              \x20 upstream app {{ server {upstream}; keepalive 256; }}\n\
-             \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      limit_req zone=ip{burst};\n      proxy_pass http://app;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n"
+             \x20 server {{\n    listen 127.0.0.1:{port};\n    keepalive_requests 1000000000;\n    location / {{\n      limit_req zone=ip{burst};\n      proxy_pass http://app;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n"
         )
     })
     .await

@@ -9,6 +9,7 @@
 
 mod cross_slot;
 mod flood;
+mod gateway;
 mod latency;
 mod llm;
 mod outage;
