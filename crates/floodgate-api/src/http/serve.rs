@@ -56,7 +56,7 @@ struct Connection {
 
 impl Connection {
     /// The check API's requests to their handler, the rest through the router.
-    async fn dispatch(self: Arc<Self>, request: http::Request<Body>) -> http::Response<Body> {
+    async fn dispatch(self: Arc<Self>, mut request: http::Request<Body>) -> http::Response<Body> {
         if request.method() == http::Method::POST {
             let api = match request.uri().path() {
                 "/v1/check" => Some(Api::Check),
@@ -68,7 +68,6 @@ impl Connection {
                 return api::handle(&self.app, request, api, api::Headers::AsLines).await;
             }
         }
-        let mut request = request;
         request.extensions_mut().insert(ConnectInfo(self.peer));
         match self.router.clone().oneshot(request).await {
             Ok(response) => response,
