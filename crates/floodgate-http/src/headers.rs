@@ -575,9 +575,18 @@ pub fn degrade_header(verdict: &Verdict, out: &mut HeaderMap) {
             let model: String = model.chars().map(|c| if is_printable_ascii(c) { c } else { '?' }).collect();
             insert_str(out, DEGRADE_HEADER, &model);
         }
-        None => {
-            out.remove(DEGRADE_HEADER);
-        }
+        None => remove_named(out, &DEGRADE_HEADER),
+    }
+}
+
+/// Removes the headers named `name` (one not among the standard names) from `out`. A lookup by such
+/// a name hashes all of it; a message's few headers are compared instead (a standard name differs
+/// by its tag alone), and the map is looked up only when it has the header, or too many to compare.
+fn remove_named(out: &mut HeaderMap, name: &HeaderName) {
+    /// Up to this many headers, comparing each costs less than hashing the name.
+    const COMPARED: usize = 16;
+    if out.keys_len() > COMPARED || out.keys().any(|present| present == name) {
+        out.remove(name);
     }
 }
 

@@ -11,6 +11,7 @@ use floodgate_config::{Config, Source, StoreConfig, Survival};
 use floodgate_http::HeaderStyle;
 
 use crate::auth::{Client, Clients, Refusal};
+use crate::live::LiveRules;
 use crate::metrics::{Metrics, RuleMetrics};
 
 /// One policy ready to decide on the shared store, with its metric handles (indexed by rule
@@ -23,6 +24,8 @@ pub struct Domain {
     pub policy: Arc<Policy>,
     /// The metric handles of its rules.
     pub metrics: RuleMetrics,
+    /// Its rules' running totals in the dashboard's view, found on its first decision.
+    pub live: LiveRules,
 }
 
 /// The configuration in force.
@@ -72,7 +75,7 @@ impl Domain {
         detailed: &BTreeSet<String>,
     ) -> Domain {
         let rule_metrics = metrics.rules(name.as_deref(), policy.rules(), detailed);
-        Domain { name, policy: Arc::new(policy), metrics: rule_metrics }
+        Domain { name, policy: Arc::new(policy), metrics: rule_metrics, live: LiveRules::default() }
     }
 }
 

@@ -14,11 +14,12 @@ pub mod sketch;
 use std::collections::{HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use floodgate::store::{BreakerState, FallbackStats, MemoryStats};
-use floodgate::{Hit, Outcome, Rule};
+use floodgate::{Hit, Outcome, Policy, Rule};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -322,9 +323,21 @@ pub struct Snapshot {
 /// A subscriber's start: the history so far, and the events to come (each a ready SSE text).
 pub type Subscription = (Vec<Arc<Second>>, broadcast::Receiver<Arc<str>>);
 
+/// A domain's rules' running totals in one [`Live`] view, by rule position: looked up by name
+/// once per domain (a [`Domain`](crate::control::Domain) is built anew for every applied
+/// configuration, so a reload starts a new one), then read by index with no map lookup per
+/// decision. Kept for the view that filled it (its [`Live::id`]); any other view looks up by name.
+#[derive(Debug, Default)]
+pub struct LiveRules(OnceLock<(u64, Box<[Arc<RuleLive>]>)>);
+
+/// The next [`Live::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
 /// The dashboard's live view of decisions. See the module docs.
 #[derive(Debug)]
 pub struct Live {
+    /// Which view this is, for the domains' [`LiveRules`].
+    id: u64,
     /// Keyed by the configuration's rule names, never by a client's values: a fast hash.
     rules: papaya::HashMap<RuleId, Arc<RuleLive>, foldhash::fast::RandomState>,
     /// Decision latency: counts per bucket of [`DURATION_BUCKETS`], the last one beyond.
@@ -357,6 +370,7 @@ impl Live {
     pub fn new() -> Self {
         let (feed, _) = broadcast::channel(16);
         Live {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             rules: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
             latency: Sharded::new(DURATION_BUCKETS.len() + 1),
             store_errors: Sharded::new(1),
@@ -377,18 +391,27 @@ impl Live {
         Arc::clone(rules.get_or_insert_with(id, || Arc::new(RuleLive::new(label))))
     }
 
-    /// Counts one decision of `rule` with `outcome`; a denied one also counts its key.
+    /// The running totals of `policy`'s rules (of `domain`) by position, from `cache` (filled on
+    /// first use); `None` when `cache` holds another view's.
+    fn rules_of<'c>(
+        &self,
+        cache: &'c LiveRules,
+        domain: Option<&str>,
+        policy: &Policy,
+    ) -> Option<&'c [Arc<RuleLive>]> {
+        let (id, rules) =
+            cache.0.get_or_init(|| (self.id, policy.rules().map(|r| self.rule(domain, r.name())).collect()));
+        (*id == self.id).then_some(&**rules)
+    }
+
+    /// Counts one decision of `rule` (of `domain`) with `outcome`; a denied one also counts its key.
     fn record(&self, domain: Option<&str>, definition: &Rule, outcome: Outcome, hit: Option<&Hit<'_>>) {
-        let rules = self.rules.pin();
-        let name = definition.name();
-        let live = match rules.get(&RuleRef { domain, rule: name }) {
-            Some(live) => live,
-            None => {
-                drop(rules);
-                self.rule(domain, name);
-                return self.record(domain, definition, outcome, hit);
-            }
-        };
+        let live = self.rule(domain, definition.name());
+        self.record_in(&live, definition, outcome, hit);
+    }
+
+    /// [`Live::record`] into the rule's running totals `live`.
+    fn record_in(&self, live: &RuleLive, definition: &Rule, outcome: Outcome, hit: Option<&Hit<'_>>) {
         live.outcomes.add(outcome as usize, 1);
         if !matches!(outcome, Outcome::Denied | Outcome::ShadowDenied | Outcome::LocalDenied) {
             return;
@@ -663,9 +686,13 @@ impl Observer for LiveObserver {
         self.0.record_decision(decision.took, verdict.store_error.is_some());
         let domain = decision.domain.name.as_deref();
         let policy = &decision.domain.policy;
+        let rules = self.0.rules_of(&decision.domain.live, domain, policy);
         for limit in &verdict.limits {
-            if let Some(rule) = policy.rule(limit.index) {
-                self.0.record(domain, rule, limit.outcome, decision.hits.get(limit.hit));
+            let Some(rule) = policy.rule(limit.index) else { continue };
+            let hit = decision.hits.get(limit.hit);
+            match rules.and_then(|rules| rules.get(limit.index)) {
+                Some(live) => self.0.record_in(live, rule, limit.outcome, hit),
+                None => self.0.record(domain, rule, limit.outcome, hit),
             }
         }
     }

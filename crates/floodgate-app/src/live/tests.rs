@@ -138,3 +138,57 @@ fn percentiles_interpolate_within_buckets() {
     assert!((l.p50 - 175.0).abs() < 1e-6 && (l.p99 - 248.5).abs() < 1e-6, "{l:?}");
     assert_eq!(percentiles(&vec![0; DURATION_BUCKETS.len() + 1]), None);
 }
+
+#[test]
+fn each_view_counts_what_it_observes_of_a_domain_and_a_new_domain_counts_on() {
+    use std::collections::BTreeSet;
+
+    use floodgate::store::{MemoryConfig, MemoryStore};
+    use floodgate::{Impossible, Mode};
+    use floodgate_core::{ManualClock, Timestamp};
+
+    use crate::control::Domain;
+    use crate::metrics::Metrics;
+
+    let window =
+        |limit| FixedWindow::try_new(NonZeroU64::new(limit).unwrap(), Duration::from_secs(60)).unwrap();
+    let rules = || vec![Rule::new("per-ip", window(2)).key(["ip"]), Rule::new("global", window(100))];
+    let metrics = Metrics::new("memory");
+    let domain = || Domain::new(None, floodgate::Policy::new(rules()).unwrap(), &metrics, &BTreeSet::new());
+    let memory =
+        MemoryStore::with_config(MemoryConfig::default(), ManualClock::new(Timestamp::from_micros(0)));
+    let (first, second) = (Arc::new(Live::new()), Arc::new(Live::new()));
+    let observe = |live: &Arc<Live>, domain: &Domain, ip: &str| {
+        let descriptors = Descriptors::new().with("ip", ip);
+        let hits = [Hit::new(&descriptors, 1)];
+        let result = domain.policy.evaluate_now(&memory, Mode::Check, &hits, Impossible::Error).unwrap();
+        let observed =
+            Observed { api: Api::Check, domain, hits: &hits, result: &result, took: Duration::ZERO };
+        LiveObserver(Arc::clone(live)).observe(&observed);
+    };
+    let names = ["per-ip", "global"];
+    let totals = |live: &Live, t: u64| {
+        let second = live.tick(t, names.iter().map(|n| (None, *n)), &config(), &store());
+        second.rules.iter().map(|r| (r.decisions, r.denials)).collect::<Vec<_>>()
+    };
+
+    // The first view fills the domain's rules; the second, observing the same domain, still
+    // counts into its own totals, not the first's.
+    let old = domain();
+    observe(&first, &old, "10.0.0.1");
+    observe(&second, &old, "10.0.0.1");
+    observe(&first, &old, "10.0.0.1");
+    assert_eq!(totals(&first, 1), [(2, 1), (2, 0)], "per-ip denied 10.0.0.1's third request");
+    assert_eq!(totals(&second, 1), [(1, 0), (1, 0)]);
+
+    // A reloaded configuration's domain counts on into the same rules' totals, denied keys too.
+    let new = domain();
+    for _ in 0..3 {
+        observe(&first, &new, "10.0.0.2");
+    }
+    assert_eq!(totals(&first, 2), [(3, 1), (3, 0)]);
+    let snapshot = first.snapshot(&config(), &store());
+    let mut offenders: Vec<&str> = snapshot.rules[0].top_offenders.iter().map(|o| o.key.as_str()).collect();
+    offenders.sort_unstable();
+    assert_eq!(offenders, ["ip=10.0.0.1", "ip=10.0.0.2"]);
+}

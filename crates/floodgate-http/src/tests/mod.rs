@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use floodgate::{LimitOutcome, Outcome, StoreError, Verdict};
 use floodgate_core::{Decision, Timestamp};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::headers::{X_RATELIMIT_LIMIT, rate_limit_headers, tag_header};
 use crate::problem::{NEVER_ALLOWED_TYPE, QUOTA_EXCEEDED_TYPE};
@@ -417,6 +417,35 @@ fn a_degrading_plan_names_its_model_in_the_header_and_the_body() {
     let body: serde_json::Value =
         serde_json::from_slice(&crate::wire::VerdictBody::from(&denied).to_json()).unwrap();
     assert!(body.get("degrade_to").is_none(), "{body}");
+}
+
+#[test]
+fn a_forged_degrade_header_is_removed_among_any_number_of_headers() {
+    let allowed = verdict([limit("per-minute", Outcome::Allowed, 10, 9, 1_000)]);
+    for others in [0, 1, 15, 16, 17, 40] {
+        for forged_at in [0, others / 2, others] {
+            let mut h = HeaderMap::new();
+            for i in 0..others {
+                if i == forged_at {
+                    h.append(DEGRADE_HEADER, HeaderValue::from_static("forged"));
+                    h.append(DEGRADE_HEADER, HeaderValue::from_static("twice"));
+                }
+                let name = HeaderName::try_from(format!("x-other-{i}")).unwrap();
+                h.insert(name, HeaderValue::from(i));
+            }
+            if forged_at == others {
+                h.append(DEGRADE_HEADER, HeaderValue::from_static("forged"));
+            }
+            crate::degrade_header(&allowed, &mut h);
+            assert!(h.get(DEGRADE_HEADER).is_none(), "{others} headers, forged at {forged_at}");
+            assert_eq!(h.len(), others, "{others} headers, forged at {forged_at}: the others kept");
+        }
+    }
+    // A map without it is left as it is.
+    let mut h = HeaderMap::new();
+    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    crate::degrade_header(&allowed, &mut h);
+    assert_eq!(h.len(), 1);
 }
 
 #[test]
