@@ -165,11 +165,41 @@ impl DecisionPath {
             // every front door holds for each request in flight, stays small.
             AnyStore::Redis(redis) => Box::pin(domain.policy.evaluate(redis, mode, hits, impossible)).await,
         };
-        let observed = Observed { api, domain, hits, result: &result, took: started.elapsed() };
+        self.observe(api, domain, hits, &result, started);
+        result
+    }
+
+    /// [`DecisionPath::decide`] without waiting, where the store answers at once (the memory
+    /// store): `None` when it must be awaited, and nothing was decided. A front door that decides
+    /// in a plain call gets the verdict written in place, where each `async` layer it is returned
+    /// through would copy it whole.
+    pub fn decide_now(
+        &self,
+        domain: &Domain,
+        api: Api,
+        hits: &[Hit<'_>],
+    ) -> Option<Result<Verdict, EngineError>> {
+        let AnyStore::Memory(memory) = &self.store else { return None };
+        let (mode, impossible) = mode(api);
+        let started = now();
+        let result = domain.policy.evaluate_now(memory, mode, hits, impossible)?;
+        self.observe(api, domain, hits, &result, started);
+        Some(result)
+    }
+
+    /// Shows a decision made since `started` to every observer.
+    fn observe(
+        &self,
+        api: Api,
+        domain: &Domain,
+        hits: &[Hit<'_>],
+        result: &Result<Verdict, EngineError>,
+        started: Instant,
+    ) {
+        let observed = Observed { api, domain, hits, result, took: started.elapsed() };
         for observer in self.observers.iter() {
             observer.observe(&observed);
         }
-        result
     }
 
     /// Reserves `hit` on `domain`'s policy for up to `ttl`: decided as a check

@@ -24,7 +24,7 @@ use super::queue::{self, Accepted};
 use super::respond;
 use super::routes::{RouteState, RouteTable, Routed};
 use super::stale::{self, STALE_HEADER, StaleCache};
-use super::state::{Context, GatewayState};
+use super::state::{Context, Gated, GatewayState};
 use super::upstream::{self, Clients, Failure, Outgoing, Prepared};
 use floodgate_app::control::{Domain, Running};
 use floodgate_app::metrics::Metrics;
@@ -157,9 +157,13 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     };
     // Both phases' verdicts, merged into this one as the second is decided (one verdict held
     // across the upstream call, not three).
-    let mut verdict = match gateway.gate(&table.policies.before, &descriptors, tier).await {
-        Ok(verdict) => verdict,
-        Err(refused) => return refused,
+    let mut verdict = match gateway.gate_now(&table.policies.before, &descriptors) {
+        Gated::Now(Ok(verdict)) => verdict,
+        Gated::Now(Err(refused)) => return refused,
+        Gated::Later(first) => match gateway.gate(&table.policies.before, &descriptors, tier, first).await {
+            Ok(verdict) => verdict,
+            Err(refused) => return refused,
+        },
     };
     if !verdict.allowed {
         return respond::limited(&verdict, style);
@@ -218,9 +222,15 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         }
         None => {
             let tier = tier_of(route, table, &parts.headers, &descriptors).unwrap_or(tier);
-            let after = match gateway.gate(&table.policies.after, &descriptors, tier).await {
-                Ok(verdict) => verdict,
-                Err(refused) => return refused,
+            let after = match gateway.gate_now(&table.policies.after, &descriptors) {
+                Gated::Now(Ok(verdict)) => verdict,
+                Gated::Now(Err(refused)) => return refused,
+                Gated::Later(first) => {
+                    match gateway.gate(&table.policies.after, &descriptors, tier, first).await {
+                        Ok(verdict) => verdict,
+                        Err(refused) => return refused,
+                    }
+                }
             };
             if after.allowed {
                 held.permits.extend(permits(gateway, &table.policies.after, &descriptors, &after));

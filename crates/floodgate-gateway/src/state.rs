@@ -137,39 +137,48 @@ impl GatewayState {
         self.app.switches().effective(table.config.switches)
     }
 
+    /// [`GatewayState::gate`] at once where it can be: a domain with no rules, or a store that
+    /// answers without waiting (the memory store) with nobody waiting in turn and a verdict no
+    /// delay rule makes wait. A verdict returned from plain calls is written in place; through
+    /// each `async` layer it would be copied whole. [`Gated::Later`]: `gate` must be awaited,
+    /// with the verdict already decided, if any.
+    pub(super) fn gate_now(&self, domain: &Domain, descriptors: &Descriptors) -> Gated {
+        if domain.policy.rules().next().is_none() {
+            return Gated::Now(Ok(Verdict { allowed: true, ..Verdict::default() }));
+        }
+        if !self.queues.is_empty() {
+            return Gated::Later(None);
+        }
+        let hits = [Hit::new(descriptors, 1)];
+        let Some(decided) = self.app.decisions().decide_now(domain, Api::Gateway, &hits) else {
+            return Gated::Later(None);
+        };
+        match refusal(decided) {
+            Ok(verdict) if makes_wait(&domain.policy, &verdict) => Gated::Later(Some(verdict)),
+            answered => Gated::Now(answered),
+        }
+    }
+
     /// Decides `descriptors` on `domain`, waiting for capacity when a delay rule denied (up to its
     /// `max_wait`, among at most `max_waiting` waiting requests), in turn with the requests
-    /// waiting for the same delay key, by priority `tier` ([`floodgate::delay`]). The verdict:
-    /// allowed, or denied; or the answer to a request whose descriptors a rule cannot use (a
-    /// quota's time zone header that names no zone).
+    /// waiting for the same delay key, by priority `tier` ([`floodgate::delay`]); `first`, the
+    /// verdict [`GatewayState::gate_now`] already decided, if any. The verdict: allowed, or
+    /// denied; or the answer to a request whose descriptors a rule cannot use (a quota's time zone
+    /// header that names no zone).
     pub(super) async fn gate(
         &self,
         domain: &Domain,
         descriptors: &Descriptors,
         tier: u8,
+        first: Option<Verdict>,
     ) -> Result<Verdict, Response> {
         if domain.policy.rules().next().is_none() {
             return Ok(Verdict { allowed: true, ..Verdict::default() });
         }
         let decide = || async {
-            match self.app.decisions().decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await {
-                Ok(verdict) => Ok(verdict),
-                // Never let a value the client sends pass the limits unchecked: refused, naming it.
-                Err(EngineError::Descriptor { descriptor, value, expected, .. }) => Err(respond::malformed(
-                    format!("The request's {descriptor} descriptor is {value:?}, which is not {expected}."),
-                )),
-                Err(EngineError::MissingDescriptor { descriptor, .. }) => Err(respond::malformed(format!(
-                    "The request has no {descriptor} descriptor, which a limit needs."
-                ))),
-                // A cost of 1 is always possible.
-                Err(EngineError::Cost { .. }) => Ok(Verdict { allowed: true, ..Verdict::default() }),
-                // A rule that needs a stated limit, which the gateway never states.
-                Err(error @ (EngineError::Stated { .. } | EngineError::Unclaimed { .. })) => {
-                    Err(respond::malformed(format!("{error}.")))
-                }
-            }
+            refusal(self.app.decisions().decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await)
         };
-        self.in_turn(domain, descriptors, tier, decide).await
+        self.in_turn(domain, descriptors, tier, first, decide).await
     }
 
     /// Decides with `decide` in turn ([`decide_in_turn`] in this gateway's waiting room): waiting
@@ -181,6 +190,7 @@ impl GatewayState {
         domain: &Domain,
         descriptors: &Descriptors,
         tier: u8,
+        first: Option<Verdict>,
         mut decide: F,
     ) -> Result<Verdict, E>
     where
@@ -189,15 +199,16 @@ impl GatewayState {
     {
         // With nobody waiting, decided here once; the waiting room (its future several kilobytes,
         // which every request in flight would carry) only for a request a delay rule makes wait.
-        let first = match self.queues.is_empty() {
-            true => {
+        let first = match (first, self.queues.is_empty()) {
+            (Some(verdict), _) => Some(verdict),
+            (None, true) => {
                 let verdict = decide().await?;
                 if !makes_wait(&domain.policy, &verdict) {
                     return Ok(verdict);
                 }
                 Some(verdict)
             }
-            false => None,
+            (None, false) => None,
         };
         let room = Room { waiting: &self.waiting, queues: &self.queues, sleep: tokio::time::sleep };
         let on_wait = || self.metrics.waiting.set(self.waiting.waiting() as f64);
@@ -212,6 +223,35 @@ impl GatewayState {
             }
         }
         result
+    }
+}
+
+/// What [`GatewayState::gate_now`] found.
+pub(super) enum Gated {
+    /// Decided: the verdict, or the refusal of descriptors a rule cannot use.
+    Now(Result<Verdict, Response>),
+    /// To be decided in turn with [`GatewayState::gate`], from this verdict if one was decided.
+    Later(Option<Verdict>),
+}
+
+/// A decision as the gateway answers it: the verdict, or the refusal of a request whose
+/// descriptors a rule cannot use.
+fn refusal(decided: Result<Verdict, EngineError>) -> Result<Verdict, Response> {
+    match decided {
+        Ok(verdict) => Ok(verdict),
+        // Never let a value the client sends pass the limits unchecked: refused, naming it.
+        Err(EngineError::Descriptor { descriptor, value, expected, .. }) => Err(respond::malformed(format!(
+            "The request's {descriptor} descriptor is {value:?}, which is not {expected}."
+        ))),
+        Err(EngineError::MissingDescriptor { descriptor, .. }) => Err(respond::malformed(format!(
+            "The request has no {descriptor} descriptor, which a limit needs."
+        ))),
+        // A cost of 1 is always possible.
+        Err(EngineError::Cost { .. }) => Ok(Verdict { allowed: true, ..Verdict::default() }),
+        // A rule that needs a stated limit, which the gateway never states.
+        Err(error @ (EngineError::Stated { .. } | EngineError::Unclaimed { .. })) => {
+            Err(respond::malformed(format!("{error}.")))
+        }
     }
 }
 

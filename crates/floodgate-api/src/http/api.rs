@@ -181,7 +181,13 @@ where
     }
     let descriptors = as_domain_sees_them(running, domain.as_deref(), descriptors);
     let policy = running.domain(domain.as_deref());
-    let verdict = match app.decisions().decide(policy, api, &[request.hit(&descriptors)]).await {
+    let hits = [request.hit(&descriptors)];
+    // Decided in place where the store answers at once; awaited where it cannot.
+    let decided = match app.decisions().decide_now(policy, api, &hits) {
+        Some(decided) => decided,
+        None => app.decisions().decide(policy, api, &hits).await,
+    };
+    let verdict = match decided {
         Ok(verdict) => verdict,
         Err(error) => return never_allowed(&error),
     };

@@ -93,7 +93,7 @@ pub(crate) async fn admit(
             Attempt::Denied(verdict) => Ok(verdict),
         }
     };
-    let verdict = gateway.in_turn(domain, estimate.descriptors, tier, decide).await?;
+    let verdict = gateway.in_turn(domain, estimate.descriptors, tier, None, decide).await?;
     if verdict.allowed
         && let Some(admitted) = admitted.into_inner()
     {
