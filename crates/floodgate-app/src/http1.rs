@@ -29,9 +29,9 @@ use std::time::SystemTime;
 
 use axum::body::Body;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use floodgate_http::RateLimitLines;
+use floodgate_http::Answer;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -71,7 +71,7 @@ pub(crate) struct Limits {
 
 /// Serves `io`'s requests with `service` while each is one this side serves (see the module
 /// docs); stops after the response in flight once `stop` turns true.
-pub(crate) async fn serve<I, S, F>(
+pub(crate) async fn serve<I, S, F, R>(
     mut io: I,
     service: &S,
     limits: Limits,
@@ -80,7 +80,8 @@ pub(crate) async fn serve<I, S, F>(
 where
     I: AsyncRead + AsyncWrite + Unpin,
     S: Fn(Request<Body>) -> F,
-    F: Future<Output = Response<Body>>,
+    F: Future<Output = R>,
+    R: Into<Answer<Body>>,
 {
     let mut read = BytesMut::new();
     let mut out = BytesMut::new();
@@ -137,7 +138,7 @@ where
         };
         let close = !keep_alive || *stop.borrow();
         let client = Client { io: &mut io, read: &mut read, room };
-        if respond(client, &mut out, response, head_only, close).await? {
+        if respond(client, &mut out, response.into(), head_only, close).await? {
             let _ = io.shutdown().await;
             return Ok(Served::Closed);
         }
@@ -359,15 +360,15 @@ enum Framing {
 async fn respond<I: AsyncRead + AsyncWrite + Unpin>(
     client: Client<'_, I>,
     out: &mut BytesMut,
-    response: Response<Body>,
+    answer: Answer<Body>,
     head_only: bool,
     mut close: bool,
 ) -> std::io::Result<bool> {
     let Client { io, read, room } = client;
-    let (mut parts, mut body) = response.into_parts();
     // Rate-limit headers rendered as lines go into the head as they are, replacing the response's
     // own headers of the same names.
-    let lines = parts.extensions.remove::<RateLimitLines>();
+    let Answer { response, lines } = answer;
+    let (parts, mut body) = response.into_parts();
     let status = parts.status;
     let bodiless = head_only
         || status.is_informational()
@@ -607,6 +608,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
+    use http::Response;
 
     const LIMITS: Limits = Limits { max_header_bytes: 8 * 1024, header_read_timeout: Duration::from_secs(5) };
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::BytesMut;
 use floodgate_config::http_server::HttpConfig;
-use floodgate_http::RateLimitLines;
+use floodgate_http::Answer;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -99,7 +99,7 @@ impl Accepting {
 /// when given (on the connection's own task, within `header_read_timeout`), and served by the
 /// service `connection(peer)` makes for it. `what` names the listener in the logs. The HTTP API
 /// and the gateway serve their listeners here.
-pub async fn serve<L, M, S, F>(
+pub async fn serve<L, M, S, F, R>(
     listener: TcpListener,
     what: &'static str,
     limits: L,
@@ -110,7 +110,8 @@ pub async fn serve<L, M, S, F>(
     L: Fn() -> HttpConfig,
     M: Fn(SocketAddr) -> S,
     S: Fn(http::Request<Body>) -> F + Send + Sync + 'static,
-    F: Future<Output = http::Response<Body>> + Send + 'static,
+    F: Future<Output = R> + Send + 'static,
+    R: Into<Answer<Body>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
     let accepting = Accepting::new(listener, what);
@@ -168,11 +169,12 @@ struct Serving {
 /// for `idle_timeout`: its plain HTTP/1.1 requests with the listeners' own HTTP/1.1
 /// ([`http1`](crate::http1)), and from the first request that is not one (HTTP/2, an upgrade, a
 /// streamed body, a head to refuse), with hyper.
-async fn serve_connection<I, S, F>(io: I, service: S, serving: Serving)
+async fn serve_connection<I, S, F, R>(io: I, service: S, serving: Serving)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Fn(http::Request<Body>) -> F + Send + Sync + 'static,
-    F: Future<Output = http::Response<Body>> + Send + 'static,
+    F: Future<Output = R> + Send + 'static,
+    R: Into<Answer<Body>> + Send + 'static,
 {
     let Serving { builder, watcher, limits, mut stop, peer, what } = serving;
     let (io, activity) = Watched::new(io);
@@ -192,12 +194,8 @@ where
         let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
             let response = service(request.map(Body::new));
             async move {
-                let mut response = response.await;
                 // Rate-limit headers rendered as lines go into the header map hyper writes.
-                if let Some(lines) = response.extensions_mut().remove::<RateLimitLines>() {
-                    lines.apply(response.headers_mut());
-                }
-                Ok::<_, std::convert::Infallible>(response)
+                Ok::<_, std::convert::Infallible>(response.await.into().into_response())
             }
         });
         watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned()).await

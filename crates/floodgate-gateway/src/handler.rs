@@ -9,7 +9,7 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use floodgate::{Descriptors, Verdict};
 use floodgate_core::{Clock, SystemClock};
-use floodgate_http::{RateLimitLines, rate_limit_headers};
+use floodgate_http::{Answer, RateLimitLines, rate_limit_headers};
 use http::uri::PathAndQuery;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body::Body as _;
@@ -75,16 +75,16 @@ pub(super) async fn dispatch(
     gateway: Arc<GatewayState>,
     request: Request,
     peer: std::net::SocketAddr,
-) -> Response {
+) -> Answer<Body> {
     if let Some(response) = gateway.own(&request) {
-        return response;
+        return response.into();
     }
     let context = Context { table: gateway.table(), gateway, peer };
     let unrouted = match context.table.router.route(request.method(), request.uri().path()) {
         Routed::To(route, template) => {
-            let response = gates(&context, route, &template.path, request).await;
-            route.metrics.answered(response.status());
-            return response;
+            let answer = gates(&context, route, &template.path, request).await;
+            route.metrics.answered(answer.response.status());
+            return answer;
         }
         Routed::NoPath => respond::no_route(false),
         Routed::NoMethod(allow) => {
@@ -96,7 +96,7 @@ pub(super) async fn dispatch(
         }
     };
     context.gateway.metrics.unrouted.answered(unrouted.status());
-    unrouted
+    unrouted.into()
 }
 
 /// A request's priority tier on `route` (its `tier:` setting; the lowest tier without one); for a
@@ -132,7 +132,7 @@ fn tier_of(
     }
 }
 
-async fn gates(context: &Context, route: &RouteState, template: &str, request: Request) -> Response {
+async fn gates(context: &Context, route: &RouteState, template: &str, request: Request) -> Answer<Body> {
     let Context { gateway, table, peer } = context;
     let arrived = Instant::now();
     let deadline = route.config.timeouts.total.map(|t| arrived + t);
@@ -142,7 +142,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     // 1. Shedding: the cheapest refusal, before anything is counted.
     if switches.shed.sheds(route.config.priority) {
         route.metrics.shed.increment(1);
-        return respond::shed(table.config.shed_retry_after);
+        return respond::shed(table.config.shed_retry_after).into();
     }
 
     // 2. Rules that need no identity: per ip, global, per route, per header.
@@ -153,16 +153,16 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     // is refused here, before anything is counted).
     let tier = match tier_of(route, table, &parts.headers, &descriptors) {
         Ok(tier) => tier,
-        Err(detail) => return respond::malformed(detail),
+        Err(detail) => return respond::malformed(detail).into(),
     };
     // Both phases' verdicts, merged into this one as the second is decided (one verdict held
     // across the upstream call, not three).
     let mut verdict = match gateway.gate_now(&table.policies.before, &descriptors) {
         Gated::Now(Ok(verdict)) => verdict,
-        Gated::Now(Err(refused)) => return refused,
+        Gated::Now(Err(refused)) => return refused.into(),
         Gated::Later(first) => match gateway.gate(&table.policies.before, &descriptors, tier, first).await {
             Ok(verdict) => verdict,
-            Err(refused) => return refused,
+            Err(refused) => return refused.into(),
         },
     };
     if !verdict.allowed {
@@ -176,7 +176,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     let identity = match &table.verifier {
         Some(verifier) => match verifier.identify(&parts.headers) {
             Ok(identity) => identity,
-            Err(why) => return respond::unauthorized(&why),
+            Err(why) => return respond::unauthorized(&why).into(),
         },
         None => Identity::Anonymous,
     };
@@ -217,18 +217,18 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
                     // Boxed: a call is a kilobyte, and the request's future holds it throughout.
                     (Some(Box::new(call)), Body::empty())
                 }
-                Err(refused) => return refused,
+                Err(refused) => return refused.into(),
             }
         }
         None => {
             let tier = tier_of(route, table, &parts.headers, &descriptors).unwrap_or(tier);
             let after = match gateway.gate_now(&table.policies.after, &descriptors) {
                 Gated::Now(Ok(verdict)) => verdict,
-                Gated::Now(Err(refused)) => return refused,
+                Gated::Now(Err(refused)) => return refused.into(),
                 Gated::Later(first) => {
                     match gateway.gate(&table.policies.after, &descriptors, tier, first).await {
                         Ok(verdict) => verdict,
-                        Err(refused) => return refused,
+                        Err(refused) => return refused.into(),
                     }
                 }
             };
@@ -255,21 +255,21 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         && (switches.stale_reads || breaker_open)
         && let Some(response) = serve_stale(gateway, route, key, &verdict, style)
     {
-        return response;
+        return response.into();
     }
     let async_write = route.config.degrade.accept_async
         && !upstream::idempotent(&parts.method)
         && (switches.async_writes || breaker_open)
         && !upstream::is_upgrade(&parts.headers);
     if async_write {
-        return Box::pin(accept_write(gateway, table, route, parts, body, &verdict, style)).await;
+        return Box::pin(accept_write(gateway, table, route, parts, body, &verdict, style)).await.into();
     }
 
     // 6. Concurrency: a place among the route's requests in flight.
     if let Some(semaphore) = &route.concurrency {
         match Arc::clone(semaphore).try_acquire_owned() {
             Ok(permit) => held.in_flight = Some(permit),
-            Err(_) => return respond::overloaded(),
+            Err(_) => return respond::overloaded().into(),
         }
     }
 
@@ -292,7 +292,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     // The model a plan over its limit switches to, for the upstream (a forged one removed).
     floodgate_http::degrade_header(&verdict, &mut headers);
     let Some(uri) = upstream::target(&route.config.upstream.uri, &path_and_query) else {
-        return respond::malformed("the request's path cannot be sent to the upstream");
+        return respond::malformed("the request's path cannot be sent to the upstream").into();
     };
     let outgoing = match &call {
         // The body as admission read it (its allowance bounded, a stream asked for its usage).
@@ -302,7 +302,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         }
         None => match replayable(route, &parts, body).await {
             Ok(outgoing) => outgoing,
-            Err(response) => return response,
+            Err(response) => return response.into(),
         },
     };
     let llm = llm.map(|(llm, _)| llm);
@@ -329,7 +329,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
                     if let Some(call) = call.take() {
                         call.failed(&gateway.app, table, llm);
                     }
-                    return response;
+                    return response.into();
                 }
             }
         }
@@ -349,27 +349,30 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
             if let Some(key) = &cache_key
                 && let Some(response) = serve_stale(gateway, route, key, &verdict, style)
             {
-                return response;
+                return response.into();
             }
             if route.config.fallback.is_some() {
                 route.metrics.fallback.increment(1);
             }
             let retry =
                 route.breaker.as_ref().and_then(|b| b.open_remaining()).unwrap_or(Duration::from_secs(1));
-            return respond::breaker_open(route.config.fallback.as_ref(), retry);
+            return respond::breaker_open(route.config.fallback.as_ref(), retry).into();
         }
         Err(Failure::ConnectTimeout) => {
-            return respond::timeout("accept the connection", "connect", route.config.timeouts.connect);
+            return respond::timeout("accept the connection", "connect", route.config.timeouts.connect)
+                .into();
         }
         Err(Failure::FirstByteTimeout) => {
-            return respond::timeout("answer", "first_byte", route.config.timeouts.first_byte);
+            return respond::timeout("answer", "first_byte", route.config.timeouts.first_byte).into();
         }
         Err(Failure::TotalTimeout) => {
             let total = route.config.timeouts.total.unwrap_or_default();
-            return respond::timeout("finish", "total", total);
+            return respond::timeout("finish", "total", total).into();
         }
-        Err(Failure::Connect) => return respond::bad_gateway("could not be reached"),
-        Err(Failure::Broken) => return respond::bad_gateway("answered with something that is not HTTP"),
+        Err(Failure::Connect) => return respond::bad_gateway("could not be reached").into(),
+        Err(Failure::Broken) => {
+            return respond::bad_gateway("answered with something that is not HTTP").into();
+        }
     };
 
     // The response, streamed back.
@@ -386,15 +389,15 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
             let (mut parts, _) = response.into_parts();
             upstream::strip_hop_by_hop(&mut parts.headers, true);
             rate_limit_headers(&verdict, style, &mut parts.headers);
-            return Response::from_parts(parts, Body::empty());
+            return Response::from_parts(parts, Body::empty()).into();
         }
-        return respond::bad_gateway("switched protocols without being asked to");
+        return respond::bad_gateway("switched protocols without being asked to").into();
     }
     let (mut head, incoming) = response.into_parts();
     upstream::strip_hop_by_hop(&mut head.headers, false);
     // Rendered once as header lines, which the listener writes into the head as they are (or
     // puts in the header map for hyper), replacing the upstream's own of the same names.
-    head.extensions.insert(RateLimitLines::render(&verdict, style));
+    let lines = RateLimitLines::render(&verdict, style);
     floodgate_http::degrade_header(&verdict, &mut head.headers);
     let meter = match (call, llm) {
         (Some(call), Some(llm)) => {
@@ -414,7 +417,7 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         clock: gateway.clock.clone(),
     });
     let body = GatewayBody::new(incoming, deadline, tee, held, meter);
-    Response::from_parts(head, Body::new(body))
+    Answer::with_lines(Response::from_parts(head, Body::new(body)), lines)
 }
 
 /// The request body to send: kept whole when the route retries and it is small enough (so that it

@@ -12,7 +12,7 @@ use floodgate_http::problem::{
     NOT_FOUND_TYPE, OVERLOADED_TYPE, SHED_TYPE, TOO_LARGE_TYPE, UNAUTHORIZED_TYPE, UPSTREAM_TIMEOUT_TYPE,
     UPSTREAM_UNAVAILABLE_TYPE,
 };
-use floodgate_http::{HeaderStyle, Problem, limited_response_lines};
+use floodgate_http::{Answer, HeaderStyle, Problem, limited_answer};
 use http::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, StatusCode};
 
@@ -29,8 +29,8 @@ fn with_retry_after(mut response: Response, retry_after: Duration) -> Response {
 
 /// 429: `Retry-After`, the rate-limit headers and the problem of the denying limit (the headers
 /// as lines the listener writes into the head: [`floodgate_http::RateLimitLines`]).
-pub(super) fn limited(verdict: &Verdict, style: HeaderStyle) -> Response {
-    limited_response_lines(verdict, style).map(Body::from)
+pub(super) fn limited(verdict: &Verdict, style: HeaderStyle) -> Answer<Body> {
+    limited_answer(verdict, style).map(Body::from)
 }
 
 /// 401 for a token that is present but not valid; says why, and what the gateway expects.

@@ -470,6 +470,47 @@ impl RateLimitLines {
     }
 }
 
+/// A response as a front door's service gives it to the server, with its rate-limit headers
+/// rendered as [`RateLimitLines`] beside it rather than in its header map: a server that writes the
+/// head itself copies the lines into it as they are, dropping the response's own headers of those
+/// names; any other server gets [`Answer::into_response`], the lines in the map. Carried beside the
+/// response, not in its extensions, which would allocate a map for their one entry on every answer.
+#[derive(Debug)]
+pub struct Answer<B> {
+    /// The response, its body and every header but the lines'.
+    pub response: http::Response<B>,
+    /// `None`: the response has no rate-limit headers, or has them in its map already.
+    pub lines: Option<RateLimitLines>,
+}
+
+impl<B> Answer<B> {
+    /// `response` with `lines`.
+    pub fn with_lines(response: http::Response<B>, lines: RateLimitLines) -> Self {
+        Answer { response, lines: Some(lines) }
+    }
+
+    /// The response with the lines in its header map, replacing any of the same names.
+    pub fn into_response(self) -> http::Response<B> {
+        let Answer { mut response, lines } = self;
+        if let Some(lines) = lines {
+            lines.apply(response.headers_mut());
+        }
+        response
+    }
+
+    /// The same answer with its body mapped by `f`.
+    pub fn map<C>(self, f: impl FnOnce(B) -> C) -> Answer<C> {
+        Answer { response: self.response.map(f), lines: self.lines }
+    }
+}
+
+impl<B> From<http::Response<B>> for Answer<B> {
+    /// A response with no lines beside it (its headers, if any, in its map).
+    fn from(response: http::Response<B>) -> Self {
+        Answer { response, lines: None }
+    }
+}
+
 /// The tightest enforced limit counting `dimension`: when the verdict is denied and one of them
 /// denies, the denying one with the longest wait; otherwise the one with the least remaining
 /// (then the longest reset).

@@ -40,8 +40,8 @@ pub mod wire;
 mod tests;
 
 pub use headers::{
-    DEGRADE_HEADER, HeaderStyle, ParseHeaderStyleError, RateLimitLines, TAG_HEADER, degrade_header,
+    Answer, DEGRADE_HEADER, HeaderStyle, ParseHeaderStyleError, RateLimitLines, TAG_HEADER, degrade_header,
     rate_limit_headers, tag_header,
 };
-pub use problem::{PROBLEM_CONTENT_TYPE, Problem, limited_response, limited_response_lines};
+pub use problem::{PROBLEM_CONTENT_TYPE, Problem, limited_answer, limited_response};
 pub use wire::ceil_ms;

@@ -17,7 +17,8 @@ use http::{HeaderValue, StatusCode};
 use serde::Serialize;
 
 use crate::headers::{
-    HeaderStyle, MAX_RATE_LIMIT_HEADERS, RateLimitLines, is_enforced, rate_limit_headers, reset_unix_secs,
+    Answer, HeaderStyle, MAX_RATE_LIMIT_HEADERS, RateLimitLines, is_enforced, rate_limit_headers,
+    reset_unix_secs,
 };
 use crate::wire::push_json_string;
 
@@ -261,12 +262,9 @@ pub fn limited_response(verdict: &Verdict, style: HeaderStyle) -> http::Response
 }
 
 /// [`limited_response`] with its `Retry-After` and rate-limit headers rendered as
-/// [`RateLimitLines`] in the response's extensions, for a server that writes them into the head
-/// itself (or applies them before handing the response on), rather than in its header map.
-pub fn limited_response_lines(verdict: &Verdict, style: HeaderStyle) -> http::Response<Bytes> {
-    let mut response = limited_problem(verdict);
-    response.extensions_mut().insert(RateLimitLines::render(verdict, style));
-    response
+/// [`RateLimitLines`] beside it ([`Answer`]), for a server that writes them into the head itself.
+pub fn limited_answer(verdict: &Verdict, style: HeaderStyle) -> Answer<Bytes> {
+    Answer::with_lines(limited_problem(verdict), RateLimitLines::render(verdict, style))
 }
 
 fn limited_problem(verdict: &Verdict) -> http::Response<Bytes> {

@@ -11,6 +11,7 @@
 //! not JSON, `422` for JSON of the wrong shape and for a cost some enforced rule can never grant
 //! (naming the rule: callers of this API are services, not end users), `413` over 64 KiB.
 
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use floodgate::reservation::Kind;
@@ -19,7 +20,7 @@ use floodgate_http::envoy::{ENVOY_KEYS, envoy_descriptors};
 use floodgate_http::headers::RESERVATION_HEADER;
 use floodgate_http::problem::{FORBIDDEN_TYPE, NEVER_ALLOWED_TYPE, UNAUTHORIZED_TYPE};
 use floodgate_http::wire::{CheckRequest, VerdictBody};
-use floodgate_http::{Problem, RateLimitLines, rate_limit_headers, tag_header};
+use floodgate_http::{Answer, Problem, RateLimitLines, tag_header};
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use http::{HeaderValue, StatusCode};
 
@@ -43,7 +44,7 @@ use floodgate_config::auth::Scope;
     responses(Decided),
 )]
 pub(super) async fn check(State(app): State<App>, request: Request) -> Response {
-    handle(&app, request, Api::Check, Headers::InMap).await
+    handle(&app, request, Api::Check).await.into_response()
 }
 
 /// What `check` would answer, consuming nothing: which limits this request would hit.
@@ -57,7 +58,7 @@ pub(super) async fn check(State(app): State<App>, request: Request) -> Response 
     responses(Decided),
 )]
 pub(super) async fn peek(State(app): State<App>, request: Request) -> Response {
-    handle(&app, request, Api::Peek, Headers::InMap).await
+    handle(&app, request, Api::Peek).await.into_response()
 }
 
 /// Consumes a cost after the fact (e.g. LLM tokens known once a response is done); never denies,
@@ -72,35 +73,26 @@ pub(super) async fn peek(State(app): State<App>, request: Request) -> Response {
     responses(Reported),
 )]
 pub(super) async fn report(State(app): State<App>, request: Request) -> Response {
-    handle(&app, request, Api::Report, Headers::InMap).await
+    handle(&app, request, Api::Report).await.into_response()
 }
 
-/// Where an answer's rate-limit headers go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Headers {
-    /// In its header map: the router's answers, which any tower service may take and read.
-    InMap,
-    /// Rendered as [`RateLimitLines`] in its extensions, which the listener writes into the head
-    /// as they are (or applies for hyper): the HTTP listener's own answers.
-    AsLines,
-}
-
-/// One check, peek or report: from the HTTP listener directly, or through the router. With
-/// `auth:` clients configured, the caller's bearer token must be one with the endpoint's scope
-/// (401 / 403 otherwise, before the body is read).
-pub(super) async fn handle<B>(app: &App, request: http::Request<B>, api: Api, headers: Headers) -> Response
+/// One check, peek or report: from the HTTP listener directly, or through the router (which puts
+/// the answer's rate-limit headers in its map: [`Answer::into_response`]). With `auth:` clients
+/// configured, the caller's bearer token must be one with the endpoint's scope (401 / 403
+/// otherwise, before the body is read).
+pub(super) async fn handle<B>(app: &App, request: http::Request<B>, api: Api) -> Answer<Body>
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let running = app.control().load();
     let authorization = request.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
-    let (client, response) = match running.authorize(authorization, scope_of(api)) {
-        Ok(client) => (client, decide(app, &running, request, api, client, headers).await),
-        Err(refusal) => (refusal.client(), refused(&refusal)),
+    let (client, answer) = match running.authorize(authorization, scope_of(api)) {
+        Ok(client) => (client, decide(app, &running, request, api, client).await),
+        Err(refusal) => (refusal.client(), refused(&refusal).into()),
     };
-    app.metrics().http_request(client.map(|c| &*c.requests), api, response.status());
-    response
+    app.metrics().http_request(client.map(|c| &*c.requests), api, answer.response.status());
+    answer
 }
 
 /// With `auth:` clients configured, the caller's client when its bearer token holds `scope`, or
@@ -151,19 +143,18 @@ async fn decide<B>(
     request: http::Request<B>,
     api: Api,
     client: Option<&Client>,
-    headers: Headers,
-) -> Response
+) -> Answer<Body>
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let body = match read_body(request, MAX_BODY).await {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(response) => return response.into(),
     };
     let mut request = match CheckRequest::parse(&body) {
         Ok(request) => request,
-        Err(p) => return problem(p),
+        Err(p) => return problem(p).into(),
     };
     // Stating a limit takes a scope of its own: a client that may check may not by that alone
     // raise its own limit.
@@ -171,13 +162,13 @@ where
         && !request.stated.is_empty()
         && !client.holds(Scope::StateLimits)
     {
-        return refused(&Refusal::Scope(client, Scope::StateLimits));
+        return refused(&Refusal::Scope(client, Scope::StateLimits)).into();
     }
 
     let domain = request.domain.take();
     let mut descriptors = std::mem::take(&mut request.descriptors);
     if let Err(refusal) = pin(running, client, domain.as_deref(), &mut descriptors) {
-        return refusal;
+        return refusal.into();
     }
     let descriptors = as_domain_sees_them(running, domain.as_deref(), descriptors);
     let policy = running.domain(domain.as_deref());
@@ -189,17 +180,11 @@ where
     };
     let verdict = match decided {
         Ok(verdict) => verdict,
-        Err(error) => return never_allowed(&error),
+        Err(error) => return never_allowed(&error).into(),
     };
 
     let status = if verdict.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     let mut response = json_bytes(status, VerdictBody::from(&verdict).to_json());
-    match headers {
-        Headers::InMap => rate_limit_headers(&verdict, running.headers, response.headers_mut()),
-        Headers::AsLines => {
-            response.extensions_mut().insert(RateLimitLines::render(&verdict, running.headers));
-        }
-    }
     // The answer is new: there is nothing of these to remove when no rule tagged or degraded it.
     if verdict.tags().next().is_some() || verdict.degrade_to().is_some() {
         tag_header(&verdict, response.headers_mut());
@@ -221,7 +206,7 @@ where
             response.headers_mut().insert(RESERVATION_HEADER, value);
         }
     }
-    response
+    Answer::with_lines(response, RateLimitLines::render(&verdict, running.headers))
 }
 
 /// The descriptors as `domain`'s rules match them: an Envoy domain's rules match Envoy

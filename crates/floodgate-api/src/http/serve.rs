@@ -10,6 +10,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use floodgate_http::Answer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower::ServiceExt;
@@ -56,7 +57,7 @@ struct Connection {
 
 impl Connection {
     /// The check API's requests to their handler, the rest through the router.
-    async fn dispatch(self: Arc<Self>, mut request: http::Request<Body>) -> http::Response<Body> {
+    async fn dispatch(self: Arc<Self>, mut request: http::Request<Body>) -> Answer<Body> {
         if request.method() == http::Method::POST {
             let api = match request.uri().path() {
                 "/v1/check" => Some(Api::Check),
@@ -65,12 +66,12 @@ impl Connection {
                 _ => None,
             };
             if let Some(api) = api {
-                return api::handle(&self.app, request, api, api::Headers::AsLines).await;
+                return api::handle(&self.app, request, api).await;
             }
         }
         request.extensions_mut().insert(ConnectInfo(self.peer));
         match self.router.clone().oneshot(request).await {
-            Ok(response) => response,
+            Ok(response) => response.into(),
             Err(infallible) => match infallible {},
         }
     }

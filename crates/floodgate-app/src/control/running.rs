@@ -2,8 +2,9 @@
 //! domain with its metric handles ([`Domain`]), the header style, who may call, the sections fixed
 //! at start — built once per applied version.
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use floodgate::Policy;
 use floodgate_config::auth::Scope;
@@ -11,7 +12,6 @@ use floodgate_config::{Config, Source, StoreConfig, Survival};
 use floodgate_http::HeaderStyle;
 
 use crate::auth::{Client, Clients, Refusal};
-use crate::live::LiveRules;
 use crate::metrics::{Metrics, RuleMetrics};
 
 /// One policy ready to decide on the shared store, with its metric handles (indexed by rule
@@ -24,8 +24,10 @@ pub struct Domain {
     pub policy: Arc<Policy>,
     /// The metric handles of its rules.
     pub metrics: RuleMetrics,
-    /// Its rules' running totals in the dashboard's view, found on its first decision.
-    pub live: LiveRules,
+    /// What the dashboard's view keeps of this domain, made on its first decision (its rules'
+    /// running totals by position: `crate::live`'s, opaque here so that the configuration does
+    /// not depend on the view).
+    pub live: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 /// The configuration in force.
@@ -75,7 +77,7 @@ impl Domain {
         detailed: &BTreeSet<String>,
     ) -> Domain {
         let rule_metrics = metrics.rules(name.as_deref(), policy.rules(), detailed);
-        Domain { name, policy: Arc::new(policy), metrics: rule_metrics, live: LiveRules::default() }
+        Domain { name, policy: Arc::new(policy), metrics: rule_metrics, live: OnceLock::new() }
     }
 }
 

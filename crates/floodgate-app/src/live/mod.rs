@@ -14,12 +14,12 @@ pub mod sketch;
 use std::collections::{HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use floodgate::store::{BreakerState, FallbackStats, MemoryStats};
-use floodgate::{Hit, Outcome, Policy, Rule};
+use floodgate::{Hit, Outcome, Rule};
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -29,7 +29,7 @@ use utoipa::ToSchema;
 use crate::store::AnyStore;
 
 use self::sketch::SpaceSaving;
-use crate::control::Running;
+use crate::control::{Domain, Running};
 use crate::decide::{Observed, Observer};
 use crate::metrics::sharded::{Sharded, shard, shards};
 use crate::metrics::{Api, DURATION_BUCKETS};
@@ -324,11 +324,13 @@ pub struct Snapshot {
 pub type Subscription = (Vec<Arc<Second>>, broadcast::Receiver<Arc<str>>);
 
 /// A domain's rules' running totals in one [`Live`] view, by rule position: looked up by name
-/// once per domain (a [`Domain`](crate::control::Domain) is built anew for every applied
-/// configuration, so a reload starts a new one), then read by index with no map lookup per
-/// decision. Kept for the view that filled it (its [`Live::id`]); any other view looks up by name.
-#[derive(Debug, Default)]
-pub struct LiveRules(OnceLock<(u64, Box<[Arc<RuleLive>]>)>);
+/// once per domain (a [`Domain`] is built anew for every applied configuration, so a reload starts
+/// a new one) and kept in it ([`Domain::live`]), then read by index with no map lookup per
+/// decision. Kept for the view that made it ([`Live::id`]); any other view looks up by name.
+struct DomainRules {
+    view: u64,
+    rules: Box<[Arc<RuleLive>]>,
+}
 
 /// The next [`Live::id`].
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -336,7 +338,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// The dashboard's live view of decisions. See the module docs.
 #[derive(Debug)]
 pub struct Live {
-    /// Which view this is, for the domains' [`LiveRules`].
+    /// Which view this is, for what the domains keep of it ([`Domain::live`]).
     id: u64,
     /// Keyed by the configuration's rule names, never by a client's values: a fast hash.
     rules: papaya::HashMap<RuleId, Arc<RuleLive>, foldhash::fast::RandomState>,
@@ -391,17 +393,16 @@ impl Live {
         Arc::clone(rules.get_or_insert_with(id, || Arc::new(RuleLive::new(label))))
     }
 
-    /// The running totals of `policy`'s rules (of `domain`) by position, from `cache` (filled on
-    /// first use); `None` when `cache` holds another view's.
-    fn rules_of<'c>(
-        &self,
-        cache: &'c LiveRules,
-        domain: Option<&str>,
-        policy: &Policy,
-    ) -> Option<&'c [Arc<RuleLive>]> {
-        let (id, rules) =
-            cache.0.get_or_init(|| (self.id, policy.rules().map(|r| self.rule(domain, r.name())).collect()));
-        (*id == self.id).then_some(&**rules)
+    /// The running totals of `domain`'s rules by position (made on its first decision); `None`
+    /// when the domain keeps another view's.
+    fn rules_of<'d>(&self, domain: &'d Domain) -> Option<&'d [Arc<RuleLive>]> {
+        let kept = domain.live.get_or_init(|| {
+            let name = domain.name.as_deref();
+            let rules = domain.policy.rules().map(|r| self.rule(name, r.name())).collect();
+            Box::new(DomainRules { view: self.id, rules })
+        });
+        let kept = kept.downcast_ref::<DomainRules>()?;
+        (kept.view == self.id).then_some(&*kept.rules)
     }
 
     /// Counts one decision of `rule` (of `domain`) with `outcome`; a denied one also counts its key.
@@ -618,7 +619,7 @@ pub fn context(running: &Running, store: &AnyStore) -> (ConfigView, StoreView) {
 pub fn rules_in_force(running: &Running) -> Vec<(Option<&str>, &str)> {
     let mut rules: Vec<(Option<&str>, &str)> =
         running.native.policy.rules().map(|r| (None, r.name())).collect();
-    let mut domains: Vec<&Arc<crate::control::Domain>> = running.domains.values().collect();
+    let mut domains: Vec<&Arc<Domain>> = running.domains.values().collect();
     domains.sort_by(|a, b| a.name.cmp(&b.name));
     for domain in domains {
         rules.extend(domain.policy.rules().map(|r| (domain.name.as_deref(), r.name())));
@@ -686,7 +687,7 @@ impl Observer for LiveObserver {
         self.0.record_decision(decision.took, verdict.store_error.is_some());
         let domain = decision.domain.name.as_deref();
         let policy = &decision.domain.policy;
-        let rules = self.0.rules_of(&decision.domain.live, domain, policy);
+        let rules = self.0.rules_of(decision.domain);
         for limit in &verdict.limits {
             let Some(rule) = policy.rule(limit.index) else { continue };
             let hit = decision.hits.get(limit.hit);

@@ -582,3 +582,28 @@ fn each_line_starts_with_its_name() {
         assert_eq!(start, format!("{}: ", name.as_str()).as_bytes());
     }
 }
+
+#[test]
+fn an_answer_puts_its_lines_in_the_map_replacing_the_responses_own_of_those_names() {
+    let denied = verdict([limit("per-minute", Outcome::Denied, 10, 0, 30_000)]);
+    let mut response = http::Response::new(());
+    response.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("999"));
+    response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    let lines = crate::RateLimitLines::render(&denied, HeaderStyle::Both);
+    let mut expected = HeaderMap::new();
+    rate_limit_headers(&denied, HeaderStyle::Both, &mut expected);
+
+    let answered = crate::Answer::with_lines(response, lines).map(|()| "body").into_response();
+    assert_eq!(*answered.body(), "body");
+    assert_eq!(answered.headers()[http::header::RETRY_AFTER], "30", "the upstream's own replaced");
+    assert_eq!(answered.headers()[http::header::CONTENT_TYPE], "text/plain");
+    for (name, value) in &expected {
+        assert_eq!(answered.headers().get_all(name).iter().collect::<Vec<_>>(), [value], "{name}");
+    }
+    assert_eq!(answered.headers().len(), expected.len() + 1);
+
+    // A response with no lines beside it is given on as it is.
+    let plain: crate::Answer<()> = http::Response::new(()).into();
+    assert!(plain.lines.is_none());
+    assert!(plain.into_response().headers().is_empty());
+}
