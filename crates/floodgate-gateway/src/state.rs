@@ -236,6 +236,7 @@ pub(super) enum Gated {
 
 /// A decision as the gateway answers it: the verdict, or the refusal of a request whose
 /// descriptors a rule cannot use.
+#[allow(clippy::result_large_err)] // the verdict is the larger; a refusal is answered at once
 fn refusal(decided: Result<Verdict, EngineError>) -> Result<Verdict, Response> {
     match decided {
         Ok(verdict) => Ok(verdict),
