@@ -7,6 +7,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use floodgate::Rule;
+use floodgate_app::ServeOptions;
+use floodgate_core::Timestamp;
 use tonic::transport::Channel;
 
 use floodgate_testkit::redis::RedisServer;
@@ -190,7 +192,10 @@ async fn an_envoyproxy_ratelimit_config_is_served_over_grpc() {
     let path = dir.write_atomic("ratelimit.yaml", ENVOY_CONFIG);
     let config = floodgate_config::load(&path).unwrap_or_else(|e| panic!("{e}"));
     assert!(config.domains.contains_key("edge_proxy"));
-    let server = TestServer::start(config).await;
+    // On a stopped clock: the per-second and per-minute windows below never turn over between two
+    // requests of one assertion.
+    let options = ServeOptions::default().manual_clock(Timestamp::from_millis(1_800_000_000_000));
+    let server = TestServer::with_options(config, options).await;
     let mut rls = client(&server).await;
 
     let ip: &[(&str, &str)] = &[("remote_address", "192.0.2.1")];
