@@ -151,18 +151,19 @@ impl DecisionPath {
     /// Decides `hits` for `api` on `domain`'s policy, in one store call, and shows the decision to
     /// every observer.
     pub async fn decide(&self, domain: &Domain, api: Api, hits: &[Hit<'_>]) -> Result<Verdict, EngineError> {
+        // The memory store decides at once: the decision's working state stays on the stack.
+        if let Some(result) = self.decide_now(domain, api, hits) {
+            return result;
+        }
         let (mode, impossible) = mode(api);
         let started = now();
         // The store's kind is told apart here, once, so that the policy runs on the store itself
-        // (no call comes back up through this crate's `AnyStore`).
+        // (no call comes back up through this crate's `AnyStore`). Its future on the heap, so that
+        // this one, which every front door holds for each request in flight, stays small.
         let result = match &self.store {
-            // The memory store decides at once: the decision's working state stays on the stack.
-            AnyStore::Memory(memory) => match domain.policy.evaluate_now(memory, mode, hits, impossible) {
-                Some(result) => result,
-                None => Box::pin(domain.policy.evaluate(memory, mode, hits, impossible)).await,
-            },
-            // A store that must be awaited (Redis): its future on the heap, so that this one, which
-            // every front door holds for each request in flight, stays small.
+            AnyStore::Memory(memory) => {
+                Box::pin(domain.policy.evaluate(memory, mode, hits, impossible)).await
+            }
             AnyStore::Redis(redis) => Box::pin(domain.policy.evaluate(redis, mode, hits, impossible)).await,
         };
         self.observe(api, domain, hits, &result, started);
@@ -170,9 +171,9 @@ impl DecisionPath {
     }
 
     /// [`DecisionPath::decide`] without waiting, where the store answers at once (the memory
-    /// store): `None` when it must be awaited, and nothing was decided. A front door that decides
-    /// in a plain call gets the verdict written in place, where each `async` layer it is returned
-    /// through would copy it whole.
+    /// store, but one persisted with `fsync: always`): `None` when it must be awaited, and
+    /// nothing was decided or prepared. A front door that decides in a plain call gets the verdict
+    /// written in place, where each `async` layer it is returned through would copy it whole.
     pub fn decide_now(
         &self,
         domain: &Domain,
@@ -180,6 +181,9 @@ impl DecisionPath {
         hits: &[Hit<'_>],
     ) -> Option<Result<Verdict, EngineError>> {
         let AnyStore::Memory(memory) = &self.store else { return None };
+        if !memory.answers_at_once() {
+            return None;
+        }
         let (mode, impossible) = mode(api);
         let started = now();
         let result = domain.policy.evaluate_now(memory, mode, hits, impossible)?;

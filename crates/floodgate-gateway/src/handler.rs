@@ -157,13 +157,13 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
     };
     // Both phases' verdicts, merged into this one as the second is decided (one verdict held
     // across the upstream call, not three).
-    let mut verdict = match gateway.gate_now(&table.policies.before, &descriptors) {
-        Gated::Now(Ok(verdict)) => verdict,
-        Gated::Now(Err(refused)) => return refused.into(),
-        Gated::Later(first) => match gateway.gate(&table.policies.before, &descriptors, tier, first).await {
-            Ok(verdict) => verdict,
-            Err(refused) => return refused.into(),
-        },
+    let decided = match gateway.gate_now(&table.policies.before, &descriptors) {
+        Gated::Now(decided) => decided,
+        Gated::Later(first) => gateway.gate(&table.policies.before, &descriptors, tier, first).await,
+    };
+    let mut verdict = match decided {
+        Ok(verdict) => verdict,
+        Err(refused) => return refused.into(),
     };
     if !verdict.allowed {
         return respond::limited(&verdict, style);
@@ -222,15 +222,13 @@ async fn gates(context: &Context, route: &RouteState, template: &str, request: R
         }
         None => {
             let tier = tier_of(route, table, &parts.headers, &descriptors).unwrap_or(tier);
-            let after = match gateway.gate_now(&table.policies.after, &descriptors) {
-                Gated::Now(Ok(verdict)) => verdict,
-                Gated::Now(Err(refused)) => return refused.into(),
-                Gated::Later(first) => {
-                    match gateway.gate(&table.policies.after, &descriptors, tier, first).await {
-                        Ok(verdict) => verdict,
-                        Err(refused) => return refused.into(),
-                    }
-                }
+            let decided = match gateway.gate_now(&table.policies.after, &descriptors) {
+                Gated::Now(decided) => decided,
+                Gated::Later(first) => gateway.gate(&table.policies.after, &descriptors, tier, first).await,
+            };
+            let after = match decided {
+                Ok(verdict) => verdict,
+                Err(refused) => return refused.into(),
             };
             if after.allowed {
                 held.permits.extend(permits(gateway, &table.policies.after, &descriptors, &after));

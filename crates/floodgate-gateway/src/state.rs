@@ -159,12 +159,12 @@ impl GatewayState {
         }
     }
 
-    /// Decides `descriptors` on `domain`, waiting for capacity when a delay rule denied (up to its
-    /// `max_wait`, among at most `max_waiting` waiting requests), in turn with the requests
-    /// waiting for the same delay key, by priority `tier` ([`floodgate::delay`]); `first`, the
-    /// verdict [`GatewayState::gate_now`] already decided, if any. The verdict: allowed, or
-    /// denied; or the answer to a request whose descriptors a rule cannot use (a quota's time zone
-    /// header that names no zone).
+    /// What [`GatewayState::gate_now`] left for later ([`Gated::Later`]): decides `descriptors` on
+    /// `domain`, waiting for capacity when a delay rule denied (up to its `max_wait`, among at
+    /// most `max_waiting` waiting requests), in turn with the requests waiting for the same delay
+    /// key, by priority `tier` ([`floodgate::delay`]); `first`, the verdict `gate_now` already
+    /// decided, if any. The verdict: allowed, or denied; or the answer to a request whose
+    /// descriptors a rule cannot use (a quota's time zone header that names no zone).
     pub(super) async fn gate(
         &self,
         domain: &Domain,
@@ -172,9 +172,6 @@ impl GatewayState {
         tier: u8,
         first: Option<Verdict>,
     ) -> Result<Verdict, Response> {
-        if domain.policy.rules().next().is_none() {
-            return Ok(Verdict { allowed: true, ..Verdict::default() });
-        }
         let decide = || async {
             refusal(self.app.decisions().decide(domain, Api::Gateway, &[Hit::new(descriptors, 1)]).await)
         };

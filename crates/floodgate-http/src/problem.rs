@@ -17,8 +17,7 @@ use http::{HeaderValue, StatusCode};
 use serde::Serialize;
 
 use crate::headers::{
-    Answer, HeaderStyle, MAX_RATE_LIMIT_HEADERS, RateLimitLines, is_enforced, rate_limit_headers,
-    reset_unix_secs,
+    Answer, HeaderStyle, MAX_RATE_LIMIT_HEADERS, RateLimitLines, is_enforced, reset_unix_secs,
 };
 use crate::wire::push_json_string;
 
@@ -256,9 +255,7 @@ impl Problem {
 /// The 429 of a denied `verdict`, as every front door answers it: the denying limit's problem
 /// ([`Problem::from_verdict`]), `Retry-After` and the rate-limit headers in `style`.
 pub fn limited_response(verdict: &Verdict, style: HeaderStyle) -> http::Response<Bytes> {
-    let mut response = limited_problem(verdict);
-    rate_limit_headers(verdict, style, response.headers_mut());
-    response
+    limited_answer(verdict, style).into_response()
 }
 
 /// [`limited_response`] with its `Retry-After` and rate-limit headers rendered as

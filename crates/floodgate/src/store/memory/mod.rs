@@ -405,6 +405,14 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+impl<C: Clock> MemoryStore<C> {
+    /// Whether a change is answered at once ([`Store::try_apply_now`] answers): always, but on a
+    /// store persisted with [`Fsync::Always`], whose answers wait for the disk.
+    pub fn answers_at_once(&self) -> bool {
+        !self.inner.wal.as_ref().is_some_and(|wal| wal.waits())
+    }
+}
+
 impl<C: Clock> Store for MemoryStore<C> {
     async fn apply(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Result<(), StoreError> {
         let seq = self.apply_logged(ops, mode, out)?;
@@ -413,10 +421,7 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     /// `None` on a store persisted with [`Fsync::Always`]: its answers wait for the disk.
     fn try_apply_now(&self, ops: &[Op<'_>], mode: Mode, out: &mut Applied) -> Option<Result<(), StoreError>> {
-        if self.inner.wal.as_ref().is_some_and(|wal| wal.waits()) {
-            return None;
-        }
-        Some(self.apply_now(ops, mode, out))
+        self.answers_at_once().then(|| self.apply_now(ops, mode, out))
     }
 
     async fn refund(&self, key: &[u8], limit: &Limit, grant: Grant) -> Result<(), StoreError> {

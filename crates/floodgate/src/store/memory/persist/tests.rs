@@ -334,6 +334,25 @@ async fn a_failed_write_fails_the_call_and_every_later_one() {
 }
 
 #[tokio::test]
+async fn a_store_that_syncs_every_change_does_not_answer_at_once_and_takes_nothing_when_asked_to() {
+    let clock = ManualClock::new(START);
+    let limit: Limit = FixedWindow::try_new(nz(100), Duration::from_secs(3600)).unwrap().into();
+    let always = TempDir::new();
+    let (store, _) = open(&always, &clock);
+    assert!(!store.answers_at_once());
+    let mut out = Applied::default();
+    assert_eq!(store.try_apply_now(&[op(b"k", &limit, 3)], Mode::Check, &mut out), None);
+    let d = apply(&store, &[op(b"k", &limit, 1)], Mode::Peek).await.results[0].decision;
+    assert_eq!(d.remaining, 99, "nothing taken by the call it did not answer");
+
+    let every = TempDir::new();
+    let (store, _) =
+        MemoryStore::open(config(&every, Fsync::Every(Duration::from_millis(20))), clock.clone()).unwrap();
+    assert!(store.answers_at_once());
+    assert!(MemoryStore::with_config(MemoryConfig::default(), clock.clone()).answers_at_once());
+}
+
+#[tokio::test]
 async fn with_an_interval_calls_are_answered_at_once_and_synced_within_it() {
     let dir = TempDir::new();
     let clock = ManualClock::new(START);
