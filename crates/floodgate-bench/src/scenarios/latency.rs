@@ -11,6 +11,13 @@
 //! through it: a burst waits for a connection (and that wait counts) rather than making the system
 //! under test accept new ones, which would measure connection setup instead of the system.
 //!
+//! The systems take turns: each rate is measured in `--rounds` slots per system, the systems in a
+//! rotating order (A B C, then B C A, …), and each system's slots are pooled into one histogram. A
+//! shared host's noise comes and goes over seconds (on one 2-core machine the upstream alone's p99
+//! at one rate moved 1.2–3.3 ms between consecutive runs), so one slot per system would charge a
+//! stretch of noise to whichever system ran during it; spread across rounds it falls on all of
+//! them. Each row also gives its slots' p99s, lowest to highest, so that the spread is seen.
+//!
 //! - `gateway`: the upstream alone, Floodgate's gateway and nginx `limit_req` + `proxy_pass` in
 //!   front of it (limits that never deny): p50/p99/p99.9 of each, and what each adds over the
 //!   upstream at the same rate.
@@ -62,9 +69,13 @@ pub struct LatencyArgs {
     /// measurement holds.
     #[arg(long, short = 'c', default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub connections: u64,
-    /// How long each measurement lasts (each after 1 s of warm-up at its rate).
+    /// How long each system is measured at each rate, in all (split evenly across the rounds;
+    /// each slot after a warm-up at its rate: 1 s before the first, 200 ms before the others).
     #[arg(long, short, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
+    /// The slots each system's measurement at a rate is split into, the systems taking turns.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     /// The `floodgate` binary (default: beside `floodgate-bench`).
     #[arg(long, value_name = "PATH")]
     pub floodgate: Option<PathBuf>,
@@ -108,6 +119,8 @@ struct Point {
     errors_by_kind: std::collections::BTreeMap<String, u64>,
     #[serde(flatten)]
     latency: Percentiles,
+    /// The p99 of each slot, lowest first.
+    rounds_p99_us: Vec<f64>,
     /// What it adds over the baseline at the same rate (the upstream alone; `gateway` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     added_p50_us: Option<f64>,
@@ -142,8 +155,12 @@ struct Systems {
 const STARTUP: Duration = Duration::from_secs(10);
 /// Per-request timeout.
 const TIMEOUT: Duration = Duration::from_secs(5);
-/// Warm-up at each rate before it is measured.
+/// Warm-up at each rate before a system's first slot at it is measured.
 const WARMUP: Duration = Duration::from_secs(1);
+/// Warm-up before each later slot (the system was idle for the others' slots).
+const REWARM: Duration = Duration::from_millis(200);
+/// The shortest slot a system is measured in.
+const MIN_SLOT: Duration = Duration::from_millis(200);
 /// Distinct keys of the load.
 const KEYS: u64 = 10_000;
 /// Requests in flight beyond this are not sent (and count as `dropped`).
@@ -156,6 +173,13 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
     }
     if args.duration.is_zero() || args.duration > crate::args::MAX_DURATION {
         return Err(Usage("--duration must be between 1ms and 1h".into()).into());
+    }
+    if args.duration / args.rounds < MIN_SLOT {
+        return Err(Usage(format!(
+            "--duration {:?} split into --rounds {} leaves slots under {MIN_SLOT:?}: measure longer or in fewer rounds",
+            args.duration, args.rounds
+        ))
+        .into());
     }
     let floodgate = floodgate_binary(args.floodgate.as_deref())?;
     let scratch = ScratchDir::new("latency")?;
@@ -185,24 +209,50 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
         anyhow::ensure!(max > 0.0, "{}: no answer in the closed loop", systems.peer.0);
         peak.push((comparison, systems.peer.0.clone(), max));
 
+        let slot = args.duration / args.rounds;
         for &fraction in &args.fractions {
             let rate = (max * fraction).max(1.0);
-            let mut measured: Vec<Point> = Vec::new();
-            let order = systems.baseline.iter().chain([&systems.floodgate, &systems.peer]);
-            for (name, target) in order {
-                // Connections opened before the load, kept through warm-up and measurement.
+            // Each system's connections, opened before the load and kept through every slot.
+            let mut turns = Vec::new();
+            for (name, target) in systems.baseline.iter().chain([&systems.floodgate, &systems.peer]) {
                 let target = target
                     .on_connections(usize::try_from(args.connections).unwrap_or(usize::MAX))
                     .await
                     .with_context(|| format!("{name}: opening {} connections", args.connections))?;
-                let load = load(&target);
-                let _ = open_loop(&load, rate, MAX_IN_FLIGHT, WARMUP, u64::MAX, &hidden).await;
-                let progress = Progress::new(&format!("{name} at {:.0}%", fraction * 100.0), 0, quiet);
-                let (tally, wall) =
-                    open_loop(&load, rate, MAX_IN_FLIGHT, args.duration, u64::MAX, &progress).await;
-                progress.finish();
-                measured.push(point(comparison, name, fraction, rate, &tally, wall));
+                turns.push(Turn {
+                    name,
+                    load: load(&target),
+                    tally: Tally::default(),
+                    wall: Duration::ZERO,
+                    p99s: Vec::new(),
+                });
             }
+            for round in 0..args.rounds as usize {
+                let count = turns.len();
+                for i in 0..count {
+                    let turn = &mut turns[(i + round) % count];
+                    let warmup = if round == 0 { WARMUP } else { REWARM };
+                    let _ = open_loop(&turn.load, rate, MAX_IN_FLIGHT, warmup, u64::MAX, &hidden).await;
+                    let label =
+                        format!("{} at {:.0}% ({}/{})", turn.name, fraction * 100.0, round + 1, args.rounds);
+                    let progress = Progress::new(&label, 0, quiet);
+                    let (tally, wall) =
+                        open_loop(&turn.load, rate, MAX_IN_FLIGHT, slot, u64::MAX, &progress).await;
+                    progress.finish();
+                    turn.p99s.push(percentiles(&tally.latency).p99_us);
+                    turn.tally.merge(&tally);
+                    turn.wall += wall;
+                }
+            }
+            let mut measured: Vec<Point> = turns
+                .into_iter()
+                .map(|mut turn| {
+                    turn.p99s.sort_by(f64::total_cmp);
+                    let mut p = point(comparison, turn.name, fraction, rate, &turn.tally, turn.wall);
+                    p.rounds_p99_us = turn.p99s;
+                    p
+                })
+                .collect();
             if systems.baseline.is_some() {
                 let base = measured[0].latency;
                 for p in &mut measured[1..] {
@@ -215,6 +265,17 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
         }
     }
     Ok(report(args, peak, points))
+}
+
+/// One system's slots at one rate, pooled.
+struct Turn<'a> {
+    name: &'a str,
+    load: Load,
+    tally: Tally,
+    /// The slots' time, in all.
+    wall: Duration,
+    /// Each slot's p99, in microseconds.
+    p99s: Vec<f64>,
 }
 
 fn point(
@@ -236,6 +297,7 @@ fn point(
         errors: tally.error_count(),
         errors_by_kind: tally.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
         latency: percentiles(&tally.latency),
+        rounds_p99_us: Vec::new(),
         added_p50_us: None,
         added_p99_us: None,
         added_p999_us: None,
@@ -304,6 +366,11 @@ async fn check_systems(floodgate: &Path, limitador: &Path, dir: &Path) -> anyhow
 
 fn report(args: &LatencyArgs, peak: Vec<(Comparison, String, f64)>, points: Vec<Point>) -> Report {
     let us = crate::report::human_us;
+    // The lowest and highest of the slots' p99s.
+    let slots = |p99s: &[f64]| match (p99s.first(), p99s.last()) {
+        (Some(low), Some(high)) if p99s.len() > 1 => format!("{}–{}", us(*low), us(*high)),
+        _ => "-".to_owned(),
+    };
     let mut grids = Vec::new();
     for (comparison, peer, max) in &peak {
         let mut grid = Grid {
@@ -321,6 +388,7 @@ fn report(args: &LatencyArgs, peak: Vec<(Comparison, String, f64)>, points: Vec<
                 "added p50",
                 "added p99",
                 "added p99.9",
+                "p99 of slots",
                 "errors",
             ]
             .map(String::from)
@@ -340,6 +408,7 @@ fn report(args: &LatencyArgs, peak: Vec<(Comparison, String, f64)>, points: Vec<
                     added(p.added_p50_us),
                     added(p.added_p99_us),
                     added(p.added_p999_us),
+                    slots(&p.rounds_p99_us),
                     p.errors.to_string(),
                 ],
             ));
