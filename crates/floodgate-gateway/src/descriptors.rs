@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use floodgate::{Descriptors, Policy};
-use floodgate_tower::{ClientIp, ip_text, route_descriptor};
+use floodgate_tower::{ClientIp, push_ip};
 use http::HeaderName;
 use http::request::Parts;
 
@@ -40,14 +40,21 @@ pub(super) fn before_identity(
     // Room for these three, the headers, and the identity's four (`user`, `tenant`, `plan`,
     // `authenticated`) without growing.
     let mut descriptors = Descriptors::with_capacity(3 + headers.len() + 4);
-    descriptors.insert("ip", ip_text(client_ip.resolve_from(peer.ip(), &parts.headers)));
-    descriptors.insert("route", route_descriptor(&parts.method, template));
-    descriptors.insert("method", parts.method.as_str().to_owned());
+    // Each value written in place, into the one string the descriptors keep their values in.
+    let ip = client_ip.resolve_from(peer.ip(), &parts.headers);
+    descriptors.insert_with("ip", |v| push_ip(v, ip));
+    let method = parts.method.as_str();
+    descriptors.insert_with("route", |v| {
+        v.push_str(method);
+        v.push(' ');
+        v.push_str(template);
+    });
+    descriptors.insert("method", method);
     for (header, descriptor) in headers {
         if let Some(value) = parts.headers.get(header) {
             // Bytes that are not UTF-8 are replaced rather than dropping the descriptor: a client
             // cannot escape a per-header limit with an unreadable value.
-            descriptors.insert(descriptor.clone(), String::from_utf8_lossy(value.as_bytes()).into_owned());
+            descriptors.insert(descriptor.clone(), String::from_utf8_lossy(value.as_bytes()));
         }
     }
     descriptors

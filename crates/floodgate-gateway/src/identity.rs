@@ -178,7 +178,7 @@ pub(super) fn describe_identity(
                     _ => None,
                 };
                 if let Some(value) = value {
-                    out.insert(descriptor, value.clone());
+                    out.insert(descriptor, &value);
                     set.push((descriptor, value));
                 }
             }
@@ -187,7 +187,7 @@ pub(super) fn describe_identity(
             out.insert("authenticated", "false");
             for (descriptor, header) in headers.iter() {
                 if let Some(value) = request.get(header) {
-                    out.insert(descriptor, String::from_utf8_lossy(value.as_bytes()).into_owned());
+                    out.insert(descriptor, String::from_utf8_lossy(value.as_bytes()));
                 }
             }
         }

@@ -384,7 +384,8 @@ pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
 }
 
 /// The request headers as the upstream sees them. `X-Forwarded-For` and `Forwarded` are written
-/// into one buffer that both values share (one allocation for the two).
+/// into one buffer that both values share (one allocation for the two), the peer's address
+/// written into it twice rather than formatted once on its own.
 pub(super) fn forward_headers(
     headers: &mut HeaderMap,
     peer: SocketAddr,
@@ -394,7 +395,6 @@ pub(super) fn forward_headers(
     let original_host = headers.remove(HOST);
     strip_hop_by_hop(headers, upgrade);
     let ip = peer.ip().to_canonical();
-    let text = floodgate_tower::ip_text(ip);
     let mut buf = bytes::BytesMut::with_capacity(96);
     // Each forwarding header is looked up once (an entry), not once to read and again to write.
     let xff = headers.entry(X_FORWARDED_FOR);
@@ -404,16 +404,16 @@ pub(super) fn forward_headers(
         buf.extend_from_slice(existing.as_bytes());
         buf.extend_from_slice(b", ");
     }
-    buf.extend_from_slice(text.as_bytes());
+    floodgate_tower::push_ip(&mut buf, ip);
     let xff_end = buf.len();
     // RFC 7239: an IPv6 node is quoted and bracketed.
     let (open, close): (&[u8], &[u8]) = match ip {
         std::net::IpAddr::V4(_) => (b"for=", b";proto=http"),
         std::net::IpAddr::V6(_) => (b"for=\"[", b"]\";proto=http"),
     };
-    for part in [open, text.as_bytes(), close] {
-        buf.extend_from_slice(part);
-    }
+    buf.extend_from_slice(open);
+    floodgate_tower::push_ip(&mut buf, ip);
+    buf.extend_from_slice(close);
     let mut values = buf.freeze();
     let forwarded = values.split_off(xff_end);
     if let Ok(value) = HeaderValue::from_maybe_shared(values) {

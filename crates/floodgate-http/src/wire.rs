@@ -306,19 +306,47 @@ impl<'de> Deserialize<'de> for DescriptorMap {
                 let mut descriptors =
                     Descriptors::with_capacity(map.size_hint().unwrap_or(4).min(MAX_DESCRIPTORS));
                 while let Some(Name(name)) = map.next_key::<Name>()? {
-                    let value: String = map.next_value()?;
-                    if descriptors.get(&name).is_some() {
-                        return Err(de::Error::custom(format!("descriptor {name:?} appears twice")));
-                    }
-                    if descriptors.len() == MAX_DESCRIPTORS {
-                        return Err(de::Error::custom(format!("at most {MAX_DESCRIPTORS} descriptors")));
-                    }
-                    descriptors.insert(name, value);
+                    map.next_value_seed(ValueInto { descriptors: &mut descriptors, name })?;
                 }
                 Ok(DescriptorMap(descriptors))
             }
         }
         deserializer.deserialize_map(V)
+    }
+}
+
+/// A descriptor's value, read straight into the descriptors (no string of its own): a string,
+/// under a name not given before, within [`MAX_DESCRIPTORS`].
+struct ValueInto<'a> {
+    descriptors: &'a mut Descriptors,
+    name: Cow<'static, str>,
+}
+
+impl<'de> de::DeserializeSeed<'de> for ValueInto<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for ValueInto<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<(), E> {
+        let ValueInto { descriptors, name } = self;
+        if descriptors.get(&name).is_some() {
+            return Err(E::custom(format!("descriptor {name:?} appears twice")));
+        }
+        if descriptors.len() == MAX_DESCRIPTORS {
+            return Err(E::custom(format!("at most {MAX_DESCRIPTORS} descriptors")));
+        }
+        descriptors.insert(name, value);
+        Ok(())
     }
 }
 

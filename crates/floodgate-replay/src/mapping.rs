@@ -181,16 +181,16 @@ impl Mapping {
             out.insert("route", route);
         }
         if self.used.contains("method") {
-            out.insert("method", method.to_owned());
+            out.insert("method", method);
         }
         for m in &self.maps {
             if let Some(value) = record.field(&m.field) {
-                out.insert(m.descriptor.clone(), value.to_owned());
+                out.insert(m.descriptor.clone(), value);
             }
         }
         for (name, value) in &record.fields {
             if self.used.contains(*name) && out.get(name).is_none() {
-                out.insert(Cow::Owned((*name).to_owned()), value.to_string());
+                out.insert(Cow::Owned((*name).to_owned()), value);
             }
         }
     }

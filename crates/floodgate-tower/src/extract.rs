@@ -134,8 +134,24 @@ impl Extractor {
     /// Adds this extractor's descriptor for `parts` to `out` (replacing an earlier one of the same
     /// name); adds nothing when there is no value.
     pub fn extract(&self, parts: &Parts, out: &mut Descriptors) {
-        if let Some(value) = self.value(parts) {
-            out.insert(self.descriptor.clone(), value);
+        // The values the request holds are written in place, not allocated first.
+        match &self.kind {
+            Kind::ClientIp(c) => {
+                if let Some(ip) = c.resolve(parts) {
+                    out.insert_with(self.descriptor.clone(), |v| push_ip(v, ip));
+                }
+            }
+            Kind::Header(h) => {
+                if let Some(v) = parts.headers.get(h) {
+                    out.insert(self.descriptor.clone(), String::from_utf8_lossy(v.as_bytes()));
+                }
+            }
+            Kind::Method => out.insert(self.descriptor.clone(), parts.method.as_str()),
+            Kind::Route | Kind::Custom(_) => {
+                if let Some(value) = self.value(parts) {
+                    out.insert(self.descriptor.clone(), value);
+                }
+            }
         }
     }
 }
@@ -173,28 +189,39 @@ pub fn route_descriptor(method: &Method, template: &str) -> String {
     route
 }
 
-/// The `ip` descriptor's text: what [`IpAddr`]'s `Display` writes, an IPv4 address written octet by
-/// octet (`Display`'s formatting machinery costs more than the rest of a request's descriptors).
+/// The `ip` descriptor's text: what [`IpAddr`]'s `Display` writes (see [`push_ip`]).
 pub fn ip_text(ip: IpAddr) -> String {
+    let mut text = String::with_capacity(15);
+    push_ip(&mut text, ip);
+    text
+}
+
+/// Writes what [`IpAddr`]'s `Display` writes into `out`, an IPv4 address octet by octet
+/// (`Display`'s formatting machinery costs more than the rest of a request's descriptors).
+pub fn push_ip(out: &mut impl std::fmt::Write, ip: IpAddr) {
     match ip {
         IpAddr::V4(v4) => {
-            let mut text = String::with_capacity(15);
             for (i, octet) in v4.octets().into_iter().enumerate() {
+                // Writing to a string or a buffer cannot fail.
+                let mut put = |b: u8| {
+                    let _ = out.write_char(char::from(b));
+                };
                 if i > 0 {
-                    text.push('.');
+                    put(b'.');
                 }
                 // Digit by digit: a copy call per octet costs more than the digits.
                 if octet >= 100 {
-                    text.push(char::from(b'0' + octet / 100));
+                    put(b'0' + octet / 100);
                 }
                 if octet >= 10 {
-                    text.push(char::from(b'0' + octet / 10 % 10));
+                    put(b'0' + octet / 10 % 10);
                 }
-                text.push(char::from(b'0' + octet % 10));
+                put(b'0' + octet % 10);
             }
-            text
         }
-        IpAddr::V6(_) => ip.to_string(),
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 

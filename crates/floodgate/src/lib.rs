@@ -79,7 +79,7 @@ mod verdict;
 
 pub use calendar::{CalendarBy, FromDescriptor};
 pub use cost::Costs;
-pub use descriptors::Descriptors;
+pub use descriptors::{Descriptors, ValueWriter};
 pub use engine::{Engine, EngineError};
 pub use floodgate_core as core;
 pub use ip::{IpPrefix, NotAnAddress};
