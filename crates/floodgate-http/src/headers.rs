@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use floodgate::{LimitOutcome, Verdict};
 use floodgate_core::{Timestamp, ceil_secs_at_least_one};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -365,7 +365,9 @@ const OPENAI_TOKENS_LINES: usize = 9;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RateLimitLines {
-    lines: Bytes,
+    /// Kept as written (not frozen: a frozen buffer whose length is not its capacity takes a
+    /// second allocation to be shared, which only [`RateLimitLines::apply`] needs).
+    lines: BytesMut,
     /// The headers written, a bit each by their index in [`LINE_NAMES`] (the lines are in that
     /// order).
     names: u16,
@@ -426,7 +428,7 @@ impl RateLimitLines {
                 }
             }
         }
-        RateLimitLines { lines: buf.freeze(), names }
+        RateLimitLines { lines: buf, names }
     }
 
     /// The header lines, `name: value\r\n` each (nothing when the verdict advertises nothing).
@@ -453,17 +455,19 @@ impl RateLimitLines {
     /// Puts the headers in `out`, replacing any already there of the same names.
     pub fn apply(self, out: &mut HeaderMap) {
         out.reserve(self.names.count_ones() as usize);
+        let names = self.names();
+        // The values share the lines' buffer.
+        let lines = self.lines.freeze();
         let mut at = 0;
-        for i in self.names() {
+        for i in names {
             let start = at + LINE_STARTS[i].len();
-            let Some(end) = self.lines[start..].windows(2).position(|w| w == b"\r\n").map(|n| start + n)
-            else {
+            let Some(end) = lines[start..].windows(2).position(|w| w == b"\r\n").map(|n| start + n) else {
                 return;
             };
             at = end + 2;
             // Built from printable ASCII only; a value that is not is skipped rather than
             // panicked on.
-            if let Ok(value) = HeaderValue::from_maybe_shared(self.lines.slice(start..end)) {
+            if let Ok(value) = HeaderValue::from_maybe_shared(lines.slice(start..end)) {
                 out.insert(LINE_NAMES[i].clone(), value);
             }
         }
