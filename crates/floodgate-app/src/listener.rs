@@ -122,14 +122,24 @@ pub async fn serve<L, M, S, F, R>(
         let watcher = graceful.watcher();
         let tls = tls.clone();
         let serving = Serving { builder, watcher, limits, stop: stop.clone(), peer, what };
+        // A connection's future is copied whole each time it is moved (into its task, out at
+        // its end): the TLS connection's, kilobytes larger (the handshake, the TLS state), is
+        // boxed, so that a plain connection's is not as large.
         let connection = move |tcp: TcpStream| async move {
             let _slot = slot;
             match tls {
                 None => serve_connection(tcp, service, serving).await,
-                Some(tls) => match tls.accept(tcp).await {
-                    Ok(io) => serve_connection(io, service, serving).await,
-                    Err(e) => tracing::debug!(error = %e, %peer, listener = what, "TLS handshake failed"),
-                },
+                Some(tls) => {
+                    Box::pin(async move {
+                        match tls.accept(tcp).await {
+                            Ok(io) => serve_connection(io, service, serving).await,
+                            Err(e) => {
+                                tracing::debug!(error = %e, %peer, listener = what, "TLS handshake failed")
+                            }
+                        }
+                    })
+                    .await;
+                }
             }
         };
         match Workers::get() {
@@ -198,7 +208,12 @@ where
                 Ok::<_, std::convert::Infallible>(response.await.into().into_response())
             }
         });
-        watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned()).await
+        // Boxed: hyper's connection is kilobytes, and most connections never come to it (see
+        // the TLS connection's, above).
+        Box::pin(
+            watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned()),
+        )
+        .await
     };
     let (served, idle) = (std::pin::pin!(served), std::pin::pin!(activity.idle(limits.idle_timeout)));
     match UntilIdle::new(served, idle).await {
