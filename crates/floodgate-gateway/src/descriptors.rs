@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 
 use floodgate::{Descriptors, Policy};
-use floodgate_tower::{ClientIp, push_ip};
+use floodgate_tower::{ClientIp, push_ip, push_route};
 use http::HeaderName;
 use http::request::Parts;
 
@@ -43,13 +43,8 @@ pub(super) fn before_identity(
     // Each value written in place, into the one string the descriptors keep their values in.
     let ip = client_ip.resolve_from(peer.ip(), &parts.headers);
     descriptors.insert_with("ip", |v| push_ip(v, ip));
-    let method = parts.method.as_str();
-    descriptors.insert_with("route", |v| {
-        v.push_str(method);
-        v.push(' ');
-        v.push_str(template);
-    });
-    descriptors.insert("method", method);
+    descriptors.insert_with("route", |v| push_route(v, &parts.method, template));
+    descriptors.insert("method", parts.method.as_str());
     for (header, descriptor) in headers {
         if let Some(value) = parts.headers.get(header) {
             // Bytes that are not UTF-8 are replaced rather than dropping the descriptor: a client

@@ -134,24 +134,8 @@ impl Extractor {
     /// Adds this extractor's descriptor for `parts` to `out` (replacing an earlier one of the same
     /// name); adds nothing when there is no value.
     pub fn extract(&self, parts: &Parts, out: &mut Descriptors) {
-        // The values the request holds are written in place, not allocated first.
-        match &self.kind {
-            Kind::ClientIp(c) => {
-                if let Some(ip) = c.resolve(parts) {
-                    out.insert_with(self.descriptor.clone(), |v| push_ip(v, ip));
-                }
-            }
-            Kind::Header(h) => {
-                if let Some(v) = parts.headers.get(h) {
-                    out.insert(self.descriptor.clone(), String::from_utf8_lossy(v.as_bytes()));
-                }
-            }
-            Kind::Method => out.insert(self.descriptor.clone(), parts.method.as_str()),
-            Kind::Route | Kind::Custom(_) => {
-                if let Some(value) = self.value(parts) {
-                    out.insert(self.descriptor.clone(), value);
-                }
-            }
+        if let Some(value) = self.value(parts) {
+            out.insert(self.descriptor.clone(), value);
         }
     }
 }
@@ -181,12 +165,17 @@ pub fn route_template(parts: &Parts) -> Option<String> {
 /// The `route` descriptor of a request with `method` matched by `template`: `"<METHOD> <template>"`
 /// (e.g. `POST /order/{id}`), joined without the formatting machinery (it is on every request).
 pub fn route_descriptor(method: &Method, template: &str) -> String {
-    let method = method.as_str();
-    let mut route = String::with_capacity(method.len() + 1 + template.len());
-    route.push_str(method);
-    route.push(' ');
-    route.push_str(template);
+    let mut route = String::with_capacity(method.as_str().len() + 1 + template.len());
+    push_route(&mut route, method, template);
     route
+}
+
+/// Writes [`route_descriptor`]'s text into `out`.
+pub fn push_route(out: &mut impl std::fmt::Write, method: &Method, template: &str) {
+    // Writing to a string or a buffer cannot fail.
+    let _ = out.write_str(method.as_str());
+    let _ = out.write_char(' ');
+    let _ = out.write_str(template);
 }
 
 /// The `ip` descriptor's text: what [`IpAddr`]'s `Display` writes (see [`push_ip`]).

@@ -67,7 +67,9 @@ mod service;
 
 pub use body::RateLimitBody;
 pub use error::InvalidProxy;
-pub use extract::{ClientIp, Extractor, ProxyHeader, ip_text, push_ip, route_descriptor, route_template};
+pub use extract::{
+    ClientIp, Extractor, ProxyHeader, ip_text, push_ip, push_route, route_descriptor, route_template,
+};
 pub use floodgate_http::HeaderStyle;
 pub use future::ResponseFuture;
 pub use info::RateLimitInfo;
