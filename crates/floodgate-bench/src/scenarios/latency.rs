@@ -244,15 +244,8 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
                     turn.wall += wall;
                 }
             }
-            let mut measured: Vec<Point> = turns
-                .into_iter()
-                .map(|mut turn| {
-                    turn.p99s.sort_by(f64::total_cmp);
-                    let mut p = point(comparison, turn.name, fraction, rate, &turn.tally, turn.wall);
-                    p.rounds_p99_us = turn.p99s;
-                    p
-                })
-                .collect();
+            let mut measured: Vec<Point> =
+                turns.into_iter().map(|turn| point(comparison, fraction, rate, turn)).collect();
             if systems.baseline.is_some() {
                 let base = measured[0].latency;
                 for p in &mut measured[1..] {
@@ -278,14 +271,10 @@ struct Turn<'a> {
     p99s: Vec<f64>,
 }
 
-fn point(
-    comparison: Comparison,
-    name: &str,
-    fraction: f64,
-    rate: f64,
-    tally: &Tally,
-    wall: Duration,
-) -> Point {
+/// What `turn`'s pooled slots came to, at `rate` (`fraction` of the peer's maximum).
+fn point(comparison: Comparison, fraction: f64, rate: f64, turn: Turn<'_>) -> Point {
+    let Turn { name, tally, wall, mut p99s, .. } = turn;
+    p99s.sort_by(f64::total_cmp);
     Point {
         comparison,
         system: name.to_owned(),
@@ -297,7 +286,7 @@ fn point(
         errors: tally.error_count(),
         errors_by_kind: tally.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
         latency: percentiles(&tally.latency),
-        rounds_p99_us: Vec::new(),
+        rounds_p99_us: p99s,
         added_p50_us: None,
         added_p99_us: None,
         added_p999_us: None,
