@@ -2,11 +2,12 @@
 //! serve`, nginx, peers under a watchdog, free ports, what a process holds), a `floodgate` server
 //! in this process ([`server`], the one file that starts the app with the API's doors), Redis
 //! nodes and clusters (`redis`, the testkit's launcher), the fault proxy between servers and
-//! Redis (`proxy`), the upstream behind a gateway (`upstream`), the HTTP client and its fixed
+//! Redis (`proxy`), the upstream behind a gateway (`upstream`), the CPU a server spends (`cpu`), the HTTP client and its fixed
 //! connections (`client`), a server's `/metrics` (`metrics`), the targets decisions are asked of
 //! ([`target`]) and the keys they carry ([`keys`]).
 
 pub(crate) mod client;
+pub(crate) mod cpu;
 pub mod keys;
 pub(crate) mod metrics;
 pub(crate) mod process;

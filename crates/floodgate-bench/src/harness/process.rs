@@ -129,6 +129,11 @@ impl Process {
         Ok(Process { child: command.spawn()?, stop })
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `SIGKILL`, and the process reaped.
     pub(crate) fn kill(&mut self) -> std::io::Result<()> {
         self.child.kill()?;

@@ -111,6 +111,8 @@ impl Drop for Held {
 pub(crate) struct Upstream {
     addr: SocketAddr,
     counts: Arc<Counts>,
+    /// The id of the thread it runs on, when `/proc` says.
+    thread: Option<u32>,
     /// Dropping it ends the accept loop, and the thread's runtime with every connection.
     _stop: oneshot::Sender<()>,
 }
@@ -136,7 +138,9 @@ impl Upstream {
         let counted = Arc::clone(&counts);
         let (stop, stopped) = oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (said, heard) = std::sync::mpsc::channel();
         std::thread::Builder::new().name("upstream".into()).spawn(move || {
+            let _ = said.send(crate::harness::cpu::current_thread());
             runtime.block_on(async move {
                 let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
                 let accept = async {
@@ -164,7 +168,13 @@ impl Upstream {
                 }
             });
         })?;
-        Ok(Upstream { addr, counts, _stop: stop })
+        let thread = heard.recv().ok().flatten();
+        Ok(Upstream { addr, counts, thread, _stop: stop })
+    }
+
+    /// The id of the thread it runs on (every connection of it is served there).
+    pub(crate) fn thread(&self) -> Option<u32> {
+        self.thread
     }
 
     /// Where it listens.

@@ -18,6 +18,13 @@
 //! stretch of noise to whichever system ran during it; spread across rounds it falls on all of
 //! them. Each row also gives its slots' p99s, lowest to highest, so that the spread is seen.
 //!
+//! Each row also says what the system's own threads spent per answered request over its slots,
+//! from the kernel's scheduler statistics ([`crate::harness::cpu`]): the time they ran on a CPU
+//! (`cpu/req`: the system's cost at that rate, whatever the host did meanwhile) and the time they
+//! waited runnable for one (`waited/req`: how much of its latency the host's other work imposed).
+//! The upstream alone is its thread in this process; Floodgate is its process; nginx is its
+//! master and workers; limitador-server is its process.
+//!
 //! - `gateway`: the upstream alone, Floodgate's gateway and nginx `limit_req` + `proxy_pass` in
 //!   front of it (limits that never deny): p50/p99/p99.9 of each, and what each adds over the
 //!   upstream at the same rate.
@@ -35,6 +42,7 @@ use serde::Serialize;
 
 use crate::Usage;
 use crate::args::{Output, parse_duration};
+use crate::harness::cpu::{Cpu, Tasks};
 use crate::harness::keys::KeyDistribution;
 use crate::harness::process::{self, Process, ScratchDir, Stop, floodgate_binary, free_port, wait_for_port};
 use crate::harness::target::{Shape, Target};
@@ -121,6 +129,11 @@ struct Point {
     latency: Percentiles,
     /// The p99 of each slot, lowest first.
     rounds_p99_us: Vec<f64>,
+    /// What the system's threads ran on a CPU per answered request, in microseconds (`None` when
+    /// its scheduler statistics could not be read).
+    cpu_us_per_request: Option<f64>,
+    /// What they waited, runnable, for a CPU per answered request, in microseconds.
+    waited_us_per_request: Option<f64>,
     /// What it adds over the baseline at the same rate (the upstream alone; `gateway` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     added_p50_us: Option<f64>,
@@ -139,12 +152,18 @@ struct Details {
     points: Vec<Point>,
 }
 
-/// The systems of one comparison: their names and targets, the peer's first and any baseline
-/// (measured, not compared) last.
+/// One system measured: its name, where its requests go and whose threads do its work.
+struct System {
+    name: String,
+    target: Target,
+    tasks: Tasks,
+}
+
+/// The systems of one comparison: the peer, Floodgate and any baseline (measured, not compared).
 struct Systems {
-    peer: (String, Target),
-    floodgate: (String, Target),
-    baseline: Option<(String, Target)>,
+    peer: System,
+    floodgate: System,
+    baseline: Option<System>,
     /// The processes serving them, stopped when the comparison ends.
     _processes: Vec<Process>,
     _limitador: Option<Limitador>,
@@ -199,32 +218,35 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
             seed: 7,
         };
         // The peer's closed-loop maximum at `connections` callers.
-        let peer = load(&systems.peer.1);
+        let peer = load(&systems.peer.target);
         let hidden = Progress::new("warm-up", 0, true);
         let _ = closed_loop(&peer, args.connections, WARMUP, u64::MAX, &hidden).await;
         let progress = Progress::new(&format!("{comparison:?} peak"), 0, quiet);
         let (tally, wall) = closed_loop(&peer, args.connections, args.duration, u64::MAX, &progress).await;
         progress.finish();
         let max = tally.sent() as f64 / wall.as_secs_f64();
-        anyhow::ensure!(max > 0.0, "{}: no answer in the closed loop", systems.peer.0);
-        peak.push((comparison, systems.peer.0.clone(), max));
+        anyhow::ensure!(max > 0.0, "{}: no answer in the closed loop", systems.peer.name);
+        peak.push((comparison, systems.peer.name.clone(), max));
 
         let slot = args.duration / args.rounds;
         for &fraction in &args.fractions {
             let rate = (max * fraction).max(1.0);
             // Each system's connections, opened before the load and kept through every slot.
             let mut turns = Vec::new();
-            for (name, target) in systems.baseline.iter().chain([&systems.floodgate, &systems.peer]) {
-                let target = target
+            for system in systems.baseline.iter().chain([&systems.floodgate, &systems.peer]) {
+                let target = system
+                    .target
                     .on_connections(usize::try_from(args.connections).unwrap_or(usize::MAX))
                     .await
-                    .with_context(|| format!("{name}: opening {} connections", args.connections))?;
+                    .with_context(|| format!("{}: opening {} connections", system.name, args.connections))?;
                 turns.push(Turn {
-                    name,
+                    name: &system.name,
+                    tasks: &system.tasks,
                     load: load(&target),
                     tally: Tally::default(),
                     wall: Duration::ZERO,
                     p99s: Vec::new(),
+                    cpu: Some(Cpu::default()),
                 });
             }
             for round in 0..args.rounds as usize {
@@ -236,8 +258,11 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
                     let label =
                         format!("{} at {:.0}% ({}/{})", turn.name, fraction * 100.0, round + 1, args.rounds);
                     let progress = Progress::new(&label, 0, quiet);
+                    let before = turn.tasks.now();
                     let (tally, wall) =
                         open_loop(&turn.load, rate, MAX_IN_FLIGHT, slot, u64::MAX, &progress).await;
+                    let spent = before.zip(turn.tasks.now()).map(|(before, after)| after.since(before));
+                    turn.cpu = turn.cpu.zip(spent).map(|(sum, spent)| sum.plus(spent));
                     progress.finish();
                     turn.p99s.push(percentiles(&tally.latency).p99_us);
                     turn.tally.merge(&tally);
@@ -263,18 +288,23 @@ pub async fn run(args: &LatencyArgs) -> anyhow::Result<Report> {
 /// One system's slots at one rate, pooled.
 struct Turn<'a> {
     name: &'a str,
+    tasks: &'a Tasks,
     load: Load,
     tally: Tally,
     /// The slots' time, in all.
     wall: Duration,
     /// Each slot's p99, in microseconds.
     p99s: Vec<f64>,
+    /// What its threads spent over the slots (`None` once a reading failed).
+    cpu: Option<Cpu>,
 }
 
 /// What `turn`'s pooled slots came to, at `rate` (`fraction` of the peer's maximum).
 fn point(comparison: Comparison, fraction: f64, rate: f64, turn: Turn<'_>) -> Point {
-    let Turn { name, tally, wall, mut p99s, .. } = turn;
+    let Turn { name, tally, wall, mut p99s, cpu, .. } = turn;
     p99s.sort_by(f64::total_cmp);
+    let answered = tally.sent();
+    let per_request = |ns: u64| (answered > 0).then(|| ns as f64 / 1_000.0 / answered as f64);
     Point {
         comparison,
         system: name.to_owned(),
@@ -287,6 +317,8 @@ fn point(comparison: Comparison, fraction: f64, rate: f64, turn: Turn<'_>) -> Po
         errors_by_kind: tally.errors.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
         latency: percentiles(&tally.latency),
         rounds_p99_us: p99s,
+        cpu_us_per_request: cpu.and_then(|c| per_request(c.ran_ns)),
+        waited_us_per_request: cpu.and_then(|c| per_request(c.waited_ns)),
         added_p50_us: None,
         added_p99_us: None,
         added_p999_us: None,
@@ -314,10 +346,23 @@ async fn gateway_systems(floodgate: &Path, nginx: &Path, dir: &Path) -> anyhow::
     let route = |addr: std::net::SocketAddr| {
         Target::route(&format!("http://{addr}/bench"), "GET", "x-user-id", TIMEOUT, false)
     };
+    let upstream_thread = upstream.thread().context("the upstream's thread id (/proc/thread-self)")?;
     Ok(Systems {
-        peer: ("nginx limit_req".into(), route(nginx_addr)?),
-        floodgate: ("floodgate gateway".into(), route(gateway_addr)?),
-        baseline: Some(("upstream alone".into(), route(up)?)),
+        peer: System {
+            name: "nginx limit_req".into(),
+            target: route(nginx_addr)?,
+            tasks: Tasks::WithChildren(nginx.pid()),
+        },
+        floodgate: System {
+            name: "floodgate gateway".into(),
+            target: route(gateway_addr)?,
+            tasks: Tasks::Process(gateway.pid()),
+        },
+        baseline: Some(System {
+            name: "upstream alone".into(),
+            target: route(up)?,
+            tasks: Tasks::Thread(upstream_thread),
+        }),
         _processes: vec![gateway, nginx],
         _limitador: None,
         _upstream: Some(upstream),
@@ -344,8 +389,16 @@ async fn check_systems(floodgate: &Path, limitador: &Path, dir: &Path) -> anyhow
         TIMEOUT,
     )?;
     Ok(Systems {
-        peer: ("limitador-server".into(), limitador_target),
-        floodgate: ("floodgate /v1/check".into(), Target::http(&format!("http://{http}"), TIMEOUT, false)?),
+        peer: System {
+            name: "limitador-server".into(),
+            target: limitador_target,
+            tasks: Tasks::Process(peer.pid()),
+        },
+        floodgate: System {
+            name: "floodgate /v1/check".into(),
+            target: Target::http(&format!("http://{http}"), TIMEOUT, false)?,
+            tasks: Tasks::Process(server.pid()),
+        },
         baseline: None,
         _processes: vec![server],
         _limitador: Some(peer),
@@ -378,6 +431,8 @@ fn report(args: &LatencyArgs, peak: Vec<(Comparison, String, f64)>, points: Vec<
                 "added p99",
                 "added p99.9",
                 "p99 of slots",
+                "cpu/req",
+                "waited/req",
                 "errors",
             ]
             .map(String::from)
@@ -385,7 +440,7 @@ fn report(args: &LatencyArgs, peak: Vec<(Comparison, String, f64)>, points: Vec<
             rows: Vec::new(),
         };
         for p in points.iter().filter(|p| p.comparison == *comparison) {
-            let added = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), us);
+            let or_dash = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), us);
             grid.rows.push((
                 format!("{} at {:.0}%", p.system, p.fraction * 100.0),
                 vec![
@@ -394,10 +449,12 @@ fn report(args: &LatencyArgs, peak: Vec<(Comparison, String, f64)>, points: Vec<
                     us(p.latency.p50_us),
                     us(p.latency.p99_us),
                     us(p.latency.p999_us),
-                    added(p.added_p50_us),
-                    added(p.added_p99_us),
-                    added(p.added_p999_us),
+                    or_dash(p.added_p50_us),
+                    or_dash(p.added_p99_us),
+                    or_dash(p.added_p999_us),
                     slots(&p.rounds_p99_us),
+                    or_dash(p.cpu_us_per_request),
+                    or_dash(p.waited_us_per_request),
                     p.errors.to_string(),
                 ],
             ));

@@ -1,6 +1,6 @@
 //! `latency --compare gateway` against a real `floodgate` process, nginx and the bench's upstream:
 //! the report has the peer's closed-loop peak and, at each offered rate, every system on the same
-//! schedule, measured in the slots asked for; what the figures are is the bench's business, not
+//! schedule, measured in the slots asked for, with what its threads spent; what the figures are is the bench's business, not
 //! this test's.
 
 use super::{bench, floodgate_binary};
@@ -56,5 +56,9 @@ async fn the_gateway_comparison_reports_every_system_at_every_offered_rate() {
             p["rounds_p99_us"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
         assert_eq!(slots.len(), 2, "{p}");
         assert!(slots[0] > 0.0 && slots[0] <= slots[1], "{p}");
+        // Every system ran to answer, and its threads' time is read (the upstream's thread, the
+        // floodgate process, nginx's master and workers).
+        assert!(p["cpu_us_per_request"].as_f64().is_some_and(|us| us > 0.0), "{p}");
+        assert!(p["waited_us_per_request"].as_f64().is_some_and(|us| us >= 0.0), "{p}");
     }
 }

@@ -163,6 +163,11 @@ impl Limitador {
         Some(counters.len() as u64)
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.watched.pid()
+    }
+
     /// Its resident set size, in bytes.
     pub(crate) fn rss_bytes(&self) -> Option<u64> {
         resident_set(&self.watched.pid().to_string())
