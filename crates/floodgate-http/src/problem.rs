@@ -136,28 +136,18 @@ impl Problem {
     /// rounded up, at least 1. A verdict denied because the store failed (the rule fails closed)
     /// has no meaningful numbers: only `retry_after` is set then.
     pub fn from_verdict(verdict: &Verdict) -> Option<Problem> {
-        if verdict.allowed {
-            return None;
-        }
-        let retry_after = ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default());
-        let denying = verdict.most_restrictive();
-        let quota = denying.is_some_and(|l| l.quota);
-        let (type_uri, title, what) = if quota {
-            (QUOTA_EXCEEDED_TYPE, "Quota Exceeded", "Quota exceeded")
-        } else {
-            (RATE_LIMITED_TYPE, "Too Many Requests", "Rate limit exceeded")
-        };
-        let unit = if retry_after == 1 { " second." } else { " seconds." };
+        let denial = Denial::of(verdict)?;
+        let (type_uri, title, what) = denial.kind();
         let mut detail = String::with_capacity(48);
-        for part in [what, "; retry in ", itoa::Buffer::new().format(retry_after), unit] {
+        for part in denial.detail(what, &mut itoa::Buffer::new()) {
             detail.push_str(part);
         }
         let mut problem = Problem::new(StatusCode::TOO_MANY_REQUESTS, type_uri, title, detail);
-        problem.retry_after = Some(retry_after);
-        if let Some(l) = denying.filter(|l| is_enforced(verdict, l)) {
-            problem.limit = Some(l.decision.limit);
-            problem.remaining = Some(l.decision.remaining);
-            problem.reset = Some(reset_unix_secs(verdict.at, l.decision.reset_after));
+        problem.retry_after = Some(denial.retry_after);
+        if let Some((limit, remaining, reset)) = denial.numbers {
+            problem.limit = Some(limit);
+            problem.remaining = Some(remaining);
+            problem.reset = Some(reset);
         }
         Some(problem)
     }
@@ -215,27 +205,9 @@ impl Problem {
     /// The JSON body's bytes, written straight into one buffer.
     fn json(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128 + self.detail.len());
-        let mut n = itoa::Buffer::new();
-        out.extend_from_slice(b"{\"type\":");
-        push_json_string(&mut out, &self.type_uri);
-        out.extend_from_slice(b",\"title\":");
-        push_json_string(&mut out, &self.title);
-        out.extend_from_slice(b",\"status\":");
-        out.extend_from_slice(n.format(self.status).as_bytes());
-        out.extend_from_slice(b",\"detail\":");
+        push_head(&mut out, &self.type_uri, &self.title, self.status);
         push_json_string(&mut out, &self.detail);
-        for (name, value) in [
-            (&b",\"retry_after\":"[..], self.retry_after),
-            (b",\"limit\":", self.limit),
-            (b",\"remaining\":", self.remaining),
-            (b",\"reset\":", self.reset),
-        ] {
-            if let Some(value) = value {
-                out.extend_from_slice(name);
-                out.extend_from_slice(n.format(value).as_bytes());
-            }
-        }
-        out.push(b'}');
+        push_numbers(&mut out, [self.retry_after, self.limit, self.remaining, self.reset]);
         out
     }
 
@@ -255,23 +227,138 @@ impl Problem {
 /// The 429 of a denied `verdict`, as every front door answers it: the denying limit's problem
 /// ([`Problem::from_verdict`]), `Retry-After` and the rate-limit headers in `style`.
 pub fn limited_response(verdict: &Verdict, style: HeaderStyle) -> http::Response<Bytes> {
-    limited_answer(verdict, style).into_response()
+    // Room for the rate-limit headers too, so that the map is made once rather than grown.
+    let mut response = limited_problem(verdict, 1 + MAX_RATE_LIMIT_HEADERS);
+    RateLimitLines::render(verdict, style).apply(response.headers_mut());
+    response
 }
 
 /// [`limited_response`] with its `Retry-After` and rate-limit headers rendered as
 /// [`RateLimitLines`] beside it ([`Answer`]), for a server that writes them into the head itself.
 pub fn limited_answer(verdict: &Verdict, style: HeaderStyle) -> Answer<Bytes> {
-    Answer::with_lines(limited_problem(verdict), RateLimitLines::render(verdict, style))
+    // The map holds the content type alone: the lines are written beside it.
+    Answer::with_lines(limited_problem(verdict, 1), RateLimitLines::render(verdict, style))
 }
 
-fn limited_problem(verdict: &Verdict) -> http::Response<Bytes> {
-    let problem = Problem::from_verdict(verdict).unwrap_or_else(|| {
-        Problem::new(
+/// The 429 of `verdict` without its rate-limit headers, its header map made with room for
+/// `headers`.
+fn limited_problem(verdict: &Verdict, headers: usize) -> http::Response<Bytes> {
+    let Some(denial) = Denial::of(verdict) else {
+        let problem = Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
             RATE_LIMITED_TYPE,
             "Too Many Requests",
             "Rate limit exceeded.",
-        )
-    });
-    problem.to_response()
+        );
+        return problem.to_response();
+    };
+    let mut response = http::Response::new(denial.json());
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    *response.headers_mut() = http::HeaderMap::with_capacity(headers);
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
+    response
+}
+
+/// What the 429 of a denied verdict says: [`Problem::from_verdict`]'s fields, before they are
+/// written as a [`Problem`] or, by a front door answering it, straight as its JSON.
+#[derive(Debug, Clone, Copy)]
+struct Denial {
+    /// A calendar quota denied (rather than a rate limit).
+    quota: bool,
+    /// Seconds until the same request may pass, at least 1.
+    retry_after: u64,
+    /// The denying limit's capacity, remaining and reset (Unix seconds), when it is enforced.
+    numbers: Option<(u64, u64, u64)>,
+}
+
+impl Denial {
+    /// `None` when `verdict` is allowed.
+    fn of(verdict: &Verdict) -> Option<Denial> {
+        if verdict.allowed {
+            return None;
+        }
+        let denying = verdict.most_restrictive();
+        Some(Denial {
+            quota: denying.is_some_and(|l| l.quota),
+            retry_after: ceil_secs_at_least_one(verdict.retry_after().unwrap_or_default()),
+            numbers: denying.filter(|l| is_enforced(verdict, l)).map(|l| {
+                (l.decision.limit, l.decision.remaining, reset_unix_secs(verdict.at, l.decision.reset_after))
+            }),
+        })
+    }
+
+    /// The problem's type, title, and what its detail says happened.
+    fn kind(&self) -> (&'static str, &'static str, &'static str) {
+        if self.quota {
+            (QUOTA_EXCEEDED_TYPE, "Quota Exceeded", "Quota exceeded")
+        } else {
+            (RATE_LIMITED_TYPE, "Too Many Requests", "Rate limit exceeded")
+        }
+    }
+
+    /// The detail, in parts: `<what>; retry in <n> second(s).` (ASCII that JSON takes as it is).
+    fn detail<'n>(&self, what: &'static str, n: &'n mut itoa::Buffer) -> [&'n str; 4] {
+        let unit = if self.retry_after == 1 { " second." } else { " seconds." };
+        [what, "; retry in ", n.format(self.retry_after), unit]
+    }
+
+    /// The JSON of [`Problem::from_verdict`]'s problem, the same bytes as its
+    /// [`Problem::to_json`], written without making the problem: the start up to the detail,
+    /// which escapes nothing, is written once per kind.
+    fn json(&self) -> Bytes {
+        static HEADS: std::sync::LazyLock<[Vec<u8>; 2]> = std::sync::LazyLock::new(|| {
+            [false, true].map(|quota| {
+                let (type_uri, title, _) = Denial { quota, retry_after: 1, numbers: None }.kind();
+                let mut head = Vec::new();
+                push_head(&mut head, type_uri, title, StatusCode::TOO_MANY_REQUESTS.as_u16());
+                head
+            })
+        });
+        let head = &HEADS[usize::from(self.quota)];
+        // Room for the detail and the numbers with their names, as they usually are.
+        let mut out = Vec::with_capacity(head.len() + if self.numbers.is_some() { 160 } else { 96 });
+        out.extend_from_slice(head);
+        out.push(b'"');
+        let mut n = itoa::Buffer::new();
+        for part in self.detail(self.kind().2, &mut n) {
+            out.extend_from_slice(part.as_bytes());
+        }
+        out.push(b'"');
+        let (limit, remaining, reset) = match self.numbers {
+            Some((limit, remaining, reset)) => (Some(limit), Some(remaining), Some(reset)),
+            None => (None, None, None),
+        };
+        push_numbers(&mut out, [Some(self.retry_after), limit, remaining, reset]);
+        // Boxed, so that the body is one allocation (a `Vec` with room to spare would be two).
+        Bytes::from(out.into_boxed_slice())
+    }
+}
+
+/// A problem's JSON up to its detail: `{"type":…,"title":…,"status":…,"detail":`.
+fn push_head(out: &mut Vec<u8>, type_uri: &str, title: &str, status: u16) {
+    out.extend_from_slice(b"{\"type\":");
+    push_json_string(out, type_uri);
+    out.extend_from_slice(b",\"title\":");
+    push_json_string(out, title);
+    out.extend_from_slice(b",\"status\":");
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.extend_from_slice(b",\"detail\":");
+}
+
+/// A problem's JSON after its detail: `retry_after`, `limit`, `remaining` and `reset`, each when
+/// it has a value, and the closing brace.
+fn push_numbers(out: &mut Vec<u8>, [retry_after, limit, remaining, reset]: [Option<u64>; 4]) {
+    let mut n = itoa::Buffer::new();
+    for (name, value) in [
+        (&b",\"retry_after\":"[..], retry_after),
+        (b",\"limit\":", limit),
+        (b",\"remaining\":", remaining),
+        (b",\"reset\":", reset),
+    ] {
+        if let Some(value) = value {
+            out.extend_from_slice(name);
+            out.extend_from_slice(n.format(value).as_bytes());
+        }
+    }
+    out.push(b'}');
 }

@@ -521,6 +521,30 @@ proptest::proptest! {
     }
 }
 
+proptest::proptest! {
+    /// A front door's 429 body, written straight from the verdict, is its problem's JSON byte for
+    /// byte: either kind, any wait (one second or more), and with or without the denying limit's
+    /// numbers (a limit that only tags or shadows is not enforced).
+    #[test]
+    fn a_429s_body_is_the_json_of_its_problem(
+        quota: bool,
+        enforced: bool,
+        capacity in 0u64..u64::MAX / 2,
+        remaining in 0u64..1_000,
+        reset_ms in 0u64..10_000_000_000,
+    ) {
+        let mut denying = limit("r", Outcome::Denied, capacity, remaining, reset_ms);
+        denying.quota = quota;
+        denying.enforced = enforced;
+        let v = verdict([limit("other", Outcome::Allowed, 5, 4, 100), denying]);
+        let answer = crate::problem::limited_answer(&v, HeaderStyle::Both);
+        let problem = Problem::from_verdict(&v).unwrap();
+        proptest::prop_assert_eq!(answer.response.status(), StatusCode::TOO_MANY_REQUESTS);
+        proptest::prop_assert_eq!(&answer.response.headers()[http::header::CONTENT_TYPE], "application/problem+json");
+        proptest::prop_assert_eq!(std::str::from_utf8(answer.response.body()).unwrap(), problem.to_json());
+    }
+}
+
 #[test]
 fn a_character_to_escape_is_escaped_at_every_place_in_a_long_string() {
     for special in ['"', '\\', '\n', '\u{1}', '\u{1f}', '\u{7f}', 'é', ' ', '!', '#', '[', ']'] {
