@@ -143,8 +143,9 @@ pub async fn serve<L, M, S, F, R>(
             }
         };
         match Workers::get() {
+            // Boxed, as on a worker (`workers::made_in_a_box`).
             None => {
-                tokio::spawn(connection(tcp));
+                tokio::spawn(crate::workers::made_in_a_box(|| connection(tcp)));
             }
             // Moved to the worker's reactor: registered there, so that its readiness wakes the
             // thread that serves it.

@@ -112,8 +112,20 @@ impl Workers {
             .map_or(0, |(i, _)| i);
         self.serving[index].fetch_add(1, Ordering::Relaxed);
         let assigned = Assigned { serving: Arc::clone(&self.serving), index };
-        self.handles[index].spawn(async move { connection(assigned).await });
+        self.handles[index].spawn(async move { made_in_a_box(|| connection(assigned)).await });
     }
+}
+
+/// The future `make` makes, made in a box of its own rather than moved into one.
+///
+/// A connection's future is kilobytes large, and a task's future is copied whole when it is spawned
+/// and again as its stages are set at its end (tokio's `Core::set_stage`): a task that holds the
+/// connection's future boxed is a pointer's size, and those copies with it. Written into memory
+/// allocated first (`Box::write`), the future is made in place, where `Box::pin(make())` made it on
+/// the stack and copied it into its box.
+#[inline(always)]
+pub(crate) fn made_in_a_box<F: Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
 /// The index of the worker the calling thread is, or `None` on any other thread.
