@@ -77,7 +77,9 @@ pub(crate) fn parent_of(stat: &str) -> Option<u32> {
 
 impl Tasks {
     /// What the threads have spent now; `None` when none of them can be read (the process is
-    /// gone, or this kernel keeps no scheduler statistics).
+    /// gone, or this kernel keeps no scheduler statistics) or a page does not read as one (a
+    /// figure short of a thread would be wrong, where none is only missing). A thread that ended
+    /// since its directory was listed is left out.
     pub(crate) fn now(&self) -> Option<Cpu> {
         let mut threads = Vec::new();
         match *self {
@@ -93,10 +95,8 @@ impl Tasks {
         let mut sum = None;
         for thread in threads {
             let Ok(line) = std::fs::read_to_string(thread.join("schedstat")) else { continue };
-            // A kernel's page is its own to get right: one that does not parse is not counted.
-            if let Ok(cpu) = parse_schedstat(&line) {
-                sum = Some(cpu.plus(sum.unwrap_or_default()));
-            }
+            let cpu = parse_schedstat(&line).ok()?;
+            sum = Some(cpu.plus(sum.unwrap_or_default()));
         }
         sum
     }
