@@ -203,10 +203,23 @@ where
             Err(e) => return Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
         };
         let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
-            let response = service(request.map(Body::new));
+            // An HTTP/1 request answered before its body was read to its end (a 413 for a body
+            // over the limit, a refusal that reads nothing) leaves its connection unusable, and
+            // hyper closes it after the answer: the answer says so (`Connection: close`), or a
+            // client would send its next request on a connection about to close.
+            let http1 = request.version() < http::Version::HTTP_2;
+            let ended = Arc::new(AtomicBool::new(hyper::body::Body::is_end_stream(request.body())));
+            let body = EndWatched::body(Arc::clone(&ended));
+            let response = service(request.map(body));
             async move {
                 // Rate-limit headers rendered as lines go into the header map hyper writes.
-                Ok::<_, std::convert::Infallible>(response.await.into().into_response())
+                let mut response = response.await.into().into_response();
+                if http1 && !ended.load(Ordering::Acquire) {
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                }
+                Ok::<_, std::convert::Infallible>(response)
             }
         });
         // Boxed: hyper's connection is kilobytes, and most connections never come to it (see
@@ -223,6 +236,43 @@ where
         }
         Some(Ok(())) => {}
         None => tracing::debug!(%peer, listener = what, "idle connection closed"),
+    }
+}
+
+/// A request body of hyper's that notes in `ended` when it has been read to its end.
+struct EndWatched {
+    body: Incoming,
+    ended: Arc<AtomicBool>,
+}
+
+impl EndWatched {
+    /// How a request's `Incoming` body becomes the service's, noting its end in `ended`.
+    fn body(ended: Arc<AtomicBool>) -> impl FnOnce(Incoming) -> Body {
+        move |body| Body::new(EndWatched { body, ended })
+    }
+}
+
+impl http_body::Body for EndWatched {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.ended.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

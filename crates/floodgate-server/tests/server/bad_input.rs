@@ -103,7 +103,11 @@ async fn too_many_descriptors_is_a_422() {
 async fn a_body_over_64_kib_is_a_413_with_or_without_content_length() {
     let s = server().await;
     let big = format!(r#"{{"descriptors": {{"user": "{}"}}}}"#, "x".repeat(64 * 1024));
-    assert_problem(&s.post("/v1/check", big.clone()).await, 413, &["65536 bytes"]);
+    let refused = s.post("/v1/check", big.clone()).await;
+    assert_problem(&refused, 413, &["65536 bytes"]);
+    // The body was not read, so the connection closes after the answer, which says so: a client
+    // that pools connections must not send its next request on it.
+    assert_eq!(refused.headers.get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]));
 
     // Chunked, so that the limit is found while reading rather than from Content-Length.
     let mut tcp = tokio::net::TcpStream::connect(s.http).await.unwrap();
@@ -122,6 +126,7 @@ async fn a_body_over_64_kib_is_a_413_with_or_without_content_length() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("application/problem+json"));
+    assert!(answer.to_ascii_lowercase().contains("\r\nconnection: close\r\n"), "{answer}");
 
     // Exactly at the limit is fine (and is then a body of the wrong shape, here: still JSON).
     let pad = 64 * 1024 - r#"{"descriptors": {"user": ""}}"#.len();
