@@ -137,18 +137,13 @@ impl Problem {
     /// has no meaningful numbers: only `retry_after` is set then.
     pub fn from_verdict(verdict: &Verdict) -> Option<Problem> {
         let denial = Denial::of(verdict)?;
-        let (type_uri, title, what) = denial.kind();
+        let (type_uri, title, _) = kind(denial.quota);
         let mut detail = String::with_capacity(48);
-        for part in denial.detail(what, &mut itoa::Buffer::new()) {
+        for part in denial.detail(&mut itoa::Buffer::new()) {
             detail.push_str(part);
         }
         let mut problem = Problem::new(StatusCode::TOO_MANY_REQUESTS, type_uri, title, detail);
-        problem.retry_after = Some(denial.retry_after);
-        if let Some((limit, remaining, reset)) = denial.numbers {
-            problem.limit = Some(limit);
-            problem.remaining = Some(remaining);
-            problem.reset = Some(reset);
-        }
+        [problem.retry_after, problem.limit, problem.remaining, problem.reset] = denial.numbers();
         Some(problem)
     }
 
@@ -214,13 +209,9 @@ impl Problem {
     /// The problem as a response: its status, `Content-Type: application/problem+json` and its
     /// JSON body. Map the body into the front door's own type (`.map(Body::from)`).
     pub fn to_response(&self) -> http::Response<Bytes> {
-        let mut response = http::Response::new(Bytes::from(self.json()));
-        *response.status_mut() = self.status_code();
         // Room for the content type and the rate-limit headers of a 429, so that the map is made
         // once rather than grown.
-        *response.headers_mut() = http::HeaderMap::with_capacity(1 + MAX_RATE_LIMIT_HEADERS);
-        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
-        response
+        problem_response(self.status_code(), self.json(), 1 + MAX_RATE_LIMIT_HEADERS)
     }
 }
 
@@ -243,17 +234,25 @@ pub fn limited_answer(verdict: &Verdict, style: HeaderStyle) -> Answer<Bytes> {
 /// The 429 of `verdict` without its rate-limit headers, its header map made with room for
 /// `headers`.
 fn limited_problem(verdict: &Verdict, headers: usize) -> http::Response<Bytes> {
-    let Some(denial) = Denial::of(verdict) else {
-        let problem = Problem::new(
+    let json = match Denial::of(verdict) {
+        Some(denial) => denial.json(),
+        None => Problem::new(
             StatusCode::TOO_MANY_REQUESTS,
             RATE_LIMITED_TYPE,
             "Too Many Requests",
             "Rate limit exceeded.",
-        );
-        return problem.to_response();
+        )
+        .json(),
     };
-    let mut response = http::Response::new(denial.json());
-    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    problem_response(StatusCode::TOO_MANY_REQUESTS, json, headers)
+}
+
+/// A problem's response: `status`, `Content-Type: application/problem+json` in a header map with
+/// room for `headers`, and `json` as its body (one allocation: a `Vec` with room to spare would
+/// take a second to be shared as `Bytes`).
+fn problem_response(status: StatusCode, json: Vec<u8>, headers: usize) -> http::Response<Bytes> {
+    let mut response = http::Response::new(Bytes::from(json.into_boxed_slice()));
+    *response.status_mut() = status;
     *response.headers_mut() = http::HeaderMap::with_capacity(headers);
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_CONTENT_TYPE));
     response
@@ -287,28 +286,28 @@ impl Denial {
         })
     }
 
-    /// The problem's type, title, and what its detail says happened.
-    fn kind(&self) -> (&'static str, &'static str, &'static str) {
-        if self.quota {
-            (QUOTA_EXCEEDED_TYPE, "Quota Exceeded", "Quota exceeded")
-        } else {
-            (RATE_LIMITED_TYPE, "Too Many Requests", "Rate limit exceeded")
-        }
+    /// The detail, in parts: `<what>; retry in <n> second(s).` (ASCII that JSON takes as it is).
+    fn detail<'n>(&self, n: &'n mut itoa::Buffer) -> [&'n str; 4] {
+        let unit = if self.retry_after == 1 { " second." } else { " seconds." };
+        [kind(self.quota).2, "; retry in ", n.format(self.retry_after), unit]
     }
 
-    /// The detail, in parts: `<what>; retry in <n> second(s).` (ASCII that JSON takes as it is).
-    fn detail<'n>(&self, what: &'static str, n: &'n mut itoa::Buffer) -> [&'n str; 4] {
-        let unit = if self.retry_after == 1 { " second." } else { " seconds." };
-        [what, "; retry in ", n.format(self.retry_after), unit]
+    /// The problem's `retry_after`, `limit`, `remaining` and `reset`.
+    fn numbers(&self) -> [Option<u64>; 4] {
+        let (limit, remaining, reset) = match self.numbers {
+            Some((limit, remaining, reset)) => (Some(limit), Some(remaining), Some(reset)),
+            None => (None, None, None),
+        };
+        [Some(self.retry_after), limit, remaining, reset]
     }
 
     /// The JSON of [`Problem::from_verdict`]'s problem, the same bytes as its
     /// [`Problem::to_json`], written without making the problem: the start up to the detail,
     /// which escapes nothing, is written once per kind.
-    fn json(&self) -> Bytes {
+    fn json(&self) -> Vec<u8> {
         static HEADS: std::sync::LazyLock<[Vec<u8>; 2]> = std::sync::LazyLock::new(|| {
             [false, true].map(|quota| {
-                let (type_uri, title, _) = Denial { quota, retry_after: 1, numbers: None }.kind();
+                let (type_uri, title, _) = kind(quota);
                 let mut head = Vec::new();
                 push_head(&mut head, type_uri, title, StatusCode::TOO_MANY_REQUESTS.as_u16());
                 head
@@ -319,18 +318,22 @@ impl Denial {
         let mut out = Vec::with_capacity(head.len() + if self.numbers.is_some() { 160 } else { 96 });
         out.extend_from_slice(head);
         out.push(b'"');
-        let mut n = itoa::Buffer::new();
-        for part in self.detail(self.kind().2, &mut n) {
+        for part in self.detail(&mut itoa::Buffer::new()) {
             out.extend_from_slice(part.as_bytes());
         }
         out.push(b'"');
-        let (limit, remaining, reset) = match self.numbers {
-            Some((limit, remaining, reset)) => (Some(limit), Some(remaining), Some(reset)),
-            None => (None, None, None),
-        };
-        push_numbers(&mut out, [Some(self.retry_after), limit, remaining, reset]);
-        // Boxed, so that the body is one allocation (a `Vec` with room to spare would be two).
-        Bytes::from(out.into_boxed_slice())
+        push_numbers(&mut out, self.numbers());
+        out
+    }
+}
+
+/// A 429's type, title, and what its detail says happened: for a calendar quota (`quota`) or a
+/// rate limit.
+fn kind(quota: bool) -> (&'static str, &'static str, &'static str) {
+    if quota {
+        (QUOTA_EXCEEDED_TYPE, "Quota Exceeded", "Quota exceeded")
+    } else {
+        (RATE_LIMITED_TYPE, "Too Many Requests", "Rate limit exceeded")
     }
 }
 
