@@ -122,9 +122,9 @@ pub async fn serve<L, M, S, F, R>(
         let watcher = graceful.watcher();
         let tls = tls.clone();
         let serving = Serving { builder, watcher, limits, stop: stop.clone(), peer, what };
-        // A connection's future is copied whole each time it is moved (into its task, out at
-        // its end): the TLS connection's, kilobytes larger (the handshake, the TLS state), is
-        // boxed, so that a plain connection's is not as large.
+        // A connection's future is held in a box of its own for the connection's life
+        // (`workers::made_in_a_box`): the TLS connection's, kilobytes larger (the handshake, the
+        // TLS state), is boxed within it, so that a plain connection's box is not as large.
         let connection = move |tcp: TcpStream| async move {
             let _slot = slot;
             match tls {
@@ -209,8 +209,8 @@ where
             // client would send its next request on a connection about to close.
             let http1 = request.version() < http::Version::HTTP_2;
             let ended = Arc::new(AtomicBool::new(hyper::body::Body::is_end_stream(request.body())));
-            let body = EndWatched::body(Arc::clone(&ended));
-            let response = service(request.map(body));
+            let watched = Arc::clone(&ended);
+            let response = service(request.map(|body| Body::new(EndWatched { body, ended: watched })));
             async move {
                 // Rate-limit headers rendered as lines go into the header map hyper writes.
                 let mut response = response.await.into().into_response();
@@ -222,8 +222,8 @@ where
                 Ok::<_, std::convert::Infallible>(response)
             }
         });
-        // Boxed: hyper's connection is kilobytes, and most connections never come to it (see
-        // the TLS connection's, above).
+        // Boxed: hyper's connection is kilobytes, and most connections never come to it (as the
+        // TLS connection's, above: a plain connection's box is not as large).
         Box::pin(
             watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned()),
         )
@@ -243,13 +243,6 @@ where
 struct EndWatched {
     body: Incoming,
     ended: Arc<AtomicBool>,
-}
-
-impl EndWatched {
-    /// How a request's `Incoming` body becomes the service's, noting its end in `ended`.
-    fn body(ended: Arc<AtomicBool>) -> impl FnOnce(Incoming) -> Body {
-        move |body| Body::new(EndWatched { body, ended })
-    }
 }
 
 impl http_body::Body for EndWatched {
